@@ -1,0 +1,75 @@
+"""Small validators shared by public entry points (internal)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from fedsde.errors import FedsdeInputError
+
+
+def positive_float(name: str, value: float, *, allow_zero: bool = False) -> float:
+    """Return ``value`` as a float, raising if it is not finite and positive (or >= 0)."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise FedsdeInputError(f"{name}={value!r}: must be a number") from None
+    if not math.isfinite(v) or v < 0 or (v == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise FedsdeInputError(f"{name}={value!r}: must be finite and {bound}")
+    return v
+
+
+def positive_int(name: str, value: int, *, minimum: int = 1) -> int:
+    """Return ``value`` as an int, raising if it is not an integer >= ``minimum``."""
+    if isinstance(value, bool):
+        raise FedsdeInputError(f"{name}={value!r}: must be an integer >= {minimum}")
+    try:
+        v = int(value)
+    except (TypeError, ValueError):
+        raise FedsdeInputError(f"{name}={value!r}: must be an integer >= {minimum}") from None
+    if v != value or v < minimum:
+        raise FedsdeInputError(f"{name}={value!r}: must be an integer >= {minimum}")
+    return v
+
+
+def schedule(name: str, value: float | Sequence[float] | np.ndarray, rounds: int) -> np.ndarray:
+    """A per-round schedule of length ``rounds`` from a constant or a sequence (values > 0).
+
+    Returns
+    -------
+    ndarray, shape (rounds,)
+    """
+    arr = np.asarray(value, dtype=np.float64)
+    if arr.ndim == 0:
+        positive_float(name, float(arr))
+        return np.full(rounds, float(arr))
+    if arr.ndim != 1 or arr.shape[0] != rounds:
+        raise FedsdeInputError(
+            f"{name}: schedule of shape {arr.shape} must be a scalar or have one value per round ({rounds})"
+        )
+    bad = ~np.isfinite(arr) | (arr <= 0)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise FedsdeInputError(f"{name}[{i}]={arr[i]!r}: learning rates must be finite and > 0")
+    return arr
+
+
+def client_steps(name: str, value: int | Sequence[int] | np.ndarray, Q: int) -> np.ndarray:
+    """Per-client local step counts (ints >= 1) from an int or a length-Q sequence.
+
+    Returns
+    -------
+    ndarray of int64, shape (Q,)
+    """
+    arr = np.asarray(value)
+    if arr.ndim == 0:
+        return np.full(Q, positive_int(name, value.item() if hasattr(value, "item") else value), np.int64)
+    if arr.ndim != 1 or arr.shape[0] != Q:
+        raise FedsdeInputError(f"{name}: shape {arr.shape} must be a scalar or one value per client ({Q})")
+    out = np.empty(Q, np.int64)
+    for k, v in enumerate(arr.tolist()):
+        out[k] = positive_int(f"{name}[{k}]", v)
+    return out

@@ -1,0 +1,20 @@
+"""Exception types raised at fedsde's public boundaries.
+
+Every user-facing mistake raises :class:`FedsdeInputError` (a ``ValueError``) whose message names the
+argument, the offending value and the constraint it violates.  The command line turns these into a
+one-line message and a non-zero exit status, without a traceback.
+"""
+
+from __future__ import annotations
+
+
+class FedsdeInputError(ValueError):
+    """Bad input at a public boundary (argument, value and constraint are named in the message)."""
+
+
+class NoStationaryLawError(FedsdeInputError):
+    """The chain (or SDE) has no stationary law for the given parameters."""
+
+
+class SimulationDivergedError(RuntimeError):
+    """A simulation produced NaN or inf; the message names the round and client where it happened."""

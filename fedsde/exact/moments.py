@@ -1,0 +1,203 @@
+"""Transient and stationary moments of the FedAvg chain on quadratic clients (no sampling).
+
+Clock: rounds ``n = 0, 1, …``.  In seed 002's continuous-time notation round ``n`` sits at ``t = n·h`` and
+the server step is ``s = h·η₀``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.linalg
+
+from fedsde._validate import positive_int, schedule
+from fedsde.errors import FedsdeInputError, NoStationaryLawError
+from fedsde.exact.round_law import RoundLaw, _steps_repr, round_law
+from fedsde.problems.quadratic import QuadraticProblem
+
+
+@dataclass(frozen=True)
+class Moments:
+    """Mean and covariance of the server weights at recorded rounds.
+
+    Attributes
+    ----------
+    rounds : ndarray of int, shape (T,)
+    mean : ndarray, shape (T, d)
+    cov : ndarray, shape (T, d, d)
+    """
+
+    rounds: np.ndarray
+    mean: np.ndarray
+    cov: np.ndarray
+
+    @property
+    def final_mean(self) -> np.ndarray:
+        return self.mean[-1]
+
+    @property
+    def final_cov(self) -> np.ndarray:
+        return self.cov[-1]
+
+
+@dataclass(frozen=True)
+class StationaryLaw:
+    """Stationary mean and covariance of the chain, with the law of one round that produced them."""
+
+    mean: np.ndarray
+    cov: np.ndarray
+    law: RoundLaw
+
+
+def _initial(problem: QuadraticProblem, w0, cov0) -> tuple[np.ndarray, np.ndarray]:
+    d = problem.d
+    if w0 is None:
+        m0 = np.zeros(d)
+    else:
+        m0 = np.asarray(w0, dtype=np.float64).reshape(-1)
+        if m0.shape == (1,) and d > 1:
+            m0 = np.full(d, m0[0])
+        if m0.shape != (d,) or not np.all(np.isfinite(m0)):
+            raise FedsdeInputError(f"w0: shape {np.shape(w0)} must be ({d},) with finite entries")
+    if cov0 is None:
+        P0 = np.zeros((d, d))
+    else:
+        P0 = np.asarray(cov0, dtype=np.float64)
+        if P0.ndim == 0 or P0.shape == (1,):
+            P0 = float(P0.reshape(())) * np.eye(d)
+        if P0.shape != (d, d) or not np.all(np.isfinite(P0)):
+            raise FedsdeInputError(f"cov0: shape {np.shape(cov0)} must be ({d}, {d}) with finite entries")
+        if np.abs(P0 - P0.T).max() > 1e-10 * max(1.0, np.abs(P0).max()) or np.linalg.eigvalsh(P0)[0] < -1e-10:
+            raise FedsdeInputError("cov0: must be symmetric positive semi-definite")
+    return m0, P0
+
+
+def transient_moments(
+    problem: QuadraticProblem,
+    eta: float | Sequence[float] | np.ndarray,
+    local_steps: int | np.ndarray,
+    rounds: int,
+    server_lr: float | Sequence[float] | np.ndarray = 1.0,
+    *,
+    w0=None,
+    cov0=None,
+    participation: int | None = None,
+    record: Sequence[int] | np.ndarray | None = None,
+) -> Moments:
+    """Exact mean and covariance of the server weights after each round.
+
+    Parameters
+    ----------
+    problem : QuadraticProblem
+    eta : float or array, shape (rounds,)
+        Client learning rate, constant or one value per round (round ``n`` uses ``eta[n]``).
+    local_steps : int or array of int, shape (Q,)
+        ``E`` or per-client ``τ_k`` (fixed across rounds).
+    rounds : int
+        Number of rounds ``n >= 0`` to run.
+    server_lr : float or array, shape (rounds,)
+        Actual server step ``s`` per round.
+    w0 : array, shape (d,), optional
+        Initial mean (default zero).  With ``cov0`` the start is ``N(w0, cov0)``; without it, the point ``w0``.
+    participation : int, optional
+        Clients sampled per round (uniform without replacement, unbiased weights).
+    record : sequence of int, optional
+        Rounds (0..rounds) at which to keep the moments; default all.
+
+    Returns
+    -------
+    Moments
+        ``rounds``, ``mean`` (T, d), ``cov`` (T, d, d) at the recorded rounds.
+    """
+    rounds = positive_int("rounds", rounds, minimum=0)
+    etas = schedule("eta", eta, rounds) if rounds else np.zeros(0)
+    lrs = schedule("server_lr", server_lr, rounds) if rounds else np.zeros(0)
+    if rounds == 0:
+        # validate scalar inputs even when nothing is run
+        round_law(problem, float(np.ravel(eta)[0]), local_steps, float(np.ravel(server_lr)[0]),
+                  participation=participation, warn=False)
+    m, P = _initial(problem, w0, cov0)
+    keep = np.arange(rounds + 1) if record is None else np.unique(np.asarray(record, dtype=np.int64))
+    if keep.size and (keep.min() < 0 or keep.max() > rounds):
+        raise FedsdeInputError(f"record: rounds must lie in [0, {rounds}]")
+    keep_set = {int(k): i for i, k in enumerate(keep)}
+    means = np.empty((keep.size, problem.d))
+    covs = np.empty((keep.size, problem.d, problem.d))
+    laws: dict[tuple[float, float], RoundLaw] = {}
+    if 0 in keep_set:
+        means[keep_set[0]], covs[keep_set[0]] = m, P
+    for n in range(rounds):
+        key = (float(etas[n]), float(lrs[n]))
+        law = laws.get(key)
+        if law is None:
+            law = laws[key] = round_law(problem, key[0], local_steps, key[1], participation=participation,
+                                        warn=len(laws) == 0)
+        m, P = law.step(m, P)
+        if n + 1 in keep_set:
+            means[keep_set[n + 1]], covs[keep_set[n + 1]] = m, P
+    return Moments(rounds=keep, mean=means, cov=covs)
+
+
+def stationary_law(
+    problem: QuadraticProblem,
+    eta: float,
+    local_steps: int | np.ndarray,
+    server_lr: float = 1.0,
+    *,
+    participation: int | None = None,
+) -> StationaryLaw:
+    """Stationary mean and covariance of the FedAvg chain.
+
+    Full participation: mean ``c`` and the solution ``X`` of the discrete Lyapunov equation
+    ``X = (I − sB) X (I − sB)ᵀ + s² η² Σ_k p_k² Γ_k`` (``scipy.linalg.solve_discrete_lyapunov``).
+    Partial participation: mean ``c`` and the fixed point of :meth:`RoundLaw.step`'s covariance recursion,
+    a linear system in ``vec(X)`` (size d²).
+
+    Raises
+    ------
+    NoStationaryLawError
+        If the spectral radius of ``I − sB`` (or of the second-moment operator under partial participation)
+        is ``>= 1``.
+    """
+    law = round_law(problem, eta, local_steps, server_lr, participation=participation)
+    rho = law.spectral_radius
+    if rho >= 1.0 - 1e-12:
+        raise NoStationaryLawError(
+            f"eta={law.eta}, local_steps={_steps_repr(law.local_steps)}, server_lr={law.server_lr}: "
+            f"spectral radius of I - s*B is {rho:.6g} >= 1, so the chain has no stationary law"
+        )
+    mean = law.c
+    d = problem.d
+    if law.participation is None or law.participation == problem.Q:
+        X = scipy.linalg.solve_discrete_lyapunov(law.transition, law.server_noise_cov)
+    else:
+        T = law.second_moment_operator()
+        rho2 = _spectral_radius(T)
+        if rho2 >= 1.0 - 1e-12:
+            raise NoStationaryLawError(
+                f"participation={law.participation}, eta={law.eta}, server_lr={law.server_lr}: the second-moment "
+                f"operator has spectral radius {rho2:.6g} >= 1 (client sampling makes the variance diverge)"
+            )
+        # constant part of the recursion, evaluated at the stationary mean
+        _, K = law.step(mean, np.zeros((d, d)))
+        vecX = np.linalg.solve(np.eye(d * d) - T, K.reshape(-1))
+        X = vecX.reshape(d, d)
+    return StationaryLaw(mean=mean, cov=0.5 * (X + X.T), law=law)
+
+
+def _spectral_radius(T: np.ndarray) -> float:
+    if T.shape[0] <= 900:
+        return float(np.max(np.abs(np.linalg.eigvals(T))))
+    # power iteration on the (positive) operator; enough for a stability check
+    v = np.random.default_rng(0).standard_normal(T.shape[0])
+    lam = 0.0
+    for _ in range(500):
+        w = T @ v
+        lam_new = np.linalg.norm(w) / np.linalg.norm(v)
+        v = w / np.linalg.norm(w)
+        if abs(lam_new - lam) < 1e-10 * max(1.0, lam_new):
+            break
+        lam = lam_new
+    return float(lam_new)
