@@ -84,6 +84,7 @@ def transient_moments(
     w0=None,
     cov0=None,
     participation: int | None = None,
+    weights: np.ndarray | None = None,
     record: Sequence[int] | np.ndarray | None = None,
 ) -> Moments:
     """Exact mean and covariance of the server weights after each round.
@@ -103,6 +104,8 @@ def transient_moments(
         Initial mean (default zero).  With ``cov0`` the start is ``N(w0, cov0)``; without it, the point ``w0``.
     participation : int, optional
         Clients sampled per round (uniform without replacement, unbiased weights).
+    weights : array, shape (Q,), optional
+        Aggregation weights replacing ``p_k`` (see :func:`fedsde.exact.round_law`).
     record : sequence of int, optional
         Rounds (0..rounds) at which to keep the moments; default all.
 
@@ -117,7 +120,7 @@ def transient_moments(
     if rounds == 0:
         # validate scalar inputs even when nothing is run
         round_law(problem, float(np.ravel(eta)[0]), local_steps, float(np.ravel(server_lr)[0]),
-                  participation=participation, warn=False)
+                  participation=participation, weights=weights, warn=False)
     m, P = _initial(problem, w0, cov0)
     keep = np.arange(rounds + 1) if record is None else np.unique(np.asarray(record, dtype=np.int64))
     if keep.size and (keep.min() < 0 or keep.max() > rounds):
@@ -133,7 +136,7 @@ def transient_moments(
         law = laws.get(key)
         if law is None:
             law = laws[key] = round_law(problem, key[0], local_steps, key[1], participation=participation,
-                                        warn=len(laws) == 0)
+                                        weights=weights, warn=len(laws) == 0)
         m, P = law.step(m, P)
         if n + 1 in keep_set:
             means[keep_set[n + 1]], covs[keep_set[n + 1]] = m, P
@@ -147,11 +150,13 @@ def stationary_law(
     server_lr: float = 1.0,
     *,
     participation: int | None = None,
+    weights: np.ndarray | None = None,
 ) -> StationaryLaw:
     """Stationary mean and covariance of the FedAvg chain.
 
     Full participation: mean ``c`` and the solution ``X`` of the discrete Lyapunov equation
     ``X = (I − sB) X (I − sB)ᵀ + s² η² Σ_k p_k² Γ_k`` (``scipy.linalg.solve_discrete_lyapunov``).
+    ``weights`` replaces ``p_k`` as in :func:`fedsde.exact.round_law`.
     Partial participation: mean ``c`` and the fixed point of :meth:`RoundLaw.step`'s covariance recursion,
     a linear system in ``vec(X)`` (size d²).
 
@@ -161,7 +166,7 @@ def stationary_law(
         If the spectral radius of ``I − sB`` (or of the second-moment operator under partial participation)
         is ``>= 1``.
     """
-    law = round_law(problem, eta, local_steps, server_lr, participation=participation)
+    law = round_law(problem, eta, local_steps, server_lr, participation=participation, weights=weights)
     rho = law.spectral_radius
     if rho >= 1.0 - 1e-12:
         raise NoStationaryLawError(

@@ -120,7 +120,7 @@ class RoundLaw:
     M, Gamma : ndarray, shape (Q, d, d)
         Per-client pieces (see :func:`client_round_maps`).
     p : ndarray, shape (Q,)
-        Client weights.
+        Aggregation weights ``ω_k`` (the problem's ``p_k`` for FedAvg).
     a : ndarray, shape (Q, d)
         Client minimisers.
     expanding_clients : tuple of int
@@ -241,6 +241,7 @@ def round_law(
     server_lr: float = 1.0,
     *,
     participation: int | None = None,
+    weights: np.ndarray | None = None,
     warn: bool = True,
 ) -> RoundLaw:
     """Exact one-round law of FedAvg (see the module docstring for the formulas).
@@ -256,6 +257,10 @@ def round_law(
         Actual server step ``s > 0`` (``s = 1`` is plain FedAvg; ``s = h·η₀`` in seed 002's SDE notation).
     participation : int, optional
         Number ``m`` of clients sampled uniformly without replacement each round, weighted ``p_k Q/m``.
+    weights : array, shape (Q,), optional
+        Aggregation weights ``ω_k`` replacing ``p_k`` in ``B``, ``c`` and ``Cov ε`` (for server rules that are
+        linear in the client displacements, e.g. FedNova's ``ω_k = p_k τ_eff / τ_k``); default ``p``.
+        They need not sum to one.
     warn : bool
         Emit a ``RuntimeWarning`` when some client's local SGD expands (``η·λ_max(U_k) ≥ 2``).
     """
@@ -275,10 +280,16 @@ def round_law(
             RuntimeWarning,
             stacklevel=2,
         )
+    if weights is None:
+        omega = problem.p
+    else:
+        omega = np.asarray(weights, dtype=np.float64).reshape(-1)
+        if omega.shape != (problem.Q,) or not np.all(np.isfinite(omega)) or np.any(omega < 0):
+            raise FedsdeInputError(f"weights: shape {np.shape(weights)} must be ({problem.Q},), finite and >= 0")
     M, Gamma = client_round_maps(problem, eta, steps)
-    B = np.einsum("q,qij->ij", problem.p, M)
-    Ba = np.einsum("q,qij,qj->i", problem.p, M, problem.a)
-    noise = eta**2 * np.einsum("q,qij->ij", problem.p**2, Gamma)
+    B = np.einsum("q,qij->ij", omega, M)
+    Ba = np.einsum("q,qij,qj->i", omega, M, problem.a)
+    noise = eta**2 * np.einsum("q,qij->ij", omega**2, Gamma)
     return RoundLaw(
         B=B,
         Ba=Ba,
@@ -289,7 +300,7 @@ def round_law(
         participation=participation,
         M=M,
         Gamma=Gamma,
-        p=problem.p,
+        p=omega,
         a=problem.a,
         expanding_clients=expanding,
     )
