@@ -53,7 +53,7 @@ def schedule(name: str, value: float | Sequence[float] | np.ndarray, rounds: int
     bad = ~np.isfinite(arr) | (arr <= 0)
     if bad.any():
         i = int(np.argmax(bad))
-        raise FedsdeInputError(f"{name}[{i}]={arr[i]!r}: learning rates must be finite and > 0")
+        raise FedsdeInputError(f"{name}[{i}]={float(arr[i])!r}: learning rates must be finite and > 0")
     return arr
 
 

@@ -65,7 +65,8 @@ def _eig(problem: QuadraticProblem) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     cache = problem._cache
     if "eigU" not in cache:
         lam, V = np.linalg.eigh(problem.U)
-        S_rot = np.einsum("qji,qjk,qkl->qil", V, problem.Sigma, V)
+        Vt = np.swapaxes(V, 1, 2)
+        S_rot = Vt @ problem.Sigma @ V
         cache["eigU"] = (lam, V, S_rot)
     return cache["eigU"]
 
@@ -93,9 +94,10 @@ def client_round_maps(
     r = 1.0 - eta * lam  # (Q, d)
     tau = np.asarray(steps, dtype=np.float64)[:, None]
     rE = np.sign(r) ** steps[:, None] * np.abs(r) ** tau  # exact sign for negative r
-    M = np.einsum("qij,qj,qkj->qik", V, 1.0 - rE, V)
+    Vt = np.swapaxes(V, 1, 2)
+    M = (V * (1.0 - rE)[:, None, :]) @ Vt
     G = geometric_sum(r[:, :, None] * r[:, None, :], np.asarray(steps)[:, None, None])
-    Gamma = np.einsum("qij,qjl,qkl->qik", V, S_rot * G, V)
+    Gamma = V @ (S_rot * G) @ Vt
     Gamma = 0.5 * (Gamma + np.swapaxes(Gamma, 1, 2))
     return M, Gamma
 

@@ -112,7 +112,7 @@ class QuadraticProblem:
                 raise FedsdeInputError(f"p: shape {np.shape(p)} must be ({Q},), one weight per client")
             if not np.all(np.isfinite(p_arr)) or np.any(p_arr < 0):
                 k = int(np.argmax(~np.isfinite(p_arr) | (p_arr < 0)))
-                raise FedsdeInputError(f"p[{k}]={p_arr[k]!r}: weights must be finite and >= 0")
+                raise FedsdeInputError(f"p[{k}]={float(p_arr[k])!r}: weights must be finite and >= 0")
             if p_arr.sum() <= 0:
                 raise FedsdeInputError("p: all weights are zero; at least one must be > 0")
             p_arr = p_arr / p_arr.sum()

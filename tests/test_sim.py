@@ -1,0 +1,151 @@
+"""The vectorised simulator: agreement with the exact law, determinism, chunk invariance, validation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from helpers import assert_moments_within
+
+from fedsde.errors import FedsdeInputError, SimulationDivergedError
+from fedsde.exact import stationary_law, transient_moments
+from fedsde.problems import QuadraticProblem, paper_table_problem, random_quadratic_problem
+from fedsde.sim import BLOCK, RandomSteps, simulate
+
+R = 20000
+
+
+def test_scalar_stationary_table_point():
+    pb = paper_table_problem()
+    res = simulate(pb, eta=0.05, local_steps=5, rounds=60, replicates=R, seed=11, record=[60])
+    st = stationary_law(pb, 0.05, 5)
+    tr = transient_moments(pb, 0.05, 5, 60, record=[60])  # 60 rounds: within 1e-12 of stationarity
+    np.testing.assert_allclose(tr.final_cov, st.cov, rtol=1e-9)
+    assert_moments_within(res.final, st.mean, st.cov)
+
+
+def test_full_matrices_heterogeneous_steps_and_schedules():
+    pb = random_quadratic_problem(4, 3, seed=21, weights="random")
+    assert not pb.is_diagonal
+    steps = [1, 3, 6, 2]
+    etas = np.linspace(0.2, 0.05, 12)
+    lrs = np.linspace(1.0, 0.6, 12)
+    w0 = [1.0, -1.0, 0.5]
+    res = simulate(pb, eta=etas, local_steps=steps, rounds=12, server_lr=lrs, replicates=R, seed=3, w0=w0,
+                   record=[5, 12])
+    tr = transient_moments(pb, etas, steps, 12, lrs, w0=w0, record=[5, 12])
+    for i in range(2):
+        assert_moments_within(res.weights[i], tr.mean[i], tr.cov[i])
+
+
+def test_diagonal_fast_path_matches_exact():
+    pb = random_quadratic_problem(6, 4, seed=5, diagonal=True)
+    assert pb.is_diagonal
+    res = simulate(pb, eta=0.1, local_steps=4, rounds=15, replicates=R, seed=8, w0=[2, 2, 2, 2], record=[15])
+    tr = transient_moments(pb, 0.1, 4, 15, w0=[2, 2, 2, 2], record=[15])
+    assert_moments_within(res.final, tr.final_mean, tr.final_cov)
+
+
+@pytest.mark.parametrize("m", [1, 3])
+def test_partial_participation_unbiased_matches_exact(m):
+    pb = random_quadratic_problem(5, 3, seed=2, weights="random")
+    steps = [1, 3, 5, 2, 4]
+    res = simulate(pb, eta=0.1, local_steps=steps, rounds=20, server_lr=0.7, replicates=R, seed=4,
+                   participation=m, w0=[1, 1, 1], record=[20])
+    tr = transient_moments(pb, 0.1, steps, 20, 0.7, w0=[1, 1, 1], participation=m, record=[20])
+    assert_moments_within(res.final, tr.final_mean, tr.final_cov)
+
+
+def test_renormalised_weighting_single_client_is_local_sgd():
+    # with m = 1 the renormalised weight is 1: the server jumps to the sampled client's iterate
+    pb = QuadraticProblem.from_arrays([1.0, 1.0], [0.0, 0.0], [0.0, 0.0], [0.3, 0.7])
+    res = simulate(pb, eta=0.1, local_steps=3, rounds=1, replicates=256, seed=0, participation=1,
+                   weighting="renormalised", w0=[1.0], record=[1])
+    np.testing.assert_allclose(res.final, 0.9**3, rtol=1e-14)
+
+
+def test_one_client_server_lr_one_is_local_sgd():
+    # STYLE.md invariant: one-client FedAvg with server lr 1 equals plain local SGD over n·E steps
+    pb = QuadraticProblem.from_arrays([2.0], [1.0], [0.5])
+    a = simulate(pb, eta=0.1, local_steps=3, rounds=4, replicates=300, seed=9, record=[4])
+    b = simulate(pb, eta=0.1, local_steps=1, rounds=12, replicates=300, seed=9, record=[12])
+    np.testing.assert_allclose(a.final, b.final, rtol=1e-13)
+
+
+def test_same_seed_bit_identical_and_generator_seed():
+    pb = random_quadratic_problem(3, 2, seed=1)
+    kw = dict(eta=0.1, local_steps=RandomSteps(1, 4), rounds=5, replicates=500, participation=2)
+    a = simulate(pb, seed=7, **kw)
+    b = simulate(pb, seed=7, **kw)
+    c = simulate(pb, seed=8, **kw)
+    assert np.array_equal(a.weights, b.weights)
+    assert not np.array_equal(a.weights, c.weights)
+    g1, g2 = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
+    assert np.array_equal(simulate(pb, seed=g1, **kw).weights, simulate(pb, seed=g2, **kw).weights)
+
+
+@pytest.mark.parametrize("diagonal", [True, False])
+def test_chunk_invariance_and_prefix_property(diagonal):
+    pb = random_quadratic_problem(4, 3, seed=3, diagonal=diagonal)
+    kw = dict(eta=0.1, local_steps=RandomSteps(1, 3), rounds=4, seed=12, participation=3,
+              weighting="renormalised", record_drift=[1])
+    whole = simulate(pb, replicates=700, **kw)
+    chunked = simulate(pb, replicates=700, chunk_size=BLOCK, **kw)
+    assert np.array_equal(whole.weights, chunked.weights)
+    assert np.array_equal(whole.drift, chunked.drift)
+    fewer = simulate(pb, replicates=150, **kw)
+    assert np.array_equal(whole.weights[:, :150], fewer.weights)
+
+
+def test_drift_recording_matches_local_sgd():
+    # no noise, one client: drift after i steps is |1 − (1 − ηU)^i|·|w − a|
+    pb = QuadraticProblem.from_arrays([2.0], [1.0], [0.0])
+    res = simulate(pb, eta=0.1, local_steps=4, rounds=2, replicates=3, seed=0, w0=[3.0], record_drift=True)
+    i = np.arange(1, 5)
+    np.testing.assert_allclose(res.drift[0, :, 0, 0], (1 - 0.8**i) * 2.0, rtol=1e-13)
+    assert res.drift.shape == (2, 4, 3, 1)
+
+
+def test_divergence_names_round_and_client():
+    pb = QuadraticProblem.from_arrays([1.0, 100.0], [0.0, 1.0], [0.1, 0.1])
+    with pytest.raises(SimulationDivergedError, match=r"round \d+ in client 1"):
+        simulate(pb, eta=0.5, local_steps=50, rounds=50, replicates=10, seed=0)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        (dict(eta=0.0), "eta=0.0"),
+        (dict(local_steps=0), "local_steps=0"),
+        (dict(replicates=0), "replicates=0"),
+        (dict(seed=-1), "seed=-1"),
+        (dict(seed=None), "seed: required"),
+        (dict(participation=9), "participation=9"),
+        (dict(weighting="mean"), "weighting='mean'"),
+        (dict(w0=[1.0, 2.0, 3.0]), "w0"),
+        (dict(aggregator="nope"), "aggregator='nope'"),
+        (dict(device="nodevice"), "device='nodevice'"),
+        (dict(record=[99]), "record"),
+    ],
+)
+def test_validation(kwargs, match):
+    base = dict(eta=0.1, local_steps=2, rounds=3, replicates=10, seed=0)
+    base.update(kwargs)
+    with pytest.raises(FedsdeInputError, match=match):
+        simulate(paper_table_problem(), **base)
+
+
+def test_float32_matches_exact_law():
+    # float32 draws its own normals, so the check is statistical
+    pb = paper_table_problem()
+    res = simulate(pb, eta=0.05, local_steps=5, rounds=30, replicates=R, seed=1, dtype=torch.float32, record=[30])
+    st = stationary_law(pb, 0.05, 5)
+    assert_moments_within(res.final, st.mean, st.cov)
+
+
+@pytest.mark.cuda
+def test_cuda_matches_exact_law():
+    pb = random_quadratic_problem(4, 3, seed=1)
+    res = simulate(pb, eta=0.1, local_steps=3, rounds=15, replicates=R, seed=2, device="cuda", record=[15])
+    tr = transient_moments(pb, 0.1, 3, 15, record=[15])
+    assert_moments_within(res.final, tr.final_mean, tr.final_cov)
