@@ -193,8 +193,9 @@ class RoundLaw:
     def step(self, mean: np.ndarray, cov: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Mean and covariance after one round, given those before it.
 
-        With participation ``m < Q``, indicators ``I_k`` (``P(I_k) = π = m/Q``) and ``y_k(w) = (Q/m) p_k M_k (w − a_k)``,
-        the update is ``w − s Σ_k I_k [y_k(w) + (Q/m) p_k η ζ_k]`` with ``Cov ζ_k = Γ_k``; by total covariance
+        With participation ``m < Q``, indicators ``I_k`` (``P(I_k) = π = m/Q``) and
+        ``y_k(w) = (Q/m) p_k M_k (w − a_k)``, the update is ``w − s Σ_k I_k [y_k(w) + (Q/m) p_k η ζ_k]`` with
+        ``Cov ζ_k = Γ_k``; by total covariance
 
             P' = A P Aᵀ + s² [ (c₁−c₂) Σ_k (G_k P G_kᵀ + y_k y_kᵀ) + c₂ (G P Gᵀ + y yᵀ) ] + s² η² Σ_k (Q/m) p_k² Γ_k,
 

@@ -162,7 +162,8 @@ def simulate(
     progress : bool
         Show a progress bar.
     oracle_factory : callable, optional
-        ``(problem, nblocks, device, dtype) -> oracle`` (see :mod:`fedsde.sim.oracles`) replacing the Gaussian quadratic oracle.
+        ``(problem, nblocks, device, dtype) -> oracle`` (see :mod:`fedsde.sim.oracles`), replacing the
+        Gaussian quadratic oracle.
 
     Returns
     -------
