@@ -1,0 +1,154 @@
+"""Stationary bias and variance of FedAvg vs local steps E, for several client learning rates η.
+
+Three sources side by side on one quadratic problem (Section 6 convention: server step s = 1, t = n·η):
+
+* the exact stationary law of the discrete chain (:func:`fedsde.exact.stationary_law`);
+* a Monte-Carlo simulation of the algorithm (:func:`fedsde.sim.simulate`), run from ``w0`` until the exact
+  transient law is within ``tol`` of stationarity, moments over replicates with standard errors;
+* the paper's printed ``C4`` and ``v0(∞)`` (seed 002, Thm 6.3 / eq. (4) as printed) and the corrected SDE's
+  stationary variance, from :func:`fedsde.sde.coefficients.quadratic_sde_coefficients`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from fedsde.exact import stationary_law
+from fedsde.problems.quadratic import QuadraticProblem
+from fedsde.sim import simulate
+
+COLUMNS = (
+    "eta", "E", "rounds_simulated", "exact_mean", "sim_mean", "sim_mean_se", "paper_C4", "bias_exact",
+    "exact_var", "sim_var", "sim_var_se", "paper_v0_inf", "corrected_sde_var", "paper_over_exact",
+)
+
+
+@dataclass(frozen=True)
+class StationaryRow:
+    """One (η, E) point. For d > 1, "mean" is the first coordinate's, "var" is the trace of the covariance."""
+
+    eta: float
+    E: int
+    rounds_simulated: int
+    exact_mean: float
+    sim_mean: float
+    sim_mean_se: float
+    paper_C4: float
+    bias_exact: float
+    exact_var: float
+    sim_var: float
+    sim_var_se: float
+    paper_v0_inf: float
+    corrected_sde_var: float
+
+    @property
+    def paper_over_exact(self) -> float:
+        return self.paper_v0_inf / self.exact_var
+
+    def as_row(self) -> list:
+        return [getattr(self, c) for c in COLUMNS]
+
+
+def _bias(mean: np.ndarray, w_star: np.ndarray) -> float:
+    """Signed bias for d = 1, Euclidean norm of the bias otherwise."""
+    diff = mean - w_star
+    return float(diff[0]) if diff.size == 1 else float(np.linalg.norm(diff))
+
+
+def burn_in_rounds(rho: float, tol: float = 1e-4, minimum: int = 10) -> int:
+    """Rounds after which a transient decaying like ``rho^(2n)`` is below ``tol``."""
+    if rho <= 0:
+        return minimum
+    return max(minimum, math.ceil(math.log(tol) / (2 * math.log(rho))))
+
+
+def stationary_scan(
+    problem: QuadraticProblem,
+    etas: Sequence[float],
+    Es: Sequence[int],
+    *,
+    replicates: int,
+    seed: int,
+    server_lr: float = 1.0,
+    tol: float = 1e-4,
+    progress: bool = False,
+    device: str = "cpu",
+) -> list[StationaryRow]:
+    """Exact, simulated and printed stationary moments on the (η, E) grid (see module docstring)."""
+    from fedsde.sde.coefficients import quadratic_sde_coefficients
+
+    rows = []
+    w_star = problem.optimum
+    grid = [(float(eta), int(E)) for eta in etas for E in Es]
+    for i, (eta, E) in enumerate(tqdm(grid, desc="stationary scan", disable=not progress, leave=False)):
+        st = stationary_law(problem, eta, E, server_lr)
+        n = burn_in_rounds(st.law.spectral_radius, tol)
+        sim = simulate(problem, eta=eta, local_steps=E, rounds=n, replicates=replicates, seed=seed + i,
+                       server_lr=server_lr, record=[n], device=device)
+        x = sim.final
+        xc = x - x.mean(0)
+        tr_samples = np.einsum("ri,ri->r", xc, xc)
+        sim_var = float(tr_samples.sum() / (replicates - 1))
+        paper = quadratic_sde_coefficients(problem, eta, E, server_lr, h=eta, variant="paper").stationary()
+        corr = quadratic_sde_coefficients(problem, eta, E, server_lr, h=eta, variant="corrected").stationary()
+        rows.append(StationaryRow(
+            eta=eta, E=E, rounds_simulated=n,
+            exact_mean=float(st.mean[0]), sim_mean=float(x[:, 0].mean()),
+            sim_mean_se=float(x[:, 0].std(ddof=1) / math.sqrt(replicates)),
+            paper_C4=float(paper[0][0]), bias_exact=_bias(st.mean, w_star),
+            exact_var=float(np.trace(st.cov)), sim_var=sim_var,
+            sim_var_se=float(tr_samples.std(ddof=1) / math.sqrt(replicates)),
+            paper_v0_inf=float(np.trace(paper[1])), corrected_sde_var=float(np.trace(corr[1])),
+        ))
+    return rows
+
+
+def log_slopes(Es: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Local log–log slopes d log(value)/d log(E) between consecutive grid points."""
+    return np.diff(np.log(values)) / np.diff(np.log(Es))
+
+
+def plot_stationary(rows: list[StationaryRow], problem: QuadraticProblem):
+    """Two panels: stationary bias vs E and stationary variance vs E (log–log), per η."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    etas = sorted({r.eta for r in rows})
+    colors = plt.cm.viridis(np.linspace(0.0, 0.85, len(etas)))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11.5, 4.4))
+    for eta, col in zip(etas, colors, strict=True):
+        rs = sorted((r for r in rows if r.eta == eta), key=lambda r: r.E)
+        E = np.array([r.E for r in rs])
+        ax1.plot(E, [r.bias_exact for r in rs], "-", color=col, label=f"η={eta:g} exact (= printed C4 − w*)")
+        ax1.errorbar(E, [r.sim_mean - problem.optimum[0] for r in rs], yerr=[2 * r.sim_mean_se for r in rs],
+                     fmt="o", color=col, ms=4, capsize=2)
+        ax2.plot(E, [r.exact_var for r in rs], "-", color=col, label=f"η={eta:g} exact")
+        ax2.errorbar(E, [r.sim_var for r in rs], yerr=[2 * r.sim_var_se for r in rs], fmt="o", color=col, ms=4,
+                     capsize=2)
+        ax2.plot(E, [r.paper_v0_inf for r in rs], "--", color=col, label=f"η={eta:g} printed v0(∞)")
+        ax2.plot(E, [r.corrected_sde_var for r in rs], ":", color=col, label=f"η={eta:g} corrected SDE")
+    if problem.d == 1:
+        ax1.axhline(problem.p @ problem.a[:, 0] - problem.optimum[0], color="grey", lw=0.8, ls="-.",
+                    label="asymptote Σ p_k a_k − w*")
+    ax1.set_xscale("log")
+    ax1.set_xlabel("local steps E per round")
+    ax1.set_ylabel("stationary bias  E[w] − w*")
+    ax1.set_title("Bias: exact (lines), simulation (dots ± 2 s.e.)")
+    ax1.legend(fontsize=7)
+    ax2.set_xscale("log")
+    ax2.set_yscale("log")
+    ax2.set_xlabel("local steps E per round")
+    ax2.set_ylabel("stationary variance Var[w]")
+    ax2.set_title("Variance: exact, simulation, printed v0(∞), corrected SDE")
+    ax2.legend(fontsize=6.5, ncol=2)
+    fig.suptitle(f"FedAvg stationary law vs E — {problem.name or 'quadratic problem'} "
+                 "(server step s = 1; stationary, so no clock)", fontsize=10)
+    fig.tight_layout()
+    return fig
