@@ -100,7 +100,7 @@ def test_bad_problem_file_is_one_line(tmp_path, capsys):
 def test_console_script_no_traceback(tmp_path):
     exe = Path(sys.executable).with_name("fedsde")
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "fedsde.cli"]
-    out = subprocess.run(cmd + ["exact", "--problem", str(tmp_path / "nope.json"), "--eta", "0.1",
-                                "--local-steps", "1"], capture_output=True, text=True)
+    args = ["exact", "--problem", str(tmp_path / "nope.json"), "--eta", "0.1", "--local-steps", "1"]
+    out = subprocess.run([*cmd, *args], capture_output=True, text=True)
     assert out.returncode == 2
     assert out.stderr.startswith("fedsde exact: error:") and "Traceback" not in out.stderr
