@@ -60,11 +60,11 @@ def _bias(mean: np.ndarray, w_star: np.ndarray) -> float:
     return float(diff[0]) if diff.size == 1 else float(np.linalg.norm(diff))
 
 
-def burn_in_rounds(rho: float, tol: float = 1e-4, minimum: int = 10) -> int:
-    """Rounds after which a transient decaying like ``rho^(2n)`` is below ``tol``."""
+def burn_in_rounds(rho: float, tol: float = 1e-6, minimum: int = 10) -> int:
+    """Rounds after which the mean's transient, decaying like ``rho^n``, is below ``tol`` of its start."""
     if rho <= 0:
         return minimum
-    return max(minimum, math.ceil(math.log(tol) / (2 * math.log(rho))))
+    return max(minimum, math.ceil(math.log(tol) / math.log(rho)))
 
 
 def stationary_scan(
@@ -75,7 +75,7 @@ def stationary_scan(
     replicates: int,
     seed: int,
     server_lr: float = 1.0,
-    tol: float = 1e-4,
+    tol: float = 1e-6,
     progress: bool = False,
     device: str = "cpu",
 ) -> list[StationaryRow]:
@@ -116,6 +116,7 @@ def log_slopes(Es: np.ndarray, values: np.ndarray) -> np.ndarray:
 def plot_stationary(rows: list[StationaryRow], problem: QuadraticProblem):
     """Two panels: stationary bias vs E and stationary variance vs E (log–log), per η."""
     import matplotlib
+    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -144,6 +145,10 @@ def plot_stationary(rows: list[StationaryRow], problem: QuadraticProblem):
     ax1.legend(fontsize=7)
     ax2.set_xscale("log")
     ax2.set_yscale("log")
+    Es = sorted({r.E for r in rows})
+    for ax in (ax1, ax2):
+        ax.set_xticks(Es, [str(e) for e in Es])
+        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
     ax2.set_xlabel("local steps E per round")
     ax2.set_ylabel("stationary variance Var[w]")
     ax2.set_title("Variance: exact, simulation, printed v0(∞), corrected SDE")
