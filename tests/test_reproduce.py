@@ -1,4 +1,4 @@
-"""``fedsde reproduce --quick``: files, numbers against the exact law, no partial output."""
+"""``fedsde reproduce``: outputs, numbers against the exact law, configuration validation, no partial output."""
 
 from __future__ import annotations
 
@@ -8,39 +8,89 @@ import json
 import pytest
 
 from fedsde.cli import main
+from fedsde.errors import FedsdeInputError
 from fedsde.exact import stationary_law
 from fedsde.problems import paper_table_problem
+from fedsde.report.config import FIGURE_IDS, builtin_config, load_config, parse_only, validate
 
 
-def test_reproduce_quick_outputs_and_numbers(tmp_path, capsys):
+def test_reproduce_stationary_figures(tmp_path, capsys):
     out = tmp_path / "res"
-    assert main(["reproduce", "--quick", "--out", str(out), "--seed", "1", "--json"]) == 0
+    code = main(["reproduce", "--quick", "--only", "F2,F3", "--no-claims", "--out", str(out), "--seed", "1",
+                 "--json"])
     obj = json.loads(capsys.readouterr().out)
-    assert (out / "figures" / "stationary_vs_E.png").stat().st_size > 10_000
-    assert (out / "figures" / "stationary_vs_E.pdf").exists()
+    assert code == 0, obj["failed"]
+    for name in ("F2_bias_vs_E", "F3_variance_vs_E"):
+        assert (out / "figures" / f"{name}.png").stat().st_size > 10_000
+        assert (out / "figures" / f"{name}.pdf").exists()
+    assert (out / "report.html").exists() and (out / "report.md").exists()
     assert not list(out.glob(".partial-*"))
-    with open(out / "data" / "stationary_vs_E.csv") as fh:
+    with open(out / "data" / "F3_stationary_scan.csv") as fh:
         rows = list(csv.DictReader(fh))
-    assert len(rows) == len(obj["rows"]) == 15
+    assert len(rows) == 15
     pb = paper_table_problem()
     for r in rows:
-        eta, E = float(r["eta"]), int(r["E"])
-        st = stationary_law(pb, eta, E)
+        st = stationary_law(pb, float(r["eta"]), int(r["E"]))
         assert float(r["exact_var"]) == pytest.approx(st.cov[0, 0], rel=1e-8)
-        # simulation within 5 standard errors of the exact stationary law
         assert abs(float(r["sim_mean"]) - st.mean[0]) < 5 * float(r["sim_mean_se"])
         assert abs(float(r["sim_var"]) - st.cov[0, 0]) < 5 * float(r["sim_var_se"])
-        # printed C4 is the exact stationary mean; printed v0(∞) is far too large for E > 1
-        assert float(r["paper_C4"]) == pytest.approx(st.mean[0], rel=1e-10)
-        assert float(r["paper_over_exact"]) > 2.0
-    summary = json.loads((out / "summary.json").read_text())
-    slopes = summary["variance_log_slopes_vs_E"]["0.05"]
-    assert max(abs(s) for s in slopes["exact"]) < 0.05  # flat in E
-    assert min(slopes["printed"]) > 1.9  # the printed formula grows at least like E²
+        assert float(r["paper_C4"]) == pytest.approx(st.mean[0], rel=1e-10)  # printed C4 is right
+        assert float(r["paper_over_exact"]) > 2.0  # printed v0(∞) is not
+    slopes = obj["figures"]["F3"]["numbers"]["log_slopes"]["0.05"]
+    assert abs(slopes["exact"]) < 0.05 and slopes["printed"] > 1.9
+    html = (out / "report.html").read_text()
+    assert html.count("data:image/png;base64,") == 2
 
 
-def test_reproduce_out_is_a_file(tmp_path, capsys):
+def test_same_seed_same_numbers(tmp_path, capsys):
+    argv = ["reproduce", "--quick", "--only", "F4", "--no-claims", "--seed", "3", "--json"]
+    main([*argv, "--out", str(tmp_path / "a")])
+    main([*argv, "--out", str(tmp_path / "b")])
+    capsys.readouterr()
+    a = (tmp_path / "a" / "data" / "F4_variance_vs_Q.csv").read_text()
+    b = (tmp_path / "b" / "data" / "F4_variance_vs_Q.csv").read_text()
+    assert a == b
+
+
+def test_builtin_configs_are_valid_and_complete():
+    for name in ("quick", "full"):
+        cfg = validate(builtin_config(name), source=name)
+        assert set(FIGURE_IDS) <= set(cfg)
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("[F9x]\na = 1\n", r"unknown table \[F9x\]"),
+        ("[F2]\netas = [0.1, -0.2]\n", r"F2.etas\[1\]=-0.2: must be > 0"),
+        ("[F2]\nEs = 3\n", "F2.Es=3: must be a non-empty list"),
+        ("[F4]\nreplicates = 0\n", "F4.replicates=0: must be >= 1"),
+        ("[F1]\nspeed = 1\n", "unknown field F1.speed"),
+        ("[run]\nseed = 'x'\n", "run.seed='x': must be an integer"),
+        ("not toml [", "not valid TOML"),
+    ],
+)
+def test_config_errors_name_field_value_constraint(tmp_path, text, match):
+    f = tmp_path / "c.toml"
+    f.write_text(text)
+    with pytest.raises(FedsdeInputError, match=match):
+        load_config(quick=True, path=f)
+
+
+def test_config_override_keeps_other_fields(tmp_path):
+    f = tmp_path / "c.toml"
+    f.write_text("[F4]\ncopies = [1, 2]\n")
+    cfg = load_config(quick=True, path=f)
+    assert cfg["F4"]["copies"] == [1, 2] and cfg["F4"]["eta"] == 0.05
+
+
+def test_cli_errors(tmp_path, capsys):
+    assert main(["reproduce", "--only", "F13", "--out", str(tmp_path)]) == 2
+    assert "--only='F13'" in capsys.readouterr().err
     f = tmp_path / "file"
     f.write_text("x")
-    assert main(["reproduce", "--quick", "--out", str(f)]) == 2
+    assert main(["reproduce", "--quick", "--only", "F2", "--out", str(f)]) == 2
     assert "--out" in capsys.readouterr().err
+    assert main(["reproduce", "--quick", "--config", str(tmp_path / "nope.toml")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert parse_only("f3, F5") == ("F3", "F5")

@@ -1,101 +1,93 @@
-"""``fedsde reproduce``: the main job — the quadratic generalisation analysis of seed 002, Section 6."""
+"""``fedsde reproduce``: the main job — the reproduction gallery and its self-contained report."""
 
 from __future__ import annotations
 
 import argparse
-import platform
-import shutil
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 from fedsde._cli.common import add_json_flag, emit
-from fedsde.errors import FedsdeInputError
-
-QUICK = {"etas": (0.01, 0.05, 0.1), "Es": (1, 2, 5, 10, 20), "replicates": 4000}
-FULL = {"etas": (0.01, 0.05, 0.1), "Es": (1, 2, 5, 10, 20, 50, 100, 200), "replicates": 40000}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "reproduce",
-        help="run the main job: stationary bias/variance vs E (exact, simulated, printed)",
-        description="Reproduce and correct seed 002's quadratic analysis: stationary bias and variance of "
-        "FedAvg vs local steps E for several client learning rates, from the exact law, from simulation, and "
-        "from the paper's printed C4 and v0(∞). Writes CSV, PNG and a summary into --out.",
+        help="run the main job: the gallery F1–F12 and report.html",
+        description="Reproduce and correct seed 002's analysis: discrete FedAvg vs its SDE, bounds vs what the "
+        "algorithm does, and the quadratic generalisation analysis (printed vs corrected vs exact). Writes "
+        "DIR/report.html (self-contained), DIR/report.md, DIR/figures/ (PNG and PDF), DIR/data/ (CSV) and "
+        "DIR/summary.json.",
     )
-    p.add_argument("--quick", action="store_true", help="small grid and fewer replicates (about a minute)")
+    p.add_argument("--quick", action="store_true", help="small grids (every figure, a few minutes on 2 cores)")
     p.add_argument("--out", default="fedsde-results", metavar="DIR", help="output folder (default fedsde-results)")
-    p.add_argument("--seed", type=int, default=0, metavar="S")
-    p.add_argument("--device", default="cpu", help="torch device for the simulations")
+    p.add_argument("--only", default=None, metavar="F3,F5", help="make only these figures")
+    p.add_argument("--config", default=None, metavar="FILE",
+                   help="TOML file whose fields override the built-in quick/full configuration")
+    p.add_argument("--seed", type=int, default=None, metavar="S", help="overrides run.seed")
+    p.add_argument("--device", default=None, help="torch device for simulations (overrides run.device)")
+    p.add_argument("--no-claims", action="store_true", help="skip the claims table (faster)")
     add_json_flag(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    import numpy as np
+    from fedsde.report.config import Field, load_config, parse_only
+    from fedsde.report.runner import reproduce
+
+    only = parse_only(args.only)
+    cfg = load_config(quick=args.quick, path=args.config)
+    if args.seed is not None:
+        cfg["run"]["seed"] = Field("int", 0).check("--seed", args.seed)
+    if args.device is not None:
+        cfg["run"]["device"] = args.device
+    _check_device(cfg["run"]["device"])
+    res = reproduce(cfg, only, Path(args.out), quick=args.quick, progress=not args.json,
+                    with_claims=not args.no_claims)
+    lines = [f"fedsde reproduce ({'quick' if args.quick else 'full'}): {len(res.records)} figures in "
+             f"{res.wall_time_s:.1f} s → {res.out / 'report.html'}"]
+    for r in res.records:
+        status = f"FAILED: {r.error.splitlines()[0]}" if r.error else f"{r.wall_time_s:6.1f} s"
+        lines.append(f"  {r.spec.id:>3} {r.spec.title[:60]:<60} {status}")
+    scan = next((r.output for r in res.records if r.spec.id in ("F3", "F2") and r.output), None)
+    if scan is not None:
+        lines += ["", _stationary_table(scan.tables["stationary_scan"])]
+    if res.claims:
+        n_fail = sum(1 for c in res.claims if (c.get("printed") or {}).get("verdict") == "fails")
+        lines.append(f"\nclaims: {len(res.claims)} checked, {n_fail} fail as printed (see report.html)")
+    if res.failed:
+        lines.append(f"\n{len(res.failed)} figure(s) failed: {', '.join(res.failed)} (details in the report)")
+    result = {
+        "out": str(res.out), "wall_time_s": res.wall_time_s, "failed": res.failed,
+        "figures": {r.spec.id: {"title": r.spec.title, "wall_time_s": r.wall_time_s, "error": r.error,
+                                "files": [str(f) for f in r.files],
+                                "numbers": None if r.output is None else r.output.numbers} for r in res.records},
+        "claims": res.claims,
+    }
+    emit(args, result, "\n".join(lines))
+    sys.stdout.flush()
+    return 1 if res.failed else 0
+
+
+def _check_device(device: str) -> None:
     import torch
 
-    from fedsde.problems import paper_table_problem
-    from fedsde.report.output import save_figure, write_csv, write_json
-    from fedsde.report.stationary import COLUMNS, log_slopes, plot_stationary, stationary_scan
+    from fedsde.errors import FedsdeInputError
 
-    if args.seed < 0:
-        raise FedsdeInputError(f"--seed={args.seed}: must be >= 0")
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise FedsdeInputError(f"--out={args.out!r}: exists and is not a folder")
-    cfg = QUICK if args.quick else FULL
-    problem = paper_table_problem()
-    t0 = time.perf_counter()
-    rows = stationary_scan(problem, cfg["etas"], cfg["Es"], replicates=cfg["replicates"], seed=args.seed,
-                           progress=not args.json, device=args.device)
-    wall = time.perf_counter() - t0
-    out.mkdir(parents=True, exist_ok=True)
-    # build everything in a scratch folder, then move the finished files into place
-    scratch = Path(tempfile.mkdtemp(dir=out, prefix=".partial-"))
     try:
-        write_csv(scratch / "data" / "stationary_vs_E.csv", COLUMNS, (r.as_row() for r in rows))
-        fig = plot_stationary(rows, problem)
-        save_figure(fig, scratch / "figures" / "stationary_vs_E", formats=("png", "pdf"))
-        slopes = {}
-        for eta in cfg["etas"]:
-            rs = sorted((r for r in rows if r.eta == eta), key=lambda r: r.E)
-            E = np.array([r.E for r in rs], dtype=float)
-            slopes[f"{eta:g}"] = {
-                "exact": log_slopes(E, np.array([r.exact_var for r in rs])).tolist(),
-                "printed": log_slopes(E, np.array([r.paper_v0_inf for r in rs])).tolist(),
-            }
-        summary = {
-            "problem": problem.to_dict(),
-            "grid": {"etas": list(cfg["etas"]), "Es": list(cfg["Es"])},
-            "replicates": cfg["replicates"], "seed": args.seed, "quick": bool(args.quick),
-            "device": args.device, "threads": torch.get_num_threads(), "wall_time_s": round(wall, 2),
-            "versions": {"python": platform.python_version(), "torch": torch.__version__,
-                         "numpy": np.__version__},
-            "variance_log_slopes_vs_E": slopes,
-        }
-        write_json(scratch / "summary.json", summary)
-        for f in sorted(scratch.rglob("*")):
-            if f.is_file():
-                target = out / f.relative_to(scratch)
-                target.parent.mkdir(parents=True, exist_ok=True)
-                f.replace(target)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        torch.empty(0, device=torch.device(device))
+    except (RuntimeError, AssertionError) as exc:
+        raise FedsdeInputError(f"--device={device!r}: not available ({exc})") from None
 
-    header = (f"{'eta':>5} {'E':>4} | {'exact mean':>10} {'sim mean':>10} {'bias':>8} | {'exact var':>10} "
-              f"{'sim var':>10} {'printed v0':>10} {'corr SDE':>10} | {'printed/exact':>13}")
-    lines = [f"stationary law of FedAvg on '{problem.name}' (server step 1), {cfg['replicates']} replicates",
-             header, "-" * len(header)]
-    for r in rows:
-        lines.append(f"{r.eta:5g} {r.E:4d} | {r.exact_mean:10.6f} {r.sim_mean:10.6f} {r.bias_exact:8.4f} | "
-                     f"{r.exact_var:10.4e} {r.sim_var:10.4e} {r.paper_v0_inf:10.4e} {r.corrected_sde_var:10.4e}"
-                     f" | {r.paper_over_exact:13.3e}")
-    lines.append(f"wrote {out / 'data' / 'stationary_vs_E.csv'}, {out / 'figures' / 'stationary_vs_E.png'}, "
-                 f"{out / 'summary.json'}  ({wall:.1f} s)")
-    result = {"rows": [dict(zip(COLUMNS, r.as_row(), strict=True)) for r in rows], "out": str(out),
-              "wall_time_s": wall}
-    sys.stdout.flush()
-    return emit(args, result, "\n".join(lines))
+
+def _stationary_table(table) -> str:
+    header, rows = table
+    idx = {h: i for i, h in enumerate(header)}
+    head = (f"{'eta':>5} {'E':>4} | {'exact mean':>10} {'sim mean':>10} {'bias':>8} | {'exact var':>10} "
+            f"{'sim var':>10} {'printed v0':>10} {'corr SDE':>10} | {'printed/exact':>13}")
+    out = ["stationary law of FedAvg (server step 1): exact vs simulated vs printed", head, "-" * len(head)]
+    for row in rows:
+        r = {k: row[i] for k, i in idx.items()}
+        out.append(f"{r['eta']:5g} {r['E']:4d} | {r['exact_mean']:10.6f} {r['sim_mean']:10.6f} "
+                   f"{r['bias_exact']:8.4f} | {r['exact_var']:10.4e} {r['sim_var']:10.4e} {r['paper_v0_inf']:10.4e} "
+                   f"{r['corrected_sde_var']:10.4e} | {r['paper_over_exact']:13.3e}")
+    return "\n".join(out)

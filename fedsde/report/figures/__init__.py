@@ -1,0 +1,1 @@
+"""One module per figure of the gallery; each exposes ``make(cfg, ctx) -> FigureOutput``."""
