@@ -29,7 +29,7 @@ from scipy import integrate
 
 from fedsde._validate import positive_float
 from fedsde.errors import FedsdeInputError
-from fedsde.theory.results import CLOSED_FORM, QUADRATURE
+from fedsde.theory.results import CLOSED_FORM, QUADRATURE, Constant
 
 
 @dataclass(frozen=True)
@@ -123,6 +123,17 @@ class PowerSchedule:
         if b == 0.0:
             return c3 * (2.0 / 3.0) * t**1.5
         return self._quad(lambda s: self.eta(s) ** 2 * np.sqrt(self.int_eta2(s)), t)
+
+    def integrals(self, t) -> dict:
+        """``φ``, ``I₂``, ``J``, ``K`` at ``t`` as :class:`~fedsde.theory.results.Constant` (value and method)."""
+        note = self.label()
+        return {
+            "phi": Constant(self.phi(t), CLOSED_FORM, note=f"∫₀ᵗ η, {note}"),
+            "int_eta2": Constant(self.int_eta2(t), CLOSED_FORM, note=f"∫₀ᵗ η², {note}"),
+            "int_eta2_phi": Constant(self.int_eta2_phi(t), self.method, note=f"∫₀ᵗ η²φ, {note}"),
+            "int_eta2_sqrt_int_eta2": Constant(self.int_eta2_sqrt_int_eta2(t), self.method,
+                                               note=f"∫₀ᵗ η²√(∫η²), {note}"),
+        }
 
     @staticmethod
     def _quad(f, t: np.ndarray) -> np.ndarray:
