@@ -11,7 +11,11 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
 fi
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-  "$VENV/bin/python" -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
-  "$VENV/bin/python" -m pip install --quiet -c constraints.txt -e ".[dev]"
+  echo "fedsde: installing into $VENV (log: $VENV/install.log)" >&2
+  if ! "$VENV/bin/python" -m pip install -c constraints.txt -e ".[dev]" > "$VENV/install.log" 2>&1; then
+    tail -n 40 "$VENV/install.log" >&2
+    echo "fedsde: installation failed (full log: $VENV/install.log)" >&2
+    exit 1
+  fi
   echo "$want" > "$stamp"
 fi

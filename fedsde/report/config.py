@@ -84,9 +84,9 @@ SCHEMA: dict[str, dict[str, Field]] = {
     "F5": {"etas": POS_FLOATS, "Es": POS_INTS},
     "F6": {"eta": POS, "local_steps": POS_INT, "rounds": POS_INT, "w0": Field("float")},
     "F7": {"Qs": POS_INTS, "eta": POS, "local_steps": POS_INT, "replicates": POS_INT},
-    "F8": {"horizon": POS, "runs": POS_INT, "local_steps": POS_INT, "h": POS},
-    "F9": {"eta_cs": POS_FLOATS, "horizon": POS, "runs": POS_INT, "local_steps": POS_INT, "h": POS},
-    "F10": {"eta": POS, "local_steps": POS_INT, "replicates": POS_INT},
+    "F8": {"scale": POS},
+    "F9": {"eta_cs": POS_FLOATS, "horizon": POS, "local_steps": POS_INT, "h": POS},
+    "F10": {"scale": POS},
     "F11": {"rounds": POS_INT, "seeds": POS_INT, "clients": POS_INT},
     "F12": {"eta": POS, "local_steps": POS_INT, "horizon": POS, "levels": POS_INT},
 }

@@ -84,11 +84,19 @@ def build_html(title: str, intro: str, records: Sequence[FigureRecord], claims: 
         parts.append("<p class='na'>The claims checks were not run.</p>")
     parts.append("<h2 id='errata'>Errata (printed vs corrected, with numbers)</h2>")
     if errata:
-        parts.append("<table><tr><th>item</th><th>as printed</th><th>corrected</th><th>example</th></tr>")
+        parts.append("<p>Generated from the symbolic derivations (<code>fedsde derive --errata</code>); every value "
+                     "is computed, the exact value comes from the law of the discrete chain.</p>"
+                     "<table><tr><th>item</th><th>as printed</th><th>corrected</th><th>quantity</th>"
+                     "<th>printed</th><th>corrected</th><th>exact chain</th></tr>")
         for e in errata:
-            parts.append(f"<tr><td>{_esc(e.get('id', ''))}<br>{_esc(e.get('source', ''))}</td>"
-                         f"<td>{_esc(e.get('printed', ''))}</td><td>{_esc(e.get('corrected', ''))}</td>"
-                         f"<td>{_esc(e.get('example', ''))}</td></tr>")
+            parts.append(
+                f"<tr><td><b>{_esc(e.get('id', ''))}</b> [{_esc(e.get('severity', ''))}]<br>"
+                f"{_esc(e.get('location', ''))}<br><i>{_esc(e.get('title', ''))}</i></td>"
+                f"<td><code>{_esc(e.get('printed', ''))}</code></td>"
+                f"<td><code>{_esc(e.get('corrected', ''))}</code></td>"
+                f"<td>{_esc(e.get('quantity', ''))}<br>at {_esc(e.get('example', ''))}</td>"
+                f"<td>{_esc(_fmt(e.get('printed_value', '')))}</td><td>{_esc(_fmt(e.get('corrected_value', '')))}</td>"
+                f"<td>{_esc(_fmt(e.get('exact_value', '')))}</td></tr>")
         parts.append("</table>")
     else:
         parts.append("<p class='na'>No errata entries were produced.</p>")
@@ -120,9 +128,11 @@ def build_markdown(title: str, intro: str, records: Sequence[FigureRecord], clai
         lines.append("The claims checks were not run.")
     lines += ["", "## Errata", ""]
     if errata:
+        lines += ["| item | quantity (example) | printed | corrected | exact chain |", "|---|---|---|---|---|"]
         for e in errata:
-            lines += [f"* **{e.get('id', '')}** ({e.get('source', '')}) — printed: {e.get('printed', '')}; "
-                      f"corrected: {e.get('corrected', '')}; example: {e.get('example', '')}"]
+            lines.append(f"| **{e.get('id', '')}** ({e.get('location', '')}): {e.get('title', '')} | "
+                         f"{e.get('quantity', '')} at {e.get('example', '')} | {_fmt(e.get('printed_value', ''))} | "
+                         f"{_fmt(e.get('corrected_value', ''))} | {_fmt(e.get('exact_value', ''))} |")
     else:
         lines.append("No errata entries were produced.")
     lines += ["", "## Run metadata", "", "| key | value |", "|---|---|"]

@@ -56,10 +56,12 @@ def resolve_problem(spec: str) -> QuadraticProblem:
     return load_problem(p)
 
 
-def _claims(progress: bool) -> list[dict] | None:
-    from fedsde.theory.claims import run_claims  # the registry of `fedsde claims`
+def _claims(seed: int, progress: bool) -> list[dict]:
+    """The table of ``fedsde claims`` (default mode), computed now."""
+    from fedsde.theory.claims import CheckOptions, all_claims, run_claims
 
-    return [c.to_dict() for c in run_claims(progress=progress)]
+    return [claim.result_dict(res, sec)
+            for claim, res, sec in run_claims(all_claims(), CheckOptions(seed=seed), progress=progress)]
 
 
 def _errata() -> list[dict]:
@@ -88,7 +90,7 @@ def reproduce(cfg: dict, only: Sequence[str], out: Path, *, quick: bool, progres
             claims = None
             if with_claims:
                 bar.set_description("claims")
-                claims = _claims(progress=False)
+                claims = _claims(ctx.seed, progress=False)
                 bar.update(1)
         errata = _errata()
         wall = time.perf_counter() - t0

@@ -16,15 +16,15 @@ def figure_filename(claim_id: str) -> str:
     return claim_id.replace("/", "_") + ".png"
 
 
-def save_claim_figure(claim_id: str, figure: Figure, directory) -> Path:
-    """Draw ``figure`` (one axis per panel) and write it atomically to ``directory/<id>.png``."""
+def draw_claim_figure(claim_id: str, figure: Figure, *, max_cols: int = 3):
+    """Draw ``figure`` (one axis per panel) and return the matplotlib figure."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     n = max(1, len(figure.panels))
-    cols = min(n, 3)
+    cols = min(n, max_cols)
     rows = -(-n // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.6 * rows), squeeze=False)
     for ax, (title, xlabel, ylabel, series, scales) in zip(axes.ravel(), figure.panels, strict=False):
@@ -55,6 +55,14 @@ def save_claim_figure(claim_id: str, figure: Figure, directory) -> Path:
         ax.set_visible(False)
     fig.suptitle(f"{claim_id}: {figure.suptitle}" if figure.suptitle else claim_id, fontsize=10)
     fig.tight_layout()
+    return fig
+
+
+def save_claim_figure(claim_id: str, figure: Figure, directory) -> Path:
+    """Draw ``figure`` and write it atomically to ``directory/<id>.png``."""
+    import matplotlib.pyplot as plt
+
+    fig = draw_claim_figure(claim_id, figure)
     target = Path(directory) / figure_filename(claim_id)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".png")
