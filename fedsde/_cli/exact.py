@@ -15,8 +15,9 @@ from fedsde._cli.common import (
     local_steps_from_args,
     parse_vector,
 )
+from fedsde.aggregators import AGGREGATORS
 from fedsde.errors import NoStationaryLawError
-from fedsde.exact import round_law, stationary_law, transient_moments
+from fedsde.exact import aggregator_round_weights, round_law, stationary_law, transient_moments
 from fedsde.problems import load_problem
 
 
@@ -32,6 +33,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--w0", default=None, metavar="w1,w2,…", help="start point (default zero)")
     p.add_argument("--participation", type=int, default=None, metavar="m",
                    help="clients sampled per round (uniform without replacement, weights p_k Q/m)")
+    p.add_argument("--aggregator", default="fedavg", choices=sorted(AGGREGATORS), metavar="NAME",
+                   help="server rule (exact laws exist for the rules linear in the client displacements: "
+                   "fedavg, fednova; others give an error)")
     add_json_flag(p)
     p.set_defaults(func=run)
 
@@ -40,17 +44,22 @@ def run(args: argparse.Namespace) -> int:
     problem = load_problem(args.problem)
     steps = local_steps_from_args(args, problem.Q)
     w0 = parse_vector("--w0", args.w0, problem.d)
+    agg = getattr(args, "aggregator", "fedavg")
+    omega = aggregator_round_weights(problem, agg, steps, participation=args.participation)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        law = round_law(problem, args.eta, steps, args.server_lr, participation=args.participation)
+        law = round_law(problem, args.eta, steps, args.server_lr, participation=args.participation, weights=omega)
     notes = [str(w.message) for w in caught]
     try:
-        st = stationary_law(problem, args.eta, steps, args.server_lr, participation=args.participation)
+        st = stationary_law(problem, args.eta, steps, args.server_lr, participation=args.participation,
+                            weights=omega)
         stationary = {"mean": st.mean, "cov": st.cov}
     except NoStationaryLawError as exc:
         stationary = None
         notes.append(str(exc))
     result: dict = {
+        "aggregator": agg,
+        "weights": omega,
         "optimum": problem.optimum,
         "round_law": {"B": law.B, "c": law.c, "noise_cov": law.noise_cov,
                       "spectral_radius": law.spectral_radius},
@@ -60,11 +69,12 @@ def run(args: argparse.Namespace) -> int:
     }
     if args.rounds is not None:
         tr = transient_moments(problem, args.eta, steps, args.rounds, args.server_lr, w0=w0,
-                               participation=args.participation, record=[args.rounds])
+                               participation=args.participation, weights=omega, record=[args.rounds])
         result["transient"] = {"rounds": args.rounds, "mean": tr.final_mean, "cov": tr.final_cov}
     lines = [
         f"problem: Q={problem.Q}, d={problem.d}  eta={args.eta}  server_lr={args.server_lr}  "
-        f"local steps={np.atleast_1d(steps).tolist()}",
+        f"local steps={np.atleast_1d(steps).tolist()}  aggregator={agg}",
+        f"aggregation weights   {fmt_array(omega)}",
         f"optimum w*            {fmt_array(problem.optimum)}",
         f"round law B           {fmt_array(law.B)}",
         f"round law c (= C4)    {fmt_array(law.c)}",

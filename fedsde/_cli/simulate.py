@@ -14,6 +14,7 @@ from fedsde._cli.common import (
     local_steps_from_args,
     parse_vector,
 )
+from fedsde.aggregators import AGGREGATORS
 from fedsde.problems import load_problem
 from fedsde.sim import WEIGHTINGS, simulate
 
@@ -33,6 +34,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--participation", type=int, default=None, metavar="m", help="clients sampled per round")
     p.add_argument("--weighting", choices=WEIGHTINGS, default="unbiased",
                    help="weights of sampled clients: p_k Q/m (unbiased) or p_k/Σ_S p_j (renormalised)")
+    p.add_argument("--aggregator", default="fedavg", choices=sorted(AGGREGATORS), metavar="NAME",
+                   help=f"server rule with its default settings ({', '.join(sorted(AGGREGATORS))})")
     p.add_argument("--device", default="cpu", help="torch device (cpu, cuda, cuda:1, …)")
     p.add_argument("--float32", action="store_true", help="simulate in float32 (default float64)")
     add_json_flag(p)
@@ -48,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
     res = simulate(
         problem, eta=args.eta, local_steps=steps, rounds=args.rounds, replicates=args.replicates,
         seed=args.seed, server_lr=args.server_lr, w0=w0, participation=args.participation,
-        weighting=args.weighting, record=[0, args.rounds] if args.rounds else [0], device=args.device,
+        weighting=args.weighting, aggregator=getattr(args, "aggregator", "fedavg"),
+        record=[0, args.rounds] if args.rounds else [0], device=args.device,
         dtype=torch.float32 if args.float32 else torch.float64, progress=not args.json,
     )
     mean, cov = res.mean()[-1], res.cov()[-1]

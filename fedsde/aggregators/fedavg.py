@@ -4,7 +4,8 @@ Notes
 -----
 ``w_{n+1} = w_n + s Σ_k ω_k Δ_k`` with client displacements ``Δ_k = w_k^{(τ_k)} − w_n``, server step ``s``
 (``s = 1`` is plain FedAvg; seed 002 writes ``s = η̂₀ = h·η₀``) and weights ``ω_k`` from the participation
-scheme (``p_k`` under full participation).
+scheme (``p_k`` under full participation).  The clients run plain SGD unless another ``local_solver`` is given
+(e.g. local momentum, as in seed 003's "FedAvg with momentum" column).
 """
 
 from __future__ import annotations
@@ -13,18 +14,28 @@ from typing import Any
 
 import torch
 
-from fedsde.aggregators.base import Aggregator, RoundContext
+from fedsde.aggregators.base import Aggregator, RoundContext, weighted_mean
+from fedsde.sim.solvers import LocalSolver
 
 
 class FedAvg(Aggregator):
-    """``w ← w + s Σ_k ω_k Δ_k`` (see module docstring)."""
+    """``w ← w + s Σ_k ω_k Δ_k`` (see module docstring).
+
+    Parameters
+    ----------
+    local_solver : LocalSolver, optional
+        The clients' local solver (default plain SGD).
+    """
 
     name = "fedavg"
     paper = "McMahan et al. 2017; seed 002 eq. (1)"
     stateful = False
+    linear = True
+
+    def __init__(self, *, local_solver: LocalSolver | None = None):
+        self._local_solver = local_solver
 
     def apply(
         self, w: torch.Tensor, updates: torch.Tensor, weights: torch.Tensor, state: Any, ctx: RoundContext
     ) -> tuple[torch.Tensor, Any]:
-        avg = torch.bmm(weights.unsqueeze(1), updates).squeeze(1)  # (R, d)
-        return w + ctx.server_lr * avg, state
+        return w + ctx.server_lr * weighted_mean(weights, updates), state

@@ -8,6 +8,13 @@ One round (seed 002, Sec. 3; FedAvg when the server rule is :class:`~fedsde.aggr
 3. the server rule receives the displacements ``Δ_k = w_k^{(τ_k)} − w_n`` and the participation weights and
    returns ``w_{n+1}``.
 
+The server rule also fixes the clients' local solver (SGD, momentum, prox; :mod:`fedsde.sim.solvers`), an
+optional per-round gradient correction (SCAFFOLD) and whether the first round runs with every client (FedAWARE);
+see :mod:`fedsde.aggregators.base`.  Local steps may be fixed per client, redrawn every round
+(:class:`~fedsde.sim.steps.RandomSteps`) or derived from epochs and (redrawn) batch sizes
+(:class:`~fedsde.sim.steps.EpochSteps`, whose batch sizes reach the gradient oracle).  Problems with data
+(:class:`~fedsde.problems.logistic.ClassificationProblem`) use the oracles of :mod:`fedsde.sim.data_oracles`.
+
 All ``R`` replicates and ``Q`` clients advance together: one batched tensor operation per local step, no
 Python loop over clients or replicates.  Randomness comes from per-block streams
 (:mod:`fedsde.sim.streams`): the same seed gives bit-identical results on CPU, however the replicates are
@@ -18,23 +25,28 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
 from fedsde._validate import positive_int, schedule
-from fedsde.aggregators import Aggregator, RoundContext, get_aggregator
 from fedsde.errors import FedsdeInputError, SimulationDivergedError
 from fedsde.problems.quadratic import QuadraticProblem
 from fedsde.sim.oracles import GaussianQuadraticOracle
-from fedsde.sim.steps import RandomSteps, normalise_steps
+from fedsde.sim.steps import EpochSteps, RandomSteps, normalise_steps
 from fedsde.sim.streams import BLOCK, ReplicateStreams, resolve_seed, split_chunks
+
+if TYPE_CHECKING:  # the aggregators import the local solvers from this package: import them lazily
+    from fedsde.aggregators import Aggregator
 
 # stream families (independent for the same seed)
 _NOISE, _PARTICIPATION, _STEPS = 0, 1, 2
 
-WEIGHTINGS = ("unbiased", "renormalised")
+#: participation schemes: uniform m-subsets weighted p_k Q/m or p_k/Σ_S p_j; m draws with replacement ∝ p, 1/m each
+WEIGHTINGS = ("unbiased", "renormalised", "multinomial")
 
 
 @dataclass
@@ -108,7 +120,7 @@ def simulate(
     problem: QuadraticProblem,
     *,
     eta: float | Sequence[float] | np.ndarray,
-    local_steps: int | Sequence[int] | np.ndarray | RandomSteps,
+    local_steps: int | Sequence[int] | np.ndarray | RandomSteps | EpochSteps,
     rounds: int,
     replicates: int,
     seed: int | torch.Generator,
@@ -124,16 +136,18 @@ def simulate(
     chunk_size: int | None = None,
     progress: bool = False,
     oracle_factory=None,
+    block_size: int = BLOCK,
 ) -> SimulationResult:
     """Simulate ``replicates`` independent runs of a federated algorithm on ``problem``.
 
     Parameters
     ----------
-    problem : QuadraticProblem
+    problem : QuadraticProblem or ClassificationProblem
+        Anything with ``Q``, ``d`` and client weights ``p``; data problems need a data oracle.
     eta : float or array, shape (rounds,)
         Client learning rate, constant or per round.
-    local_steps : int, array of int (Q,), or RandomSteps
-        ``E`` for every client, fixed per-client ``τ_k``, or steps redrawn every round.
+    local_steps : int, array of int (Q,), RandomSteps or EpochSteps
+        ``E`` for every client, fixed per-client ``τ_k``, steps redrawn every round, or epochs × batches.
     rounds : int
         Number of communication rounds ``n``.
     replicates : int
@@ -146,8 +160,9 @@ def simulate(
         Starting server weights (default zero).
     participation : int, optional
         ``m``: clients sampled uniformly without replacement each round (default: all).
-    weighting : {"unbiased", "renormalised"}
-        Weights on the sampled set ``S``: ``p_k Q/m`` (unbiased) or ``p_k / Σ_{j∈S} p_j``.
+    weighting : {"unbiased", "renormalised", "multinomial"}
+        Uniform ``m``-subsets weighted ``p_k Q/m`` (unbiased) or ``p_k / Σ_{j∈S} p_j`` (renormalised); or ``m``
+        draws with replacement with probabilities ``p_k``, each weighted ``1/m`` (seed 003, eq. (14)).
     aggregator : str or Aggregator
         Server rule (registry name or instance); default FedAvg.
     record : sequence of int, optional
@@ -169,8 +184,11 @@ def simulate(
     -------
     SimulationResult
     """
+    from fedsde.aggregators import get_aggregator
+
     rounds = positive_int("rounds", rounds, minimum=0)
     replicates = positive_int("replicates", replicates)
+    block_size = positive_int("block_size", block_size)
     base_seed = resolve_seed(seed)
     etas = schedule("eta", eta, rounds) if rounds else np.zeros(0)
     lrs = schedule("server_lr", server_lr, rounds) if rounds else np.zeros(0)
@@ -183,6 +201,9 @@ def simulate(
     if weighting not in WEIGHTINGS:
         raise FedsdeInputError(f"weighting={weighting!r}: must be one of {', '.join(WEIGHTINGS)}")
     agg = get_aggregator(aggregator)
+    if etas.size:
+        agg.local_solver.check_eta(float(etas.max()))
+    agg.bind(problem)
     try:
         dev = torch.device(device)
         torch.empty(0, device=dev)
@@ -193,41 +214,66 @@ def simulate(
     keep = _record_set("record", record, rounds, default_all=True)
     drift_keep = _record_set("record_drift", record_drift, rounds, default_all=False)
     w_start = _initial_weights(w0, d)
-    make_oracle = oracle_factory or GaussianQuadraticOracle
+    make_oracle = oracle_factory or _default_oracle(problem, steps)
 
-    chunks = split_chunks(replicates, chunk_size)
+    chunks = split_chunks(replicates, chunk_size, block_size)
     out_w = np.empty((keep.size, replicates, d))
-    max_steps = steps.max_steps() if isinstance(steps, RandomSteps) else int(steps.max())
+    max_steps = steps.max_steps() if isinstance(steps, RandomSteps | EpochSteps) else int(steps.max())
     out_drift = np.empty((drift_keep.size, max_steps, replicates, Q)) if drift_keep.size else None
     bar = tqdm(total=rounds * len(chunks), desc="simulate", unit="round", disable=not progress, leave=False)
     try:
         for start, stop in chunks:
             _run_chunk(
                 problem, agg, make_oracle, base_seed, start, stop - start, dev, dtype, etas, lrs, steps,
-                participation, weighting, w_start, keep, drift_keep, out_w, out_drift, bar,
+                participation, weighting, w_start, keep, drift_keep, out_w, out_drift, bar, block_size,
+                replicates,
             )
     finally:
         bar.close()
     config = {
         "eta": etas.tolist() if np.ndim(eta) else float(eta),
-        "local_steps": steps if isinstance(steps, RandomSteps) else steps.tolist(),
+        "local_steps": steps if isinstance(steps, RandomSteps | EpochSteps) else steps.tolist(),
         "rounds": rounds, "replicates": replicates, "seed": base_seed,
         "server_lr": lrs.tolist() if np.ndim(server_lr) else float(server_lr),
         "participation": participation, "weighting": weighting, "aggregator": agg.name,
-        "device": str(dev), "dtype": str(dtype).replace("torch.", ""),
+        "device": str(dev), "dtype": str(dtype).replace("torch.", ""), "block_size": block_size,
+        "aggregator_config": agg.describe(),
+        "oracle": getattr(make_oracle, "describe", getattr(make_oracle, "__name__", repr(make_oracle))),
     }
     return SimulationResult(rounds=keep, weights=out_w, drift_rounds=drift_keep, drift=out_drift, config=config)
 
 
+def _default_oracle(problem, steps):
+    if isinstance(problem, QuadraticProblem):
+        return GaussianQuadraticOracle
+    from fedsde.sim.data_oracles import minibatch_oracle
+
+    if not isinstance(steps, EpochSteps):
+        raise FedsdeInputError(
+            "oracle_factory: a data problem needs a gradient oracle; pass local_steps=EpochSteps(...) (batch sizes) "
+            "or oracle_factory=fedsde.sim.minibatch_oracle(batch_size=...)"
+        )
+    return minibatch_oracle()
+
+
 def _participation(
-    streams: ReplicateStreams | None, nb: int, Q: int, m: int | None, weighting: str, p: torch.Tensor
+    streams: ReplicateStreams | None, nb: int, Q: int, m: int | None, weighting: str, p: torch.Tensor,
+    block: int = BLOCK,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Participation mask and aggregation weights, both of shape (nb·BLOCK, Q), for one round."""
-    R = nb * BLOCK
+    """Participation mask and aggregation weights, both of shape (nb·block, Q), for one round."""
+    R = nb * block
+    if weighting == "multinomial" and m is not None:
+        u = streams.uniform_(torch.empty((nb, block, m), dtype=torch.float64, device=p.device)).view(R, m)
+        cdf = torch.cumsum(p.to(torch.float64), 0)
+        cdf = cdf / cdf[-1]
+        idx = torch.searchsorted(cdf, u, right=True).clamp(max=Q - 1)  # P(idx = k) = p_k
+        counts = torch.zeros((R, Q), dtype=p.dtype, device=p.device).scatter_add_(
+            1, idx, torch.ones((R, m), dtype=p.dtype, device=p.device))
+        return counts > 0, counts / m
     if m is None or m == Q:
         mask = torch.ones((R, Q), dtype=torch.bool, device=p.device)
         return mask, p.expand(R, Q)
-    u = streams.uniform_(torch.empty((nb, BLOCK, Q), dtype=p.dtype, device=p.device)).view(R, Q)
+    u = streams.uniform_(torch.empty((nb, block, Q), dtype=p.dtype, device=p.device)).view(R, Q)
     idx = torch.topk(u, m, dim=1, largest=False).indices  # uniform m-subset per replicate
     mask = torch.zeros((R, Q), dtype=torch.bool, device=p.device).scatter_(1, idx, True)
     pm = p.expand(R, Q) * mask
@@ -239,57 +285,132 @@ def _participation(
 
 
 def _run_chunk(problem, agg, make_oracle, seed, start, R, dev, dtype, etas, lrs, steps, m, weighting,
-               w_start, keep, drift_keep, out_w, out_drift, bar):
-    """Simulate replicates ``[start, start + R)`` (``start`` a multiple of BLOCK), padded to whole blocks."""
+               w_start, keep, drift_keep, out_w, out_drift, bar, block=BLOCK, total=None):
+    """Simulate replicates ``[start, start + R)`` (``start`` a multiple of the block), padded to whole blocks.
+
+    Shapes that decide how many random numbers are drawn (local steps per round, padded batch length) are the
+    same for every chunk: fixed, an upper bound (:class:`RandomSteps`), or the maximum over the draws of *all*
+    replicates (:class:`EpochSteps`, whose cheap per-round draws are made for every block in every chunk).
+    """
+    from fedsde.aggregators import RoundContext
+
     Q, d = problem.Q, problem.d
-    nb = -(-R // BLOCK)
-    Rp = nb * BLOCK
-    first = start // BLOCK
-    noise = ReplicateStreams(seed, first, nb, dev, _NOISE)
-    part = ReplicateStreams(seed, first, nb, dev, _PARTICIPATION) if m not in (None, Q) else None
-    step_streams = ReplicateStreams(seed, first, nb, dev, _STEPS) if isinstance(steps, RandomSteps) else None
+    nb = -(-R // block)
+    Rp = nb * block
+    first = start // block
+    noise = ReplicateStreams(seed, first, nb, dev, _NOISE, block)
+    sampled = m is not None and (m != Q or weighting == "multinomial")
+    part = ReplicateStreams(seed, first, nb, dev, _PARTICIPATION, block) if sampled else None
+    epoch_steps = isinstance(steps, EpochSteps)
+    step_streams = None
+    if isinstance(steps, RandomSteps):
+        step_streams = ReplicateStreams(seed, first, nb, dev, _STEPS, block)
+    elif epoch_steps and steps.random:  # draws of all blocks, sliced to this chunk
+        nb_all = -(-(total or R) // block)
+        step_streams = ReplicateStreams(seed, 0, nb_all, dev, _STEPS, block)
     oracle = make_oracle(problem, nb, dev, dtype)
+    begin_round = getattr(oracle, "begin_round", None)
+    slots_ok = (getattr(oracle, "participants_only", False) and m is not None and m < Q
+                and weighting != "multinomial" and out_drift is None)
     p = torch.as_tensor(problem.p, dtype=dtype, device=dev)
     w = torch.as_tensor(w_start, dtype=dtype, device=dev).expand(Rp, d).clone()
     state = agg.init(w)
+    solver = agg.local_solver
     keep_idx = {int(k): i for i, k in enumerate(keep)}
     drift_idx = {int(k): i for i, k in enumerate(drift_keep)}
     if 0 in keep_idx:
         out_w[keep_idx[0], start:start + R] = w[:R].cpu().numpy()
-    uniform_steps = isinstance(steps, np.ndarray) and bool(np.all(steps == steps[0]))
-    if isinstance(steps, np.ndarray):
+    batch_fixed, max_batch, uniform_steps = None, None, False
+    if epoch_steps:
+        max_batch = steps.max_batch()
+        if not steps.random:
+            tau_q, b_q = steps.fixed()
+            fixed = torch.as_tensor(tau_q, device=dev).expand(Rp, Q)
+            batch_fixed = torch.as_tensor(b_q, device=dev).expand(Rp, Q)
+            max_batch = int(b_q.max())
+    elif isinstance(steps, np.ndarray):
+        uniform_steps = bool(np.all(steps == steps[0]))
         fixed = torch.as_tensor(steps, device=dev).expand(Rp, Q)
     for n in range(len(etas)):
         eta, s = float(etas[n]), float(lrs[n])
-        tau = steps.draw(step_streams, Q) if step_streams is not None else fixed  # (Rp, Q)
-        mask, weights = _participation(part, nb, Q, m, weighting, p)
-        n_steps = int(steps[0]) if uniform_steps else int(tau.max())
-        wb = w.view(nb, 1, BLOCK, d)
-        x = wb.expand(nb, Q, BLOCK, d).clone()  # (nb, Q, B, d)
-        # (nb, Q, B, 1): local steps of each client, to stop clients with fewer steps
-        tau_b = None if uniform_steps else tau.view(nb, BLOCK, Q).transpose(1, 2).unsqueeze(-1)
-        rec = drift_idx.get(n)
-        for i in range(n_steps):
-            g = oracle.sample(x, noise)
-            if tau_b is None:
-                x.sub_(g, alpha=eta)
+        batch = batch_fixed
+        if step_streams is None:
+            tau = fixed
+            n_steps = int(steps[0]) if uniform_steps else int(tau.max())
+        elif epoch_steps:
+            tau_all, batch_all = steps.draw_round(step_streams, Q)
+            n_steps, max_batch = int(tau_all.max()), int(batch_all.max())
+            tau, batch = tau_all[start:start + Rp], batch_all[start:start + Rp]
+        else:
+            tau = steps.draw(step_streams, Q)  # (Rp, Q)
+            n_steps = steps.max_steps()
+        mask, weights = _participation(part, nb, Q, m, weighting, p, block)
+        full = n < agg.warm_start_rounds
+        if full:  # the draws above keep the streams aligned with other rules
+            mask = torch.ones((Rp, Q), dtype=torch.bool, device=dev)
+            weights = p.expand(Rp, Q)
+        wb = w.view(nb, 1, block, d)
+        corr = agg.correction(state)  # (Rp, Q, d) or None
+        if slots_ok and not full:  # train only the m participants of each replicate
+            cid = torch.nonzero(mask)[:, 1].view(Rp, m)  # participants in increasing order
+            S = m
+            clients = cid.view(nb, block, m).transpose(1, 2)
+            tau_s = tau.gather(1, cid)
+            if batch is not None:
+                batch = batch.gather(1, cid)
+            if corr is not None:
+                corr = corr.gather(1, cid.unsqueeze(-1).expand(Rp, m, d))
+        else:
+            cid, S, clients, tau_s = None, Q, None, tau
+        if begin_round is not None:
+            if cid is None:
+                begin_round(batch, max_batch)
             else:
-                x.sub_(g * (tau_b > i).to(dtype), alpha=eta)
-            if rec is not None:
-                dist = torch.linalg.vector_norm(x - wb, dim=-1)  # (nb, Q, B)
-                out_drift[rec, i, start:start + R] = dist.transpose(1, 2).reshape(Rp, Q)[:R].cpu().numpy()
+                begin_round(batch, max_batch, clients=clients)
+        x = wb.expand(nb, S, block, d).clone()  # (nb, S, B, d)
+        # (nb, S, B, 1): local steps of each client, to stop clients with fewer steps
+        tau_b = None if uniform_steps else tau_s.view(nb, block, S).transpose(1, 2).unsqueeze(-1)
+        rec = drift_idx.get(n)
+        first_grad = [] if agg.needs_first_grads else None
+        if solver.plain and corr is None and first_grad is None:
+            for i in range(n_steps):
+                g = oracle.sample(x, noise)
+                if tau_b is None:
+                    x.sub_(g, alpha=eta)
+                else:
+                    x.sub_(g * (tau_b > i).to(dtype), alpha=eta)
+                if rec is not None:
+                    _record_drift(out_drift, rec, i, x, wb=wb, start=start, R=R, Rp=Rp, Q=Q)
+        else:
+            corr_b = None if corr is None else corr.view(nb, block, S, d).transpose(1, 2)
+            on_step = None if rec is None else partial(_record_drift, out_drift, rec, wb=wb, start=start, R=R,
+                                                       Rp=Rp, Q=Q)
+            solver.run(x, wb, oracle, noise, eta, n_steps, tau_b, corr_b, first_grad, on_step)
         if rec is not None and n_steps < out_drift.shape[1]:
             out_drift[rec, n_steps:, start:start + R] = out_drift[rec, n_steps - 1, start:start + R]
-        delta = (x - wb).transpose(1, 2).reshape(Rp, Q, d)  # (Rp, Q, d)
-        if m not in (None, Q):
+        delta = (x - wb).transpose(1, 2).reshape(Rp, S, d)  # (Rp, S, d)
+        g0 = None if first_grad is None else first_grad[0].transpose(1, 2).reshape(Rp, S, d)
+        if cid is not None:
+            index = cid.unsqueeze(-1).expand(Rp, m, d)
+            delta = torch.zeros((Rp, Q, d), dtype=dtype, device=dev).scatter_(1, index, delta)
+            if g0 is not None:
+                g0 = torch.zeros((Rp, Q, d), dtype=dtype, device=dev).scatter_(1, index, g0)
+        elif m is not None and not bool(mask.all()):
             delta = delta * mask.unsqueeze(-1).to(dtype)
-        ctx = RoundContext(round=n, server_lr=s, eta=eta, local_steps=tau, participating=mask, p=p)
+        norms = solver.accumulation_norm(tau, eta).to(dtype) if agg.needs_norms else None
+        ctx = RoundContext(round=n, server_lr=s, eta=eta, local_steps=tau, participating=mask, p=p,
+                           norms=norms, first_grads=g0)
         w, state = agg.apply(w, delta, weights, state, ctx)
         if not bool(torch.isfinite(w[:R]).all()):
             _raise_diverged(n, start, delta[:R], w[:R])
         if n + 1 in keep_idx:
             out_w[keep_idx[n + 1], start:start + R] = w[:R].cpu().numpy()
         bar.update(1)
+
+
+def _record_drift(out_drift, rec, i, x, *, wb, start, R, Rp, Q):
+    dist = torch.linalg.vector_norm(x - wb, dim=-1)  # (nb, Q, B)
+    out_drift[rec, i, start:start + R] = dist.transpose(1, 2).reshape(Rp, Q)[:R].cpu().numpy()
 
 
 def _raise_diverged(n: int, start: int, delta: torch.Tensor, w: torch.Tensor) -> None:

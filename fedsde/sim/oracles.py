@@ -58,6 +58,8 @@ class GaussianQuadraticOracle:
         self._z = torch.empty((nblocks, Q, BLOCK, d), dtype=dtype, device=device)
 
     def sample(self, x: torch.Tensor, streams: ReplicateStreams) -> torch.Tensor:
+        if self._z.shape != x.shape:  # blocks of another size than BLOCK
+            self._z = torch.empty_like(x)
         z = streams.normal_(self._z)
         if self.diagonal:
             return torch.addcmul(torch.addcmul(-self.ua, self.u, x), self.l, z)

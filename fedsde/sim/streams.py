@@ -31,9 +31,14 @@ def resolve_seed(seed: int | torch.Generator | None) -> int:
     return int(seed)
 
 
-def block_seed(seed: int, block: int, purpose: int = 0) -> int:
-    """Seed of the stream of replicate block ``block`` (``purpose`` separates independent uses)."""
-    state = np.random.SeedSequence([seed, purpose, block]).generate_state(2, np.uint32)
+def block_seed(seed: int, block: int, purpose: int = 0, block_size: int = BLOCK) -> int:
+    """Seed of the stream of replicate block ``block`` (``purpose`` separates independent uses).
+
+    ``block_size`` other than :data:`BLOCK` enters the seed, so runs with different block sizes use unrelated
+    streams.
+    """
+    entropy = [seed, purpose, block] if block_size == BLOCK else [seed, purpose, block, block_size]
+    state = np.random.SeedSequence(entropy).generate_state(2, np.uint32)
     return (int(state[0]) << 31) ^ int(state[1])
 
 
@@ -52,15 +57,19 @@ class ReplicateStreams:
     device : torch.device
     purpose : int
         Separates independent stream families with the same seed.
+    block : int
+        Replicates per block (default :data:`BLOCK`).
     """
 
-    def __init__(self, seed: int, first_block: int, nblocks: int, device: torch.device, purpose: int = 0):
+    def __init__(self, seed: int, first_block: int, nblocks: int, device: torch.device, purpose: int = 0,
+                 block: int = BLOCK):
         self.device = torch.device(device)
         self.nblocks = nblocks
+        self.block = int(block)
         self._gens = []
         for i in range(nblocks):
             g = torch.Generator(device=self.device)
-            g.manual_seed(block_seed(seed, first_block + i, purpose))
+            g.manual_seed(block_seed(seed, first_block + i, purpose, self.block))
             self._gens.append(g)
 
     def normal_(self, out: torch.Tensor) -> torch.Tensor:
@@ -82,10 +91,10 @@ class ReplicateStreams:
         )
 
 
-def split_chunks(R: int, chunk_size: int | None) -> list[tuple[int, int]]:
-    """Replicate ranges ``[(start, stop), …]`` covering ``[0, R)``; chunk size rounded up to a BLOCK multiple."""
+def split_chunks(R: int, chunk_size: int | None, block: int = BLOCK) -> list[tuple[int, int]]:
+    """Replicate ranges ``[(start, stop), …]`` covering ``[0, R)``; chunk size rounded up to a block multiple."""
     if chunk_size is None or chunk_size >= R:
         return [(0, R)]
     chunk_size = int(chunk_size)
-    size = max(BLOCK, -(-int(chunk_size) // BLOCK) * BLOCK)
+    size = max(block, -(-int(chunk_size) // block) * block)
     return [(a, min(R, a + size)) for a in range(0, R, size)]

@@ -18,7 +18,7 @@ def make(cfg: dict, ctx: RunContext) -> FigureOutput:
     merged = Figure(suptitle="seed 002, Section 4: bounds (printed, corrected) vs the chain, clock t = n·h")
     rows, verdicts, tight = [], [], []
     for cid in CLAIMS:
-        claim, res, _ = claim_result(ctx, cid, cfg["scale"])
+        _, res, _ = claim_result(ctx, cid, cfg["scale"])
         verdicts.append(f"{cid}: as printed {verdict_text(res.printed)}, corrected {verdict_text(res.corrected)}")
         for title, xlabel, ylabel, series, scales in res.figure.panels:
             merged.panels.append((f"{cid.split('/')[1]}: {title}", xlabel, ylabel, series, scales))

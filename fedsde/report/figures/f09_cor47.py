@@ -21,7 +21,7 @@ def make(cfg: dict, ctx: RunContext) -> FigureOutput:
     pb = sec4_quadratic()
     E, h, T = cfg["local_steps"], cfg["h"], cfg["horizon"]
     w0 = np.full(pb.d, 3.0)
-    rounds = int(round(T / h)) + 1
+    rounds = round(T / h) + 1
     server = PowerSchedule(1.0, 1.0)
     N = np.array([rounds - 1])
     H2 = pb.hessian @ pb.hessian

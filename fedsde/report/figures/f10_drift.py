@@ -11,7 +11,7 @@ from fedsde.report.gallery import FigureOutput, RunContext
 def make(cfg: dict, ctx: RunContext) -> FigureOutput:
     from fedsde.theory.claims.figures import draw_claim_figure
 
-    claim, res, _ = claim_result(ctx, "002/lemma-a.1", cfg["scale"])
+    _, res, _ = claim_result(ctx, "002/lemma-a.1", cfg["scale"])
     fig = draw_claim_figure("F10", res.figure)
     ax = fig.axes[0]
     ax.set_xlabel("local step i within a round (rounds averaged)")
