@@ -1,0 +1,39 @@
+"""Discrete chain vs SDE vs exact laws: moments over time, distances between laws, weak error and its order."""
+
+from fedsde.compare.distances import KSResult, gaussian_w2, ks_per_coordinate
+from fedsde.compare.moments import MomentComparison, compare_moments, initial_law, linear_sde_law, sde_moments
+from fedsde.compare.weak_error import (
+    NOISE_SCALINGS,
+    PHIS,
+    MCDifference,
+    WeakErrorCurve,
+    expected_phi,
+    fit_loglog_slope,
+    mc_difference,
+    phi_function,
+    weak_error_exact,
+    weak_error_mc_vs_step,
+    weak_error_vs_step,
+)
+
+__all__ = [
+    "NOISE_SCALINGS",
+    "PHIS",
+    "KSResult",
+    "MCDifference",
+    "MomentComparison",
+    "WeakErrorCurve",
+    "compare_moments",
+    "expected_phi",
+    "fit_loglog_slope",
+    "gaussian_w2",
+    "initial_law",
+    "ks_per_coordinate",
+    "linear_sde_law",
+    "mc_difference",
+    "phi_function",
+    "sde_moments",
+    "weak_error_exact",
+    "weak_error_mc_vs_step",
+    "weak_error_vs_step",
+]

@@ -1,0 +1,322 @@
+"""Weak error ``|E φ(w_n) − E φ(w(n·h))|`` between the discrete chain and an SDE, and its order in the step.
+
+Test functions ``φ``: ``"dist2"`` = ``‖w − w*‖²`` and ``"loss"`` = ``F(w)`` (with its constant, so ``F(w*) = F*``),
+or any callable of ``w`` (Monte-Carlo only).
+
+* **Exact** (quadratic clients): both expectations from exact moments, ``E‖w − w*‖² = ‖m − w*‖² + Tr P`` and
+  ``E F(w) = F(m) + ½ Tr(H P)``; the chain from :func:`fedsde.exact.transient_moments`, the SDE from its moment
+  ODEs (:func:`fedsde.compare.moments.sde_moments`).  No sampling.
+* **Monte-Carlo** (any loss with a gradient oracle): the difference of sample means with a normal confidence
+  interval.
+
+Step refinement (:func:`weak_error_vs_step`): fixed end time ``t`` (clock ``t = n·h``), fixed client rate ``η`` and
+local steps ``E``, fixed server rate ``η₀``; the step ``h`` shrinks, so the server step ``s = h·η₀ → 0`` and
+``n = t/h`` rounds.  Two noise scalings:
+
+* ``"fixed"`` — the problem as given.  The chain's per-round noise ``s²·Cov ε`` then vanishes like ``h²`` and its
+  covariance like ``h``: a small-noise limit, in which *every* SDE with the right drift (even the ODE, and the
+  ``paper`` variant) has weak error ``O(h)``; the corrected SDE's is smaller by the size of the diffusion error.
+* ``"diffusive"`` — the gradient-noise covariances are scaled by ``h_ref/h`` (``h_ref`` = the largest step), so
+  the noise injected per unit time is fixed and the chain is the Euler–Maruyama scheme, with step ``h``, of one
+  fixed SDE.  The corrected SDE's weak error is then ``O(h)``; a wrong diffusion (``paper``) leaves an error
+  that does not vanish.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.stats
+
+from fedsde._validate import positive_float, positive_int
+from fedsde.compare.moments import initial_law
+from fedsde.errors import FedsdeInputError
+from fedsde.exact.moments import Moments, transient_moments
+from fedsde.problems.quadratic import QuadraticProblem
+from fedsde.sde.coefficients import quadratic_sde_coefficients
+
+#: named test functions
+PHIS = ("dist2", "loss")
+#: noise scalings of the step refinement
+NOISE_SCALINGS = ("fixed", "diffusive")
+
+
+def _check_phi(phi) -> None:
+    if not callable(phi) and phi not in PHIS:
+        raise FedsdeInputError(f"phi={phi!r}: must be one of {', '.join(PHIS)} or a callable of w")
+
+
+def expected_phi(problem: QuadraticProblem, mean, cov, phi: str = "dist2") -> np.ndarray:
+    """``E φ(w)`` for ``w`` with the given moments: mean (..., d), cov (..., d, d) → shape (...).
+
+    ``dist2``: ``‖m − w*‖² + Tr P``;  ``loss``: ``F(m) + ½ Tr(H P)`` (``H = Σ p_k U_k``).
+    """
+    if phi not in PHIS:
+        raise FedsdeInputError(f"phi={phi!r}: exact expectations exist for {', '.join(PHIS)}")
+    m = np.asarray(mean, dtype=np.float64)
+    P = np.asarray(cov, dtype=np.float64)
+    if phi == "dist2":
+        return np.sum((m - problem.optimum) ** 2, axis=-1) + np.trace(P, axis1=-2, axis2=-1)
+    H = problem.hessian
+    return np.asarray(problem.loss(m)) + 0.5 * np.einsum("ij,...ji->...", H, P)
+
+
+def phi_function(problem, phi: str | Callable) -> Callable[[np.ndarray], np.ndarray]:
+    """``φ`` as a function of samples ``w`` (..., d) → (...) (names need ``problem.optimum``/``problem.loss``)."""
+    _check_phi(phi)
+    if callable(phi):
+        return phi
+    if phi == "dist2":
+        w_star = np.asarray(problem.optimum, dtype=np.float64)
+        return lambda w: np.sum((np.asarray(w) - w_star) ** 2, axis=-1)
+    return lambda w: np.asarray(problem.loss(np.asarray(w)))
+
+
+def weak_error_exact(problem: QuadraticProblem, a: Moments, b: Moments, phi: str = "dist2") -> tuple[np.ndarray,
+                                                                                                       np.ndarray]:
+    """``|E_a φ − E_b φ|`` at the rounds both moment sets hold.
+
+    Returns
+    -------
+    rounds : ndarray of int, shape (T,)
+    error : ndarray, shape (T,)
+    """
+    common, ia, ib = np.intersect1d(a.rounds, b.rounds, return_indices=True)
+    ea = expected_phi(problem, a.mean[ia], a.cov[ia], phi)
+    eb = expected_phi(problem, b.mean[ib], b.cov[ib], phi)
+    return common, np.abs(ea - eb)
+
+
+def fit_loglog_slope(x, y) -> tuple[float, float]:
+    """Least-squares fit ``log y = slope·log x + intercept``; ``x``, ``y`` > 0, at least two points."""
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    ok = (x > 0) & (y > 0) & np.isfinite(x) & np.isfinite(y)
+    if ok.sum() < 2:
+        raise FedsdeInputError("fit_loglog_slope: needs at least two points with x > 0 and y > 0")
+    slope, intercept = np.polyfit(np.log(x[ok]), np.log(y[ok]), 1)
+    return float(slope), float(intercept)
+
+
+@dataclass(frozen=True)
+class WeakErrorCurve:
+    """Weak error against the time step ``h`` at a fixed end time ``t`` (clock ``t = n·h``).
+
+    Attributes
+    ----------
+    steps : ndarray, shape (J,)
+        Time steps ``h`` (server step ``s = h·η₀``).
+    rounds : ndarray of int, shape (J,)
+        ``n = t/h``.
+    errors : ndarray, shape (J,)
+        ``|E φ(w_n) − E φ(w(t))|``.
+    slope, intercept : float
+        Least-squares fit of ``log error`` against ``log h``.
+    chain, sde : ndarray, shape (J,)
+        ``E φ`` of the chain and of the SDE (Monte-Carlo: sample means).
+    stderr : ndarray, shape (J,) or None
+        Standard error of the Monte-Carlo difference (``None`` when exact).
+    ci : ndarray, shape (J, 2) or None
+        Confidence interval of the signed difference ``E φ(w_n) − E φ(w(t))`` (Monte-Carlo only).
+    config : dict
+    """
+
+    steps: np.ndarray
+    rounds: np.ndarray
+    errors: np.ndarray
+    slope: float
+    intercept: float
+    chain: np.ndarray
+    sde: np.ndarray
+    stderr: np.ndarray | None = None
+    ci: np.ndarray | None = None
+    config: dict | None = None
+
+
+def _rounds_for(t_end: float, h: float) -> int:
+    n = t_end / h
+    k = round(n)
+    if k < 1 or abs(n - k) > 1e-9 * max(1.0, n):
+        raise FedsdeInputError(f"steps: t_end={t_end} is not a whole number of steps h={h} (t_end/h={n:.12g})")
+    return k
+
+
+def _scaled(problem: QuadraticProblem, factor: float) -> QuadraticProblem:
+    if factor == 1.0:
+        return problem
+    return QuadraticProblem.from_arrays(problem.U, problem.a, problem.Sigma * factor, problem.p, name=problem.name)
+
+
+def weak_error_vs_step(
+    problem: QuadraticProblem,
+    eta: float,
+    local_steps: int | np.ndarray,
+    *,
+    t_end: float,
+    steps: Sequence[float],
+    server_rate: float = 1.0,
+    variant: str = "corrected",
+    phi: str = "dist2",
+    w0=None,
+    cov0=None,
+    noise_scaling: str = "fixed",
+) -> WeakErrorCurve:
+    """Exact weak error of a quadratic SDE variant against the chain as ``h → 0`` (see the module docstring).
+
+    Parameters
+    ----------
+    problem : QuadraticProblem
+    eta : float
+        Client learning rate (fixed).
+    local_steps : int or array of int, shape (Q,)
+    t_end : float
+        End time ``t`` (every ``t_end/h`` must be a whole number of rounds).
+    steps : sequence of float
+        Time steps ``h``.
+    server_rate : float
+        ``η₀`` (fixed): the server step is ``s = h·η₀``.
+    variant : {"corrected", "paper", "matched"}
+    phi : {"dist2", "loss"}
+    w0, cov0 : optional
+        Initial mean (d,) and covariance (d, d) (default: the origin, zero covariance).
+    noise_scaling : {"fixed", "diffusive"}
+
+    Returns
+    -------
+    WeakErrorCurve
+    """
+    if noise_scaling not in NOISE_SCALINGS:
+        raise FedsdeInputError(f"noise_scaling={noise_scaling!r}: must be one of {', '.join(NOISE_SCALINGS)}")
+    if phi not in PHIS:
+        raise FedsdeInputError(f"phi={phi!r}: exact weak errors exist for {', '.join(PHIS)}")
+    t_end = positive_float("t_end", t_end)
+    server_rate = positive_float("server_rate", server_rate)
+    hs = np.asarray([positive_float("steps[]", h) for h in steps], dtype=np.float64)
+    if hs.size < 2:
+        raise FedsdeInputError(f"steps: need at least two step sizes, got {hs.size}")
+    m0, P0 = initial_law(problem.d, w0, cov0)
+    h_ref = float(hs.max())
+    rounds = np.empty(hs.size, np.int64)
+    chain_e, sde_e, errs = np.empty(hs.size), np.empty(hs.size), np.empty(hs.size)
+    for j, h in enumerate(hs):
+        n = rounds[j] = _rounds_for(t_end, float(h))
+        pb = _scaled(problem, h_ref / h) if noise_scaling == "diffusive" else problem
+        s = float(h) * server_rate
+        ch = transient_moments(pb, eta, local_steps, n, s, w0=m0, cov0=P0, record=[n])
+        lin = quadratic_sde_coefficients(pb, eta, local_steps, s, float(h), variant)
+        law = lin.moments(n * float(h), m0, P0)
+        chain_e[j] = expected_phi(pb, ch.mean[-1], ch.cov[-1], phi)
+        sde_e[j] = expected_phi(pb, law.mean, law.cov, phi)
+        errs[j] = abs(chain_e[j] - sde_e[j])
+    slope, intercept = fit_loglog_slope(hs, errs)
+    config = {"eta": float(eta), "local_steps": np.atleast_1d(local_steps).tolist(), "t_end": t_end,
+              "server_rate": server_rate, "variant": variant, "phi": phi, "noise_scaling": noise_scaling,
+              "method": "exact"}
+    return WeakErrorCurve(hs, rounds, errs, slope, intercept, chain_e, sde_e, config=config)
+
+
+@dataclass(frozen=True)
+class MCDifference:
+    """Monte-Carlo estimate of ``E φ(a) − E φ(b)`` from independent samples.
+
+    Attributes
+    ----------
+    value : float
+        Difference of sample means (signed).
+    stderr : float
+        ``√(var_a/R_a + var_b/R_b)``.
+    ci : (float, float)
+        Normal confidence interval of the difference at ``level``.
+    mean_a, mean_b : float
+        The two sample means.
+    level : float
+    """
+
+    value: float
+    stderr: float
+    ci: tuple[float, float]
+    mean_a: float
+    mean_b: float
+    level: float
+
+    @property
+    def abs(self) -> float:
+        return abs(self.value)
+
+
+def mc_difference(samples_a, samples_b, phi: Callable[[np.ndarray], np.ndarray], level: float = 0.95) -> MCDifference:
+    """``E φ(a) − E φ(b)`` with a normal confidence interval; samples of shape (R_a, d) and (R_b, d)."""
+    fa = np.asarray(phi(np.asarray(samples_a, dtype=np.float64)), dtype=np.float64).reshape(-1)
+    fb = np.asarray(phi(np.asarray(samples_b, dtype=np.float64)), dtype=np.float64).reshape(-1)
+    if fa.size < 2 or fb.size < 2:
+        raise FedsdeInputError("mc_difference: needs at least two samples on each side")
+    if not 0 < level < 1:
+        raise FedsdeInputError(f"level={level!r}: must lie in (0, 1)")
+    value = float(fa.mean() - fb.mean())
+    se = float(np.sqrt(fa.var(ddof=1) / fa.size + fb.var(ddof=1) / fb.size))
+    z = float(scipy.stats.norm.ppf(0.5 + level / 2))
+    return MCDifference(value, se, (value - z * se, value + z * se), float(fa.mean()), float(fb.mean()), level)
+
+
+def weak_error_mc_vs_step(
+    problem,
+    eta: float,
+    local_steps: int | np.ndarray,
+    *,
+    t_end: float,
+    steps: Sequence[float],
+    paths: int,
+    seed: int,
+    server_rate: float = 1.0,
+    phi: str | Callable = "loss",
+    variant: str = "general",
+    substeps: int = 1,
+    inner_samples: int = 16,
+    oracle_factory=None,
+    w0=None,
+    device: str = "cpu",
+    level: float = 0.95,
+    progress: bool = False,
+) -> WeakErrorCurve:
+    """Monte-Carlo weak error of an SDE against the discrete chain (any loss with a gradient oracle).
+
+    For each step ``h``: ``paths`` runs of the chain (:func:`fedsde.sim.simulate`, server step ``s = h·η₀``,
+    ``n = t/h`` rounds) and ``paths`` SDE paths (:func:`fedsde.sde.integrate.simulate_sde`, ``substeps`` Euler
+    steps per round); the error is the difference of the sample means of ``φ`` at ``t``, with a confidence
+    interval.  The fitted slope uses the absolute estimates, so it flattens once the error falls below the
+    Monte-Carlo noise (compare ``errors`` with ``stderr``).
+    """
+    from fedsde.sde.integrate import simulate_sde
+    from fedsde.sim.fedavg import simulate
+
+    _check_phi(phi)
+    t_end = positive_float("t_end", t_end)
+    server_rate = positive_float("server_rate", server_rate)
+    paths = positive_int("paths", paths)
+    hs = np.asarray([positive_float("steps[]", h) for h in steps], dtype=np.float64)
+    if hs.size < 2:
+        raise FedsdeInputError(f"steps: need at least two step sizes, got {hs.size}")
+    fn = phi_function(problem, phi)
+    rounds = np.empty(hs.size, np.int64)
+    errs, ses, cis = np.empty(hs.size), np.empty(hs.size), np.empty((hs.size, 2))
+    ea, eb = np.empty(hs.size), np.empty(hs.size)
+    for j, h in enumerate(hs):
+        n = rounds[j] = _rounds_for(t_end, float(h))
+        s = float(h) * server_rate
+        chain = simulate(problem, eta=eta, local_steps=local_steps, rounds=n, replicates=paths, seed=seed,
+                         server_lr=s, w0=w0, record=[n], device=device, oracle_factory=oracle_factory,
+                         progress=progress)
+        sde = simulate_sde(problem, eta=eta, local_steps=local_steps, rounds=n, paths=paths, seed=seed,
+                           variant=variant, server_lr=s, h=float(h), substeps=substeps, w0=w0,
+                           inner_samples=inner_samples, oracle_factory=oracle_factory, device=device, record=[n],
+                           progress=progress)
+        diff = mc_difference(chain.weights[-1], sde.weights[-1], fn, level)
+        errs[j], ses[j], cis[j] = diff.abs, diff.stderr, diff.ci
+        ea[j], eb[j] = diff.mean_a, diff.mean_b
+    slope, intercept = fit_loglog_slope(hs, errs)
+    config = {"eta": float(eta), "local_steps": np.atleast_1d(local_steps).tolist(), "t_end": t_end,
+              "server_rate": server_rate, "variant": variant, "phi": phi if isinstance(phi, str) else "callable",
+              "paths": paths, "seed": seed, "substeps": substeps, "inner_samples": inner_samples,
+              "method": "monte-carlo", "level": level}
+    return WeakErrorCurve(hs, rounds, errs, slope, intercept, ea, eb, ses, cis, config)

@@ -1,0 +1,38 @@
+"""SDE models of FedAvg (seed 002, eqs. (2) and (4)) on torchsde, a fixed-grid Brownian motion, the integrator.
+
+Clock: round ``n`` sits at ``t = n·h``; the actual server step is ``s = h·η₀``.
+
+* :mod:`fedsde.sde.coefficients` — drift and diffusion of the linear variants ``paper | corrected | matched``;
+* :mod:`fedsde.sde.models` — torchsde modules: :class:`QuadraticSDE` and the Monte-Carlo :class:`FedAvgSDE`;
+* :mod:`fedsde.sde.brownian` — :class:`GridBrownian`, a seeded, chunk-invariant Brownian motion on a fixed grid;
+* :mod:`fedsde.sde.integrate` — :func:`simulate_sde` / :func:`sdeint_rounds` (torchsde Euler–Maruyama on the round
+  grid) and exact OU transitions;
+* :mod:`fedsde.sde.schedules` — time-varying rates ``η(t)``, ``s(t)``.
+"""
+
+from fedsde.sde.brownian import GridBrownian
+from fedsde.sde.coefficients import VARIANTS, GaussianLaw, LinearSDE, psd_sqrt, quadratic_sde_coefficients
+from fedsde.sde.integrate import METHODS, MODELS, SDEPaths, sdeint_rounds, simulate_sde, time_grid
+from fedsde.sde.models import ESTIMATORS, ClientProblem, FedAvgSDE, QuadraticSDE
+from fedsde.sde.schedules import RateSchedule, as_schedule
+
+__all__ = [
+    "ESTIMATORS",
+    "METHODS",
+    "MODELS",
+    "VARIANTS",
+    "ClientProblem",
+    "FedAvgSDE",
+    "GaussianLaw",
+    "GridBrownian",
+    "LinearSDE",
+    "QuadraticSDE",
+    "RateSchedule",
+    "SDEPaths",
+    "as_schedule",
+    "psd_sqrt",
+    "quadratic_sde_coefficients",
+    "sdeint_rounds",
+    "simulate_sde",
+    "time_grid",
+]

@@ -1,0 +1,359 @@
+"""Integrating the FedAvg SDEs on the round grid: torchsde Euler–Maruyama with :class:`GridBrownian`, or exact OU.
+
+Clock: ``t = n·h``; every round time ``n·h`` is a solver grid point and results are returned on the round grid.
+With ``substeps = k`` the solver step is ``dt = h/k``.  The grid times are accumulated exactly as torchsde
+accumulates them (``t ← t + dt`` in float64 from ``t0``), so the solver lands on each recorded round time
+without interpolation.
+
+Randomness: the Brownian increments come from :class:`~fedsde.sde.brownian.GridBrownian` and the general SDE's
+rollouts from their own streams, both per block of :data:`~fedsde.sim.streams.BLOCK` paths, so the same seed gives
+the same paths whatever ``chunk_size``.  torchsde's contract check draws one random tensor from the global RNG;
+it runs under ``torch.random.fork_rng`` so the caller's global RNG state is left unchanged.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torchsde
+from tqdm.auto import tqdm
+
+from fedsde._validate import positive_int
+from fedsde.errors import FedsdeInputError, SimulationDivergedError
+from fedsde.problems.quadratic import QuadraticProblem
+from fedsde.sde.brownian import GridBrownian
+from fedsde.sde.coefficients import VARIANTS, psd_sqrt
+from fedsde.sde.models import ClientProblem, FedAvgSDE, QuadraticSDE, _device_dtype
+from fedsde.sde.schedules import RateLike
+from fedsde.sim.oracles import GradientOracle
+from fedsde.sim.streams import BLOCK, resolve_seed, split_chunks
+
+#: what :func:`simulate_sde` can integrate: the quadratic variants and the general (Monte-Carlo) SDE
+MODELS = (*VARIANTS, "general")
+#: integration methods: torchsde Euler–Maruyama, or exact OU transitions (quadratic variants only)
+METHODS = ("euler", "exact")
+
+
+@dataclass
+class SDEPaths:
+    """Paths of an SDE recorded at round times.
+
+    Attributes
+    ----------
+    rounds : ndarray of int, shape (T,)
+        Recorded rounds ``n``.
+    times : ndarray, shape (T,)
+        Their times ``t = n·h``.
+    weights : ndarray, shape (T, R, d)
+        Every path at the recorded times.
+    h : float
+        Time step.
+    config : dict
+        The arguments of the run.
+    """
+
+    rounds: np.ndarray
+    times: np.ndarray
+    weights: np.ndarray
+    h: float
+    config: dict = field(default_factory=dict)
+
+    @property
+    def replicates(self) -> int:
+        return int(self.weights.shape[1])
+
+    def mean(self) -> np.ndarray:
+        """Mean over paths, shape (T, d)."""
+        return self.weights.mean(axis=1)
+
+    def cov(self) -> np.ndarray:
+        """Covariance over paths (ddof=1), shape (T, d, d)."""
+        x = self.weights - self.weights.mean(axis=1, keepdims=True)
+        return np.einsum("tri,trj->tij", x, x) / max(1, self.replicates - 1)
+
+    @property
+    def final(self) -> np.ndarray:
+        """Paths at the last recorded time, shape (R, d)."""
+        return self.weights[-1]
+
+
+def time_grid(h: float, rounds: int, substeps: int = 1, t0: float = 0.0) -> np.ndarray:
+    """Solver grid ``t0, t0 + dt, …`` (``dt = h/substeps``, ``rounds·substeps`` steps) accumulated like torchsde.
+
+    Returns
+    -------
+    ndarray, shape (rounds·substeps + 1,)
+        Entry ``n·substeps`` is the (floating-point) time of round ``n``.
+    """
+    dt = h / substeps
+    out = np.empty(rounds * substeps + 1)
+    t = float(t0)
+    out[0] = t
+    for j in range(1, out.size):
+        t = t + dt
+        out[j] = t
+    return out
+
+
+def sdeint_rounds(
+    sde: torch.nn.Module,
+    y0: torch.Tensor,
+    bm: GridBrownian,
+    *,
+    h: float,
+    rounds: int,
+    substeps: int = 1,
+    record: Sequence[int] | None = None,
+    t0: float = 0.0,
+) -> torch.Tensor:
+    """``torchsde.sdeint(sde, y0, ts, bm=bm, method="euler", dt=h/substeps)`` on the round grid.
+
+    Parameters
+    ----------
+    sde : torch.nn.Module
+        A torchsde module (``f``, ``g``/``g_prod``, ``noise_type``, ``sde_type="ito"``).
+    y0 : Tensor, shape (R, d)
+        State at ``t0`` (round 0).
+    bm : GridBrownian
+        Brownian motion of shape (R, m) on the grid ``t0 + j·h/substeps``.
+    h : float
+        Time step of one round.
+    rounds : int
+        Rounds to integrate (time ``t0 + rounds·h``).
+    substeps : int
+        Euler steps per round.
+    record : sequence of int, optional
+        Rounds (0..rounds) to return; default all.
+
+    Returns
+    -------
+    Tensor, shape (T, R, d)
+        The state at the recorded rounds (round 0 is ``y0``).
+    """
+    grid = time_grid(h, rounds, substeps, t0)
+    keep = np.arange(rounds + 1) if record is None else np.unique(np.asarray(record, dtype=np.int64))
+    if keep.size == 0 or keep.min() < 0 or keep.max() > rounds:
+        raise FedsdeInputError(f"record: rounds must lie in [0, {rounds}] (and at least one)")
+    if rounds == 0:
+        return y0.unsqueeze(0).expand(keep.size, *y0.shape).clone()
+    ts_rounds = np.unique(np.concatenate([[0], keep]))
+    ts = torch.tensor(grid[ts_rounds * substeps], dtype=torch.float64)
+    devices = [y0.device] if y0.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        ys = torchsde.sdeint(sde, y0, ts, bm=bm, method="euler", dt=h / substeps)
+    pos = np.searchsorted(ts_rounds, keep)
+    return ys[torch.as_tensor(pos, device=ys.device)]
+
+
+def _build_module(problem, model, eta, local_steps, server_lr, h, dev, dtype, *, inner_samples, estimator, seed,
+                  first_block, oracle_factory):
+    if model == "general":
+        return FedAvgSDE(problem, eta, local_steps, server_lr, h, inner_samples=inner_samples, estimator=estimator,
+                         seed=seed, first_block=first_block, oracle_factory=oracle_factory, device=dev, dtype=dtype)
+    return QuadraticSDE(problem, eta, local_steps, server_lr, h, model, device=dev, dtype=dtype)
+
+
+def simulate_sde(
+    problem: QuadraticProblem | ClientProblem,
+    *,
+    eta: RateLike,
+    local_steps: int | np.ndarray,
+    rounds: int,
+    paths: int,
+    seed: int | torch.Generator,
+    variant: str = "corrected",
+    server_lr: RateLike = 1.0,
+    h: float | None = None,
+    substeps: int = 1,
+    w0=None,
+    method: str = "euler",
+    inner_samples: int = 16,
+    estimator: str = "compensated",
+    oracle_factory: Callable[..., GradientOracle] | None = None,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype = torch.float64,
+    chunk_size: int | None = None,
+    record: Sequence[int] | None = None,
+    progress: bool = False,
+    float32_draws: bool = False,
+) -> SDEPaths:
+    """Simulate ``paths`` independent paths of a FedAvg SDE, returned at round times ``t = n·h``.
+
+    Parameters
+    ----------
+    problem : QuadraticProblem or ClientProblem
+        Clients (non-quadratic problems need ``variant="general"`` and an ``oracle_factory``).
+    eta : float, array (rounds,), or callable of t
+        Client learning rate ``η(t)``.
+    local_steps : int or array of int, shape (Q,)
+        ``E`` or per-client ``τ_k``.
+    rounds : int
+        Rounds ``n``: the paths run to ``t = n·h``.
+    paths : int
+        Number of independent paths ``R``.
+    seed : int or torch.Generator
+        Source of all randomness.
+    variant : {"corrected", "paper", "matched", "general"}
+        Quadratic linear SDE (:mod:`fedsde.sde.coefficients`) or the Monte-Carlo SDE of eq. (2)
+        (:class:`~fedsde.sde.models.FedAvgSDE`).
+    server_lr : float, array (rounds,), or callable of t
+        Actual server step ``s(t) = h·η₀(t)``.
+    h : float, optional
+        Time step (default: ``eta`` when constant; seed 002, Section 6).
+    substeps : int
+        Euler steps per round (``dt = h/substeps``).
+    w0 : array, shape (d,), optional
+        Start (default zero).
+    method : {"euler", "exact"}
+        torchsde Euler–Maruyama, or exact OU transitions over each round (linear variants; rates are taken at
+        the start of each round).
+    inner_samples, estimator, oracle_factory
+        Of the general SDE (see :class:`~fedsde.sde.models.FedAvgSDE`).
+    device, dtype
+        Torch device and precision (float64 by default).
+    chunk_size : int, optional
+        Integrate at most this many paths at once (rounded up to a multiple of BLOCK); results do not depend on
+        it.
+    record : sequence of int, optional
+        Rounds (0..rounds) to keep; default all.
+    progress : bool
+        Show a progress bar (results do not depend on it).
+    float32_draws : bool
+        Faster float32 Brownian draws (see :class:`~fedsde.sde.brownian.GridBrownian`).
+
+    Returns
+    -------
+    SDEPaths
+
+    Notes
+    -----
+    With ``method="exact"`` the normals of round ``n`` are those of a unit-step :class:`GridBrownian` of the same
+    seed, i.e. the Euler increments of round ``n`` divided by ``√h`` when ``substeps = 1``: the two methods are
+    coupled path by path.
+    """
+    if variant not in MODELS:
+        raise FedsdeInputError(f"variant={variant!r}: must be one of {', '.join(MODELS)}")
+    if method not in METHODS:
+        raise FedsdeInputError(f"method={method!r}: must be one of {', '.join(METHODS)}")
+    if method == "exact" and variant == "general":
+        raise FedsdeInputError("method='exact': only for the linear variants (paper, corrected, matched)")
+    if variant != "general" and not isinstance(problem, QuadraticProblem):
+        raise FedsdeInputError(f"variant={variant!r}: needs a QuadraticProblem; use variant='general' otherwise")
+    rounds = positive_int("rounds", rounds, minimum=0)
+    paths = positive_int("paths", paths)
+    substeps = positive_int("substeps", substeps)
+    base_seed = resolve_seed(seed)
+    dev, dtype = _device_dtype(device, dtype)
+    d = int(problem.d)
+    keep = np.arange(rounds + 1) if record is None else np.unique(np.asarray(record, dtype=np.int64).reshape(-1))
+    if keep.size == 0 or keep.min() < 0 or keep.max() > rounds:
+        raise FedsdeInputError(f"record: rounds must lie in [0, {rounds}] (and at least one)")
+    start = _initial(w0, d)
+    proto = _build_module(problem, variant, eta, local_steps, server_lr, h, dev, dtype,
+                          inner_samples=inner_samples, estimator=estimator, seed=base_seed, first_block=0,
+                          oracle_factory=oracle_factory)
+    hh = proto.h
+    for sched in (proto.eta, proto.server_lr):
+        if sched.rounds is not None and sched.rounds < rounds:
+            raise FedsdeInputError(f"{sched.name}: per-round schedule has {sched.rounds} values, need {rounds}")
+    chunks = split_chunks(paths, chunk_size)
+    out = np.empty((keep.size, paths, d))
+    nseg = min(rounds, 50) if progress else 1
+    bounds = np.unique(np.linspace(0, rounds, nseg + 1).round().astype(np.int64)) if rounds else np.array([0])
+    bar = tqdm(total=max(rounds, 1) * len(chunks), desc=f"sde[{variant}]", unit="round", disable=not progress,
+               leave=False)
+    try:
+        for a, b in chunks:
+            first_block = a // BLOCK
+            module = proto if a == 0 else _build_module(
+                problem, variant, eta, local_steps, server_lr, h, dev, dtype, inner_samples=inner_samples,
+                estimator=estimator, seed=base_seed, first_block=first_block, oracle_factory=oracle_factory)
+            y = torch.as_tensor(start, dtype=dtype, device=dev).expand(b - a, d).clone()
+            if method == "exact":
+                res = _exact_chunk(module, y, base_seed, first_block, rounds, keep, bar)
+            else:
+                bm = GridBrownian(0.0, hh / substeps, (b - a, module.brownian_channels), seed=base_seed,
+                                  first_block=first_block, steps=rounds * substeps, dtype=dtype, device=dev,
+                                  float32_draws=float32_draws)
+                res = _euler_chunk(module, y, bm, hh, substeps, rounds, keep, bounds, bar)
+            out[:, a:b] = res
+    finally:
+        bar.close()
+    config = {
+        "variant": variant, "method": method, "eta": proto.eta.describe(), "server_lr": proto.server_lr.describe(),
+        "local_steps": np.atleast_1d(local_steps).tolist(), "h": hh, "rounds": rounds, "paths": paths,
+        "seed": base_seed, "substeps": substeps, "device": str(dev), "dtype": str(dtype).replace("torch.", ""),
+    }
+    if variant == "general":
+        config |= {"inner_samples": inner_samples, "estimator": estimator}
+    return SDEPaths(rounds=keep, times=keep * hh, weights=out, h=hh, config=config)
+
+
+def _initial(w0, d: int) -> np.ndarray:
+    if w0 is None:
+        return np.zeros(d)
+    arr = np.asarray(w0, dtype=np.float64).reshape(-1)
+    if arr.shape == (1,) and d > 1:
+        arr = np.full(d, arr[0])
+    if arr.shape != (d,) or not np.all(np.isfinite(arr)):
+        raise FedsdeInputError(f"w0: shape {np.shape(w0)} must be ({d},) with finite entries")
+    return arr
+
+
+def _check_finite(y: torch.Tensor, t: float) -> None:
+    if not bool(torch.isfinite(y).all()):
+        r = int(torch.nonzero(~torch.isfinite(y).all(-1))[0, 0])
+        raise SimulationDivergedError(f"SDE path {r} became NaN/inf by time t={t:.6g}; reduce the step or rates")
+
+
+def _euler_chunk(module, y, bm, h, substeps, rounds, keep, bounds, bar) -> np.ndarray:
+    res = np.empty((keep.size, y.shape[0], y.shape[1]))
+    keep_idx = {int(k): i for i, k in enumerate(keep)}
+    if 0 in keep_idx:
+        res[keep_idx[0]] = y.cpu().numpy()
+    grid = time_grid(h, rounds, substeps)
+    for lo, hi in itertools.pairwise(bounds):
+        lo, hi = int(lo), int(hi)
+        inside = [int(k) - lo for k in keep if lo < k <= hi]
+        rec = sorted(set(inside) | {hi - lo})
+        ys = sdeint_rounds(module, y, bm, h=h, rounds=hi - lo, substeps=substeps, record=rec,
+                           t0=grid[lo * substeps])
+        _check_finite(ys[-1], hi * h)
+        for i, r in enumerate(rec):
+            if r + lo in keep_idx:
+                res[keep_idx[r + lo]] = ys[i].cpu().numpy()
+        y = ys[-1]
+        bar.update(hi - lo)
+    return res
+
+
+def _exact_chunk(module: QuadraticSDE, y, seed, first_block, rounds, keep, bar) -> np.ndarray:
+    """Exact OU transitions ``w ← c + Φ(w − c) + K^{1/2} z`` over each round (normals: unit-step GridBrownian)."""
+    d = y.shape[1]
+    res = np.empty((keep.size, y.shape[0], d))
+    keep_idx = {int(k): i for i, k in enumerate(keep)}
+    if 0 in keep_idx:
+        res[keep_idx[0]] = y.cpu().numpy()
+    normals = GridBrownian(0.0, 1.0, (y.shape[0], d), seed=seed, first_block=first_block, steps=max(rounds, 1),
+                           dtype=y.dtype, device=y.device)
+    h = module.h
+    cache: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+    kw = {"dtype": y.dtype, "device": y.device}
+    for n in range(rounds):
+        lin = module.coefficients(n * h)
+        entry = cache.get(id(lin))
+        if entry is None:
+            Phi, K = lin.transition(h)
+            entry = cache[id(lin)] = (torch.as_tensor(Phi.T.copy(), **kw), torch.as_tensor(lin.c, **kw),
+                                      torch.as_tensor(psd_sqrt(K, name="transition covariance").T.copy(), **kw))
+        PhiT, c, LT = entry
+        y = torch.addmm(c, y - c, PhiT).addmm_(normals.increment(n), LT)
+        if n + 1 in keep_idx:
+            _check_finite(y, (n + 1) * h)
+            res[keep_idx[n + 1]] = y.cpu().numpy()
+        bar.update(1)
+    return res

@@ -1,0 +1,146 @@
+"""Integrating on the round grid: stationary law of the corrected SDE, matched = chain, reproducibility, CUDA."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.linalg
+import torch
+from helpers import assert_moments_within
+
+from fedsde.errors import FedsdeInputError, SimulationDivergedError
+from fedsde.exact import transient_moments
+from fedsde.problems import paper_table_problem, random_quadratic_problem
+from fedsde.sde import quadratic_sde_coefficients
+from fedsde.sde.integrate import simulate_sde, time_grid
+
+
+def test_corrected_sde_stationary_covariance_matches_continuous_lyapunov():
+    pb = random_quadratic_problem(3, 2, seed=8, curvature=(1.0, 3.0))
+    eta, E, s, h, k = 0.05, 4, 0.2, 0.1, 8
+    lin = quadratic_sde_coefficients(pb, eta, E, s, h, "corrected")
+    st = lin.stationary()
+    R = 4096
+    # Euler's own stationary covariance (step dt = h/k) is within a fraction of a standard error of Lyapunov's
+    dt = h / k
+    T = np.eye(2) - lin.A * dt
+    P_em = scipy.linalg.solve_discrete_lyapunov(T, lin.diffusion_cov * dt)
+    se = np.sqrt((np.outer(np.diag(st.cov), np.diag(st.cov)) + st.cov**2) / R)
+    assert np.all(np.abs(P_em - st.cov) < 0.5 * se)
+    relax = 1.0 / np.linalg.eigvalsh(lin.A).min()
+    rounds = int(np.ceil(12 * relax / h))
+    res = simulate_sde(pb, eta=eta, local_steps=E, server_lr=s, h=h, substeps=k, rounds=rounds, paths=R, seed=3,
+                       w0=st.mean, record=[rounds])
+    assert_moments_within(res.final, st.mean, st.cov, nsigma=5.0)
+
+
+def test_matched_has_the_chain_law_at_grid_times():
+    pb = random_quadratic_problem(3, 2, seed=1)
+    eta, E, s, h = 0.05, 5, 0.6, 0.3
+    rounds = [1, 3, 10, 40]
+    chain = transient_moments(pb, eta, E, 40, s, w0=[2.0, -1.0], record=rounds)
+    res = simulate_sde(pb, eta=eta, local_steps=E, server_lr=s, h=h, rounds=40, paths=4096, seed=2,
+                       variant="matched", method="exact", w0=[2.0, -1.0], record=rounds)
+    np.testing.assert_allclose(res.times, np.array(rounds) * h)
+    for i in range(len(rounds)):
+        assert_moments_within(res.weights[i], chain.mean[i], chain.cov[i], nsigma=5.0)
+
+
+def test_euler_of_corrected_and_exact_matched_are_the_same_paths():
+    """With one Euler step per round both are eq. (1) driven by the same normals (coupled path by path)."""
+    pb = random_quadratic_problem(3, 3, seed=6)
+    kw = {"eta": 0.05, "local_steps": 3, "server_lr": 0.5, "h": 0.1, "rounds": 25, "paths": 300, "seed": 9,
+          "w0": [1.0, 0.0, -1.0]}
+    em = simulate_sde(pb, variant="corrected", **kw)
+    ex = simulate_sde(pb, variant="matched", method="exact", **kw)
+    np.testing.assert_allclose(em.weights, ex.weights, rtol=1e-9, atol=1e-11)
+
+
+def test_same_seed_same_paths_whatever_the_chunks_and_progress():
+    pb = paper_table_problem()
+    kw = {"eta": 0.05, "local_steps": 5, "rounds": 30, "paths": 300, "seed": 4, "substeps": 2}
+    for variant in ("paper", "general"):
+        extra = {"inner_samples": 3} if variant == "general" else {}
+        a = simulate_sde(pb, variant=variant, **kw, **extra)
+        b = simulate_sde(pb, variant=variant, chunk_size=128, progress=True, **kw, **extra)
+        np.testing.assert_array_equal(a.weights, b.weights)
+        c = simulate_sde(pb, variant=variant, **(kw | {"paths": 100}), **extra)
+        np.testing.assert_array_equal(a.weights[:, :100], c.weights)
+    d = simulate_sde(pb, variant="paper", **(kw | {"seed": 5}))
+    assert not np.allclose(a.weights[-1], d.weights[-1])
+
+
+def test_global_rng_is_left_alone():
+    state = torch.get_rng_state()
+    simulate_sde(paper_table_problem(), eta=0.05, local_steps=5, rounds=3, paths=10, seed=1)
+    assert torch.equal(state, torch.get_rng_state())
+
+
+def test_results_on_the_round_grid():
+    pb = paper_table_problem()
+    res = simulate_sde(pb, eta=0.05, local_steps=5, rounds=12, paths=20, seed=1, substeps=3, record=[0, 5, 12])
+    assert res.rounds.tolist() == [0, 5, 12]
+    np.testing.assert_allclose(res.times, [0.0, 0.25, 0.6])
+    assert res.weights.shape == (3, 20, 1) and np.all(res.weights[0] == 0)
+    grid = time_grid(0.05, 12, 3)
+    assert grid.shape == (37,) and grid[36] == pytest.approx(0.6, abs=1e-14)
+    zero = simulate_sde(pb, eta=0.05, local_steps=5, rounds=0, paths=5, seed=1)
+    assert zero.weights.shape == (1, 5, 1)
+
+
+def test_time_varying_schedule_matches_chain_moments():
+    """Per-round η_n and s_n: the matched SDE sampled exactly has the chain's moments at every round."""
+    pb = paper_table_problem()
+    etas = np.linspace(0.05, 0.02, 20)
+    lrs = np.linspace(1.0, 0.3, 20)
+    chain = transient_moments(pb, etas, 5, 20, lrs, record=[20])
+    res = simulate_sde(pb, eta=etas, local_steps=5, server_lr=lrs, h=0.05, rounds=20, paths=4096, seed=3,
+                       variant="matched", method="exact", record=[20])
+    assert_moments_within(res.final, chain.mean[-1], chain.cov[-1])
+
+
+def test_float32_paths():
+    res = simulate_sde(paper_table_problem(), eta=0.05, local_steps=5, rounds=50, paths=2048, seed=1,
+                       dtype=torch.float32, float32_draws=True, variant="matched", record=[50])
+    assert res.config["dtype"] == "float32"
+    assert abs(res.final.mean() - 0.855) < 0.01
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"variant": "ito"}, "variant"),
+        ({"method": "milstein"}, "method"),
+        ({"variant": "general", "method": "exact"}, "exact"),
+        ({"paths": 0}, "paths"),
+        ({"substeps": 0}, "substeps"),
+        ({"record": [11]}, "record"),
+        ({"w0": [1.0, 2.0]}, "w0"),
+        ({"eta": [0.05, 0.05], "h": 0.05}, "per-round schedule"),
+    ],
+)
+def test_input_validation(kwargs, match):
+    args = {"eta": 0.05, "local_steps": 5, "rounds": 10, "paths": 4, "seed": 0} | kwargs
+    with pytest.raises(FedsdeInputError, match=match):
+        simulate_sde(paper_table_problem(), **args)
+
+
+def test_divergence_is_reported():
+    with pytest.raises(SimulationDivergedError, match="NaN/inf"):
+        simulate_sde(paper_table_problem(), eta=0.05, local_steps=5, server_lr=1e3, rounds=400, paths=4, seed=0,
+                     variant="paper")
+
+
+@pytest.mark.cuda
+def test_cuda_matches_the_law_and_is_reproducible():
+    pb = random_quadratic_problem(3, 2, seed=1)
+    eta, E, s, h = 0.05, 5, 0.6, 0.3
+    chain = transient_moments(pb, eta, E, 10, s, w0=[2.0, -1.0], record=[10])
+    kw = {"eta": eta, "local_steps": E, "server_lr": s, "h": h, "rounds": 10, "paths": 4096, "seed": 2,
+          "w0": [2.0, -1.0], "record": [10], "device": "cuda"}
+    a = simulate_sde(pb, **kw)  # corrected, one Euler step per round = eq. (1)
+    b = simulate_sde(pb, chunk_size=1024, **kw)
+    np.testing.assert_array_equal(a.weights, b.weights)
+    assert_moments_within(a.final, chain.mean[-1], chain.cov[-1])
+    g = simulate_sde(pb, variant="general", inner_samples=4, **(kw | {"paths": 1024}))
+    assert_moments_within(g.final, chain.mean[-1], chain.cov[-1])
