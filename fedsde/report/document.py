@@ -103,7 +103,10 @@ def build_html(title: str, intro: str, records: Sequence[FigureRecord], claims: 
     parts.append("<h2 id='meta'>Run metadata</h2><table>")
     for k, v in metadata.items():
         parts.append(f"<tr><th>{_esc(k)}</th><td>{_esc(v)}</td></tr>")
-    parts.append("</table></body></html>")
+    # marks <body data-images="decoded/total"> once loaded (used by the headless-browser test)
+    parts.append("</table><script>window.addEventListener('load',function(){var im=document.images,ok=0;"
+                 "for(var i=0;i<im.length;i++){if(im[i].complete&&im[i].naturalWidth>0){ok++;}}"
+                 "document.body.setAttribute('data-images',ok+'/'+im.length);});</script></body></html>")
     return "\n".join(parts)
 
 

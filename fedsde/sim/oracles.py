@@ -18,7 +18,14 @@ from fedsde.sim.streams import BLOCK, ReplicateStreams
 
 
 class GradientOracle(Protocol):
-    """Protocol of gradient oracles (see the module docstring)."""
+    """Protocol of gradient oracles (see the module docstring).
+
+    Optional extensions read by the simulator: ``begin_round(batch, max_batch[, clients=…])`` is called at
+    the start of every round with the round's batch sizes (from :class:`~fedsde.sim.steps.EpochSteps`, else
+    ``None``); an oracle with ``participants_only = True`` accepts ``clients`` of shape ``(nb, S, B)`` naming the
+    client held by each of the ``S`` slots of ``x`` (the simulator then trains only the round's participants).
+    See :mod:`fedsde.sim.data_oracles`.
+    """
 
     def sample(self, x: torch.Tensor, streams: ReplicateStreams) -> torch.Tensor: ...
 

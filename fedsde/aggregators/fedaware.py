@@ -1,0 +1,92 @@
+"""FedAWARE: server-side gradient-diversity maximisation (Zeng et al.; seeds 000/001, Algorithm 1).
+
+Notes
+-----
+The server keeps one momentum per client (all ``Q``).  With pseudo-gradients ``g_k = w_n − x_k = −Δ_k``:
+
+    m_k ← α m_k + (1 − α) g_k          for participating k (others keep theirs; no decay, no bias correction)
+    m̂_k = m_k / ‖m_k‖                  (variant "normalized", the default; zero stays zero)
+    m̂_k = m_k                          (variant "literal", Algorithm 1 as printed)
+    λ̃ = argmin_{λ ∈ Δ_Q} ‖Σ_k λ_k m̂_k‖²   (min-norm point over all Q momenta; Frank–Wolfe + exact polish,
+                                         :mod:`fedsde.aggregators.min_norm`)
+    w_{n+1} = w_n − s Σ_k λ̃_k m̂_k
+
+``α = 0.5`` and ``s = 1`` in the paper.  The authors' code (which produced Table 1) unit-normalises the momenta
+before the QP and in the step; the paper's Algorithm 1 does not (reference/seed-fedaware.md §1.4, §6 item 4).
+Convention: ``α`` weights the old momentum (paper); the code's ``α`` is ``1 − α`` (equal at 0.5).
+
+Warm start: a zero momentum puts 0 in the hull and stalls the update, so by default the first round runs with
+every client (``warm_start=True``; the code's ``startup 1`` and the paper's Lemma B.1 remark).  Client weights
+``p`` are not used.  The last weights are kept in the state (``state.lam``) for diagnostics.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from fedsde._validate import positive_float, positive_int
+from fedsde.aggregators.base import Aggregator, RoundContext
+from fedsde.aggregators.min_norm import min_norm_gram
+from fedsde.errors import FedsdeInputError
+
+VARIANTS = ("normalized", "literal")
+
+
+@dataclass(frozen=True)
+class AwareState:
+    """Client momenta ``m`` (R, Q, d), last weights ``lam`` (R, Q) and last step norm ``step_norm`` (R,)."""
+
+    m: torch.Tensor | None
+    lam: torch.Tensor | None
+    step_norm: torch.Tensor | None
+
+
+class FedAWARE(Aggregator):
+    """Per-client server momenta and min-norm weights (see module docstring).
+
+    Parameters
+    ----------
+    alpha : float
+        Momentum ``α ∈ [0, 1)`` on the old value.
+    variant : {"normalized", "literal"}
+    warm_start : bool
+        Full participation in round 0.
+    max_iter : int
+        Frank–Wolfe iterations before the exact polish.
+    """
+
+    name = "fedaware"
+    paper = "Zeng et al. (seeds 000/001), Algorithm 1"
+    stateful = True
+
+    def __init__(self, alpha: float = 0.5, *, variant: str = "normalized", warm_start: bool = True,
+                 max_iter: int = 100):
+        self.alpha = positive_float("alpha", alpha, allow_zero=True)
+        if self.alpha >= 1:
+            raise FedsdeInputError(f"alpha={alpha!r}: must lie in [0, 1)")
+        if variant not in VARIANTS:
+            raise FedsdeInputError(f"variant={variant!r}: must be one of {', '.join(VARIANTS)}")
+        self.variant = variant
+        self.warm_start = bool(warm_start)
+        self.warm_start_rounds = 1 if self.warm_start else 0
+        self.max_iter = positive_int("max_iter", max_iter)
+
+    def init(self, w0: torch.Tensor) -> AwareState:
+        return AwareState(m=None, lam=None, step_norm=None)
+
+    def apply(self, w: torch.Tensor, updates: torch.Tensor, weights: torch.Tensor, state: AwareState,
+              ctx: RoundContext) -> tuple[torch.Tensor, Any]:
+        m = torch.zeros_like(updates) if state.m is None else state.m
+        part = ctx.participating.unsqueeze(-1)
+        m = torch.where(part, self.alpha * m - (1.0 - self.alpha) * updates, m)
+        if self.variant == "normalized":
+            norm = torch.linalg.vector_norm(m, dim=-1, keepdim=True)
+            mh = m / torch.where(norm > 0, norm, torch.ones_like(norm))
+        else:
+            mh = m
+        lam = min_norm_gram(torch.bmm(mh, mh.transpose(1, 2)), max_iter=self.max_iter).to(w.dtype)
+        d = torch.bmm(lam.unsqueeze(1), mh).squeeze(1)
+        return w - ctx.server_lr * d, AwareState(m=m, lam=lam, step_norm=torch.linalg.vector_norm(d, dim=-1))

@@ -1,0 +1,249 @@
+"""FedDisco: discrepancy-aware aggregation weights (Ye et al., ICML 2023; seed 004, eq. (3)).
+
+Notes
+-----
+Over the round's participants ``S`` (all clients under full participation), with relative sizes
+``n_k = |B_k| / Σ_{j∈S} |B_j|`` and label distributions ``D_k``:
+
+    d_k = KL(D_k ‖ T) / Σ_{j∈S} KL(D_j ‖ T)          (discrepancy; 0·log 0 = 0; all 0 if the sum is 0)
+    p_k = ReLU(n_k − a·d_k + b) / Σ_{j∈S} ReLU(n_j − a·d_j + b)
+
+with target ``T`` uniform by default, ``a = 0.5``, ``b = 0.1`` (reference code defaults).  If every bracket is
+``<= 0`` the weights fall back to ``n_k`` (the released code would crash there; reference/seed-feddisco.md §1.3).
+The normalisation of ``d`` over ``S`` is the released code's (``normalize="sum"``, default for KL); L1/L2/cosine
+discrepancies are used raw (``normalize="none"``), and then ``a`` must be re-tuned (§1.7a).
+
+Composition (seed 004 §5.2, reference §1.6): only the weights of the model average change.  FedAvg/FedProx use
+``Σ p_k Δ_k``; SCAFFOLD's control-variate update stays uniform; FedNova uses the Disco weights inside
+``τ_eff = Σ p_k τ_k`` and the coefficients ``p_k τ_eff/τ_k`` ("re-weighting before normalisation").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from fedsde._validate import positive_float
+from fedsde.aggregators.base import Aggregator, RoundContext
+from fedsde.errors import FedsdeInputError
+
+METRICS = ("kl", "l2", "l1", "cosine")
+BASES = ("fedavg", "fedprox", "scaffold", "fednova")
+
+
+def _distributions(name: str, value, Q: int | None = None) -> np.ndarray:
+    D = np.asarray(value, dtype=np.float64)
+    if D.ndim != 2 or (Q is not None and D.shape[0] != Q):
+        raise FedsdeInputError(f"{name}: shape {D.shape} must be (Q, C)" + (f" with Q={Q}" if Q else ""))
+    if not np.all(np.isfinite(D)) or np.any(D < 0) or np.any(D.sum(1) <= 0):
+        raise FedsdeInputError(f"{name}: entries must be finite and >= 0 with every row sum > 0")
+    return D / D.sum(1, keepdims=True)
+
+
+def discrepancies(label_distributions, target=None, metric: str = "kl") -> np.ndarray:
+    """Raw discrepancy ``e(D_k, T)`` of every client, shape (Q,).
+
+    ``"kl"``: ``Σ_c D_kc log(D_kc / T_c)`` (0·log 0 = 0; infinite if ``T_c = 0 < D_kc``, which is an error);
+    ``"l2"``, ``"l1"``: norms of ``D_k − T``; ``"cosine"``: ``1 − cos(D_k, T)``.  Rows may be counts.
+    """
+    D = _distributions("label_distributions", label_distributions)
+    C = D.shape[1]
+    T = np.full(C, 1.0 / C) if target is None else _distributions("target", np.reshape(target, (1, -1)))[0]
+    if T.shape != (C,):
+        raise FedsdeInputError(f"target: has {T.size} classes, the label distributions have {C}")
+    if metric == "kl":
+        if np.any((T == 0) & np.any(D > 0, axis=0)):
+            raise FedsdeInputError("target: has a zero entry where some client has samples (KL is infinite)")
+        with np.errstate(divide="ignore", invalid="ignore"):
+            terms = np.where(D > 0, D * np.log(D / T), 0.0)
+        return terms.sum(1)
+    if metric == "l2":
+        return np.linalg.norm(D - T, axis=1)
+    if metric == "l1":
+        return np.abs(D - T).sum(1)
+    if metric == "cosine":
+        return 1.0 - (D @ T) / (np.linalg.norm(D, axis=1) * np.linalg.norm(T))
+    raise FedsdeInputError(f"metric={metric!r}: must be one of {', '.join(METRICS)}")
+
+
+def disco_weights_from_discrepancy(sizes, d, a: float = 0.5, b: float = 0.1) -> np.ndarray:
+    """``p_k ∝ ReLU(n_k − a·d_k + b)`` with the fallback ``p = n`` when every bracket is ``<= 0``.
+
+    Parameters
+    ----------
+    sizes : array, shape (Q,)
+        Client sizes (or relative sizes); normalised to ``n``.
+    d : array, shape (Q,)
+        Discrepancies as used in the formula (already normalised if wanted).
+    """
+    n = np.asarray(sizes, dtype=np.float64).reshape(-1)
+    d = np.asarray(d, dtype=np.float64).reshape(-1)
+    if n.shape != d.shape or np.any(n < 0) or n.sum() <= 0:
+        raise FedsdeInputError(f"sizes: shape {n.shape} must match d {d.shape}, entries >= 0, not all zero")
+    n = n / n.sum()
+    q = np.maximum(n - a * d + b, 0.0)
+    return n if q.sum() <= 0 else q / q.sum()
+
+
+def feddisco_weights(sizes, label_distributions, target=None, a: float = 0.5, b: float = 0.1, *,
+                     metric: str = "kl", normalize: str | None = None) -> np.ndarray:
+    """FedDisco's aggregation weights of one round's participants (seed 004, eq. (3); module docstring).
+
+    Parameters
+    ----------
+    sizes : array, shape (Q,)
+        Dataset sizes ``|B_k|`` (or relative sizes) of the participants.
+    label_distributions : array, shape (Q, C)
+        Label distributions (or label counts) ``D_k``.
+    target : array, shape (C,), optional
+        Target distribution ``T`` (default uniform).
+    a, b : float
+        Discrepancy and offset coefficients (defaults 0.5 and 0.1).
+    metric : {"kl", "l2", "l1", "cosine"}
+    normalize : {"sum", "none"}, optional
+        Rescale ``d`` to sum to one (default for KL) or not (default for the others).
+
+    Returns
+    -------
+    ndarray, shape (Q,)
+        Non-negative weights summing to one.
+    """
+    a = positive_float("a", a, allow_zero=True)
+    b = positive_float("b", b, allow_zero=True)
+    raw = discrepancies(label_distributions, target, metric)
+    normalize = ("sum" if metric == "kl" else "none") if normalize is None else normalize
+    if normalize not in ("sum", "none"):
+        raise FedsdeInputError(f"normalize={normalize!r}: must be 'sum' or 'none'")
+    d = raw / raw.sum() if normalize == "sum" and raw.sum() > 0 else (np.zeros_like(raw) if normalize == "sum"
+                                                                      else raw)
+    sizes = np.asarray(sizes, dtype=np.float64).reshape(-1)
+    if sizes.shape != raw.shape:
+        raise FedsdeInputError(f"sizes: shape {sizes.shape} must be ({raw.size},), one per client")
+    return disco_weights_from_discrepancy(sizes, d, a, b)
+
+
+class FedDisco(Aggregator):
+    """Disco weights for a base server rule (see module docstring).
+
+    Parameters
+    ----------
+    base : {"fedavg", "fedprox", "scaffold", "fednova"} or Aggregator
+        The rule whose aggregation weights are replaced.
+    a, b : float
+    label_distributions : array, shape (Q, C), optional
+        Default: read from the problem (``problem.label_distributions()``) when simulating.
+    sizes : array, shape (Q,), optional
+        Client dataset sizes; default the problem's ``sizes`` or its weights ``p``.
+    target : array, shape (C,), optional
+    metric, normalize
+        As in :func:`feddisco_weights`.
+    **base_kwargs
+        Passed to the base rule when it is given by name.
+    """
+
+    name = "feddisco"
+    paper = "Ye et al. 2023 (seed 004), eq. (3)"
+
+    def __init__(self, base: str | Aggregator = "fedavg", *, a: float = 0.5, b: float = 0.1,
+                 label_distributions=None, sizes=None, target=None, metric: str = "kl",
+                 normalize: str | None = None, **base_kwargs):
+        from fedsde.aggregators import get_aggregator
+
+        if isinstance(base, str) and base.lower() not in BASES:
+            raise FedsdeInputError(f"base={base!r}: must be one of {', '.join(BASES)} (or an Aggregator)")
+        self._base = get_aggregator(base, **base_kwargs)
+        self.base = self._base.name
+        self.a = positive_float("a", a, allow_zero=True)
+        self.b = positive_float("b", b, allow_zero=True)
+        if metric not in METRICS:
+            raise FedsdeInputError(f"metric={metric!r}: must be one of {', '.join(METRICS)}")
+        self.metric = metric
+        self.normalize = ("sum" if metric == "kl" else "none") if normalize is None else normalize
+        if self.normalize not in ("sum", "none"):
+            raise FedsdeInputError(f"normalize={normalize!r}: must be 'sum' or 'none'")
+        self._target = target
+        self._raw = None if label_distributions is None else discrepancies(label_distributions, target, metric)
+        self._sizes = None if sizes is None else np.asarray(sizes, dtype=np.float64).reshape(-1)
+
+    # delegation to the base rule
+    @property
+    def local_solver(self):  # type: ignore[override]
+        return self._base.local_solver
+
+    @property
+    def needs_norms(self) -> bool:  # type: ignore[override]
+        return self._base.needs_norms
+
+    @property
+    def needs_first_grads(self) -> bool:  # type: ignore[override]
+        return self._base.needs_first_grads
+
+    @property
+    def stateful(self) -> bool:  # type: ignore[override]
+        return self._base.stateful
+
+    @property
+    def linear(self) -> bool:  # type: ignore[override]
+        return self._base.linear
+
+    @property
+    def warm_start_rounds(self) -> int:  # type: ignore[override]
+        return self._base.warm_start_rounds
+
+    @property
+    def base_rule(self) -> Aggregator:
+        """The wrapped rule."""
+        return self._base
+
+    def correction(self, state: Any):
+        return self._base.correction(state)
+
+    def init(self, w0: torch.Tensor) -> Any:
+        return self._base.init(w0)
+
+    def bind(self, problem: Any) -> None:
+        if self._raw is None:
+            if not hasattr(problem, "label_distributions"):
+                raise FedsdeInputError(
+                    "label_distributions: FedDisco needs each client's label distribution; pass "
+                    "label_distributions= or use a problem with labels (ClassificationProblem)"
+                )
+            self._raw = discrepancies(problem.label_distributions(), self._target, self.metric)
+        if self._sizes is None:
+            self._sizes = np.asarray(getattr(problem, "sizes", problem.p), dtype=np.float64)
+        if self._raw.shape != (problem.Q,) or self._sizes.shape != (problem.Q,):
+            raise FedsdeInputError(
+                f"label_distributions, sizes: need one entry per client (Q={problem.Q}), got "
+                f"{self._raw.shape[0]} and {self._sizes.shape[0]}"
+            )
+        self._base.bind(problem)
+
+    def static_weights(self) -> np.ndarray:
+        """Weights under full participation (needs ``bind`` or explicit distributions and sizes), shape (Q,)."""
+        if self._raw is None or self._sizes is None:
+            raise FedsdeInputError("FedDisco: label distributions and sizes are unknown (call bind(problem))")
+        d = self._raw / self._raw.sum() if self.normalize == "sum" and self._raw.sum() > 0 else (
+            np.zeros_like(self._raw) if self.normalize == "sum" else self._raw)
+        return disco_weights_from_discrepancy(self._sizes, d, self.a, self.b)
+
+    def round_weights(self, participating: torch.Tensor) -> torch.Tensor:
+        """Disco weights over each replicate's participants, shape (R, Q) (zero off the sample)."""
+        mask = participating.to(torch.float64)
+        size = torch.as_tensor(self._sizes, dtype=torch.float64, device=mask.device) * mask
+        n = size / size.sum(1, keepdim=True)
+        raw = torch.as_tensor(self._raw, dtype=torch.float64, device=mask.device) * mask
+        if self.normalize == "sum":
+            tot = raw.sum(1, keepdim=True)
+            d = torch.where(tot > 0, raw / tot.clamp_min(1e-300), torch.zeros_like(raw))
+        else:
+            d = raw
+        q = torch.clamp(n - self.a * d + self.b, min=0.0) * mask
+        qs = q.sum(1, keepdim=True)
+        return torch.where(qs > 0, q / qs.clamp_min(1e-300), n)
+
+    def apply(self, w: torch.Tensor, updates: torch.Tensor, weights: torch.Tensor, state: Any,
+              ctx: RoundContext) -> tuple[torch.Tensor, Any]:
+        disco = self.round_weights(ctx.participating).to(w.dtype)
+        return self._base.apply(w, updates, disco, state, ctx)

@@ -1,0 +1,122 @@
+"""FedNova: normalised averaging (Wang, Liu, Liang, Joshi, Poor; seed 003, eq. (20)).
+
+Notes
+-----
+Each client's change is divided by the ``‖a_k‖₁`` of its local solver (the accumulation vector, seed 003
+Remark 1; :mod:`fedsde.sim.solvers`), and rescaled by ``τ_eff``:
+
+    w_{n+1} = w_n + s · τ_eff · Σ_k ω_k Δ_k / ‖a_k‖₁,
+
+with ``ω_k = p_k`` under full participation (so the surrogate objective is the true ``F``, Theorem 1/5).
+``τ_eff`` (reference/seed-fednova.md §1.5, §5 item 5):
+
+* ``"solver"``: ``Σ_k ω_k ‖a_k‖₁`` (the paper's default; ``Σ_k p_k τ_k`` for vanilla SGD);
+* ``"steps"``: ``Σ_k ω_k τ_k`` (FedNova-Prox in the paper and its code);
+* ``"auto"`` (default): ``"steps"`` when the local solver has a proximal term, else ``"solver"``;
+* ``"full"``: ``Σ_k p_k ‖a_k‖₁`` over all clients (known to the server) even under partial participation;
+* a number: the generalised rule eq. (6) with a user-set ``τ_eff``.
+
+A server learning rate only multiplies ``τ_eff``.  Local solvers (``momentum=ρ``, buffers reset every round;
+``mu=μ``, prox; both) change ``a_k``, never the rule.  Optional server momentum ``γ`` (the code's ``gmf``):
+``b ← γ b + U/η``, ``w ← w + s η b`` with ``U = τ_eff Σ ω_k Δ_k/‖a_k‖₁``.
+
+Partial participation (reference §1.8) follows the simulator's ``weighting``: ``"renormalised"`` is the
+practical form (``p̂_k = p_k/Σ_S p_j``, ``τ_eff = Σ_S p̂_k ‖a_k‖₁``); ``"multinomial"`` is the canonical form of
+the paper's analysis (``q`` draws with replacement ∝ ``p``, equal weights ``1/q``:
+``τ_eff = (1/q) Σ_j ‖a_{l_j}‖₁``, update ``τ_eff (1/q) Σ_j Δ_{l_j}/‖a_{l_j}‖₁``); ``"unbiased"`` uses the
+weights ``p_k Q/m`` of uniform sampling.
+
+FedNova is consistent only as ``η → 0``: at finite ``ητ`` its fixed point on quadratics is biased towards clients
+with few steps (reference §2.3); :func:`fedsde.exact.aggregator_round_law` gives the exact law.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from fedsde._validate import positive_float
+from fedsde.aggregators.base import Aggregator, RoundContext, weighted_mean
+from fedsde.errors import FedsdeInputError
+from fedsde.sim.solvers import LocalSolver
+
+TAU_EFF = ("auto", "solver", "steps", "full")
+
+
+@dataclass(frozen=True)
+class NovaState:
+    """Server momentum buffer ``b`` (R, d), or None without server momentum."""
+
+    b: torch.Tensor | None
+
+
+class FedNova(Aggregator):
+    """Normalised averaging (see module docstring).
+
+    Parameters
+    ----------
+    momentum : float
+        Local heavy-ball momentum ``ρ`` (buffers reset every round).
+    mu : float
+        Local proximal coefficient ``μ``.
+    tau_eff : {"auto", "solver", "steps", "full"} or float
+    server_momentum : float
+        ``γ ∈ [0, 1)`` (0: none).
+    local_solver : LocalSolver, optional
+        Overrides ``momentum`` and ``mu``.
+    """
+
+    name = "fednova"
+    paper = "Wang et al. 2021 (seed 003), eq. (20)"
+    needs_norms = True
+
+    def __init__(self, *, momentum: float = 0.0, mu: float = 0.0, tau_eff: str | float = "auto",
+                 server_momentum: float = 0.0, local_solver: LocalSolver | None = None):
+        self._local_solver = local_solver or LocalSolver(momentum=momentum, prox=mu)
+        self.momentum = self._local_solver.momentum
+        self.mu = self._local_solver.prox
+        if isinstance(tau_eff, str):
+            if tau_eff not in TAU_EFF:
+                raise FedsdeInputError(f"tau_eff={tau_eff!r}: must be one of {', '.join(TAU_EFF)} or a number")
+            if tau_eff == "auto":
+                tau_eff = "steps" if self.mu else "solver"
+        else:
+            tau_eff = positive_float("tau_eff", tau_eff)
+        self.tau_eff = tau_eff
+        self.server_momentum = positive_float("server_momentum", server_momentum, allow_zero=True)
+        if self.server_momentum >= 1:
+            raise FedsdeInputError(f"server_momentum={server_momentum!r}: must lie in [0, 1)")
+
+    @property
+    def stateful(self) -> bool:  # type: ignore[override]
+        return self.server_momentum > 0
+
+    @property
+    def linear(self) -> bool:  # type: ignore[override]
+        return self.server_momentum == 0 and self.local_solver.plain
+
+    def init(self, w0: torch.Tensor) -> NovaState:
+        return NovaState(b=torch.zeros_like(w0) if self.server_momentum else None)
+
+    def effective_steps(self, weights: torch.Tensor, ctx: RoundContext) -> torch.Tensor:
+        """``τ_eff`` of the round, shape (R, 1)."""
+        if self.tau_eff == "solver":
+            te = (weights * ctx.norms).sum(1)
+        elif self.tau_eff == "steps":
+            te = (weights * ctx.local_steps.to(weights.dtype)).sum(1)
+        elif self.tau_eff == "full":
+            te = (ctx.p * ctx.norms).sum(1)
+        else:
+            te = torch.full(weights.shape[:1], float(self.tau_eff), dtype=weights.dtype, device=weights.device)
+        return te.unsqueeze(1)
+
+    def apply(
+        self, w: torch.Tensor, updates: torch.Tensor, weights: torch.Tensor, state: NovaState, ctx: RoundContext
+    ) -> tuple[torch.Tensor, Any]:
+        u = self.effective_steps(weights, ctx) * weighted_mean(weights / ctx.norms, updates)
+        if not self.server_momentum:
+            return w + ctx.server_lr * u, state
+        b = self.server_momentum * state.b + u / ctx.eta
+        return w + ctx.server_lr * ctx.eta * b, NovaState(b=b)

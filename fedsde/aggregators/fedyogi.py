@@ -1,0 +1,19 @@
+"""FedYogi (Reddi et al. 2021, Algorithm 2): ``v ← v − (1 − β₂) Δ² sign(v − Δ²)``.
+
+See :mod:`fedsde.aggregators._adaptive` for the full update and its variants.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from fedsde.aggregators._adaptive import AdaptiveServer
+
+
+class FedYogi(AdaptiveServer):
+    """Yogi on the server (formula, defaults and bias-correction variants: :mod:`fedsde.aggregators._adaptive`)."""
+
+    name = "fedyogi"
+
+    def _second_moment(self, v: torch.Tensor, d2: torch.Tensor) -> torch.Tensor:
+        return v - (1.0 - self.beta2) * d2 * torch.sign(v - d2)

@@ -1,0 +1,621 @@
+"""Logistic and softmax regression clients on real (or synthetic) labelled data.
+
+Client ``k`` holds ``N_k`` training samples ``(x_i, y_i)`` and minimises the regularised empirical risk
+
+    F_k(w) = (1/N_k) Σ_{i ∈ I_k} ℓ(w; x_i, y_i) + (λ/2) ‖w‖²,        F(w) = Σ_k p_k F_k(w),
+
+(seed 002 Sec. 3: ``F^k = (1/N_k) Σ_i F_i``, ``p_k = N_k/N`` by default) with
+
+* ``model="logistic"`` (binary labels 0/1): ``ℓ = log(1 + e^z) − y z``, ``z = x̃ᵀw``, ``d = F + 1``;
+* ``model="softmax"`` (``C`` classes): ``ℓ = logsumexp(z) − z_y``, ``z = Wᵀx̃``, ``W`` of shape ``(F + 1, C)``
+  stored row-major in ``w`` (``d = (F + 1)·C``).
+
+``x̃ = (x, 1)`` when ``fit_intercept`` (the intercept is regularised too).  Gradients are
+``∇ℓ = x̃ ⊗ (σ(z) − y)`` (logistic) and ``x̃ ⊗ (softmax(z) − e_y)`` (softmax).
+
+The minibatch gradient covariance of seed 002, Sec. 3 (exact for a minibatch of ``S`` samples drawn without
+replacement) is :meth:`ClassificationProblem.minibatch_covariance`:
+
+    Σ_k(w) = (1/S − 1/N_k) · (1/(N_k − 1)) Σ_{i∈I_k} (∇ℓ_i(w) − ∇F_k(w)) (∇ℓ_i(w) − ∇F_k(w))ᵀ.
+
+Besides the training data every client keeps a test split; the global test set is the union of the clients'
+test splits.  :func:`federated_classification` builds such a problem from scikit-learn's bundled data sets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.optimize
+from scipy.special import expit, log_expit, logsumexp, softmax
+
+from fedsde._validate import positive_float, positive_int
+from fedsde.errors import FedsdeInputError
+
+MODELS = ("logistic", "softmax")
+
+
+def _segments(sizes: np.ndarray) -> np.ndarray:
+    return np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+
+
+def _segment_sum(a: np.ndarray, sizes: np.ndarray, axis: int) -> np.ndarray:
+    """Sums of consecutive blocks of ``sizes`` along ``axis`` (empty blocks give 0)."""
+    a = np.moveaxis(a, axis, 0)
+    out = np.zeros((sizes.size, *a.shape[1:]))
+    nz = sizes > 0
+    if nz.any():
+        out[nz] = np.add.reduceat(a, _segments(sizes)[nz], axis=0)
+    return np.moveaxis(out, 0, axis)
+
+
+@dataclass(frozen=True, eq=False)
+class ClassificationProblem:
+    """Q clients fitting a logistic or softmax regression on their own data (see the module docstring).
+
+    Build with :meth:`from_clients` (validates) or :func:`federated_classification`.
+
+    Attributes
+    ----------
+    X : ndarray, shape (N, F)
+        Training features of all clients, concatenated in client order (no intercept column).
+    y : ndarray of int, shape (N,)
+        Training labels (``0..C−1``).
+    sizes : ndarray of int, shape (Q,)
+        ``N_k``: training samples per client.
+    X_test, y_test : ndarray, shapes (M, F) and (M,)
+        Test samples of all clients, concatenated in client order (the global test set).
+    test_sizes : ndarray of int, shape (Q,)
+        Test samples per client.
+    n_classes : int
+        ``C``.
+    model : {"logistic", "softmax"}
+    l2 : float
+        Ridge coefficient ``λ >= 0``.
+    p : ndarray, shape (Q,)
+        Client weights (default ``N_k/N``), normalised.
+    fit_intercept : bool
+    name : str
+    info : dict
+        Provenance (data set, partition, seeds, scaling) for records.
+    """
+
+    X: np.ndarray
+    y: np.ndarray
+    sizes: np.ndarray
+    X_test: np.ndarray
+    y_test: np.ndarray
+    test_sizes: np.ndarray
+    n_classes: int
+    model: str
+    l2: float
+    p: np.ndarray
+    fit_intercept: bool = True
+    name: str = ""
+    info: dict = field(default_factory=dict)
+    _cache: dict = field(default_factory=dict, repr=False, compare=False)
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_clients(
+        cls,
+        X_clients: Sequence[np.ndarray],
+        y_clients: Sequence[np.ndarray],
+        X_test_clients: Sequence[np.ndarray] | None = None,
+        y_test_clients: Sequence[np.ndarray] | None = None,
+        *,
+        model: str | None = None,
+        n_classes: int | None = None,
+        l2: float = 1e-3,
+        p=None,
+        fit_intercept: bool = True,
+        name: str = "",
+        info: dict | None = None,
+    ) -> ClassificationProblem:
+        """A problem from per-client arrays.
+
+        Parameters
+        ----------
+        X_clients : sequence of Q arrays, shapes (N_k, F)
+        y_clients : sequence of Q int arrays, shapes (N_k,)
+        X_test_clients, y_test_clients : sequences of Q arrays, optional
+            Per-client test splits (default: empty).
+        model : {"logistic", "softmax"}, optional
+            Default: logistic for two classes, softmax otherwise.
+        n_classes : int, optional
+            Default: ``1 + max label``.
+        l2 : float
+            Ridge coefficient ``λ >= 0`` (with ``λ = 0`` the optimum may not exist on separable data).
+        p : array, shape (Q,), optional
+            Client weights; default ``N_k / N``.
+        """
+        Q = len(X_clients)
+        if Q < 1 or len(y_clients) != Q:
+            raise FedsdeInputError(
+                f"X_clients, y_clients: need the same number (>= 1) of clients, got {Q} and {len(y_clients)}"
+            )
+        Xs = [np.asarray(x, dtype=np.float64) for x in X_clients]
+        ys = [np.asarray(v) for v in y_clients]
+        F = Xs[0].shape[1] if Xs[0].ndim == 2 else -1
+        for k, (x, v) in enumerate(zip(Xs, ys, strict=True)):
+            if x.ndim != 2 or x.shape[1] != F or v.shape != (x.shape[0],):
+                raise FedsdeInputError(
+                    f"X_clients[{k}], y_clients[{k}]: shapes {x.shape}, {v.shape} must be (N_k, {F}) and (N_k,)"
+                )
+            if x.shape[0] < 1:
+                raise FedsdeInputError(f"X_clients[{k}]: client {k} has no training samples")
+            if not np.all(np.isfinite(x)):
+                raise FedsdeInputError(f"X_clients[{k}]: contains NaN or inf")
+        if X_test_clients is None:
+            Xt = [np.zeros((0, F)) for _ in range(Q)]
+            yt = [np.zeros(0, np.int64) for _ in range(Q)]
+        else:
+            if y_test_clients is None or len(X_test_clients) != Q or len(y_test_clients) != Q:
+                raise FedsdeInputError("X_test_clients, y_test_clients: need one test array per client")
+            Xt = [np.asarray(x, dtype=np.float64).reshape(-1, F) for x in X_test_clients]
+            yt = [np.asarray(v).reshape(-1) for v in y_test_clients]
+        y_all = np.concatenate(ys + yt)
+        if y_all.size and (np.any(np.mod(y_all, 1) != 0) or y_all.min() < 0):
+            raise FedsdeInputError("y_clients: labels must be integers 0..C-1")
+        C = int(y_all.max()) + 1 if n_classes is None else positive_int("n_classes", n_classes, minimum=2)
+        C = max(C, 2)
+        if y_all.max() >= C:
+            raise FedsdeInputError(f"n_classes={n_classes}: labels go up to {int(y_all.max())}")
+        if model is None:
+            model = "logistic" if C == 2 else "softmax"
+        if model not in MODELS:
+            raise FedsdeInputError(f"model={model!r}: must be one of {', '.join(MODELS)}")
+        if model == "logistic" and C != 2:
+            raise FedsdeInputError(f"model='logistic': needs binary labels, found n_classes={C}")
+        l2 = positive_float("l2", l2, allow_zero=True)
+        sizes = np.array([x.shape[0] for x in Xs], dtype=np.int64)
+        if p is None:
+            p_arr = sizes / sizes.sum()
+        else:
+            p_arr = np.asarray(p, dtype=np.float64).reshape(-1)
+            if p_arr.shape != (Q,) or not np.all(np.isfinite(p_arr)) or np.any(p_arr < 0) or p_arr.sum() <= 0:
+                raise FedsdeInputError(f"p: shape {np.shape(p)} must be ({Q},), finite, >= 0, not all zero")
+            p_arr = p_arr / p_arr.sum()
+        return cls(
+            X=np.concatenate(Xs), y=np.concatenate(ys).astype(np.int64), sizes=sizes,
+            X_test=np.concatenate(Xt) if Xt else np.zeros((0, F)),
+            y_test=np.concatenate(yt).astype(np.int64) if yt else np.zeros(0, np.int64),
+            test_sizes=np.array([x.shape[0] for x in Xt], dtype=np.int64),
+            n_classes=C, model=model, l2=l2, p=p_arr, fit_intercept=bool(fit_intercept), name=name,
+            info=dict(info or {}),
+        )
+
+    def with_weights(self, p) -> ClassificationProblem:
+        """A copy with other client weights (normalised)."""
+        return ClassificationProblem.from_clients(
+            *self.client_data(), *self.client_data("test"), model=self.model, n_classes=self.n_classes,
+            l2=self.l2, p=p, fit_intercept=self.fit_intercept, name=self.name, info=self.info,
+        )
+
+    def with_l2(self, l2: float) -> ClassificationProblem:
+        """A copy with another ridge coefficient."""
+        return ClassificationProblem.from_clients(
+            *self.client_data(), *self.client_data("test"), model=self.model, n_classes=self.n_classes,
+            l2=l2, p=self.p, fit_intercept=self.fit_intercept, name=self.name, info=self.info,
+        )
+
+    # ------------------------------------------------------------------ shapes
+    @property
+    def Q(self) -> int:
+        """Number of clients."""
+        return int(self.sizes.size)
+
+    @property
+    def n_features(self) -> int:
+        """Columns of the design matrix ``x̃`` (features + intercept)."""
+        return int(self.X.shape[1]) + int(self.fit_intercept)
+
+    @property
+    def n_outputs(self) -> int:
+        """Logits per sample: 1 (logistic) or ``C`` (softmax)."""
+        return 1 if self.model == "logistic" else int(self.n_classes)
+
+    @property
+    def d(self) -> int:
+        """Dimension of ``w``: ``n_features · n_outputs``."""
+        return self.n_features * self.n_outputs
+
+    @property
+    def client_ids(self) -> np.ndarray:
+        """Client of every training sample, shape (N,)."""
+        return np.repeat(np.arange(self.Q), self.sizes)
+
+    def client_data(self, split: str = "train") -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Per-client ``(X_k, y_k)`` lists of the ``"train"`` or ``"test"`` split."""
+        X, y, sizes = self._split(split)
+        cuts = np.cumsum(sizes)[:-1]
+        return list(np.split(X, cuts)), list(np.split(y, cuts))
+
+    def label_counts(self, split: str = "train") -> np.ndarray:
+        """Label histogram of every client, shape (Q, C)."""
+        _, y, sizes = self._split(split)
+        ids = np.repeat(np.arange(self.Q), sizes)
+        out = np.zeros((self.Q, self.n_classes), dtype=np.int64)
+        np.add.at(out, (ids, y), 1)
+        return out
+
+    def label_distributions(self) -> np.ndarray:
+        """``D_k``: training label distribution of every client (rows sum to one), shape (Q, C)."""
+        counts = self.label_counts().astype(np.float64)
+        return counts / counts.sum(1, keepdims=True)
+
+    def _split(self, split: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if split == "train":
+            return self.X, self.y, self.sizes
+        if split == "test":
+            return self.X_test, self.y_test, self.test_sizes
+        raise FedsdeInputError(f"split={split!r}: must be 'train' or 'test'")
+
+    def design(self, X: np.ndarray) -> np.ndarray:
+        """``x̃``: the features with the intercept column appended, shape (n, n_features)."""
+        X = np.asarray(X, dtype=np.float64)
+        return np.hstack([X, np.ones((X.shape[0], 1))]) if self.fit_intercept else X
+
+    def padded(self) -> tuple[np.ndarray, np.ndarray]:
+        """Training data in a padded client-major layout for vectorised oracles.
+
+        Returns
+        -------
+        X : ndarray, shape (Q, N_max, n_features)
+            Design rows ``x̃`` of client ``k`` in ``X[k, :N_k]`` (zeros after).
+        y : ndarray of int, shape (Q, N_max)
+            Labels (zeros after ``N_k``).
+        """
+        if "padded" not in self._cache:
+            Q, n_max = self.Q, int(self.sizes.max())
+            Xd = self.design(self.X)
+            Xp = np.zeros((Q, n_max, self.n_features))
+            yp = np.zeros((Q, n_max), dtype=np.int64)
+            rows = np.arange(self.y.size) - np.repeat(_segments(self.sizes), self.sizes)
+            Xp[self.client_ids, rows] = Xd
+            yp[self.client_ids, rows] = self.y
+            self._cache["padded"] = (Xp, yp)
+        return self._cache["padded"]
+
+    # ------------------------------------------------------------------ per-sample pieces
+    def _W(self, w) -> np.ndarray:
+        w = np.asarray(w, dtype=np.float64)
+        if w.shape[-1] != self.d:
+            raise FedsdeInputError(f"w: last axis has {w.shape[-1]} entries, the problem has d={self.d}")
+        return w.reshape(*w.shape[:-1], self.n_features, self.n_outputs)
+
+    def _logits(self, W: np.ndarray, Xd: np.ndarray) -> np.ndarray:
+        return np.einsum("nf,...fk->...nk", Xd, W)
+
+    def _sample_losses(self, Z: np.ndarray, y: np.ndarray) -> np.ndarray:
+        if self.model == "logistic":
+            z = Z[..., 0]
+            return -log_expit(z) + (1 - y) * z  # log(1 + e^z) − y z
+        idx = np.broadcast_to(y[:, None], (*Z.shape[:-1], 1))
+        return logsumexp(Z, axis=-1) - np.take_along_axis(Z, idx, axis=-1)[..., 0]
+
+    def _residuals(self, Z: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """``∂ℓ/∂z``: ``σ(z) − y`` or ``softmax(z) − e_y``, shape of ``Z``."""
+        if self.model == "logistic":
+            return expit(Z) - y[:, None]
+        R = softmax(Z, axis=-1)
+        R[..., np.arange(y.size), y] -= 1.0
+        return R
+
+    # ------------------------------------------------------------------ objective
+    def client_loss(self, w) -> np.ndarray:
+        """``F_k(w)`` for every client; ``w`` of shape (..., d) gives shape (..., Q)."""
+        W = self._W(w)
+        ell = self._sample_losses(self._logits(W, self.design(self.X)), self.y)
+        reg = 0.5 * self.l2 * np.sum(np.asarray(w, dtype=np.float64) ** 2, axis=-1)
+        return _segment_sum(ell, self.sizes, -1) / self.sizes + np.asarray(reg)[..., None]
+
+    def loss(self, w) -> np.ndarray | float:
+        """``F(w) = Σ_k p_k F_k(w)``; ``w`` of shape (..., d)."""
+        out = self.client_loss(w) @ self.p
+        return float(out) if np.ndim(out) == 0 else out
+
+    def client_grad(self, w) -> np.ndarray:
+        """``∇F_k(w)`` for every client; ``w`` of shape (..., d) gives shape (..., Q, d)."""
+        W = self._W(w)
+        Xd = self.design(self.X)
+        E = self._residuals(self._logits(W, Xd), self.y)  # (..., N, K)
+        per = np.einsum("nf,...nk->...nfk", Xd, E)
+        G = _segment_sum(per, self.sizes, per.ndim - 3) / self.sizes.reshape(-1, 1, 1)
+        G = G.reshape(*G.shape[:-2], self.d)
+        return G + self.l2 * np.asarray(w, dtype=np.float64)[..., None, :]
+
+    def grad(self, w) -> np.ndarray:
+        """``∇F(w) = Σ_k p_k ∇F_k(w)``; ``w`` of shape (..., d)."""
+        W = self._W(w)
+        Xd = self.design(self.X)
+        s = np.repeat(self.p / self.sizes, self.sizes)  # per-sample weight p_k / N_k
+        E = self._residuals(self._logits(W, Xd), self.y) * s[:, None]
+        G = np.einsum("nf,...nk->...fk", Xd, E).reshape(*np.shape(w)[:-1], self.d)
+        return G + self.l2 * np.asarray(w, dtype=np.float64)
+
+    def _loss_and_grad(self, w: np.ndarray) -> tuple[float, np.ndarray]:
+        W = self._W(w)
+        Xd = self.design(self.X)
+        Z = self._logits(W, Xd)
+        s = np.repeat(self.p / self.sizes, self.sizes)
+        f = float(s @ self._sample_losses(Z, self.y) + 0.5 * self.l2 * w @ w)
+        g = (Xd.T @ (self._residuals(Z, self.y) * s[:, None])).reshape(-1) + self.l2 * w
+        return f, g
+
+    def per_sample_grads(self, w, client: int) -> np.ndarray:
+        """``∇ℓ_i(w) + λw`` for every training sample of ``client`` (their mean is ``∇F_k``), shape (N_k, d)."""
+        k = int(client)
+        if not 0 <= k < self.Q:
+            raise FedsdeInputError(f"client={client}: must lie in [0, {self.Q - 1}]")
+        w = np.asarray(w, dtype=np.float64).reshape(self.d)
+        start = int(_segments(self.sizes)[k])
+        Xd = self.design(self.X[start:start + self.sizes[k]])
+        yk = self.y[start:start + self.sizes[k]]
+        E = self._residuals(Xd @ self._W(w), yk)
+        return np.einsum("nf,nk->nfk", Xd, E).reshape(-1, self.d) + self.l2 * w
+
+    def minibatch_covariance(self, w, batch_size: int | Sequence[int] | np.ndarray) -> np.ndarray:
+        """``Σ_k(w) = (1/S − 1/N_k) · sample covariance of the per-sample gradients`` (seed 002, Sec. 3).
+
+        The exact covariance of the mean gradient of ``S`` samples drawn without replacement from client
+        ``k``'s ``N_k`` samples (zero when ``S >= N_k``).
+
+        Parameters
+        ----------
+        w : array, shape (d,)
+        batch_size : int or array of int, shape (Q,)
+
+        Returns
+        -------
+        ndarray, shape (Q, d, d)
+        """
+        S = np.broadcast_to(np.asarray(batch_size), (self.Q,))
+        out = np.zeros((self.Q, self.d, self.d))
+        for k in range(self.Q):
+            Nk = int(self.sizes[k])
+            Sk = positive_int(f"batch_size[{k}]", int(S[k]))
+            if Sk >= Nk or Nk < 2:
+                continue
+            G = self.per_sample_grads(w, k)
+            Gc = G - G.mean(0)
+            out[k] = (1.0 / Sk - 1.0 / Nk) * (Gc.T @ Gc) / (Nk - 1)
+        return out
+
+    def _weighted_hessian(self, Xd: np.ndarray, Z: np.ndarray, s: np.ndarray) -> np.ndarray:
+        """``Σ_n s_n (x̃_n x̃_nᵀ) ⊗ ∂²ℓ_n/∂z²`` in the layout of ``w`` (row-major ``(F, K)``), shape (d, d).
+
+        Softmax: ``∂²ℓ/∂z² = diag(P) − PPᵀ``, so the sum is ``blockdiag_k(X̃ᵀ diag(s P_k) X̃) − YᵀYs`` with
+        ``Y_n = x̃_n ⊗ P_n`` (two BLAS products instead of a four-index contraction).
+        """
+        F, K = self.n_features, self.n_outputs
+        if self.model == "logistic":
+            sig = expit(Z[:, 0])
+            return (Xd * (s * sig * (1 - sig))[:, None]).T @ Xd
+        P = softmax(Z, axis=-1)
+        H = np.zeros((F, K, F, K))
+        for k in range(K):
+            H[:, k, :, k] = (Xd * (s * P[:, k])[:, None]).T @ Xd
+        Y = (Xd[:, :, None] * P[:, None, :]).reshape(-1, F * K)
+        return H.reshape(F * K, F * K) - (Y * s[:, None]).T @ Y
+
+    def client_hessian(self, w) -> np.ndarray:
+        """``∇²F_k(w)`` for every client, shape (Q, d, d)."""
+        w = np.asarray(w, dtype=np.float64).reshape(self.d)
+        Xd = self.design(self.X)
+        Z = Xd @ self._W(w)
+        out = np.empty((self.Q, self.d, self.d))
+        for k, (a, b) in enumerate(zip(_segments(self.sizes), _segments(self.sizes) + self.sizes, strict=True)):
+            out[k] = self._weighted_hessian(Xd[a:b], Z[a:b], np.full(b - a, 1.0 / self.sizes[k]))
+            out[k] += self.l2 * np.eye(self.d)
+        return out
+
+    def hessian(self, w) -> np.ndarray:
+        """``∇²F(w) = Σ_k p_k ∇²F_k(w)``, shape (d, d)."""
+        w = np.asarray(w, dtype=np.float64).reshape(self.d)
+        Xd = self.design(self.X)
+        s = np.repeat(self.p / self.sizes, self.sizes)
+        return self._weighted_hessian(Xd, Xd @ self._W(w), s) + self.l2 * np.eye(self.d)
+
+    # ------------------------------------------------------------------ optimum
+    @property
+    def optimum(self) -> np.ndarray:
+        """``w* = argmin F`` by L-BFGS, polished by Newton steps (``d <= 2000``), shape (d,).
+
+        Raises :class:`FedsdeInputError` when the gradient cannot be driven to ``1e-8`` (e.g. ``l2 = 0`` on
+        separable data, where no minimiser exists).
+        """
+        if "optimum" not in self._cache:
+            res = scipy.optimize.minimize(
+                self._loss_and_grad, np.zeros(self.d), jac=True, method="L-BFGS-B",
+                options={"maxiter": 20000, "gtol": 1e-12, "ftol": 1e-15, "maxcor": 30},
+            )
+            w = res.x
+            if self.d <= 2000:
+                for _ in range(20):
+                    g = self.grad(w)
+                    if np.linalg.norm(g) < 1e-13:
+                        break
+                    try:
+                        w = w - np.linalg.solve(self.hessian(w), g)
+                    except np.linalg.LinAlgError:
+                        break
+            gnorm = float(np.linalg.norm(self.grad(w)))
+            if not np.isfinite(gnorm) or gnorm > 1e-8:
+                raise FedsdeInputError(
+                    f"l2={self.l2}: could not find the minimiser of F (|grad F| = {gnorm:.3g} after L-BFGS and "
+                    "Newton); with l2 = 0 on separable data none exists, so use l2 > 0"
+                )
+            self._cache["optimum"] = w
+        return self._cache["optimum"].copy()
+
+    @property
+    def min_loss(self) -> float:
+        """``F* = F(w*)``."""
+        return float(self.loss(self.optimum))
+
+    # ------------------------------------------------------------------ evaluation
+    def predict(self, w, X) -> np.ndarray:
+        """Predicted labels for rows of ``X`` (shape (n, F)); ``w`` of shape (..., d) gives (..., n)."""
+        Z = self._logits(self._W(w), self.design(X))
+        if self.model == "logistic":
+            return (Z[..., 0] > 0).astype(np.int64)
+        return np.argmax(Z, axis=-1)
+
+    def accuracy(self, w, split: str = "test") -> np.ndarray | float:
+        """Fraction of correctly classified samples of the global ``"test"`` (or ``"train"``) set.
+
+        ``w`` of shape (..., d) gives shape (...).
+        """
+        X, y, _ = self._split(split)
+        if y.size == 0:
+            raise FedsdeInputError(f"split={split!r}: the problem has no {split} samples")
+        out = np.mean(self.predict(w, X) == y, axis=-1)
+        return float(out) if np.ndim(out) == 0 else out
+
+    def client_accuracy(self, w, split: str = "test") -> np.ndarray:
+        """Accuracy on every client's own split; ``w`` of shape (..., d) gives (..., Q) (NaN for empty splits)."""
+        X, y, sizes = self._split(split)
+        hits = (self.predict(w, X) == y).astype(np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return _segment_sum(hits, sizes, -1) / np.where(sizes > 0, sizes, np.nan)
+
+    def max_curvature(self) -> np.ndarray:
+        """Upper bound on the largest Hessian eigenvalue of each ``F_k``, shape (Q,).
+
+        ``c·λ_max((1/N_k) Σ x̃x̃ᵀ) + λ`` with ``c = 1/4`` (logistic) or ``1/2`` (softmax).
+        """
+        c = 0.25 if self.model == "logistic" else 0.5
+        out = np.empty(self.Q)
+        for k, Xk in enumerate(self.client_data()[0]):
+            Xd = self.design(Xk)
+            out[k] = c * np.linalg.eigvalsh(Xd.T @ Xd / Xd.shape[0])[-1] + self.l2
+        return out
+
+    def summary(self) -> dict:
+        """Sizes, weights and label counts, for records."""
+        return {"name": self.name, "model": self.model, "Q": self.Q, "d": self.d, "n_classes": self.n_classes,
+                "l2": self.l2, "sizes": self.sizes.tolist(), "test_sizes": self.test_sizes.tolist(),
+                "p": self.p.tolist(), "label_counts": self.label_counts().tolist(), **self.info}
+
+
+DATASETS = ("digits", "breast_cancer")
+PARTITIONS = ("iid", "dirichlet", "shards", "quantity", "niid2")
+
+
+def load_dataset(name: str) -> tuple[np.ndarray, np.ndarray]:
+    """Features (N, F) and integer labels (N,) of a data set bundled with scikit-learn (no download).
+
+    ``"digits"``: 1797 8×8 images, 10 classes; ``"breast_cancer"``: 569 samples, 30 features, 2 classes.
+    """
+    from sklearn import datasets
+
+    if name == "digits":
+        data = datasets.load_digits()
+    elif name == "breast_cancer":
+        data = datasets.load_breast_cancer()
+    else:
+        raise FedsdeInputError(f"dataset={name!r}: must be one of {', '.join(DATASETS)}")
+    return np.asarray(data.data, dtype=np.float64), np.asarray(data.target, dtype=np.int64)
+
+
+def federated_classification(
+    dataset: str = "digits",
+    *,
+    n_clients: int = 10,
+    partition: str = "dirichlet",
+    seed: int,
+    alpha: float = 0.5,
+    shards_per_client: int = 2,
+    quantity_beta: float = 1.0,
+    n_biased: int = 5,
+    n_uniform: int = 1,
+    min_size: int = 10,
+    test_fraction: float = 0.25,
+    model: str | None = None,
+    l2: float = 1e-3,
+    standardise: bool = True,
+    weights: str = "size",
+) -> ClassificationProblem:
+    """A federated logistic/softmax regression problem on a scikit-learn data set.
+
+    The whole data set is partitioned among the clients (see :mod:`fedsde.problems.partition`); each client's
+    samples are then split at random into train (``1 − test_fraction``) and test; the global test set is the
+    union of the clients' test splits.  Features are standardised with the mean and standard deviation of the
+    pooled training data (constant features are left at zero).
+
+    Parameters
+    ----------
+    dataset : {"digits", "breast_cancer"}
+    n_clients : int
+        ``Q`` (ignored for ``partition="niid2"``, which has ``n_biased + n_uniform`` clients).
+    partition : {"iid", "dirichlet", "shards", "quantity", "niid2"}
+    seed : int
+        Seed of the partition and of the train/test split.
+    alpha, shards_per_client, quantity_beta, n_biased, n_uniform, min_size
+        Parameters of the partitioners.
+    test_fraction : float
+        Fraction of each client's samples held out (in ``[0, 1)``; at least one training sample is kept).
+    model : {"logistic", "softmax"}, optional
+        Default: logistic for ``breast_cancer``, softmax for ``digits``.
+    l2 : float
+        Ridge coefficient.
+    standardise : bool
+    weights : {"size", "uniform"}
+        Client weights ``p_k = N_k/N`` or ``1/Q``.
+    """
+    from fedsde.problems import partition as part
+
+    X, y = load_dataset(dataset)
+    if partition not in PARTITIONS:
+        raise FedsdeInputError(f"partition={partition!r}: must be one of {', '.join(PARTITIONS)}")
+    tf = float(test_fraction)
+    if not 0.0 <= tf < 1.0:
+        raise FedsdeInputError(f"test_fraction={test_fraction!r}: must lie in [0, 1)")
+    if weights not in ("size", "uniform"):
+        raise FedsdeInputError(f"weights={weights!r}: must be 'size' or 'uniform'")
+    ss = np.random.SeedSequence(seed)
+    s_part, s_split = (int(s.generate_state(1)[0]) for s in ss.spawn(2))
+    if partition == "iid":
+        parts = part.iid_partition(y.size, n_clients, seed=s_part)
+    elif partition == "dirichlet":
+        parts = part.dirichlet_partition(y, n_clients, alpha, seed=s_part, min_size=min_size)
+    elif partition == "shards":
+        parts = part.shard_partition(y, n_clients, shards_per_client, seed=s_part)
+    elif partition == "quantity":
+        parts = part.quantity_skew_partition(y.size, n_clients, quantity_beta, seed=s_part, min_size=min_size)
+    else:
+        parts = part.niid2_partition(y, n_biased, n_uniform, seed=s_part)
+    rng = np.random.default_rng(s_split)
+    train_idx, test_idx = [], []
+    for idx in parts:
+        idx = rng.permutation(idx)
+        n_test = min(round(tf * idx.size), idx.size - 1)
+        test_idx.append(idx[:n_test])
+        train_idx.append(idx[n_test:])
+    Xtr = [X[i] for i in train_idx]
+    Xte = [X[i] for i in test_idx]
+    if standardise:
+        pooled = np.concatenate(Xtr)
+        mu, sd = pooled.mean(0), pooled.std(0)
+        sd = np.where(sd > 0, sd, 1.0)
+        Xtr = [(x - mu) / sd for x in Xtr]
+        Xte = [(x - mu) / sd for x in Xte]
+    Q = len(parts)
+    info = {"dataset": dataset, "partition": partition, "seed": seed, "test_fraction": tf,
+            "standardise": bool(standardise)}
+    if partition == "dirichlet":
+        info |= {"alpha": alpha, "min_size": min_size}
+    elif partition == "shards":
+        info |= {"shards_per_client": shards_per_client}
+    elif partition == "quantity":
+        info |= {"quantity_beta": quantity_beta, "min_size": min_size}
+    elif partition == "niid2":
+        info |= {"n_biased": n_biased, "n_uniform": n_uniform}
+    n_classes = int(y.max()) + 1
+    return ClassificationProblem.from_clients(
+        Xtr, [y[i] for i in train_idx], Xte, [y[i] for i in test_idx], model=model, n_classes=n_classes, l2=l2,
+        p=None if weights == "size" else np.full(Q, 1.0 / Q), name=f"{dataset}/{partition}", info=info,
+    )

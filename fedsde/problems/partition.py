@@ -1,0 +1,249 @@
+"""Seeded partitioners of a labelled data set among federated clients.
+
+Each partitioner returns a list of ``Q`` integer index arrays (one per client, into the ``labels`` array it
+was given); together they cover each sample at most once.  All randomness comes from
+``numpy.random.default_rng(seed)``.
+
+* :func:`iid_partition` — uniform random split into (almost) equal parts;
+* :func:`dirichlet_partition` — per-class Dirichlet(α) label skew (the "hetero-dir" scheme of NIID-Bench, used
+  by seed 003's code, seed 004's NIID-1 and seed 000's Hybrid setting), with the balance cap and resampling
+  until every client holds ``min_size`` samples, guarded against endless resampling;
+* :func:`shard_partition` — the pathological split of McMahan et al.: sort by label, cut into equal shards, give
+  each client ``shards_per_client`` of them (seed 000's "Statistical only" setting);
+* :func:`quantity_skew_partition` — IID labels, client sizes from Dirichlet(β) proportions;
+* :func:`niid2_partition` — seed 004's NIID-2: equal-size clients, ``n_biased`` of them holding ``C/5`` classes
+  each and ``n_uniform`` holding every class.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fedsde._validate import positive_float, positive_int
+from fedsde.errors import FedsdeInputError
+
+
+def _labels(labels) -> tuple[np.ndarray, int]:
+    y = np.asarray(labels)
+    if y.ndim != 1 or y.size == 0:
+        raise FedsdeInputError(f"labels: shape {y.shape} must be a non-empty vector")
+    if not np.issubdtype(y.dtype, np.integer):
+        if not np.all(np.mod(y, 1) == 0):
+            raise FedsdeInputError("labels: must be integers 0..C-1")
+        y = y.astype(np.int64)
+    if y.min() < 0:
+        raise FedsdeInputError(f"labels: must be integers >= 0 (found {int(y.min())})")
+    return y, int(y.max()) + 1
+
+
+def label_histogram(labels, parts: list[np.ndarray], n_classes: int | None = None) -> np.ndarray:
+    """Label counts of each client, shape (Q, C)."""
+    y, C = _labels(labels)
+    C = C if n_classes is None else int(n_classes)
+    return np.stack([np.bincount(y[idx], minlength=C) for idx in parts])
+
+
+def iid_partition(n_samples: int, n_clients: int, *, seed: int) -> list[np.ndarray]:
+    """A uniform random split of ``range(n_samples)`` into ``n_clients`` parts whose sizes differ by at most one."""
+    n_samples = positive_int("n_samples", n_samples)
+    n_clients = positive_int("n_clients", n_clients)
+    if n_clients > n_samples:
+        raise FedsdeInputError(f"n_clients={n_clients}: cannot exceed the number of samples ({n_samples})")
+    perm = np.random.default_rng(seed).permutation(n_samples)
+    return [np.sort(part) for part in np.array_split(perm, n_clients)]
+
+
+def dirichlet_partition(
+    labels,
+    n_clients: int,
+    alpha: float,
+    *,
+    seed: int,
+    min_size: int = 10,
+    balance: bool = True,
+    max_tries: int = 1000,
+) -> list[np.ndarray]:
+    """Per-class Dirichlet(α) label skew ("hetero-dir"; seed 003 App. B, seed 004 NIID-1, seed 000 Hybrid).
+
+    For every class ``c``: shuffle its samples, draw proportions ``q ~ Dir(α·1_Q)``, set to zero the
+    proportions of clients that already hold at least ``N/Q`` samples (``balance``), renormalise, and cut the
+    class at the cumulative proportions.  The whole draw is repeated until every client holds at least
+    ``min_size`` samples.  Client sizes are unequal (which, with fixed batch size and epochs, is the system
+    heterogeneity of seed 000's Hybrid setting).
+
+    Parameters
+    ----------
+    labels : array of int, shape (N,)
+    n_clients : int
+        ``Q``.
+    alpha : float
+        Dirichlet concentration (small = strong label skew).
+    seed : int
+    min_size : int
+        Smallest acceptable client size.
+    balance : bool
+        Apply the ``N/Q`` cap of the reference code.
+    max_tries : int
+        Stall guard: after this many rejected draws a :class:`FedsdeInputError` is raised instead of looping.
+
+    Returns
+    -------
+    list of ndarray of int
+        ``Q`` index arrays into ``labels`` (each shuffled).
+    """
+    y, C = _labels(labels)
+    Q = positive_int("n_clients", n_clients)
+    alpha = positive_float("alpha", alpha)
+    min_size = positive_int("min_size", min_size, minimum=0)
+    max_tries = positive_int("max_tries", max_tries)
+    N = y.size
+    if Q * min_size > N:
+        raise FedsdeInputError(
+            f"min_size={min_size}: {Q} clients x {min_size} samples exceeds the {N} samples available"
+        )
+    rng = np.random.default_rng(seed)
+    by_class = [np.flatnonzero(y == c) for c in range(C)]
+    cap = N / Q
+    smallest = 0
+    for _ in range(max_tries):
+        batches: list[list[np.ndarray]] = [[] for _ in range(Q)]
+        sizes = np.zeros(Q)
+        for idx_c in by_class:
+            if idx_c.size == 0:
+                continue
+            idx_c = rng.permutation(idx_c)
+            prop = rng.dirichlet(np.full(Q, alpha))
+            if balance:
+                prop = prop * (sizes < cap)
+            total = prop.sum()
+            prop = prop / total if total > 0 else np.full(Q, 1.0 / Q)
+            cuts = (np.cumsum(prop) * idx_c.size).astype(np.int64)[:-1]
+            for k, part in enumerate(np.split(idx_c, cuts)):
+                batches[k].append(part)
+                sizes[k] += part.size
+        smallest = int(sizes.min())
+        if smallest >= min_size:
+            return [rng.permutation(np.concatenate(b)) if b else np.zeros(0, np.int64) for b in batches]
+    raise FedsdeInputError(
+        f"max_tries={max_tries}: no Dirichlet draw gave every client >= min_size={min_size} samples "
+        f"(alpha={alpha}, n_clients={Q}, N={N}; smallest client in the last draw: {smallest}); "
+        "raise alpha or max_tries, or lower min_size or n_clients"
+    )
+
+
+def shard_partition(labels, n_clients: int, shards_per_client: int = 2, *, seed: int) -> list[np.ndarray]:
+    """Pathological label skew (McMahan et al. 2017; seed 000 "Statistical only").
+
+    Samples are sorted by label (ties in random order) and cut into ``n_clients · shards_per_client`` shards of
+    ``⌊N / n_shards⌋`` samples (the last ``N mod n_shards`` samples of the sorted order are left out, so every
+    client has the same size); each client receives ``shards_per_client`` shards chosen at random.
+
+    Returns
+    -------
+    list of ndarray of int
+        ``Q`` index arrays of equal size ``shards_per_client · ⌊N / n_shards⌋``.
+    """
+    y, _ = _labels(labels)
+    Q = positive_int("n_clients", n_clients)
+    spc = positive_int("shards_per_client", shards_per_client)
+    n_shards = Q * spc
+    size = y.size // n_shards
+    if size < 1:
+        raise FedsdeInputError(
+            f"n_clients={Q}, shards_per_client={spc}: {n_shards} shards need at least {n_shards} samples "
+            f"(have {y.size})"
+        )
+    rng = np.random.default_rng(seed)
+    perm = rng.permutation(y.size)
+    order = perm[np.argsort(y[perm], kind="stable")]
+    shards = order[: n_shards * size].reshape(n_shards, size)
+    assign = rng.permutation(n_shards).reshape(Q, spc)
+    return [rng.permutation(shards[a].reshape(-1)) for a in assign]
+
+
+def quantity_skew_partition(
+    n_samples: int,
+    n_clients: int,
+    beta: float,
+    *,
+    seed: int,
+    min_size: int = 10,
+    max_tries: int = 1000,
+) -> list[np.ndarray]:
+    """Quantity skew with IID labels (NIID-Bench "iid-diff-quantity").
+
+    Client proportions ``q ~ Dir(β·1_Q)`` are redrawn until every client gets at least ``min_size`` samples
+    (stall guard ``max_tries``); a random permutation of the samples is cut at the cumulative proportions.
+    """
+    N = positive_int("n_samples", n_samples)
+    Q = positive_int("n_clients", n_clients)
+    beta = positive_float("beta", beta)
+    min_size = positive_int("min_size", min_size, minimum=0)
+    max_tries = positive_int("max_tries", max_tries)
+    if Q * min_size > N:
+        raise FedsdeInputError(
+            f"min_size={min_size}: {Q} clients x {min_size} samples exceeds the {N} samples available"
+        )
+    rng = np.random.default_rng(seed)
+    for _ in range(max_tries):
+        prop = rng.dirichlet(np.full(Q, beta))
+        cuts = (np.cumsum(prop) * N).astype(np.int64)[:-1]
+        sizes = np.diff(np.concatenate([[0], cuts, [N]]))
+        if sizes.min() >= min_size:
+            perm = rng.permutation(N)
+            return [np.sort(p) for p in np.split(perm, cuts)]
+    raise FedsdeInputError(
+        f"max_tries={max_tries}: no Dirichlet(beta={beta}) draw gave every one of {Q} clients >= "
+        f"min_size={min_size} of the {N} samples; raise beta or max_tries, or lower min_size"
+    )
+
+
+def niid2_partition(
+    labels,
+    n_biased: int = 5,
+    n_uniform: int = 1,
+    *,
+    seed: int,
+    classes_per_biased: int | None = None,
+) -> list[np.ndarray]:
+    """Seed 004's NIID-2: equal-size clients, ``n_biased`` label-skewed and ``n_uniform`` uniform.
+
+    With ``C`` classes and ``g = classes_per_biased`` (default ``C/5``, so 2 for ``C = 10``), biased client
+    ``i`` holds classes ``(g·i + j) mod C`` for ``j < g``, ``C/g`` shards of each; every uniform client holds one
+    shard of every class.  All clients therefore hold ``C`` shards.  The shard size is the largest that every
+    class can supply (``⌊N_c / demand_c⌋`` minimised over classes; ``⌊N/(C·K)⌋`` for balanced classes, as in the
+    reference code).  Biased clients come first, uniform clients last.
+    """
+    y, C = _labels(labels)
+    nb = positive_int("n_biased", n_biased, minimum=0)
+    nu = positive_int("n_uniform", n_uniform, minimum=0)
+    if nb + nu < 1:
+        raise FedsdeInputError("n_biased + n_uniform: need at least one client")
+    g = C // 5 if classes_per_biased is None else positive_int("classes_per_biased", classes_per_biased)
+    if nb and (g < 1 or C % g):
+        raise FedsdeInputError(
+            f"classes_per_biased={g}: must be >= 1 and divide the number of classes C={C}"
+        )
+    per_class = C // g if nb else 0  # shards of each held class
+    holds = [[(g * i + j) % C for j in range(g)] for i in range(nb)]
+    demand = np.full(C, nu, dtype=np.int64)
+    for cls in holds:
+        for c in cls:
+            demand[c] += per_class
+    counts = np.bincount(y, minlength=C)
+    used = demand > 0
+    shard = int(np.min(counts[used] // demand[used]))
+    if shard < 1:
+        raise FedsdeInputError(
+            f"n_biased={nb}, n_uniform={nu}: some class has fewer samples than the {int(demand.max())} shards "
+            "it must supply"
+        )
+    rng = np.random.default_rng(seed)
+    pools = [list(np.split(rng.permutation(np.flatnonzero(y == c))[: demand[c] * shard], demand[c]))
+             if demand[c] else [] for c in range(C)]
+    parts = []
+    for cls in holds:
+        parts.append(np.concatenate([pools[c].pop() for c in cls for _ in range(per_class)]))
+    for _ in range(nu):
+        parts.append(np.concatenate([pools[c].pop() for c in range(C)]))
+    return [rng.permutation(p) for p in parts]

@@ -1,0 +1,161 @@
+"""Local solvers: plain SGD, heavy-ball momentum, proximal SGD and momentum + prox.
+
+One local step of client ``k`` in round ``n`` (server weights ``w_n``, learning rate ``η``), in the simulator's
+sign convention ``w ← w − η(∇F_k(w) + ξ)`` (seed 003 §1.4; reference/seed-fednova.md §1.4, §1.10):
+
+* stochastic gradient ``g = ∇F_k(x) + ξ`` (plus a control-variate correction ``c − c_k`` for SCAFFOLD);
+* momentum ``ρ`` (PyTorch convention, no dampening, buffer reset every round): ``v₀ = g₀``,
+  ``v_i = ρ v_{i−1} + g_i``; without momentum ``v_i = g_i``;
+* proximal term ``μ`` (FedProx), added after the momentum: ``x ← x − η (v_i + μ (x − w_n))``.
+
+Every such solver is linear in the gradients, ``Δ_k = −η Σ_s a_{k,s} g_k(x^{(s)})`` with the accumulation vector
+``a_k`` (seed 003, Remark 1).  Its ``‖a_k‖₁`` follows from the same recursion run on a scalar "shadow" parameter
+with every gradient equal to one (reference §1.4): ``c ← ρc + 1``, ``s ← (1 − ημ)s + c`` for ``τ_k`` steps gives
+``‖a_k‖₁ = s``; closed forms: ``τ`` (SGD), ``(1 − (1 − α)^τ)/α`` (prox, ``α = ημ``),
+``[τ − ρ(1 − ρ^τ)/(1 − ρ)]/(1 − ρ)`` (momentum).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from fedsde._validate import positive_float
+from fedsde.errors import FedsdeInputError
+
+
+@dataclass(frozen=True)
+class LocalSolver:
+    """A local solver (see the module docstring); ``LocalSolver()`` is plain SGD.
+
+    Parameters
+    ----------
+    momentum : float
+        ``ρ ∈ [0, 1)``; the buffer is reset at the start of every round (stateless clients).
+    prox : float
+        ``μ >= 0``; needs ``α = ημ <= 1`` for a non-negative accumulation vector.
+    """
+
+    momentum: float = 0.0
+    prox: float = 0.0
+
+    def __post_init__(self):
+        rho = positive_float("momentum", self.momentum, allow_zero=True)
+        if rho >= 1.0:
+            raise FedsdeInputError(f"momentum={self.momentum!r}: must lie in [0, 1)")
+        positive_float("prox", self.prox, allow_zero=True)
+
+    @property
+    def name(self) -> str:
+        parts = (["momentum"] if self.momentum else []) + (["prox"] if self.prox else [])
+        return "+".join(parts) or "sgd"
+
+    @property
+    def plain(self) -> bool:
+        """True for plain SGD (the simulator's fast path)."""
+        return self.momentum == 0.0 and self.prox == 0.0
+
+    def check_eta(self, eta_max: float) -> None:
+        """Raise if ``α = ημ > 1`` for the largest client learning rate (seed 003 §5 item 4)."""
+        if self.prox and eta_max * self.prox > 1.0:
+            raise FedsdeInputError(
+                f"eta*prox={eta_max * self.prox:.6g} (eta={eta_max:g}, prox={self.prox:g}): the proximal step needs "
+                "eta*mu <= 1"
+            )
+
+    # ---------------------------------------------------------------- accumulation vectors
+    def accumulation_vector(self, steps: int, eta: float) -> np.ndarray:
+        """``a_k`` after ``steps`` local steps, oldest gradient first, shape (steps,).
+
+        Column ``s`` is the (scaled) response of the final displacement to gradient ``s``: running the linear
+        recursion with ``g_j = δ_{js}`` gives ``−Δ/η``.
+        """
+        tau = int(steps)
+        alpha = eta * self.prox
+        a = np.zeros(tau)
+        for s in range(tau):
+            y, v = 0.0, 0.0
+            for j in range(tau):
+                g = 1.0 if j == s else 0.0
+                v = g if j == 0 else self.momentum * v + g
+                y = (1.0 - alpha) * y - v  # y = (x − w_n)/η
+            a[s] = -y
+        return a
+
+    def norm_table(self, max_steps: int, eta: float) -> np.ndarray:
+        """``‖a‖₁`` after ``τ = 0..max_steps`` steps by the shadow recursion, shape (max_steps + 1,)."""
+        alpha = eta * self.prox
+        out = np.zeros(int(max_steps) + 1)
+        c = s = 0.0
+        for t in range(1, int(max_steps) + 1):
+            c = self.momentum * c + 1.0
+            s = (1.0 - alpha) * s + c
+            out[t] = s
+        return out
+
+    def accumulation_norm(self, steps: torch.Tensor, eta: float) -> torch.Tensor:
+        """``‖a_k‖₁`` for every entry of ``steps`` (any shape, int tensor); same shape and the dtype ``float64``."""
+        table = torch.as_tensor(self.norm_table(int(steps.max()), eta), device=steps.device)
+        return table[steps.long()]
+
+    # ---------------------------------------------------------------- the local loop
+    def run(self, x, wb, oracle, noise, eta, n_steps, tau_b, corr=None, first_grad=None, on_step=None):
+        """Run ``n_steps`` local steps in place on ``x`` (block-major, shape (nb, Q, B, d)).
+
+        Parameters
+        ----------
+        x : Tensor, shape (nb, Q, B, d)
+            Client weights, starting at the server weights.
+        wb : Tensor, shape (nb, 1, B, d)
+            Server weights ``w_n`` (the prox anchor).
+        oracle, noise
+            Gradient oracle and its random streams.
+        eta : float
+        n_steps : int
+            Steps of the longest client.
+        tau_b : Tensor, shape (nb, Q, B, 1), or None
+            Steps of each client (clients stop after ``τ_k`` steps); ``None`` when all run ``n_steps``.
+        corr : Tensor, shape (nb, Q, B, d), optional
+            Constant gradient correction (SCAFFOLD's ``c − c_k``).
+        first_grad : list, optional
+            If given, the oracle's gradient at the server weights (step 0, before correction) is appended.
+        on_step : callable, optional
+            ``on_step(i, x)`` after every step (drift recording).
+        """
+        rho, mu = self.momentum, self.prox
+        v = None
+        for i in range(n_steps):
+            g = oracle.sample(x, noise)
+            if first_grad is not None and i == 0:
+                first_grad.append(g.clone())
+            if corr is not None:
+                g = g + corr
+            if rho:
+                v = g.clone() if v is None else v.mul_(rho).add_(g)
+                step = v
+            else:
+                step = g
+            if mu:
+                step = step + mu * (x - wb)
+            if tau_b is not None:
+                step = step * (tau_b > i).to(x.dtype)
+            x.sub_(step, alpha=eta)
+            if on_step is not None:
+                on_step(i, x)
+        return x
+
+
+#: plain SGD
+SGD = LocalSolver()
+
+
+def momentum_solver(rho: float) -> LocalSolver:
+    """Heavy-ball local momentum ``ρ`` (buffer reset every round)."""
+    return LocalSolver(momentum=rho)
+
+
+def prox_solver(mu: float) -> LocalSolver:
+    """FedProx's proximal SGD with coefficient ``μ``."""
+    return LocalSolver(prox=mu)
