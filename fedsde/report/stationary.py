@@ -6,7 +6,8 @@ Three sources side by side on one quadratic problem (Section 6 convention: serve
 * a Monte-Carlo simulation of the algorithm (:func:`fedsde.sim.simulate`), run from ``w0`` until the exact
   transient law is within ``tol`` of stationarity, moments over replicates with standard errors;
 * the paper's printed ``C4`` and ``v0(∞)`` (seed 002, Thm 6.3 / eq. (4) as printed) and the corrected SDE's
-  stationary variance, from :func:`fedsde.sde.coefficients.quadratic_sde_coefficients`.
+  stationary variance, from the lambdified symbolic formulas
+  (:func:`fedsde.symbolic.numeric.sde_coefficients_numeric`; full-matrix problems take its matrix path).
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ def stationary_scan(
     device: str = "cpu",
 ) -> list[StationaryRow]:
     """Exact, simulated and printed stationary moments on the (η, E) grid (see module docstring)."""
-    from fedsde.sde.coefficients import quadratic_sde_coefficients
+    from fedsde.symbolic.numeric import sde_coefficients_numeric
 
     rows = []
     w_star = problem.optimum
@@ -94,8 +95,8 @@ def stationary_scan(
         xc = x - x.mean(0)
         tr_samples = np.einsum("ri,ri->r", xc, xc)
         sim_var = float(tr_samples.sum() / (replicates - 1))
-        paper = quadratic_sde_coefficients(problem, eta, E, server_lr, h=eta, variant="paper").stationary()
-        corr = quadratic_sde_coefficients(problem, eta, E, server_lr, h=eta, variant="corrected").stationary()
+        paper = sde_coefficients_numeric(problem, eta, E, server_lr, h=eta, variant="paper").stationary()
+        corr = sde_coefficients_numeric(problem, eta, E, server_lr, h=eta, variant="corrected").stationary()
         rows.append(StationaryRow(
             eta=eta, E=E, rounds_simulated=n,
             exact_mean=float(st.mean[0]), sim_mean=float(x[:, 0].mean()),

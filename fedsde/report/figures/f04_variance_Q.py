@@ -10,8 +10,8 @@ from fedsde.exact import stationary_law
 from fedsde.report.figures.common import integer_log_ticks, loglog_slope, subplots
 from fedsde.report.gallery import FigureOutput, RunContext
 from fedsde.report.stationary import burn_in_rounds
-from fedsde.sde.coefficients import quadratic_sde_coefficients
 from fedsde.sim import simulate
+from fedsde.symbolic.numeric import sde_coefficients_numeric
 
 
 def make(cfg: dict, ctx: RunContext) -> FigureOutput:
@@ -25,8 +25,8 @@ def make(cfg: dict, ctx: RunContext) -> FigureOutput:
         x = simulate(pb, eta=eta, local_steps=E, rounds=n, replicates=R, seed=ctx.seed + 100 + i, record=[n],
                      device=ctx.device).final[:, 0]
         dev = (x - x.mean()) ** 2
-        printed = quadratic_sde_coefficients(pb, eta, E, variant="paper").stationary().cov[0, 0]
-        corrected = quadratic_sde_coefficients(pb, eta, E, variant="corrected").stationary().cov[0, 0]
+        printed = sde_coefficients_numeric(pb, eta, E, variant="paper").stationary()[1][0, 0]
+        corrected = sde_coefficients_numeric(pb, eta, E, variant="corrected").stationary()[1][0, 0]
         rows.append([pb.Q, float(st.cov[0, 0]), float(dev.sum() / (R - 1)), float(dev.std(ddof=1) / math.sqrt(R)),
                      float(printed), float(corrected)])
     arr = np.array(rows)

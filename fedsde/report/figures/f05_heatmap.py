@@ -8,7 +8,7 @@ from fedsde.errors import NoStationaryLawError
 from fedsde.exact import stationary_law
 from fedsde.report.figures.common import subplots
 from fedsde.report.gallery import FigureOutput, RunContext
-from fedsde.sde.coefficients import quadratic_sde_coefficients
+from fedsde.symbolic.numeric import sde_coefficients_numeric
 
 
 def make(cfg: dict, ctx: RunContext) -> FigureOutput:
@@ -25,9 +25,9 @@ def make(cfg: dict, ctx: RunContext) -> FigureOutput:
                 st = stationary_law(pb, eta, E)
             except NoStationaryLawError:
                 continue
-            paper = quadratic_sde_coefficients(pb, eta, E, variant="paper").stationary()
+            paper_mean, paper_cov = sde_coefficients_numeric(pb, eta, E, variant="paper").stationary()
             exact[i, j] = pb.excess_loss(st.mean, st.cov)
-            printed[i, j] = pb.excess_loss(paper.mean, paper.cov)
+            printed[i, j] = pb.excess_loss(paper_mean, paper_cov)
             rows.append([eta, E, exact[i, j], printed[i, j]])
     fig, axes = subplots(2, width=5.6, height=4.6, layout="constrained")
     finite = np.concatenate([exact[np.isfinite(exact)], printed[np.isfinite(printed)]])
