@@ -1,6 +1,8 @@
 """MkDocs hooks: pages whose tables are generated from fedsde itself when the site is built.
 
 * ``<!-- fedsde:errata -->`` becomes the errata table computed by :func:`fedsde.symbolic.errata.errata_entries`;
+* ``<!-- fedsde:include PATH -->`` becomes the text of a file outside ``docs/`` (the readable derivations and errata
+  of the claims registry in ``theory/``);
 * ``<!-- fedsde:gallery -->`` becomes the gallery of ``docs/gallery/`` (figures and captions written by
   ``scripts/update_gallery.sh`` from a ``fedsde reproduce --quick`` run).
 """
@@ -51,7 +53,22 @@ def _gallery() -> str:
     return "\n".join(out)
 
 
+def _include(markdown: str) -> str:
+    """Replace ``<!-- fedsde:include PATH -->`` (relative to the repository root) by the file's text."""
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+
+    def repl(m):
+        text = (root / m.group(1)).read_text()
+        # the included files' top heading becomes a section of the page
+        return re.sub(r"^# ", "## ", text, count=1, flags=re.M)
+
+    return re.sub(r"<!-- fedsde:include (\S+) -->", repl, markdown)
+
+
 def on_page_markdown(markdown: str, page, config, files) -> str:
+    markdown = _include(markdown)
     if "<!-- fedsde:errata -->" in markdown:
         markdown = markdown.replace("<!-- fedsde:errata -->", _errata())
     if "<!-- fedsde:gallery -->" in markdown:
