@@ -6,6 +6,7 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+import torch
 
 from fedsde.errors import FedsdeInputError
 
@@ -73,3 +74,15 @@ def client_steps(name: str, value: int | Sequence[int] | np.ndarray, Q: int) -> 
     for k, v in enumerate(arr.tolist()):
         out[k] = positive_int(f"{name}[{k}]", v)
     return out
+
+
+def device_dtype(device, dtype) -> tuple[torch.device, torch.dtype]:
+    """A usable torch device (``"cpu"``, ``"cuda"``, ``"cuda:1"``, …) and a float dtype (float64 or float32)."""
+    try:
+        dev = torch.device(device)
+        torch.empty(0, device=dev)
+    except (RuntimeError, AssertionError, TypeError) as exc:
+        raise FedsdeInputError(f"device={device!r}: not available ({exc})") from None
+    if dtype not in (torch.float64, torch.float32):
+        raise FedsdeInputError(f"dtype={dtype}: must be torch.float64 or torch.float32")
+    return dev, dtype

@@ -10,11 +10,10 @@ import argparse
 import csv
 import io
 import json
-import os
-import tempfile
 import time
 from pathlib import Path
 
+from fedsde._atomic import atomic_write_bytes
 from fedsde._cli.common import add_json_flag, emit, to_jsonable
 from fedsde.errors import FedsdeInputError
 from fedsde.report.aggregator_comparison import (
@@ -28,29 +27,13 @@ from fedsde.report.aggregator_comparison import (
 )
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600 files
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def write_outputs(results: dict, out: Path, *, plot: bool = True) -> dict[str, str]:
     """Write ``table.md``, ``summary.csv``, ``results.json`` and ``accuracy.png`` into ``out`` (atomically)."""
     paths = {}
     cfg = results["config"]
     header = (f"# digits softmax regression, final test accuracy (%) after {cfg['rounds']} rounds, "
               f"mean ± std over {cfg['runs']} runs (seed {cfg['seed']}, data seed {cfg['data_seed']})\n\n")
-    _atomic_write(out / "table.md", (header + table_text(results) + "\n").encode())
+    atomic_write_bytes(out / "table.md", (header + table_text(results) + "\n").encode())
     paths["table"] = str(out / "table.md")
     buf = io.StringIO()
     rows = summary_rows(results)
@@ -58,9 +41,9 @@ def write_outputs(results: dict, out: Path, *, plot: bool = True) -> dict[str, s
     writer.writeheader()
     for r in rows:
         writer.writerow({k: (f"{v:.4f}" if isinstance(v, float) else v) for k, v in r.items()})
-    _atomic_write(out / "summary.csv", buf.getvalue().encode())
+    atomic_write_bytes(out / "summary.csv", buf.getvalue().encode())
     paths["csv"] = str(out / "summary.csv")
-    _atomic_write(out / "results.json", json.dumps(to_jsonable(results)).encode())
+    atomic_write_bytes(out / "results.json", json.dumps(to_jsonable(results)).encode())
     paths["json"] = str(out / "results.json")
     if plot:
         import matplotlib.pyplot as plt
@@ -69,7 +52,7 @@ def write_outputs(results: dict, out: Path, *, plot: bool = True) -> dict[str, s
         buf = io.BytesIO()
         fig.savefig(buf, format="png", dpi=120)
         plt.close(fig)
-        _atomic_write(out / "accuracy.png", buf.getvalue())
+        atomic_write_bytes(out / "accuracy.png", buf.getvalue())
         paths["figure"] = str(out / "accuracy.png")
     return paths
 

@@ -71,12 +71,9 @@ def run(args: argparse.Namespace) -> int:
 def _check_device(device: str) -> None:
     import torch
 
-    from fedsde.errors import FedsdeInputError
+    from fedsde._validate import device_dtype
 
-    try:
-        torch.empty(0, device=torch.device(device))
-    except (RuntimeError, AssertionError) as exc:
-        raise FedsdeInputError(f"--device={device!r}: not available ({exc})") from None
+    device_dtype(device, torch.float64)
 
 
 def _stationary_table(table) -> str:

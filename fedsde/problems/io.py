@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import tomllib
 from pathlib import Path
 
 import tomli_w
-import tomllib
 
+from fedsde._atomic import atomic_write_text
 from fedsde.errors import FedsdeInputError
 from fedsde.problems.quadratic import QuadraticProblem
 
@@ -70,13 +70,4 @@ def save_problem(problem: QuadraticProblem, path: str | os.PathLike, *, compact:
         text = json.dumps(data, indent=2) + "\n"
     else:
         raise FedsdeInputError(f"path {str(p)!r}: suffix must be .toml or .json")
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return p
+    return atomic_write_text(p, text)

@@ -9,12 +9,11 @@ the value and the constraint.
 from __future__ import annotations
 
 import copy
+import tomllib
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
-
-import tomllib
 
 from fedsde.errors import FedsdeInputError
 

@@ -1,34 +1,20 @@
-"""Writing results safely: files appear complete or not at all."""
+"""Writing results safely: files appear complete or not at all (see :mod:`fedsde._atomic`)."""
 
 from __future__ import annotations
 
 import csv
+import io
 import json
-import os
-import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from fedsde._atomic import atomic_save_figure, atomic_write_text
 
-def atomic_write_text(path: Path, text: str) -> Path:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and ``os.replace``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", newline="") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+__all__ = ["atomic_write_text", "save_figure", "write_csv", "write_json"]
 
 
 def write_csv(path: Path, header: Sequence[str], rows: Iterable[Sequence]) -> Path:
     """Atomically write a CSV file (numbers with full precision)."""
-    import io
-
     buf = io.StringIO()
     w = csv.writer(buf)
     w.writerow(header)
@@ -43,18 +29,4 @@ def write_json(path: Path, obj) -> Path:
 
 def save_figure(fig, path: Path, *, formats: Sequence[str] = ("png",), dpi: int = 130) -> list[Path]:
     """Save a matplotlib figure atomically in each format (``path`` without suffix)."""
-    out = []
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    for fmt in formats:
-        target = path.with_suffix(f".{fmt}")
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=f".{fmt}")
-        os.close(fd)
-        try:
-            fig.savefig(tmp, format=fmt, dpi=dpi, bbox_inches="tight")
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        out.append(target)
-    return out
+    return [atomic_save_figure(fig, Path(path).with_suffix(f".{fmt}"), fmt=fmt, dpi=dpi) for fmt in formats]

@@ -22,12 +22,13 @@ import torch
 import torchsde
 from tqdm.auto import tqdm
 
-from fedsde._validate import positive_int
+from fedsde._samples import ReplicateMoments
+from fedsde._validate import device_dtype, positive_int
 from fedsde.errors import FedsdeInputError, SimulationDivergedError
 from fedsde.problems.quadratic import QuadraticProblem
 from fedsde.sde.brownian import GridBrownian
 from fedsde.sde.coefficients import VARIANTS, psd_sqrt
-from fedsde.sde.models import ClientProblem, FedAvgSDE, QuadraticSDE, _device_dtype
+from fedsde.sde.models import ClientProblem, FedAvgSDE, QuadraticSDE
 from fedsde.sde.schedules import RateLike
 from fedsde.sim.oracles import GradientOracle
 from fedsde.sim.streams import BLOCK, resolve_seed, split_chunks
@@ -39,7 +40,7 @@ METHODS = ("euler", "exact")
 
 
 @dataclass
-class SDEPaths:
+class SDEPaths(ReplicateMoments):
     """Paths of an SDE recorded at round times.
 
     Attributes
@@ -61,24 +62,6 @@ class SDEPaths:
     weights: np.ndarray
     h: float
     config: dict = field(default_factory=dict)
-
-    @property
-    def replicates(self) -> int:
-        return int(self.weights.shape[1])
-
-    def mean(self) -> np.ndarray:
-        """Mean over paths, shape (T, d)."""
-        return self.weights.mean(axis=1)
-
-    def cov(self) -> np.ndarray:
-        """Covariance over paths (ddof=1), shape (T, d, d)."""
-        x = self.weights - self.weights.mean(axis=1, keepdims=True)
-        return np.einsum("tri,trj->tij", x, x) / max(1, self.replicates - 1)
-
-    @property
-    def final(self) -> np.ndarray:
-        """Paths at the last recorded time, shape (R, d)."""
-        return self.weights[-1]
 
 
 def time_grid(h: float, rounds: int, substeps: int = 1, t0: float = 0.0) -> np.ndarray:
@@ -247,7 +230,7 @@ def simulate_sde(
     paths = positive_int("paths", paths)
     substeps = positive_int("substeps", substeps)
     base_seed = resolve_seed(seed)
-    dev, dtype = _device_dtype(device, dtype)
+    dev, dtype = device_dtype(device, dtype)
     d = int(problem.d)
     keep = np.arange(rounds + 1) if record is None else np.unique(np.asarray(record, dtype=np.int64).reshape(-1))
     if keep.size == 0 or keep.min() < 0 or keep.max() > rounds:

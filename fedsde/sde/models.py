@@ -28,7 +28,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from fedsde._validate import client_steps, positive_float, positive_int
+from fedsde._validate import client_steps, device_dtype, positive_float, positive_int
 from fedsde.errors import FedsdeInputError
 from fedsde.problems.quadratic import QuadraticProblem
 from fedsde.sde.coefficients import VARIANTS, LinearSDE, quadratic_sde_coefficients
@@ -62,15 +62,6 @@ class ClientProblem(Protocol):
     def p(self) -> np.ndarray: ...
 
 
-def _device_dtype(device, dtype) -> tuple[torch.device, torch.dtype]:
-    try:
-        dev = torch.device(device)
-        torch.empty(0, device=dev)
-    except (RuntimeError, AssertionError) as exc:
-        raise FedsdeInputError(f"device={device!r}: not available ({exc})") from None
-    if dtype not in (torch.float64, torch.float32):
-        raise FedsdeInputError(f"dtype={dtype}: must be torch.float64 or torch.float32")
-    return dev, dtype
 
 
 def _default_h(h: float | None, eta: RateLike) -> float:
@@ -129,7 +120,7 @@ class QuadraticSDE(torch.nn.Module):
         self.local_steps = client_steps("local_steps", local_steps, problem.Q)
         self.eta = as_schedule("eta", eta, self.h)
         self.server_lr = as_schedule("server_lr", server_lr, self.h)
-        self.device_, self.dtype_ = _device_dtype(device, dtype)
+        self.device_, self.dtype_ = device_dtype(device, dtype)
         self._cache: dict[tuple[float, float], tuple] = {}
         self.coefficients(0.0)  # validate (raises for impossible variants) and warm the cache
 
@@ -298,7 +289,7 @@ class FedAvgSDE(torch.nn.Module):
         self.seed = resolve_seed(seed)
         self.first_block = int(first_block)
         self.oracle_factory = oracle_factory
-        self.device_, self.dtype_ = _device_dtype(device, dtype)
+        self.device_, self.dtype_ = device_dtype(device, dtype)
         self._p = torch.as_tensor(np.asarray(problem.p, dtype=np.float64), dtype=self.dtype_, device=self.device_)
         uniform = bool(np.all(self.steps == self.steps[0]))
         self._masks = None if uniform else [

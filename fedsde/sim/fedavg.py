@@ -32,7 +32,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from fedsde._validate import positive_int, schedule
+from fedsde._samples import ReplicateMoments
+from fedsde._validate import device_dtype, positive_int, schedule
 from fedsde.errors import FedsdeInputError, SimulationDivergedError
 from fedsde.problems.quadratic import QuadraticProblem
 from fedsde.sim.oracles import GaussianQuadraticOracle
@@ -50,7 +51,7 @@ WEIGHTINGS = ("unbiased", "renormalised", "multinomial")
 
 
 @dataclass
-class SimulationResult:
+class SimulationResult(ReplicateMoments):
     """Server weights (and optionally client drift) recorded during a simulation.
 
     Attributes
@@ -73,24 +74,6 @@ class SimulationResult:
     drift_rounds: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     drift: np.ndarray | None = None
     config: dict = field(default_factory=dict)
-
-    @property
-    def replicates(self) -> int:
-        return int(self.weights.shape[1])
-
-    def mean(self) -> np.ndarray:
-        """Mean over replicates, shape (T, d)."""
-        return self.weights.mean(axis=1)
-
-    def cov(self) -> np.ndarray:
-        """Covariance over replicates (unbiased, ddof=1), shape (T, d, d)."""
-        x = self.weights - self.weights.mean(axis=1, keepdims=True)
-        return np.einsum("tri,trj->tij", x, x) / max(1, self.replicates - 1)
-
-    @property
-    def final(self) -> np.ndarray:
-        """Server weights after the last recorded round, shape (R, d)."""
-        return self.weights[-1]
 
 
 def _initial_weights(w0, d: int) -> np.ndarray:
@@ -204,13 +187,7 @@ def simulate(
     if etas.size:
         agg.local_solver.check_eta(float(etas.max()))
     agg.bind(problem)
-    try:
-        dev = torch.device(device)
-        torch.empty(0, device=dev)
-    except (RuntimeError, AssertionError) as exc:
-        raise FedsdeInputError(f"device={device!r}: not available ({exc})") from None
-    if dtype not in (torch.float64, torch.float32):
-        raise FedsdeInputError(f"dtype={dtype}: must be torch.float64 or torch.float32")
+    dev, dtype = device_dtype(device, dtype)
     keep = _record_set("record", record, rounds, default_all=True)
     drift_keep = _record_set("record_drift", record_drift, rounds, default_all=False)
     w_start = _initial_weights(w0, d)

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from fedsde._atomic import atomic_save_figure
 from fedsde.theory.claims.base import Figure
 
 
@@ -64,15 +63,7 @@ def save_claim_figure(claim_id: str, figure: Figure, directory) -> Path:
 
     fig = draw_claim_figure(claim_id, figure)
     target = Path(directory) / figure_filename(claim_id)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".png")
-    os.close(fd)
     try:
-        fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        return atomic_save_figure(fig, target, fmt="png", dpi=120)
     finally:
         plt.close(fig)
-    return target
