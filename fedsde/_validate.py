@@ -29,7 +29,7 @@ def positive_int(name: str, value: int, *, minimum: int = 1) -> int:
         raise FedsdeInputError(f"{name}={value!r}: must be an integer >= {minimum}")
     try:
         v = int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise FedsdeInputError(f"{name}={value!r}: must be an integer >= {minimum}") from None
     if v != value or v < minimum:
         raise FedsdeInputError(f"{name}={value!r}: must be an integer >= {minimum}")
@@ -80,8 +80,14 @@ def device_dtype(device, dtype) -> tuple[torch.device, torch.dtype]:
     """A usable torch device (``"cpu"``, ``"cuda"``, ``"cuda:1"``, …) and a float dtype (float64 or float32)."""
     try:
         dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise FedsdeInputError(f"device={device!r}: not a torch device ({exc})") from None
+    if dev.type not in ("cpu", "cuda", "mps"):
+        raise FedsdeInputError(f"device={device!r}: must be a cpu, cuda or mps device")
+    try:
         torch.empty(0, device=dev)
-    except (RuntimeError, AssertionError, TypeError) as exc:
+        torch.Generator(device=dev)
+    except (RuntimeError, AssertionError) as exc:
         raise FedsdeInputError(f"device={device!r}: not available ({exc})") from None
     if dtype not in (torch.float64, torch.float32):
         raise FedsdeInputError(f"dtype={dtype}: must be torch.float64 or torch.float32")

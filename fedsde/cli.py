@@ -2,8 +2,9 @@
 
 Each subcommand lives in ``fedsde/_cli/<name>.py`` and exposes ``register(subparsers)``; its handler returns
 a JSON-able dict (printed as one JSON object under ``--json``) and prints a human-readable view otherwise.
-User mistakes (:class:`fedsde.errors.FedsdeInputError`, missing files, bad numbers) become a one-line
-``fedsde: error: …`` message and exit status 2, without a traceback.
+User mistakes (:class:`fedsde.errors.FedsdeInputError`, missing files, bad numbers) and simulations that diverge
+with the parameters given (:class:`fedsde.errors.SimulationDivergedError`, which names the round and client) become
+a one-line ``fedsde COMMAND: error: …`` message and exit status 2, without a traceback.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import importlib
 import sys
 import warnings
 
-from fedsde.errors import FedsdeInputError
+from fedsde.errors import FedsdeInputError, SimulationDivergedError
 
 #: subcommand modules under fedsde._cli, in the order ``--help`` lists them
 SUBCOMMANDS = (
@@ -62,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
                 # keep stdout a single JSON object; warnings go to stderr as one line each
                 warnings.simplefilter("default")
             return int(args.func(args) or 0)
-    except FedsdeInputError as exc:
+    except (FedsdeInputError, SimulationDivergedError) as exc:
         print(f"fedsde {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:

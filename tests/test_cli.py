@@ -104,3 +104,11 @@ def test_console_script_no_traceback(tmp_path):
     out = subprocess.run([*cmd, *args], capture_output=True, text=True)
     assert out.returncode == 2
     assert out.stderr.startswith("fedsde exact: error:") and "Traceback" not in out.stderr
+
+
+def test_diverging_simulation_is_a_one_line_error(capsys):
+    code = main(["simulate", "--problem", PAPER, "--eta", "1", "--local-steps", "50", "--rounds", "100",
+                 "--replicates", "10", "--seed", "0", "--json"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert "NaN/inf at round" in err and "client 2" in err and "Traceback" not in err

@@ -143,6 +143,8 @@ def test_cost_does_not_grow_with_E():
         (dict(eta=0.1, local_steps=2, server_lr=0.0), "server_lr=0.0"),
         (dict(eta=0.1, local_steps=2, participation=4), "participation=4"),
         (dict(eta=0.1, local_steps=2.5), r"local_steps=2.5"),
+        (dict(eta=0.1, local_steps=2, weights=[0.0, 0.0, 0.0]), "weights: all zero"),
+        (dict(eta=0.1, local_steps=2, weights=[0.5, -1.0, 0.5]), r"weights\[1\]=-1.0: must be finite and >= 0"),
     ],
 )
 def test_round_law_validation(kwargs, match):

@@ -68,6 +68,8 @@ def test_builtin_configs_are_valid_and_complete():
         ("[F1]\nspeed = 1\n", "unknown field F1.speed"),
         ("[run]\nseed = 'x'\n", "run.seed='x': must be an integer"),
         ("not toml [", "not valid TOML"),
+        ("[F6]\neta = nan\n", "F6.eta=nan: must be finite"),
+        ("[F2]\netas = [0.1, inf]\n", r"F2.etas\[1\]=inf: must be finite"),
     ],
 )
 def test_config_errors_name_field_value_constraint(tmp_path, text, match):

@@ -149,3 +149,13 @@ def test_heterogeneous_steps_corrected():
     law = round_law(pb, 0.05, [2, 3, 4], 0.5)
     np.testing.assert_allclose(lin.A, 5 * law.B)
     assert lin.local_steps.tolist() == [2, 3, 4]
+
+
+def test_moments_need_a_nonnegative_time():
+    from fedsde.errors import FedsdeInputError
+    from fedsde.problems import paper_table_problem
+    from fedsde.sde import quadratic_sde_coefficients
+
+    lin = quadratic_sde_coefficients(paper_table_problem(), 0.05, 5)
+    with pytest.raises(FedsdeInputError, match=r"t=-1.0: must be finite and >= 0"):
+        lin.moments(-1.0, [0.0])

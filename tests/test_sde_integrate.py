@@ -126,9 +126,19 @@ def test_input_validation(kwargs, match):
 
 
 def test_divergence_is_reported():
+    # a per-round server-lr schedule is not checked up front: the NaN/inf check names the time
     with pytest.raises(SimulationDivergedError, match="NaN/inf"):
-        simulate_sde(paper_table_problem(), eta=0.05, local_steps=5, server_lr=1e3, rounds=400, paths=4, seed=0,
-                     variant="paper")
+        simulate_sde(paper_table_problem(), eta=0.05, local_steps=5, server_lr=np.full(400, 1e3), rounds=400,
+                     paths=4, seed=0, variant="paper")
+
+
+def test_unstable_euler_step_is_refused_up_front():
+    # I − dt·A with dt = h = 0.05 and A = (s/h)B, s = 30: spectral radius 30·0.436 − 1 = 12.08
+    kw = {"eta": 0.05, "local_steps": 5, "server_lr": 30.0, "rounds": 10, "paths": 4, "seed": 0}
+    with pytest.raises(FedsdeInputError, match=r"spectral radius of I − dt·A is 12.08 >= 1\); use substeps >= 8"):
+        simulate_sde(paper_table_problem(), variant="corrected", **kw)
+    ok = simulate_sde(paper_table_problem(), variant="corrected", substeps=8, **kw)
+    assert np.all(np.isfinite(ok.weights))
 
 
 @pytest.mark.cuda

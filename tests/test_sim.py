@@ -126,6 +126,9 @@ def test_divergence_names_round_and_client():
         (dict(aggregator="nope"), "aggregator='nope'"),
         (dict(device="nodevice"), "device='nodevice'"),
         (dict(record=[99]), "record"),
+        (dict(device="meta"), "device='meta': must be a cpu, cuda or mps device"),
+        (dict(chunk_size=0), "chunk_size=0: must be an integer >= 1"),
+        (dict(local_steps=float("inf")), "local_steps=inf"),
     ],
 )
 def test_validation(kwargs, match):
@@ -149,3 +152,10 @@ def test_cuda_matches_exact_law():
     res = simulate(pb, eta=0.1, local_steps=3, rounds=15, replicates=R, seed=2, device="cuda", record=[15])
     tr = transient_moments(pb, 0.1, 3, 15, record=[15])
     assert_moments_within(res.final, tr.final_mean, tr.final_cov)
+
+
+def test_aggregator_with_bad_parameters_is_an_input_error():
+    from fedsde.aggregators import get_aggregator
+
+    with pytest.raises(FedsdeInputError, match=r"aggregator='fedavgm': bad parameters \['bogus'\]"):
+        get_aggregator("fedavgm", bogus=1)

@@ -48,11 +48,15 @@ def get_aggregator(spec: str | Aggregator | type[Aggregator], **kwargs) -> Aggre
     if isinstance(spec, Aggregator):
         return spec
     if isinstance(spec, type) and issubclass(spec, Aggregator):
-        return spec(**kwargs)
-    cls = AGGREGATORS.get(str(spec).lower())
-    if cls is None:
-        raise FedsdeInputError(f"aggregator={spec!r}: unknown; choose one of {', '.join(sorted(AGGREGATORS))}")
-    return cls(**kwargs)
+        cls = spec
+    else:
+        cls = AGGREGATORS.get(str(spec).lower())
+        if cls is None:
+            raise FedsdeInputError(f"aggregator={spec!r}: unknown; choose one of {', '.join(sorted(AGGREGATORS))}")
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:
+        raise FedsdeInputError(f"aggregator={spec!r}: bad parameters {sorted(kwargs)} ({exc})") from None
 
 
 __all__ = [

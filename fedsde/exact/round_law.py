@@ -287,8 +287,14 @@ def round_law(
         omega = problem.p
     else:
         omega = np.asarray(weights, dtype=np.float64).reshape(-1)
-        if omega.shape != (problem.Q,) or not np.all(np.isfinite(omega)) or np.any(omega < 0):
-            raise FedsdeInputError(f"weights: shape {np.shape(weights)} must be ({problem.Q},), finite and >= 0")
+        if omega.shape != (problem.Q,):
+            raise FedsdeInputError(f"weights: shape {np.shape(weights)} must be ({problem.Q},), one per client")
+        bad = ~np.isfinite(omega) | (omega < 0)
+        if bad.any():
+            k = int(np.argmax(bad))
+            raise FedsdeInputError(f"weights[{k}]={float(omega[k])!r}: must be finite and >= 0")
+        if omega.sum() <= 0:
+            raise FedsdeInputError("weights: all zero; the server would never move")
     M, Gamma = client_round_maps(problem, eta, steps)
     B = np.einsum("q,qij->ij", omega, M)
     Ba = np.einsum("q,qij,qj->i", omega, M, problem.a)

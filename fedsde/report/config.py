@@ -9,6 +9,7 @@ the value and the constraint.
 from __future__ import annotations
 
 import copy
+import math
 import tomllib
 from dataclasses import dataclass
 from importlib import resources
@@ -52,6 +53,8 @@ class Field:
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise FedsdeInputError(f"{where}={value!r}: must be a number")
             value = float(value)
+            if not math.isfinite(value):
+                raise FedsdeInputError(f"{where}={value!r}: must be finite")
         if self.minimum is not None:
             bad = value <= self.minimum if self.exclusive_min else value < self.minimum
             if bad:

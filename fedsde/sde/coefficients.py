@@ -177,7 +177,9 @@ class LinearSDE:
         return Phi, 0.5 * (K + K.T)
 
     def moments(self, t: float, mean0, cov0=None) -> GaussianLaw:
-        """Law at time ``t`` (clock ``t = n·h``) from ``N(mean0, cov0)`` at time 0 (exact moment ODEs)."""
+        """Law at time ``t >= 0`` (clock ``t = n·h``) from ``N(mean0, cov0)`` at time 0 (exact moment ODEs)."""
+        if not np.isfinite(t) or t < 0:
+            raise FedsdeInputError(f"t={t!r}: must be finite and >= 0")
         Phi, K = self.transition(t)
         m0 = np.asarray(mean0, dtype=np.float64).reshape(self.d)
         P0 = np.zeros((self.d, self.d)) if cov0 is None else np.asarray(cov0, dtype=np.float64)

@@ -27,7 +27,7 @@ from fedsde._validate import device_dtype, positive_int
 from fedsde.errors import FedsdeInputError, SimulationDivergedError
 from fedsde.problems.quadratic import QuadraticProblem
 from fedsde.sde.brownian import GridBrownian
-from fedsde.sde.coefficients import VARIANTS, psd_sqrt
+from fedsde.sde.coefficients import VARIANTS, psd_sqrt, quadratic_sde_coefficients
 from fedsde.sde.models import ClientProblem, FedAvgSDE, QuadraticSDE
 from fedsde.sde.schedules import RateLike
 from fedsde.sim.oracles import GradientOracle
@@ -236,6 +236,8 @@ def simulate_sde(
     if keep.size == 0 or keep.min() < 0 or keep.max() > rounds:
         raise FedsdeInputError(f"record: rounds must lie in [0, {rounds}] (and at least one)")
     start = _initial(w0, d)
+    if method == "euler":
+        _check_euler_stability(problem, variant, eta, local_steps, server_lr, h, substeps)
     proto = _build_module(problem, variant, eta, local_steps, server_lr, h, dev, dtype,
                           inner_samples=inner_samples, estimator=estimator, seed=base_seed, first_block=0,
                           oracle_factory=oracle_factory)
@@ -274,6 +276,25 @@ def simulate_sde(
     if variant == "general":
         config |= {"inner_samples": inner_samples, "estimator": estimator}
     return SDEPaths(rounds=keep, times=keep * hh, weights=out, h=hh, config=config)
+
+
+def _check_euler_stability(problem, variant, eta, local_steps, server_lr, h, substeps) -> None:
+    """Refuse an Euler–Maruyama step that amplifies the mean (spectral radius of ``I − dt·A`` >= 1).
+
+    Checked for the linear variants with constant rates (schedules are caught by the NaN/inf check instead).
+    """
+    if variant not in VARIANTS or not np.isscalar(eta) or not np.isscalar(server_lr):
+        return
+    lin = quadratic_sde_coefficients(problem, float(eta), local_steps, float(server_lr), h=h, variant=variant)
+    dt = lin.h / substeps
+    lam = np.linalg.eigvals(lin.A)
+    rho = float(np.max(np.abs(1.0 - dt * lam)))
+    if rho >= 1.0:
+        need = int(np.ceil(lin.h * float(np.max(lam.real)) / 2.0)) + 1
+        raise FedsdeInputError(
+            f"substeps={substeps}: Euler–Maruyama with dt = h/substeps = {dt:.4g} is unstable for this SDE "
+            f"(spectral radius of I − dt·A is {rho:.4g} >= 1); use substeps >= {need} or method='exact'"
+        )
 
 
 def _initial(w0, d: int) -> np.ndarray:

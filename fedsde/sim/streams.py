@@ -93,6 +93,8 @@ class ReplicateStreams:
 
 def split_chunks(R: int, chunk_size: int | None, block: int = BLOCK) -> list[tuple[int, int]]:
     """Replicate ranges ``[(start, stop), …]`` covering ``[0, R)``; chunk size rounded up to a block multiple."""
+    if chunk_size is not None and (isinstance(chunk_size, bool) or int(chunk_size) != chunk_size or chunk_size < 1):
+        raise FedsdeInputError(f"chunk_size={chunk_size!r}: must be an integer >= 1 (or None for one chunk)")
     if chunk_size is None or chunk_size >= R:
         return [(0, R)]
     chunk_size = int(chunk_size)
