@@ -381,6 +381,45 @@ def test_feddisco_composes_with_fednova_exactly():
     np.testing.assert_allclose(omega, pd)
 
 
+NAN, INF = float("nan"), float("inf")
+COUNTS = [[100, 0, 0], [25, 25, 50], [50, 50, 0]]
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"sizes": [100, -3, 300]}, r"sizes\[1\]=-3\.0: must be >= 0"),
+    ({"sizes": [100, NAN, 300]}, r"sizes\[1\]=nan: must be finite"),
+    ({"sizes": [100, 200, INF]}, r"sizes\[2\]=inf: must be finite"),
+    ({"sizes": [0, 0, 0]}, r"sizes: all zero"),
+    ({"sizes": [1, 2]}, r"sizes: shape \(2,\) must be \(3,\)"),
+    ({"label_distributions": [[1, 0, 0], [0, -1, 2], [1, 1, 1]]}, r"label_distributions\[1\]\[1\]=-1\.0: .*>= 0"),
+    ({"label_distributions": [[1, 0, 0], [0, 1, NAN], [1, 1, 1]]}, r"label_distributions\[1\]\[2\]=nan: .*finite"),
+    ({"label_distributions": [[1, 0, 0], [0, 0, 0], [1, 1, 1]]}, r"label_distributions\[1\]: sums to 0"),
+    ({"a": NAN}, r"a=nan: must be finite"),
+    ({"b": INF}, r"b=inf: must be finite"),
+    ({"a": -1.0}, r"a=-1\.0: must be finite and >= 0"),
+])
+def test_feddisco_rejects_bad_inputs(kwargs, match):
+    args = {"sizes": [100, 200, 300], "label_distributions": COUNTS} | kwargs
+    with pytest.raises(FedsdeInputError, match=match):
+        feddisco_weights(args["sizes"], args["label_distributions"], a=args.get("a", 0.5), b=args.get("b", 0.1))
+    with pytest.raises(FedsdeInputError, match=match):
+        FedDisco(**args)
+
+
+@pytest.mark.parametrize(("sizes", "d", "ab", "match"), [
+    ([1, -3], [0.1, 0.2], (0.5, 0.1), r"sizes\[1\]=-3\.0: must be >= 0"),
+    ([1, NAN], [0.1, 0.2], (0.5, 0.1), r"sizes\[1\]=nan: must be finite"),
+    ([1, 2], [0.1, NAN], (0.5, 0.1), r"d\[1\]=nan: discrepancies must be finite and >= 0"),
+    ([1, 2], [0.1, -0.2], (0.5, 0.1), r"d\[1\]=-0\.2"),
+    ([1, 2], [0.1, 0.2, 0.3], (0.5, 0.1), r"shapes \(2,\) and \(3,\) must match"),
+    ([1, 2], [0.1, 0.2], (INF, 0.1), r"a=inf: must be finite"),
+    ([1, 2], [0.1, 0.2], (0.5, NAN), r"b=nan: must be finite"),
+])
+def test_disco_weights_from_discrepancy_rejects_bad_inputs(sizes, d, ab, match):
+    with pytest.raises(FedsdeInputError, match=match):
+        disco_weights_from_discrepancy(sizes, d, *ab)
+
+
 # ------------------------------------------------------------------ FedAWARE
 def _slsqp_min_norm(V):
     M = V @ V.T

@@ -7,10 +7,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import assert_moments_within
 
+from fedsde.aggregators import feddisco_weights
 from fedsde.cli import main
 from fedsde.exact import aggregator_stationary_law
 from fedsde.problems import load_problem
+from fedsde.sim import simulate
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLE = str(ROOT / "examples" / "problems" / "paper_table.toml")
@@ -41,6 +44,41 @@ def test_exact_without_law_is_a_clear_error(capsys):
     assert "fedadam" in err and "server state" in err and "Traceback" not in err
 
 
+DISCO_TOML = """\
+U = [[1.0, 2.0], [2.0, 0.5], [4.0, 1.0]]
+a = [[-1.0, 1.0], [0.0, -1.0], [2.0, 0.5]]
+Sigma = [[0.5, 1.0], [1.0, 0.5], [2.0, 1.0]]
+p = [1, 2, 1]
+label_distributions = [[8, 2, 0], [3, 3, 4], [1, 1, 8]]
+"""
+
+
+def test_feddisco_from_a_problem_file_exact_vs_simulation(tmp_path, capsys):
+    path = tmp_path / "disco.toml"
+    path.write_text(DISCO_TOML)
+    base = ["--problem", str(path), "--eta", "0.1", "--client-steps", "1,2,3", "--aggregator", "feddisco",
+            "--w0", "1,-1"]
+    assert main(["exact", *base, "--rounds", "8", "--json"]) == 0
+    out = _json(capsys)
+    np.testing.assert_allclose(out["weights"], feddisco_weights([1, 2, 1], [[8, 2, 0], [3, 3, 4], [1, 1, 8]]))
+    mean, cov = np.asarray(out["transient"]["mean"]), np.asarray(out["transient"]["cov"])
+    res = simulate(load_problem(path), eta=0.1, local_steps=[1, 2, 3], rounds=8, replicates=4000, seed=3,
+                   w0=[1.0, -1.0], aggregator="feddisco", record=[8])
+    assert_moments_within(res.weights[-1], mean, cov)
+    assert main(["simulate", *base, "--rounds", "8", "--replicates", "2000", "--seed", "5", "--json"]) == 0
+    sim = _json(capsys)
+    z = np.abs(np.asarray(sim["final"]["mean"]) - mean) / np.asarray(sim["final"]["mean_stderr"])
+    assert np.all(z < 5)
+
+
+@pytest.mark.parametrize("cmd", [["exact"], ["simulate", "--rounds", "2", "--replicates", "4", "--seed", "0"]])
+def test_feddisco_without_label_distributions_is_a_clear_error(cmd, capsys):
+    rc = main([*cmd, "--problem", TABLE, "--eta", "0.1", "--local-steps", "2", "--aggregator", "feddisco"])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "add the key label_distributions" in err and TABLE in err and err.count("\n") == 1
+
+
 def test_simulate_with_aggregator(capsys):
     rc = main(["simulate", "--problem", TABLE, "--eta", "0.1", "--client-steps", "1,2,5", "--aggregator", "scaffold",
                "--rounds", "5", "--replicates", "64", "--seed", "0", "--json"])
@@ -50,12 +88,66 @@ def test_simulate_with_aggregator(capsys):
     assert np.isfinite(out["final"]["mean"][0])
 
 
-@pytest.mark.parametrize("bad", [["--runs", "1"], ["--settings", "hybrid,extreme"], ["--clients", "4",
-                                                                                       "--participation", "5"]])
-def test_compare_aggregators_bad_input(bad, tmp_path, capsys):
+@pytest.mark.parametrize(("bad", "match"), [
+    (["--runs", "1"], "--runs=1"),
+    (["--settings", "hybrid,extreme"], "'extreme' is not one of"),
+    (["--settings", " , "], "--settings=' , ': empty"),
+    (["--aggregators", ""], "--aggregators='': empty"),
+    (["--aggregators", "fedavg,fedmagic"], "'fedmagic' is not one of"),
+    (["--clients", "4", "--participation", "5"], "--participation=5: cannot exceed --clients=4"),
+    (["--clients", "3"], "--clients=3: too small for --participation=5 (the default with --quick"),
+    (["--participation", "11"], "--participation=11: cannot exceed --clients=10 (the default with --quick)"),
+    (["--clients", "0"], "--clients=0: must be an integer >= 1"),
+    (["--participation", "0"], "--participation=0: must be an integer >= 1"),
+    (["--seed", "-1"], "--seed=-1: must be an integer >= 0"),
+    (["--data-seed", "-3"], "--data-seed=-3: must be an integer >= 0"),
+    (["--eta", "nan"], "--eta=nan"),
+])
+def test_compare_aggregators_bad_input(bad, match, tmp_path, capsys, monkeypatch):
+    import fedsde.report.aggregator_comparison as experiment
+
+    def never(*args, **kwargs):
+        raise AssertionError("the experiment ran before the input was checked")
+
+    monkeypatch.setattr(experiment, "_problem", never)
     rc = main(["compare-aggregators", "--quick", "--out", str(tmp_path), *bad])
     assert rc == 2
+    err = capsys.readouterr().err
+    assert match in err and err.count("\n") == 1 and "Traceback" not in err
     assert not any(tmp_path.iterdir())  # no partial result files
+
+
+def test_compare_aggregators_out_must_be_a_creatable_folder(tmp_path, capsys, monkeypatch):
+    import fedsde.report.aggregator_comparison as experiment
+
+    def never(*args, **kwargs):
+        raise AssertionError("the experiment ran before --out was checked")
+
+    monkeypatch.setattr(experiment, "_problem", never)
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    for out, match in ((afile, "exists and is not a folder"), (afile / "sub", "cannot be created")):
+        assert main(["compare-aggregators", "--quick", "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert f"--out={str(out)!r}" in err and match in err and err.count("\n") == 1
+    monkeypatch.setattr("os.access", lambda *args, **kwargs: False)  # a read-only parent (root ignores modes)
+    assert main(["compare-aggregators", "--quick", "--out", str(tmp_path / "new" / "dir")]) == 2
+    err = capsys.readouterr().err
+    assert "--out=" in err and "not writable" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+def test_compare_aggregators_writes_nothing_when_rendering_fails(tmp_path, capsys, monkeypatch):
+    import fedsde._cli.compare_aggregators as cmd
+
+    def broken(results):
+        raise RuntimeError("figure failed")
+
+    monkeypatch.setattr(cmd, "plot_accuracy", broken)
+    with pytest.raises(RuntimeError, match="figure failed"):
+        main(["compare-aggregators", "--quick", "--rounds", "1", "--runs", "2", "--settings", "statistical",
+              "--aggregators", "fedavg", "--out", str(tmp_path / "res")])
+    assert not (tmp_path / "res").exists()
 
 
 def test_compare_aggregators_small_run(tmp_path, capsys):

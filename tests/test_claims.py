@@ -10,6 +10,7 @@ import time
 import pytest
 
 from fedsde.cli import main
+from fedsde.errors import FedsdeInputError
 from fedsde.theory.claims import PAPERS, CheckOptions, all_claims, claims_of, get_claim
 from fedsde.theory.results import VERDICTS
 
@@ -123,6 +124,36 @@ def test_cli_table_and_errors(capsys):
     assert "unknown" in capsys.readouterr().err
     assert main(["claims", "--list", "--paper", "000", "--json"]) == 0
     assert len(json.loads(capsys.readouterr().out)["claims"]) == len(claims_of("000"))
+
+
+def test_get_claim_malformed_and_unknown_seed():
+    with pytest.raises(FedsdeInputError, match=r"claim id 'foo': malformed; ids are seed/name"):
+        get_claim("foo")
+    with pytest.raises(FedsdeInputError, match="malformed"):
+        get_claim("002/")
+    with pytest.raises(FedsdeInputError, match=r"claim id '009/x': unknown seed '009'"):
+        get_claim("009/x")
+
+
+@pytest.mark.parametrize(("argv", "match"), [
+    (["--claim", "foo"], "--claim: claim id 'foo': malformed"),
+    (["--paper", "003", "--claim", "002/thm-6.3"], "--claim=002/thm-6.3: belongs to seed 002, not --paper=003"),
+    (["--claim", "004/sec-4-weights", "--figures", "{file}"], "--figures='{file}': exists and is not a folder"),
+    (["--claim", "004/sec-4-weights", "--figures", "{file}/sub"], "--figures='{file}/sub': cannot be created"),
+])
+def test_cli_input_errors_before_any_check(argv, match, tmp_path, capsys, monkeypatch):
+    import fedsde._cli.claims as cmd
+
+    def never(*args, **kwargs):
+        raise AssertionError("a check ran before the input was validated")
+
+    monkeypatch.setattr(cmd, "run_claims", never)
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    argv = [a.replace("{file}", str(afile)) for a in argv]
+    assert main(["claims", *argv]) == 2
+    err = capsys.readouterr().err
+    assert match.replace("{file}", str(afile)) in err and err.count("\n") == 1 and "Traceback" not in err
 
 
 @pytest.mark.slow

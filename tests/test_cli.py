@@ -78,6 +78,8 @@ def test_simulate_json_contract(capsys):
           "--seed", "1"], "replicates=0"),
         (["simulate", "--problem", PAPER, "--eta", "0.1", "--local-steps", "2", "--rounds", "3", "--replicates", "5",
           "--seed", "1", "--participation", "7"], "participation=7"),
+        (["simulate", "--problem", PAPER, "--eta", "0.1", "--local-steps", "2", "--rounds", "3", "--replicates", "1",
+          "--seed", "1"], "--replicates=1: must be an integer >= 2"),
     ],
 )
 def test_user_mistakes_give_one_line_errors(argv, match, capsys):
@@ -87,6 +89,20 @@ def test_user_mistakes_give_one_line_errors(argv, match, capsys):
     err = capsys.readouterr().err.strip()
     assert match in err
     assert "Traceback" not in err and len(err.splitlines()) <= 2  # argparse prints usage + one line
+
+
+@pytest.mark.parametrize("weighting", ["renormalised", "multinomial"])
+def test_simulate_weighting_without_participation_is_noted(weighting, capsys):
+    base = ["simulate", "--problem", PAPER, "--eta", "0.1", "--local-steps", "2", "--rounds", "3", "--replicates",
+            "8", "--seed", "1", "--json"]
+    obj = run_json(capsys, [*base, "--weighting", weighting])
+    plain = run_json(capsys, base)
+    assert obj["final"] == plain["final"]  # the weighting has no effect without --participation
+    assert main([*base, "--weighting", weighting]) == 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--weighting={weighting} only matters with --participation" in err
+    assert main([*base, "--weighting", weighting, "--participation", "2"]) == 0
+    assert "only matters" not in capsys.readouterr().err
 
 
 def test_bad_problem_file_is_one_line(tmp_path, capsys):

@@ -12,6 +12,7 @@ from fedsde.compare import (
     fit_loglog_slope,
     gaussian_w2,
     ks_per_coordinate,
+    local_loglog_slopes,
     mc_difference,
     phi_function,
     sde_moments,
@@ -135,6 +136,28 @@ def test_weak_error_input_validation():
         weak_error_vs_step(pb, 0.05, 5, t_end=1.0, steps=[0.2, 0.1], phi="norm")
     with pytest.raises(FedsdeInputError, match="two step"):
         weak_error_vs_step(pb, 0.05, 5, t_end=1.0, steps=[0.2])
+
+
+@pytest.mark.parametrize(("steps", "match"), [
+    ([0.1, 0.0], r"steps\[1\]=0\.0: must be finite and > 0"),
+    ([0.1, -0.05], r"steps\[1\]=-0\.05: must be finite and > 0"),
+    ([0.1, float("inf")], r"steps\[1\]=inf"),
+    ([0.1, float("nan")], r"steps\[1\]=nan"),
+    ([0.1, 0.05, 0.1], r"steps\[2\]=0\.1: repeats steps\[0\]; the step sizes must be distinct"),
+])
+def test_weak_error_steps_must_be_positive_and_distinct(steps, match):
+    with pytest.raises(FedsdeInputError, match=match):
+        weak_error_vs_step(paper_table_problem(), 0.05, 5, t_end=1.0, steps=steps)
+    with pytest.raises(FedsdeInputError, match=match):
+        weak_error_mc_vs_step(paper_table_problem(), 0.05, 5, t_end=1.0, steps=steps, paths=2, seed=0)
+
+
+def test_local_loglog_slopes():
+    h = np.array([0.025, 0.1, 0.05])  # any order: slopes run from the largest step down
+    np.testing.assert_allclose(local_loglog_slopes(h, 3.0 * h**2), [2.0, 2.0])
+    err = np.array([1.0, 0.5, 0.0])
+    out = local_loglog_slopes([0.4, 0.2, 0.1], err)
+    assert out[0] == pytest.approx(1.0) and np.isnan(out[1])
 
 
 def test_fit_loglog_slope():

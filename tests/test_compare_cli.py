@@ -70,6 +70,39 @@ def test_human_output(capsys):
     assert main(["compare", *BASE, "--rounds", "5"]) == 0
     out = capsys.readouterr().out
     assert "W2(chain, SDE)" in out and "slope" in out
+    assert "diffusive noise" in out  # the default: a wrong diffusion does not converge
+
+
+def test_compare_prints_snapped_steps_largest_first(capsys):
+    # t = 20·0.05 = 1: 0.03 snaps to 1/33, 0.0101 to 1/99
+    assert main(["compare", *BASE, "--rounds", "20", "--steps", "0.0101,0.05,0.03"]) == 0
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if ln.startswith("refinement steps"))
+    assert f"h = 0.05, {1 / 33:.6g}, {1 / 99:.6g} (rounds 20, 33, 99; t = 1)" in line
+    obj = run_json(capsys, ["compare", *BASE, "--rounds", "20", "--steps", "0.0101,0.05,0.03", "--json"])
+    assert obj["slope"]["loss"]["steps"] == pytest.approx([0.05, 1 / 33, 1 / 99])
+    assert obj["slope"]["loss"]["rounds"] == [20, 33, 99]
+    assert obj["config"]["noise_scaling"] == "diffusive"
+
+
+def test_compare_paper_default_scaling_does_not_converge(capsys):
+    obj = run_json(capsys, ["compare", *BASE, "--variant", "paper", "--rounds", "20", "--json"])
+    assert obj["slope"]["dist2"]["slope"] < 0.5
+    obj = run_json(capsys, ["compare", *BASE, "--variant", "paper", "--rounds", "20", "--noise-scaling", "fixed",
+                            "--json"])
+    assert obj["slope"]["dist2"]["slope"] > 0.8  # the small-noise limit hides the wrong diffusion
+
+
+def test_compare_warns_when_local_slopes_disagree(capsys):
+    # s = 20·h: the largest step is far outside the asymptotic regime
+    assert main(["compare", *BASE, "--rounds", "4", "--w0", "3", "--steps", "0.2,0.1,0.01,0.001", "--json"]) == 0
+    cap = capsys.readouterr()
+    obj, err = json.loads(cap.out), cap.err
+    assert err.count("\n") == 1 and err.startswith("warning:") and "local log–log slopes" in err
+    local = np.asarray(obj["slope"]["dist2"]["local_slopes"])
+    assert local.shape == (3,) and np.max(np.abs(local - obj["slope"]["dist2"]["slope"])) > 0.5
+    assert main(["compare", *BASE, "--rounds", "20", "--json"]) == 0
+    assert "warning" not in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
@@ -78,7 +111,16 @@ def test_human_output(capsys):
         (["sde", *BASE, "--variant", "matched", "--server-lr", "2.5", "--rounds", "3", "--paths", "2", "--seed",
           "0"], "matched"),
         (["sde", *BASE, "--rounds", "3", "--paths", "0", "--seed", "0"], "paths"),
+        (["sde", *BASE, "--rounds", "3", "--paths", "1", "--seed", "0"], "--paths=1: must be an integer >= 2"),
         (["compare", *BASE, "--rounds", "0"], "rounds"),
+        (["compare", *BASE, "--rounds", "20", "--steps", "0.05,0"],
+         "--steps='0.05,0': every step must be finite and > 0"),
+        (["compare", *BASE, "--rounds", "20", "--steps", "0.05,-1"], "> 0 (entry 2 is -1)"),
+        (["compare", *BASE, "--rounds", "20", "--steps", "0.05,0.025,0.05"], "step 0.05 is given twice"),
+        (["compare", *BASE, "--rounds", "20", "--steps", "0.05,0.049"], "both snap to h = 0.05"),
+        (["compare", *BASE, "--rounds", "20", "--steps", "0.05"], "at least two steps"),
+        (["compare", *BASE, "--rounds", "20", "--steps", "0.05,1e-12"], "rounds per step"),
+        (["compare", *BASE, "--rounds", "20", "--paths", "1"], "--paths=1: must be an integer >= 2"),
     ],
 )
 def test_errors_are_one_line(capsys, argv, match):

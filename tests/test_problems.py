@@ -84,6 +84,41 @@ def test_save_load_roundtrip(tmp_path, suffix, diagonal):
     assert not list(tmp_path.glob(".*tmp"))  # no leftovers from the atomic write
 
 
+@pytest.mark.parametrize("suffix", [".toml", ".json"])
+def test_label_distributions_roundtrip_and_transforms(tmp_path, suffix):
+    pb = QuadraticProblem.from_arrays([1.0, 2.0, 4.0], [-1.0, 0.0, 2.0], [0.5, 1.0, 2.0],
+                                      label_distributions=[[8, 2], [5, 5], [0, 10]])
+    want = np.array([[0.8, 0.2], [0.5, 0.5], [0.0, 1.0]])
+    np.testing.assert_allclose(pb.label_distributions, want)  # rows normalised
+    back = load_problem(save_problem(pb, tmp_path / f"pb{suffix}"))
+    np.testing.assert_allclose(back.label_distributions, want, rtol=1e-15)
+    np.testing.assert_allclose(pb.with_weights([1, 2, 1]).label_distributions, want)
+    np.testing.assert_allclose(pb.replicated(2).label_distributions, np.vstack([want, want]))
+    assert "label_distributions" not in paper_table_problem().to_dict()
+    assert paper_table_problem().replicated(2).label_distributions is None
+
+
+def test_label_distributions_in_a_problem_file(tmp_path):
+    path = tmp_path / "pb.toml"
+    path.write_text('U = [1.0, 2.0]\na = [0.0, 1.0]\nSigma = [1.0, 1.0]\nlabel_distributions = [[1, 3], [2, 2]]\n')
+    np.testing.assert_allclose(load_problem(path).label_distributions, [[0.25, 0.75], [0.5, 0.5]])
+    path.write_text('U = [1.0, 2.0]\na = [0.0, 1.0]\nSigma = [1.0, 1.0]\nlabels = [[1, 3], [2, 2]]\n')
+    with pytest.raises(FedsdeInputError, match=r"unknown key\(s\) labels \(allowed: .*label_distributions\)"):
+        load_problem(path)
+
+
+@pytest.mark.parametrize(("dists", "match"), [
+    ([[1, 0], [0, -1]], r"label_distributions\[1\]\[1\]=-1\.0: must be finite and >= 0"),
+    ([[1, 0], [np.nan, 1]], r"label_distributions\[1\]\[0\]=nan"),
+    ([[1, 0], [0, 0]], r"label_distributions\[1\]: sums to 0"),
+    ([[1, 0], [0, 1], [1, 1]], r"label_distributions: shape \(3, 2\) must be \(Q, C\) with Q=2"),
+    ([1, 0], r"label_distributions: shape \(2,\)"),
+])
+def test_label_distributions_validation(dists, match):
+    with pytest.raises(FedsdeInputError, match=match):
+        QuadraticProblem.from_arrays([1.0, 2.0], [0.0, 1.0], [1.0, 1.0], label_distributions=dists)
+
+
 def test_load_errors(tmp_path):
     with pytest.raises(FedsdeInputError, match="does not exist"):
         load_problem(tmp_path / "missing.toml")

@@ -10,12 +10,13 @@ import torch
 
 from fedsde.errors import FedsdeInputError
 from fedsde.exact import round_law
-from fedsde.problems import QuadraticProblem, paper_table_problem, random_quadratic_problem
+from fedsde.problems import QuadraticProblem, paper_table_problem, random_quadratic_problem, synthetic
 from fedsde.sde import quadratic_sde_coefficients
 from fedsde.sde.brownian import GridBrownian
 from fedsde.sde.coefficients import psd_sqrt
 from fedsde.sde.integrate import sdeint_rounds
 from fedsde.sde.models import FedAvgSDE, QuadraticSDE
+from fedsde.sim import data_oracles
 from fedsde.sim.streams import BLOCK
 
 
@@ -198,8 +199,6 @@ def test_problem_argument_must_be_quadratic_for_linear_variants():
 
 def test_general_sde_on_a_classification_problem():
     """The gradient-oracle protocol carries over to real-data losses (logistic/softmax regression)."""
-    synthetic = pytest.importorskip("fedsde.problems.synthetic")
-    data_oracles = pytest.importorskip("fedsde.sim.data_oracles")
     import functools
 
     pb = synthetic.synthetic_problem(0.5, 0.5, seed=0, n_clients=3, dim=4, n_classes=3, max_samples=40)

@@ -11,7 +11,7 @@ import argparse
 import sys
 import time
 
-from fedsde._cli.common import add_json_flag, emit
+from fedsde._cli.common import add_json_flag, emit, writable_folder
 from fedsde.errors import FedsdeInputError
 from fedsde.theory.claims import PAPERS, CheckOptions, all_claims, get_claim, run_claims
 from fedsde.theory.claims.figures import save_claim_figure
@@ -48,9 +48,17 @@ def run(args: argparse.Namespace) -> int:
         raise FedsdeInputError(f"--seed={args.seed}: must be >= 0")
     if not args.scale > 0:
         raise FedsdeInputError(f"--scale={args.scale}: must be > 0")
-    claims = [get_claim(c) for c in args.claim] if args.claim else all_claims(args.paper)
+    try:
+        claims = [get_claim(c) for c in args.claim] if args.claim else all_claims(args.paper)
+    except FedsdeInputError as exc:
+        raise FedsdeInputError(f"--claim: {exc}") from None
     if args.paper and args.claim:
-        claims = [c for c in claims if c.paper == args.paper]
+        other = [c.id for c in claims if c.paper != args.paper]
+        if other:
+            raise FedsdeInputError(f"--claim={other[0]}: belongs to seed {other[0].split('/')[0]}, not "
+                                   f"--paper={args.paper}; the filters conflict (drop one)")
+    if args.figures is not None and not args.list:
+        writable_folder("--figures", args.figures)
     if args.list:
         rows = [{"id": c.id, "statement": c.statement, "source": c.source, "problem": c.problem} for c in claims]
         human = "\n".join(f"{c.id:<30s} {c.source}\n    {c.statement}" for c in claims)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -45,6 +47,15 @@ def local_steps_from_args(args: argparse.Namespace, Q: int) -> int | np.ndarray:
     return int(args.local_steps)
 
 
+def check_aggregator_problem(aggregator: str, problem, path: str) -> None:
+    """One-line error when ``--aggregator`` needs data the problem file does not carry (FedDisco: labels)."""
+    if aggregator == "feddisco" and getattr(problem, "label_distributions", None) is None:
+        raise FedsdeInputError(
+            f"--aggregator=feddisco: the problem file {path!r} has no label_distributions; add the key "
+            f"label_distributions (Q={problem.Q} rows of non-negative label frequencies, one per client)"
+        )
+
+
 def parse_vector(name: str, text: str | None, d: int | None = None) -> np.ndarray | None:
     """Parse ``"1,2,3"`` (or a single number, broadcast to ``d``) into a float vector."""
     if text is None:
@@ -61,6 +72,25 @@ def parse_vector(name: str, text: str | None, d: int | None = None) -> np.ndarra
         elif vals.size != d:
             raise FedsdeInputError(f"{name}={text!r}: has {vals.size} entries, the problem has d={d}")
     return vals
+
+
+def writable_folder(option: str, text: str) -> Path:
+    """``text`` as a folder that exists or can be created: not a file, nearest existing ancestor writable.
+
+    Checked before any work starts, so a bad output folder fails at once (the message names ``option``).
+    """
+    out = Path(text)
+    if out.exists() and not out.is_dir():
+        raise FedsdeInputError(f"{option}={text!r}: exists and is not a folder")
+    anc = out.absolute()
+    while not anc.exists() and anc != anc.parent:
+        anc = anc.parent
+    if not anc.is_dir():
+        raise FedsdeInputError(f"{option}={text!r}: cannot be created, {str(anc)!r} is not a folder")
+    if not os.access(anc, os.W_OK | os.X_OK):
+        what = "is not writable" if anc == out.absolute() else f"cannot be created in {str(anc)!r} (not writable)"
+        raise FedsdeInputError(f"{option}={text!r}: {what}")
+    return out
 
 
 def to_jsonable(obj: Any) -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 import numpy as np
 
@@ -37,15 +38,57 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--record-every", type=int, default=None, metavar="m",
                    help="report the moments every m rounds (default: about 20 records)")
     p.add_argument("--steps", default=None, metavar="h1,h2,…",
-                   help="time steps of the weak-error refinement at fixed t = n·h (default h, h/2, …, h/16)")
-    p.add_argument("--noise-scaling", choices=NOISE_SCALINGS, default="fixed",
-                   help="refinement: problem as given (fixed) or noise per unit time held fixed (diffusive)")
+                   help="time steps of the weak-error refinement at fixed t = n·h: at least two, each > 0, snapped "
+                   "to t/round(t/h_j) so that t is a whole number of rounds, distinct after snapping "
+                   "(default h, h/2, …, h/16)")
+    p.add_argument("--noise-scaling", choices=NOISE_SCALINGS, default="diffusive",
+                   help="how the problem changes as the refinement shrinks h. diffusive (default): the gradient-noise "
+                   "covariances are scaled by h_max/h, so the noise injected per unit time is fixed and the chain "
+                   "is Euler–Maruyama of one SDE; the right SDE's weak error is O(h) and a wrong diffusion (e.g. "
+                   "--variant paper) leaves an error that does not vanish. fixed: the problem as given, a "
+                   "small-noise limit in which every SDE with the right drift, even with a wrong diffusion, shows "
+                   "slope about 1")
     p.add_argument("--paths", type=int, default=None, metavar="B", help="also simulate B SDE paths")
     p.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the Monte-Carlo part")
     p.add_argument("--substeps", type=int, default=1, metavar="k", help="Euler steps per round (Monte-Carlo)")
     p.add_argument("--device", default="cpu", help="torch device for the Monte-Carlo part")
     add_json_flag(p)
     p.set_defaults(func=run)
+
+
+#: most rounds one refinement step may need (t/h_j), to keep a mistyped tiny step from running for hours
+MAX_REFINEMENT_ROUNDS = 1_000_000
+
+
+def _refinement_steps(text: str | None, h: float, t_end: float) -> np.ndarray:
+    """The ``--steps`` of the refinement, largest first, snapped so that ``t_end`` is a whole number of rounds."""
+    from fedsde.errors import FedsdeInputError
+
+    if not text:
+        return h / 2.0 ** np.arange(5)
+    raw = parse_vector("--steps", text)
+    bad = np.flatnonzero(raw <= 0)
+    if bad.size:
+        raise FedsdeInputError(f"--steps={text!r}: every step must be finite and > 0 (entry {bad[0] + 1} is "
+                               f"{raw[bad[0]]:g})")
+    if raw.size < 2:
+        raise FedsdeInputError(f"--steps={text!r}: need at least two steps for a slope")
+    rounds = [max(1, round(t_end / hj)) for hj in raw]
+    big = int(np.argmax(rounds))
+    if rounds[big] > MAX_REFINEMENT_ROUNDS:
+        raise FedsdeInputError(f"--steps={text!r}: step {raw[big]:g} needs {rounds[big]} rounds to reach "
+                               f"t = {t_end:.6g}; at most {MAX_REFINEMENT_ROUNDS} rounds per step")
+    seen: dict[int, float] = {}
+    for hj, k in zip(raw, rounds, strict=True):
+        if k in seen and seen[k] == hj:
+            raise FedsdeInputError(f"--steps={text!r}: step {hj:g} is given twice; the steps must be distinct")
+        if k in seen:
+            raise FedsdeInputError(
+                f"--steps={text!r}: steps {seen[k]:g} and {hj:g} both snap to h = {t_end / k:.6g} ({k} rounds to "
+                f"t = {t_end:.6g}, which must be a whole number of rounds); give distinct steps"
+            )
+        seen[k] = float(hj)
+    return np.array([t_end / k for k in sorted(rounds)])
 
 
 def run(args: argparse.Namespace) -> int:
@@ -55,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
         expected_phi,
         gaussian_w2,
         ks_per_coordinate,
+        local_loglog_slopes,
         phi_function,
         sde_moments,
         weak_error_exact,
@@ -73,6 +117,10 @@ def run(args: argparse.Namespace) -> int:
     h = args.eta if args.h is None else args.h
     lin = quadratic_sde_coefficients(problem, args.eta, steps, args.server_lr, h, args.variant)
     h = lin.h
+    t_end = n * h
+    hs = _refinement_steps(args.steps, h, t_end)
+    if args.paths is not None and args.paths < 2:
+        raise FedsdeInputError(f"--paths={args.paths}: must be an integer >= 2 (a covariance needs two paths)")
     every = args.record_every if args.record_every is not None else max(1, n // 20)
     if every < 1:
         raise FedsdeInputError(f"--record-every={every}: must be an integer >= 1")
@@ -81,17 +129,19 @@ def run(args: argparse.Namespace) -> int:
     sde = sde_moments(problem, args.eta, steps, n, args.server_lr, h, args.variant, w0=w0, record=record)
     cmp = compare_moments(chain, sde, h)
     weak = {phi: weak_error_exact(problem, chain, sde, phi)[1] for phi in PHIS}
-    hs = parse_vector("--steps", args.steps) if args.steps else h / 2.0 ** np.arange(5)
-    t_end = n * h
-    if args.steps:
-        # a refinement step must divide t_end: snap each to t_end / round(t_end / h_j)
-        hs = np.array([t_end / max(1, round(t_end / hj)) for hj in hs])
     slopes = {}
     for phi in PHIS:
         curve = weak_error_vs_step(problem, args.eta, steps, t_end=t_end, steps=hs, server_rate=args.server_lr / h,
                                    variant=args.variant, phi=phi, w0=w0, noise_scaling=args.noise_scaling)
         slopes[phi] = {"steps": curve.steps, "rounds": curve.rounds, "errors": curve.errors, "slope": curve.slope,
-                       "chain": curve.chain, "sde": curve.sde}
+                       "local_slopes": local_loglog_slopes(curve.steps, curve.errors), "chain": curve.chain,
+                       "sde": curve.sde}
+    unsettled = [f"{phi} local {np.round(v['local_slopes'], 2).tolist()} vs fitted {v['slope']:.2f}"
+                 for phi, v in slopes.items() if np.any(np.abs(v["local_slopes"] - v["slope"]) > 0.5)]
+    if unsettled:
+        sys.stderr.write("warning: the weak error is not in its asymptotic regime over --steps (local log–log "
+                         f"slopes differ from the fit by more than 0.5: {'; '.join(unsettled)}); the fitted slope "
+                         "is unreliable\n")
     stationary: dict = {"sde": None, "chain": None, "w2": None}
     st_sde = lin.stationary()
     if st_sde is not None:
@@ -123,6 +173,8 @@ def run(args: argparse.Namespace) -> int:
         f"at t={t_end:.6g}: W2(chain, SDE) = {cmp.w2[-1]:.6g}   |Δmean| = {cmp.mean_error[-1]:.6g}   "
         f"rel. cov error = {cmp.cov_rel_error[-1]:.6g}",
     ]
+    lines.append(f"refinement steps h = {', '.join(f'{x:.6g}' for x in hs)} (rounds "
+                 f"{', '.join(str(k) for k in slopes[PHIS[0]]['rounds'])}; t = {t_end:.6g})")
     lines += [f"weak error {phi:5s} at t={t_end:.6g}: {weak[phi][-1]:.6g}   slope vs h "
               f"({args.noise_scaling} noise): {slopes[phi]['slope']:.3f}" for phi in PHIS]
     if stationary["w2"] is not None:

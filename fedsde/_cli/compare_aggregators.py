@@ -10,11 +10,12 @@ import argparse
 import csv
 import io
 import json
+import math
 import time
 from pathlib import Path
 
 from fedsde._atomic import atomic_write_bytes
-from fedsde._cli.common import add_json_flag, emit, to_jsonable
+from fedsde._cli.common import add_json_flag, emit, to_jsonable, writable_folder
 from fedsde.errors import FedsdeInputError
 from fedsde.report.aggregator_comparison import (
     DEFAULT_AGGREGATORS,
@@ -27,34 +28,44 @@ from fedsde.report.aggregator_comparison import (
 )
 
 
-def write_outputs(results: dict, out: Path, *, plot: bool = True) -> dict[str, str]:
-    """Write ``table.md``, ``summary.csv``, ``results.json`` and ``accuracy.png`` into ``out`` (atomically)."""
-    paths = {}
+def render_outputs(results: dict, rows: list[dict], *, plot: bool = True) -> dict[str, tuple[str, bytes]]:
+    """The contents of ``table.md``, ``summary.csv``, ``results.json`` (and ``accuracy.png``), built in memory.
+
+    Returns ``{key: (file name, bytes)}``; nothing is written.
+    """
+    if not rows:
+        raise FedsdeInputError("compare-aggregators: the comparison produced no summary rows; nothing to write")
     cfg = results["config"]
     header = (f"# digits softmax regression, final test accuracy (%) after {cfg['rounds']} rounds, "
               f"mean ± std over {cfg['runs']} runs (seed {cfg['seed']}, data seed {cfg['data_seed']})\n\n")
-    atomic_write_bytes(out / "table.md", (header + table_text(results) + "\n").encode())
-    paths["table"] = str(out / "table.md")
+    files = {"table": ("table.md", (header + table_text(results) + "\n").encode())}
     buf = io.StringIO()
-    rows = summary_rows(results)
     writer = csv.DictWriter(buf, fieldnames=list(rows[0]))
     writer.writeheader()
     for r in rows:
         writer.writerow({k: (f"{v:.4f}" if isinstance(v, float) else v) for k, v in r.items()})
-    atomic_write_bytes(out / "summary.csv", buf.getvalue().encode())
-    paths["csv"] = str(out / "summary.csv")
-    atomic_write_bytes(out / "results.json", json.dumps(to_jsonable(results)).encode())
-    paths["json"] = str(out / "results.json")
+    files["csv"] = ("summary.csv", buf.getvalue().encode())
+    files["json"] = ("results.json", json.dumps(to_jsonable(results)).encode())
     if plot:
         import matplotlib.pyplot as plt
 
         fig = plot_accuracy(results)
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=120)
-        plt.close(fig)
-        atomic_write_bytes(out / "accuracy.png", buf.getvalue())
-        paths["figure"] = str(out / "accuracy.png")
-    return paths
+        png = io.BytesIO()
+        try:
+            fig.savefig(png, format="png", dpi=120)
+        finally:
+            plt.close(fig)
+        files["figure"] = ("accuracy.png", png.getvalue())
+    return files
+
+
+def write_outputs(results: dict, out: Path, *, plot: bool = True, rows: list[dict] | None = None) -> dict[str, str]:
+    """Write ``table.md``, ``summary.csv``, ``results.json`` and ``accuracy.png`` into ``out`` (atomically).
+
+    Every file is rendered in memory first, so a failure leaves no files behind.
+    """
+    files = render_outputs(results, summary_rows(results) if rows is None else rows, plot=plot)
+    return {key: str(atomic_write_bytes(out / name, data)) for key, (name, data) in files.items()}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -70,12 +81,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--runs", type=int, default=None, metavar="S", help="runs (seeds) per rule, >= 2 (default 3)")
     p.add_argument("--seed", type=int, default=0, metavar="SEED", help="seed of the runs' random streams")
     p.add_argument("--data-seed", type=int, default=0, metavar="SEED", help="seed of the partition and split")
-    p.add_argument("--clients", type=int, default=None, metavar="Q")
-    p.add_argument("--participation", type=int, default=None, metavar="m", help="clients sampled per round")
+    p.add_argument("--clients", type=int, default=None, metavar="Q", help="number of clients (default 20; --quick 10)")
+    p.add_argument("--participation", type=int, default=None, metavar="m",
+                   help="clients sampled per round, <= --clients (default 5)")
     p.add_argument("--eta", type=float, default=None, metavar="η", help="client learning rate")
     p.add_argument("--settings", default=",".join(SETTINGS), metavar="S1,S2,…",
                    help=f"subset of {','.join(SETTINGS)}")
-    p.add_argument("--aggregators", default=",".join(DEFAULT_AGGREGATORS), metavar="A1,A2,…")
+    p.add_argument("--aggregators", default=",".join(DEFAULT_AGGREGATORS), metavar="A1,A2,…",
+                   help=f"server rules to compare (default {','.join(DEFAULT_AGGREGATORS)})")
     p.add_argument("--out", default="fedsde-results/compare-aggregators", metavar="DIR",
                    help="where table.md, summary.csv, results.json and accuracy.png go")
     p.add_argument("--no-plot", action="store_true", help="skip the figure")
@@ -83,31 +96,68 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    import torch
+def _names(opt: str, text: str, known, *, lower: bool = False) -> tuple[str, ...]:
+    names = tuple(x.strip().lower() if lower else x.strip() for x in text.split(",") if x.strip())
+    if not names:
+        raise FedsdeInputError(f"{opt}={text!r}: empty; give one or more of {', '.join(known)}")
+    for x in names:
+        if x not in known:
+            raise FedsdeInputError(f"{opt}={text!r}: {x!r} is not one of {', '.join(known)}")
+    if len(set(names)) != len(names):
+        raise FedsdeInputError(f"{opt}={text!r}: a name is given twice")
+    return names
 
-    torch.set_num_threads(1)  # small tensors: one thread is fastest, and fair on shared machines
+
+def _configure(args: argparse.Namespace) -> ComparisonConfig:
+    """The comparison's configuration from the command line; every check runs here, before anything else."""
+    from fedsde.aggregators import AGGREGATORS
+
     cfg = ComparisonConfig.quick() if args.quick else ComparisonConfig()
+    for opt, val in (("--seed", args.seed), ("--data-seed", args.data_seed)):
+        if val < 0:
+            raise FedsdeInputError(f"{opt}={val}: must be an integer >= 0")
+    if args.rounds is not None and args.rounds < 1:
+        raise FedsdeInputError(f"--rounds={args.rounds}: must be an integer >= 1")
+    if args.runs is not None and args.runs < 2:
+        raise FedsdeInputError(f"--runs={args.runs}: need >= 2 runs for a standard deviation")
+    if args.eta is not None and not (math.isfinite(args.eta) and args.eta > 0):
+        raise FedsdeInputError(f"--eta={args.eta}: must be finite and > 0")
+    if args.clients is not None and args.clients < 1:
+        raise FedsdeInputError(f"--clients={args.clients}: must be an integer >= 1")
+    if args.participation is not None and args.participation < 1:
+        raise FedsdeInputError(f"--participation={args.participation}: must be an integer >= 1")
     for attr, val in (("rounds", args.rounds), ("runs", args.runs), ("n_clients", args.clients),
                       ("participation", args.participation), ("eta", args.eta)):
         if val is not None:
             setattr(cfg, attr, val)
-    if cfg.rounds < 1:
-        raise FedsdeInputError(f"--rounds={cfg.rounds}: must be >= 1")
-    if cfg.runs < 2:
-        raise FedsdeInputError(f"--runs={cfg.runs}: need >= 2 runs for a standard deviation")
-    if cfg.eta <= 0:
-        raise FedsdeInputError(f"--eta={cfg.eta}: must be > 0")
+    if cfg.participation > cfg.n_clients:
+        default = "the default with --quick" if args.quick else "the default"
+        if args.participation is None:
+            raise FedsdeInputError(
+                f"--clients={cfg.n_clients}: too small for --participation={cfg.participation} ({default}; clients "
+                f"sampled per round); pass --participation <= {cfg.n_clients} or more clients"
+            )
+        if args.clients is None:
+            raise FedsdeInputError(f"--participation={cfg.participation}: cannot exceed --clients={cfg.n_clients} "
+                                   f"({default}); pass more --clients")
+        raise FedsdeInputError(f"--participation={cfg.participation}: cannot exceed --clients={cfg.n_clients}")
     cfg.seed, cfg.data_seed = args.seed, args.data_seed
-    cfg.settings = tuple(s.strip() for s in args.settings.split(",") if s.strip())
-    cfg.aggregators = tuple(a.strip().lower() for a in args.aggregators.split(",") if a.strip())
-    if cfg.participation is not None and cfg.participation > cfg.n_clients:
-        raise FedsdeInputError(f"--participation={cfg.participation}: cannot exceed the {cfg.n_clients} clients")
+    cfg.settings = _names("--settings", args.settings, SETTINGS)
+    cfg.aggregators = _names("--aggregators", args.aggregators, tuple(sorted(AGGREGATORS)), lower=True)
+    return cfg
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    cfg = _configure(args)
+    out = writable_folder("--out", args.out)
+    torch.set_num_threads(1)  # small tensors: one thread is fastest, and fair on shared machines
     t0 = time.perf_counter()
     results = run_comparison(cfg, progress=not args.json)
     results["seconds"] = time.perf_counter() - t0
-    paths = write_outputs(results, Path(args.out), plot=not args.no_plot)
     rows = summary_rows(results)
+    paths = write_outputs(results, out, plot=not args.no_plot, rows=rows)
     payload = {"config": results["config"], "summary": rows, "files": paths, "seconds": results["seconds"]}
     human = "\n".join([
         f"final test accuracy (%) after {cfg.rounds} rounds, mean ± std over {cfg.runs} runs "

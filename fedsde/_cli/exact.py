@@ -10,6 +10,7 @@ import numpy as np
 from fedsde._cli.common import (
     add_json_flag,
     add_problem_args,
+    check_aggregator_problem,
     emit,
     fmt_array,
     local_steps_from_args,
@@ -34,8 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--participation", type=int, default=None, metavar="m",
                    help="clients sampled per round (uniform without replacement, weights p_k Q/m)")
     p.add_argument("--aggregator", default="fedavg", choices=sorted(AGGREGATORS), metavar="NAME",
-                   help="server rule (exact laws exist for the rules linear in the client displacements: "
-                   "fedavg, fednova; others give an error)")
+                   help="server rule: exact laws exist for the rules linear in the client displacements, fedavg, "
+                   "fednova and feddisco (feddisco reads label_distributions from the problem file; fednova and "
+                   "feddisco only under full participation); the others give an error")
     add_json_flag(p)
     p.set_defaults(func=run)
 
@@ -45,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
     steps = local_steps_from_args(args, problem.Q)
     w0 = parse_vector("--w0", args.w0, problem.d)
     agg = getattr(args, "aggregator", "fedavg")
+    check_aggregator_problem(agg, problem, args.problem)
     omega = aggregator_round_weights(problem, agg, steps, participation=args.participation)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

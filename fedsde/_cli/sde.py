@@ -32,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--variant", choices=MODELS, default="corrected", help="SDE variant (default corrected)")
     p.add_argument("--h", type=float, default=None, metavar="h", help="time step of one round (default η)")
     p.add_argument("--rounds", type=int, required=True, metavar="n", help="rounds: the paths run to t = n·h")
-    p.add_argument("--paths", type=int, required=True, metavar="B", help="number of independent paths")
+    p.add_argument("--paths", type=int, required=True, metavar="B", help="number of independent paths (>= 2)")
     p.add_argument("--seed", type=int, required=True, metavar="S")
     p.add_argument("--substeps", type=int, default=1, metavar="k", help="Euler steps per round (dt = h/k)")
     p.add_argument("--method", choices=METHODS, default="euler",
@@ -63,6 +63,8 @@ def run(args: argparse.Namespace) -> int:
     w0 = parse_vector("--w0", args.w0, problem.d)
     if args.rounds is None or args.rounds < 0:
         raise FedsdeInputError(f"--rounds={args.rounds}: must be an integer >= 0")
+    if args.paths is None or args.paths < 2:
+        raise FedsdeInputError(f"--paths={args.paths}: must be an integer >= 2 (a covariance needs two paths)")
     every = args.record_every if args.record_every is not None else max(1, args.rounds // 100)
     if every < 1:
         raise FedsdeInputError(f"--record-every={every}: must be an integer >= 1")

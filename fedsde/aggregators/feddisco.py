@@ -34,12 +34,39 @@ BASES = ("fedavg", "fedprox", "scaffold", "fednova")
 
 
 def _distributions(name: str, value, Q: int | None = None) -> np.ndarray:
-    D = np.asarray(value, dtype=np.float64)
-    if D.ndim != 2 or (Q is not None and D.shape[0] != Q):
+    """Rows normalised to sum to one; every entry finite and >= 0, every row sum > 0 (named by row)."""
+    try:
+        D = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise FedsdeInputError(f"{name}: could not be read as an array of numbers") from None
+    if D.ndim != 2 or D.shape[1] < 1 or (Q is not None and D.shape[0] != Q):
         raise FedsdeInputError(f"{name}: shape {D.shape} must be (Q, C)" + (f" with Q={Q}" if Q else ""))
-    if not np.all(np.isfinite(D)) or np.any(D < 0) or np.any(D.sum(1) <= 0):
-        raise FedsdeInputError(f"{name}: entries must be finite and >= 0 with every row sum > 0")
+    bad = ~np.isfinite(D) | (D < 0)
+    if bad.any():
+        k, c = (int(i) for i in np.argwhere(bad)[0])
+        raise FedsdeInputError(f"{name}[{k}][{c}]={float(D[k, c])!r}: entries must be finite and >= 0")
+    empty = np.flatnonzero(D.sum(1) <= 0)
+    if empty.size:
+        raise FedsdeInputError(f"{name}[{int(empty[0])}]: sums to 0; every row (client) needs a sum > 0")
     return D / D.sum(1, keepdims=True)
+
+
+def _sizes(value, Q: int | None = None) -> np.ndarray:
+    """Client sizes as floats, shape (Q,): finite, >= 0 (the bad entry named), not all zero."""
+    try:
+        n = np.asarray(value, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError):
+        raise FedsdeInputError("sizes: could not be read as an array of numbers") from None
+    if Q is not None and n.shape != (Q,):
+        raise FedsdeInputError(f"sizes: shape {n.shape} must be ({Q},), one per client")
+    for k, v in enumerate(n.tolist()):
+        if not np.isfinite(v):
+            raise FedsdeInputError(f"sizes[{k}]={v!r}: must be finite")
+        if v < 0:
+            raise FedsdeInputError(f"sizes[{k}]={v!r}: must be >= 0")
+    if n.size == 0 or n.sum() <= 0:
+        raise FedsdeInputError("sizes: all zero (or empty); at least one size must be > 0")
+    return n
 
 
 def discrepancies(label_distributions, target=None, metric: str = "kl") -> np.ndarray:
@@ -78,10 +105,18 @@ def disco_weights_from_discrepancy(sizes, d, a: float = 0.5, b: float = 0.1) -> 
     d : array, shape (Q,)
         Discrepancies as used in the formula (already normalised if wanted).
     """
-    n = np.asarray(sizes, dtype=np.float64).reshape(-1)
-    d = np.asarray(d, dtype=np.float64).reshape(-1)
-    if n.shape != d.shape or np.any(n < 0) or n.sum() <= 0:
-        raise FedsdeInputError(f"sizes: shape {n.shape} must match d {d.shape}, entries >= 0, not all zero")
+    a = positive_float("a", a, allow_zero=True)
+    b = positive_float("b", b, allow_zero=True)
+    n = _sizes(sizes)
+    try:
+        d = np.asarray(d, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError):
+        raise FedsdeInputError("d: could not be read as an array of numbers") from None
+    if n.shape != d.shape:
+        raise FedsdeInputError(f"sizes, d: shapes {n.shape} and {d.shape} must match, one entry per client")
+    bad = np.flatnonzero(~np.isfinite(d) | (d < 0))
+    if bad.size:
+        raise FedsdeInputError(f"d[{int(bad[0])}]={float(d[bad[0]])!r}: discrepancies must be finite and >= 0")
     n = n / n.sum()
     q = np.maximum(n - a * d + b, 0.0)
     return n if q.sum() <= 0 else q / q.sum()
@@ -118,9 +153,7 @@ def feddisco_weights(sizes, label_distributions, target=None, a: float = 0.5, b:
         raise FedsdeInputError(f"normalize={normalize!r}: must be 'sum' or 'none'")
     d = raw / raw.sum() if normalize == "sum" and raw.sum() > 0 else (np.zeros_like(raw) if normalize == "sum"
                                                                       else raw)
-    sizes = np.asarray(sizes, dtype=np.float64).reshape(-1)
-    if sizes.shape != raw.shape:
-        raise FedsdeInputError(f"sizes: shape {sizes.shape} must be ({raw.size},), one per client")
+    sizes = _sizes(sizes, raw.size)
     return disco_weights_from_discrepancy(sizes, d, a, b)
 
 
@@ -165,7 +198,10 @@ class FedDisco(Aggregator):
             raise FedsdeInputError(f"normalize={normalize!r}: must be 'sum' or 'none'")
         self._target = target
         self._raw = None if label_distributions is None else discrepancies(label_distributions, target, metric)
-        self._sizes = None if sizes is None else np.asarray(sizes, dtype=np.float64).reshape(-1)
+        self._sizes = None if sizes is None else _sizes(sizes)
+        if self._raw is not None and self._sizes is not None and self._raw.shape != self._sizes.shape:
+            raise FedsdeInputError(f"sizes: shape {self._sizes.shape} must be ({self._raw.size},), one per client "
+                                   "of label_distributions")
 
     # delegation to the base rule
     @property
@@ -205,14 +241,18 @@ class FedDisco(Aggregator):
 
     def bind(self, problem: Any) -> None:
         if self._raw is None:
-            if not hasattr(problem, "label_distributions"):
+            dists = getattr(problem, "label_distributions", None)
+            if callable(dists):  # ClassificationProblem: a method; QuadraticProblem: an optional field
+                dists = dists()
+            if dists is None:
                 raise FedsdeInputError(
                     "label_distributions: FedDisco needs each client's label distribution; pass "
-                    "label_distributions= or use a problem with labels (ClassificationProblem)"
+                    "label_distributions=, use a problem with labels (ClassificationProblem), or give a quadratic "
+                    "problem the key label_distributions"
                 )
-            self._raw = discrepancies(problem.label_distributions(), self._target, self.metric)
+            self._raw = discrepancies(dists, self._target, self.metric)
         if self._sizes is None:
-            self._sizes = np.asarray(getattr(problem, "sizes", problem.p), dtype=np.float64)
+            self._sizes = _sizes(getattr(problem, "sizes", problem.p))
         if self._raw.shape != (problem.Q,) or self._sizes.shape != (problem.Q,):
             raise FedsdeInputError(
                 f"label_distributions, sizes: need one entry per client (Q={problem.Q}), got "

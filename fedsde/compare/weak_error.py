@@ -142,6 +142,35 @@ def _rounds_for(t_end: float, h: float) -> int:
     return k
 
 
+def _step_sizes(steps: Sequence[float]) -> np.ndarray:
+    """The refinement's time steps as floats: each finite and > 0, at least two, no two equal."""
+    items = np.asarray(steps, dtype=object).reshape(-1)
+    hs = np.asarray([positive_float(f"steps[{j}]", h) for j, h in enumerate(items)], dtype=np.float64)
+    if hs.size < 2:
+        raise FedsdeInputError(f"steps: need at least two step sizes, got {hs.size}")
+    for j in range(1, hs.size):
+        i = np.flatnonzero(hs[:j] == hs[j])
+        if i.size:
+            raise FedsdeInputError(
+                f"steps[{j}]={float(hs[j])!r}: repeats steps[{i[0]}]; the step sizes must be distinct"
+            )
+    return hs
+
+
+def local_loglog_slopes(x, y) -> np.ndarray:
+    """Slopes ``Δ log y / Δ log x`` between consecutive points in order of decreasing ``x``, shape (J − 1,).
+
+    NaN where a point has ``y <= 0`` or a non-finite value.  Compared with the fitted slope they show whether the
+    error is in its asymptotic regime (all local slopes close to the fit) or not.
+    """
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    order = np.argsort(-x, kind="stable")
+    x, y = x[order], y[order]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ly = np.where((y > 0) & np.isfinite(y), np.log(np.where(y > 0, y, 1.0)), np.nan)
+        return np.diff(ly) / np.diff(np.log(x))
+
+
 def _scaled(problem: QuadraticProblem, factor: float) -> QuadraticProblem:
     if factor == 1.0:
         return problem
@@ -173,7 +202,7 @@ def weak_error_vs_step(
     t_end : float
         End time ``t`` (every ``t_end/h`` must be a whole number of rounds).
     steps : sequence of float
-        Time steps ``h``.
+        Time steps ``h``: at least two, each finite and > 0, no two equal.
     server_rate : float
         ``η₀`` (fixed): the server step is ``s = h·η₀``.
     variant : {"corrected", "paper", "matched"}
@@ -192,9 +221,7 @@ def weak_error_vs_step(
         raise FedsdeInputError(f"phi={phi!r}: exact weak errors exist for {', '.join(PHIS)}")
     t_end = positive_float("t_end", t_end)
     server_rate = positive_float("server_rate", server_rate)
-    hs = np.asarray([positive_float("steps[]", h) for h in steps], dtype=np.float64)
-    if hs.size < 2:
-        raise FedsdeInputError(f"steps: need at least two step sizes, got {hs.size}")
+    hs = _step_sizes(steps)
     m0, P0 = initial_law(problem.d, w0, cov0)
     h_ref = float(hs.max())
     rounds = np.empty(hs.size, np.int64)
@@ -294,9 +321,7 @@ def weak_error_mc_vs_step(
     t_end = positive_float("t_end", t_end)
     server_rate = positive_float("server_rate", server_rate)
     paths = positive_int("paths", paths)
-    hs = np.asarray([positive_float("steps[]", h) for h in steps], dtype=np.float64)
-    if hs.size < 2:
-        raise FedsdeInputError(f"steps: need at least two step sizes, got {hs.size}")
+    hs = _step_sizes(steps)
     fn = phi_function(problem, phi)
     rounds = np.empty(hs.size, np.int64)
     errs, ses, cis = np.empty(hs.size), np.empty(hs.size), np.empty((hs.size, 2))

@@ -1,4 +1,5 @@
-"""Load and save quadratic problems as TOML or JSON (keys ``U``, ``a``, ``Sigma``, ``p``; optional ``name``).
+"""Load and save quadratic problems as TOML or JSON (keys ``U``, ``a``, ``Sigma``, ``p``; optional ``name`` and
+``label_distributions``).
 
 Shapes follow :meth:`fedsde.problems.QuadraticProblem.from_arrays`: full matrices, per-client diagonals,
 or scalars when d = 1.  ``p`` may be omitted (uniform weights).  Example (TOML, Q = 3, d = 1)::
@@ -7,6 +8,11 @@ or scalars when d = 1.  ``p`` may be omitted (uniform weights).  Example (TOML, 
     a = [-1.0, 0.0, 2.0]
     Sigma = [0.5, 1.0, 2.0]
     p = [1, 1, 1]
+
+``label_distributions`` (optional) gives each client's label frequencies, Q rows of C non-negative numbers (counts
+are fine: rows are normalised), for ``--aggregator feddisco``::
+
+    label_distributions = [[8, 2], [5, 5], [1, 9]]
 """
 
 from __future__ import annotations
@@ -22,21 +28,23 @@ from fedsde._atomic import atomic_write_text
 from fedsde.errors import FedsdeInputError
 from fedsde.problems.quadratic import QuadraticProblem
 
-_KEYS = {"U", "a", "Sigma", "p", "name"}
+_KEYS = ("U", "a", "Sigma", "p", "name", "label_distributions")
 
 
 def problem_from_dict(data: dict, *, source: str = "problem") -> QuadraticProblem:
-    """Build a :class:`QuadraticProblem` from a dict with keys ``U, a, Sigma`` (and optional ``p``, ``name``)."""
+    """Build a :class:`QuadraticProblem` from a dict with keys ``U, a, Sigma`` (optional ``p``, ``name``,
+    ``label_distributions``)."""
     if not isinstance(data, dict):
         raise FedsdeInputError(f"{source}: must be a table/object with keys U, a, Sigma, p")
     missing = [k for k in ("U", "a", "Sigma") if k not in data]
     if missing:
         raise FedsdeInputError(f"{source}: missing key(s) {', '.join(missing)} (need U, a, Sigma; p optional)")
-    unknown = sorted(set(data) - _KEYS)
+    unknown = sorted(set(data) - set(_KEYS))
     if unknown:
-        raise FedsdeInputError(f"{source}: unknown key(s) {', '.join(unknown)} (allowed: U, a, Sigma, p, name)")
+        raise FedsdeInputError(f"{source}: unknown key(s) {', '.join(unknown)} (allowed: {', '.join(_KEYS)})")
     return QuadraticProblem.from_arrays(
-        data["U"], data["a"], data["Sigma"], data.get("p"), name=str(data.get("name", ""))
+        data["U"], data["a"], data["Sigma"], data.get("p"), name=str(data.get("name", "")),
+        label_distributions=data.get("label_distributions"),
     )
 
 

@@ -9,7 +9,9 @@ Shapes (Q clients, dimension d) accepted by :meth:`QuadraticProblem.from_arrays`
 * ``U`` and ``Sigma``: full matrices ``(Q, d, d)``, per-client diagonals ``(Q, d)``, or, when d = 1,
   one scalar per client ``(Q,)``;
 * ``a``: ``(Q, d)`` or, when d = 1, ``(Q,)``;
-* ``p``: ``(Q,)`` non-negative (normalised here), or ``None`` for uniform weights.
+* ``p``: ``(Q,)`` non-negative (normalised here), or ``None`` for uniform weights;
+* ``label_distributions`` (optional): ``(Q, C)`` non-negative, one row per client over ``C`` labels (rows
+  normalised here), for server rules that weight clients by their label skew (FedDisco, seed 004).
 """
 
 from __future__ import annotations
@@ -58,6 +60,26 @@ def _as_matrix_stack(name: str, value, Q: int, d: int) -> np.ndarray:
     return arr
 
 
+def _label_distributions(value, Q: int) -> np.ndarray:
+    """Per-client label distributions, shape (Q, C): entries finite and >= 0, each row sum > 0; rows normalised."""
+    try:
+        D = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise FedsdeInputError("label_distributions: could not be read as an array of numbers") from None
+    if D.ndim != 2 or D.shape[0] != Q or D.shape[1] < 1:
+        raise FedsdeInputError(
+            f"label_distributions: shape {D.shape} must be (Q, C) with Q={Q}: one row of label frequencies per client"
+        )
+    bad = ~np.isfinite(D) | (D < 0)
+    if bad.any():
+        k, c = (int(i) for i in np.argwhere(bad)[0])
+        raise FedsdeInputError(f"label_distributions[{k}][{c}]={float(D[k, c])!r}: must be finite and >= 0")
+    empty = np.flatnonzero(D.sum(1) <= 0)
+    if empty.size:
+        raise FedsdeInputError(f"label_distributions[{int(empty[0])}]: sums to 0; each client's row needs a sum > 0")
+    return D / D.sum(1, keepdims=True)
+
+
 @dataclass(frozen=True, eq=False)
 class QuadraticProblem:
     """Q quadratic clients ``F_k(w) = ½ (w − a_k)ᵀ U_k (w − a_k)`` with Gaussian gradient noise.
@@ -76,6 +98,8 @@ class QuadraticProblem:
         Client weights, non-negative and summing to one.
     name : str
         Free-text label used in reports.
+    label_distributions : ndarray, shape (Q, C), or None
+        Optional label distribution of each client (rows sum to one); read by FedDisco.
     """
 
     U: np.ndarray
@@ -83,10 +107,11 @@ class QuadraticProblem:
     Sigma: np.ndarray
     p: np.ndarray
     name: str = ""
+    label_distributions: np.ndarray | None = None
     _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
-    def from_arrays(cls, U, a, Sigma, p=None, *, name: str = "") -> QuadraticProblem:
+    def from_arrays(cls, U, a, Sigma, p=None, *, name: str = "", label_distributions=None) -> QuadraticProblem:
         """Validate the arrays (see the module docstring for accepted shapes) and build a problem."""
         try:
             a_arr = np.asarray(a, dtype=np.float64)
@@ -121,7 +146,8 @@ class QuadraticProblem:
             raise FedsdeInputError(
                 "U: the weighted Hessian Σ p_k U_k is singular; the global optimum is not unique"
             )
-        return cls(U=U_arr, a=a_arr, Sigma=S_arr, p=p_arr, name=name)
+        dists = None if label_distributions is None else _label_distributions(label_distributions, Q)
+        return cls(U=U_arr, a=a_arr, Sigma=S_arr, p=p_arr, name=name, label_distributions=dists)
 
     # ------------------------------------------------------------------ shapes
     @property
@@ -198,7 +224,8 @@ class QuadraticProblem:
     # ------------------------------------------------------------------ transforms
     def with_weights(self, p) -> QuadraticProblem:
         """A copy with other client weights."""
-        return QuadraticProblem.from_arrays(self.U, self.a, self.Sigma, p, name=self.name)
+        return QuadraticProblem.from_arrays(self.U, self.a, self.Sigma, p, name=self.name,
+                                            label_distributions=self.label_distributions)
 
     def replicated(self, times: int) -> QuadraticProblem:
         """The same clients repeated ``times`` times (Q → times·Q), weights renormalised."""
@@ -209,10 +236,13 @@ class QuadraticProblem:
             np.tile(self.Sigma, (r, 1, 1)),
             np.tile(self.p, r),
             name=f"{self.name}×{r}" if self.name else "",
+            label_distributions=None if self.label_distributions is None else np.tile(self.label_distributions,
+                                                                                      (r, 1)),
         )
 
     def to_dict(self, *, compact: bool = True) -> dict:
-        """Plain-list dict with keys ``U, a, Sigma, p`` (diagonals/scalars when ``compact`` allows)."""
+        """Plain-list dict with keys ``U, a, Sigma, p`` (diagonals/scalars when ``compact`` allows), and ``name`` and
+        ``label_distributions`` when set."""
 
         def mat(M: np.ndarray):
             off = ~np.eye(self.d, dtype=bool)
@@ -229,4 +259,6 @@ class QuadraticProblem:
         }
         if self.name:
             out["name"] = self.name
+        if self.label_distributions is not None:
+            out["label_distributions"] = self.label_distributions.tolist()
         return out

@@ -92,20 +92,35 @@ def run_comparison(cfg: ComparisonConfig, *, progress: bool = True) -> dict:
     import torch
     from tqdm.auto import tqdm
 
-    from fedsde.aggregators import get_aggregator
+    from fedsde.aggregators import AGGREGATORS, get_aggregator
     from fedsde.sim import minibatch_oracle, simulate
 
-    for s in cfg.settings:
-        if s not in SETTINGS:
-            raise FedsdeInputError(f"--settings: {s!r} is not one of {', '.join(SETTINGS)}")
-    if cfg.participation > cfg.n_clients:
-        raise FedsdeInputError(f"--participation={cfg.participation}: cannot exceed --clients={cfg.n_clients}")
+    for opt, val in (("--seed", cfg.seed), ("--data-seed", cfg.data_seed)):
+        if not isinstance(val, int | np.integer) or val < 0:
+            raise FedsdeInputError(f"{opt}={val!r}: must be an integer >= 0")
+    for opt, names, known in (("--settings", cfg.settings, SETTINGS), ("--aggregators", cfg.aggregators,
+                                                                       tuple(sorted(AGGREGATORS)))):
+        if not names:
+            raise FedsdeInputError(f"{opt}: empty; give one or more of {', '.join(known)}")
+        for name in names:
+            if name not in known:
+                raise FedsdeInputError(f"{opt}: {name!r} is not one of {', '.join(known)}")
+    if not isinstance(cfg.n_clients, int | np.integer) or cfg.n_clients < 1:
+        raise FedsdeInputError(f"--clients={cfg.n_clients!r}: must be an integer >= 1")
+    if not isinstance(cfg.participation, int | np.integer) or not 1 <= cfg.participation <= cfg.n_clients:
+        raise FedsdeInputError(f"--participation={cfg.participation!r}: must be an integer in [1, --clients="
+                               f"{cfg.n_clients}]")
     aggs = {name: get_aggregator(name, **cfg.params.get(name, {})) for name in cfg.aggregators}
+    problems = {setting: _problem(setting, cfg) for setting in cfg.settings}  # data errors before any run
+    for setting, problem in problems.items():
+        if int(np.sum(problem.test_sizes)) == 0:
+            raise FedsdeInputError(f"--clients={cfg.n_clients}: the {setting!r} partition leaves no test samples "
+                                   "(too many clients for the data); use fewer clients")
     results: dict = {"config": asdict(cfg), "settings": {}}
     bar = tqdm(total=len(cfg.settings) * len(aggs), desc="compare-aggregators", unit="run", disable=not progress)
     try:
         for setting in cfg.settings:
-            problem = _problem(setting, cfg)
+            problem = problems[setting]
             steps = _steps(setting, problem, cfg)
             entry = {"problem": problem.summary(), "local_steps": asdict(steps), "rules": {}}
             for name, agg in aggs.items():

@@ -39,8 +39,13 @@ def all_claims(papers: Iterable[str] | str | None = None) -> list[Claim]:
 
 
 def get_claim(claim_id: str) -> Claim:
-    """The claim with id ``claim_id`` (e.g. ``"002/thm-4.5"``)."""
-    paper = claim_id.split("/", 1)[0]
+    """The claim with id ``claim_id`` (e.g. ``"002/thm-4.5"``: seed, ``/``, name)."""
+    paper, sep, name = str(claim_id).partition("/")
+    if not sep or not paper or not name:
+        raise FedsdeInputError(f"claim id {claim_id!r}: malformed; ids are seed/name, e.g. 002/thm-4.5 "
+                               "(list them with fedsde claims --list)")
+    if paper not in PAPERS:
+        raise FedsdeInputError(f"claim id {claim_id!r}: unknown seed {paper!r}; seeds: {', '.join(PAPERS)}")
     for c in claims_of(paper):
         if c.id == claim_id:
             return c
