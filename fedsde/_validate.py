@@ -92,3 +92,15 @@ def device_dtype(device, dtype) -> tuple[torch.device, torch.dtype]:
     if dtype not in (torch.float64, torch.float32):
         raise FedsdeInputError(f"dtype={dtype}: must be torch.float64 or torch.float32")
     return dev, dtype
+
+
+def start_point(w0, d: int) -> np.ndarray:
+    """Starting weights of shape (d,) from ``None`` (zero), a scalar (broadcast) or a length-d vector."""
+    if w0 is None:
+        return np.zeros(d)
+    arr = np.asarray(w0, dtype=np.float64).reshape(-1)
+    if arr.shape == (1,) and d > 1:
+        arr = np.full(d, arr[0])
+    if arr.shape != (d,) or not np.all(np.isfinite(arr)):
+        raise FedsdeInputError(f"w0: shape {np.shape(w0)} must be ({d},) with finite entries")
+    return arr

@@ -25,6 +25,7 @@ Defaults ``β₁ = 0.9``, ``β₂ = 0.99``, ``τ = 1e−3`` (Reddi et al.); the 
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,8 +80,9 @@ class AdaptiveServer(Aggregator):
     def init(self, w0: torch.Tensor) -> AdaptiveState:
         return AdaptiveState(m=torch.zeros_like(w0), v=torch.full_like(w0, self.v0), t=0)
 
+    @abstractmethod
     def _second_moment(self, v: torch.Tensor, d2: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
+        """The rule's second-moment update ``v_t`` from ``v_{t−1}`` and ``Δ²`` (Adam, Yogi or Adagrad)."""
 
     _correct_v = True
 

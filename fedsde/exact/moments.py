@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.linalg
 
-from fedsde._validate import positive_int, schedule
+from fedsde._validate import positive_int, schedule, start_point
 from fedsde.errors import FedsdeInputError, NoStationaryLawError
 from fedsde.exact.round_law import RoundLaw, _steps_repr, round_law
 from fedsde.problems.quadratic import QuadraticProblem
@@ -53,14 +53,7 @@ class StationaryLaw:
 
 def _initial(problem: QuadraticProblem, w0, cov0) -> tuple[np.ndarray, np.ndarray]:
     d = problem.d
-    if w0 is None:
-        m0 = np.zeros(d)
-    else:
-        m0 = np.asarray(w0, dtype=np.float64).reshape(-1)
-        if m0.shape == (1,) and d > 1:
-            m0 = np.full(d, m0[0])
-        if m0.shape != (d,) or not np.all(np.isfinite(m0)):
-            raise FedsdeInputError(f"w0: shape {np.shape(w0)} must be ({d},) with finite entries")
+    m0 = start_point(w0, d)
     if cov0 is None:
         P0 = np.zeros((d, d))
     else:

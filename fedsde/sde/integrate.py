@@ -23,7 +23,7 @@ import torchsde
 from tqdm.auto import tqdm
 
 from fedsde._samples import ReplicateMoments
-from fedsde._validate import device_dtype, positive_int
+from fedsde._validate import device_dtype, positive_int, start_point
 from fedsde.errors import FedsdeInputError, SimulationDivergedError
 from fedsde.problems.quadratic import QuadraticProblem
 from fedsde.sde.brownian import GridBrownian
@@ -235,7 +235,7 @@ def simulate_sde(
     keep = np.arange(rounds + 1) if record is None else np.unique(np.asarray(record, dtype=np.int64).reshape(-1))
     if keep.size == 0 or keep.min() < 0 or keep.max() > rounds:
         raise FedsdeInputError(f"record: rounds must lie in [0, {rounds}] (and at least one)")
-    start = _initial(w0, d)
+    start = start_point(w0, d)
     if method == "euler":
         _check_euler_stability(problem, variant, eta, local_steps, server_lr, h, substeps)
     proto = _build_module(problem, variant, eta, local_steps, server_lr, h, dev, dtype,
@@ -295,17 +295,6 @@ def _check_euler_stability(problem, variant, eta, local_steps, server_lr, h, sub
             f"substeps={substeps}: Euler–Maruyama with dt = h/substeps = {dt:.4g} is unstable for this SDE "
             f"(spectral radius of I − dt·A is {rho:.4g} >= 1); use substeps >= {need} or method='exact'"
         )
-
-
-def _initial(w0, d: int) -> np.ndarray:
-    if w0 is None:
-        return np.zeros(d)
-    arr = np.asarray(w0, dtype=np.float64).reshape(-1)
-    if arr.shape == (1,) and d > 1:
-        arr = np.full(d, arr[0])
-    if arr.shape != (d,) or not np.all(np.isfinite(arr)):
-        raise FedsdeInputError(f"w0: shape {np.shape(w0)} must be ({d},) with finite entries")
-    return arr
 
 
 def _check_finite(y: torch.Tensor, t: float) -> None:

@@ -33,7 +33,7 @@ import torch
 from tqdm.auto import tqdm
 
 from fedsde._samples import ReplicateMoments
-from fedsde._validate import device_dtype, positive_int, schedule
+from fedsde._validate import device_dtype, positive_int, schedule, start_point
 from fedsde.errors import FedsdeInputError, SimulationDivergedError
 from fedsde.problems.quadratic import QuadraticProblem
 from fedsde.sim.oracles import GaussianQuadraticOracle
@@ -74,17 +74,6 @@ class SimulationResult(ReplicateMoments):
     drift_rounds: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     drift: np.ndarray | None = None
     config: dict = field(default_factory=dict)
-
-
-def _initial_weights(w0, d: int) -> np.ndarray:
-    if w0 is None:
-        return np.zeros(d)
-    arr = np.asarray(w0, dtype=np.float64).reshape(-1)
-    if arr.shape == (1,) and d > 1:
-        arr = np.full(d, arr[0])
-    if arr.shape != (d,) or not np.all(np.isfinite(arr)):
-        raise FedsdeInputError(f"w0: shape {np.shape(w0)} must be ({d},) with finite entries")
-    return arr
 
 
 def _record_set(name: str, record, rounds: int, default_all: bool) -> np.ndarray:
@@ -190,7 +179,7 @@ def simulate(
     dev, dtype = device_dtype(device, dtype)
     keep = _record_set("record", record, rounds, default_all=True)
     drift_keep = _record_set("record_drift", record_drift, rounds, default_all=False)
-    w_start = _initial_weights(w0, d)
+    w_start = start_point(w0, d)
     make_oracle = oracle_factory or _default_oracle(problem, steps)
 
     chunks = split_chunks(replicates, chunk_size, block_size)
