@@ -40,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="fedsde",
         description="Continuous-time (SDE) analysis and simulation of federated optimisation.",
     )
+    from fedsde import __version__
+
+    parser.add_argument("--version", action="version", version=f"fedsde {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     for name in SUBCOMMANDS:
