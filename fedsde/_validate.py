@@ -104,3 +104,21 @@ def start_point(w0, d: int) -> np.ndarray:
     if arr.shape != (d,) or not np.all(np.isfinite(arr)):
         raise FedsdeInputError(f"w0: shape {np.shape(w0)} must be ({d},) with finite entries")
     return arr
+
+
+def distributions(name: str, value, Q: int | None = None) -> np.ndarray:
+    """Rows normalised to sum to one; every entry finite and >= 0, every row sum > 0 (named by row)."""
+    try:
+        D = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise FedsdeInputError(f"{name}: could not be read as an array of numbers") from None
+    if D.ndim != 2 or D.shape[1] < 1 or (Q is not None and D.shape[0] != Q):
+        raise FedsdeInputError(f"{name}: shape {D.shape} must be (Q, C)" + (f" with Q={Q}" if Q else ""))
+    bad = ~np.isfinite(D) | (D < 0)
+    if bad.any():
+        k, c = (int(i) for i in np.argwhere(bad)[0])
+        raise FedsdeInputError(f"{name}[{k}][{c}]={float(D[k, c])!r}: must be finite and >= 0")
+    empty = np.flatnonzero(D.sum(1) <= 0)
+    if empty.size:
+        raise FedsdeInputError(f"{name}[{int(empty[0])}]: sums to 0; every row (client) needs a sum > 0")
+    return D / D.sum(1, keepdims=True)

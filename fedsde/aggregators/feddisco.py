@@ -25,30 +25,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedsde._validate import positive_float
+from fedsde._validate import distributions, positive_float
 from fedsde.aggregators.base import Aggregator, RoundContext
 from fedsde.errors import FedsdeInputError
 
 METRICS = ("kl", "l2", "l1", "cosine")
 BASES = ("fedavg", "fedprox", "scaffold", "fednova")
-
-
-def _distributions(name: str, value, Q: int | None = None) -> np.ndarray:
-    """Rows normalised to sum to one; every entry finite and >= 0, every row sum > 0 (named by row)."""
-    try:
-        D = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise FedsdeInputError(f"{name}: could not be read as an array of numbers") from None
-    if D.ndim != 2 or D.shape[1] < 1 or (Q is not None and D.shape[0] != Q):
-        raise FedsdeInputError(f"{name}: shape {D.shape} must be (Q, C)" + (f" with Q={Q}" if Q else ""))
-    bad = ~np.isfinite(D) | (D < 0)
-    if bad.any():
-        k, c = (int(i) for i in np.argwhere(bad)[0])
-        raise FedsdeInputError(f"{name}[{k}][{c}]={float(D[k, c])!r}: entries must be finite and >= 0")
-    empty = np.flatnonzero(D.sum(1) <= 0)
-    if empty.size:
-        raise FedsdeInputError(f"{name}[{int(empty[0])}]: sums to 0; every row (client) needs a sum > 0")
-    return D / D.sum(1, keepdims=True)
 
 
 def _sizes(value, Q: int | None = None) -> np.ndarray:
@@ -75,9 +57,9 @@ def discrepancies(label_distributions, target=None, metric: str = "kl") -> np.nd
     ``"kl"``: ``Σ_c D_kc log(D_kc / T_c)`` (0·log 0 = 0; infinite if ``T_c = 0 < D_kc``, which is an error);
     ``"l2"``, ``"l1"``: norms of ``D_k − T``; ``"cosine"``: ``1 − cos(D_k, T)``.  Rows may be counts.
     """
-    D = _distributions("label_distributions", label_distributions)
+    D = distributions("label_distributions", label_distributions)
     C = D.shape[1]
-    T = np.full(C, 1.0 / C) if target is None else _distributions("target", np.reshape(target, (1, -1)))[0]
+    T = np.full(C, 1.0 / C) if target is None else distributions("target", np.reshape(target, (1, -1)))[0]
     if T.shape != (C,):
         raise FedsdeInputError(f"target: has {T.size} classes, the label distributions have {C}")
     if metric == "kl":

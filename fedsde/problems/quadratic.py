@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from fedsde._validate import distributions
 from fedsde.errors import FedsdeInputError
 
 _SYM_TOL = 1e-10
@@ -58,26 +59,6 @@ def _as_matrix_stack(name: str, value, Q: int, d: int) -> np.ndarray:
             f"{name}[{k}]: not positive semi-definite (smallest eigenvalue {lam_min[k]:.6g} < 0)"
         )
     return arr
-
-
-def _label_distributions(value, Q: int) -> np.ndarray:
-    """Per-client label distributions, shape (Q, C): entries finite and >= 0, each row sum > 0; rows normalised."""
-    try:
-        D = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise FedsdeInputError("label_distributions: could not be read as an array of numbers") from None
-    if D.ndim != 2 or D.shape[0] != Q or D.shape[1] < 1:
-        raise FedsdeInputError(
-            f"label_distributions: shape {D.shape} must be (Q, C) with Q={Q}: one row of label frequencies per client"
-        )
-    bad = ~np.isfinite(D) | (D < 0)
-    if bad.any():
-        k, c = (int(i) for i in np.argwhere(bad)[0])
-        raise FedsdeInputError(f"label_distributions[{k}][{c}]={float(D[k, c])!r}: must be finite and >= 0")
-    empty = np.flatnonzero(D.sum(1) <= 0)
-    if empty.size:
-        raise FedsdeInputError(f"label_distributions[{int(empty[0])}]: sums to 0; each client's row needs a sum > 0")
-    return D / D.sum(1, keepdims=True)
 
 
 @dataclass(frozen=True, eq=False)
@@ -146,7 +127,7 @@ class QuadraticProblem:
             raise FedsdeInputError(
                 "U: the weighted Hessian Σ p_k U_k is singular; the global optimum is not unique"
             )
-        dists = None if label_distributions is None else _label_distributions(label_distributions, Q)
+        dists = None if label_distributions is None else distributions("label_distributions", label_distributions, Q)
         return cls(U=U_arr, a=a_arr, Sigma=S_arr, p=p_arr, name=name, label_distributions=dists)
 
     # ------------------------------------------------------------------ shapes
