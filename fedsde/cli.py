@@ -25,6 +25,9 @@ SUBCOMMANDS = (
     "compare",
     "claims",
     "compare_aggregators",
+    "validity",
+    "scaling",
+    "sweep",
     "reproduce",
 )
 
