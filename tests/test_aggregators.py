@@ -222,7 +222,8 @@ class _ConstantOracle:
 
 
 @pytest.mark.parametrize("solver", [LocalSolver(), LocalSolver(prox=2.0), LocalSolver(momentum=0.9),
-                                    LocalSolver(momentum=0.9, prox=2.0)])
+                                    LocalSolver(momentum=0.9, prox=2.0),
+                                    LocalSolver(momentum=0.9, prox=2.0, prox_in_buffer=True)])
 def test_local_loop_displacement_equals_accumulation_norm(solver):
     # the actual local loop with every gradient equal to 1 moves by −η‖a‖₁ (the "shadow" identity, §1.4)
     x = torch.zeros((1, 1, 1, 1), dtype=D)
@@ -478,3 +479,8 @@ def test_fedaware_warm_start_avoids_zero_updates():
     # without it, the unseen clients' zero momenta put 0 in the hull and the first round does not move
     w = simulate(pr, aggregator=FedAWARE(warm_start=False), **kw).weights
     assert np.all(np.linalg.norm(w[1] - w[0], axis=-1) == 0)
+    # the authors' "-startup 0": FedAvg steps until every client has been seen, so no round stalls either
+    w = simulate(pr, aggregator=FedAWARE(warm_start="fedavg"), **kw).weights
+    assert np.all(np.linalg.norm(np.diff(w, axis=0), axis=-1) > 1e-8)
+    with pytest.raises(FedsdeInputError, match="warm_start"):
+        FedAWARE(warm_start="sometimes")

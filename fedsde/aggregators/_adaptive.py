@@ -8,26 +8,37 @@ With the averaged model change ``Δ_n = Σ_k ω_k Δ_k`` (minus the pseudo-gradi
     v ← v + Δ²                                   (FedAdagrad)
     v ← v − (1 − β₂) Δ² sign(v − Δ²)             (FedYogi)
     v ← β₂ v + (1 − β₂) Δ²                       (FedAdam)
-    w ← w + s · m̂ / (√v̂ + τ)
+    w ← w + s · c_t · m̂ / (√v̂ + τ)
 
 Variants (frameworks disagree here):
 
-* ``variant="paper"`` (default; Reddi et al. Algorithm 2): no bias correction, ``m̂ = m``, ``v̂ = v``, and
-  ``v_0 = τ²`` (the paper asks ``v_{−1} >= τ²``);
+* ``variant="paper"`` (default; Reddi et al. Algorithm 2): no bias correction, ``m̂ = m``, ``v̂ = v``, ``c_t = 1``
+  and ``v_0 = τ²`` (the paper asks ``v_{−1} >= τ²``);
 * ``variant="bias_corrected"`` (Adam-style, as optax/FedJAX): ``v_0 = 0``, ``m̂ = m/(1 − β₁^t)`` and, for Adam and
   Yogi, ``v̂ = v/(1 − β₂^t)`` with ``t = n + 1`` the number of updates so far; Adagrad's ``v`` is a sum and is not
-  corrected.
+  corrected; ``c_t = 1``;
+* ``variant="flower"`` (Flower's ``FedAdam``/``FedYogi``/``FedAdagrad`` strategies, ``flwr.server.strategy``):
+  ``v_0 = 0``, ``m̂ = m``, ``v̂ = v``; FedAdam alone scales the step (Kingma & Ba's ``α_t``) by
 
-``v_0`` can be set explicitly (seed 000's and Flower's code use ``v_0 = 0`` without bias correction).
-Defaults ``β₁ = 0.9``, ``β₂ = 0.99``, ``τ = 1e−3`` (Reddi et al.); the server step ``s`` is the run's
-``server_lr`` (the seeds use ``s = 0.01`` for FedYogi on CIFAR-10).
+      c_r = √(1 − β₂^(r+1)) / (1 − β₁^(r+1)),   r = server_round = n + 1 (Flower counts rounds from 1),
+
+  so round ``n = 0`` already uses exponent 2 (not the ``t = 1`` of textbook Adam), and the correction multiplies
+  the step, outside ``√v + τ``.  FedYogi and FedAdagrad use ``c_r = 1``.  Unset parameters take Flower's
+  defaults: ``β₁ = 0.9`` (FedAdagrad: 0, it has no ``β₁``), ``β₂ = 0.99``, ``τ = 1e−9`` (FedYogi: ``1e−3``).
+  Flower's server step ``eta`` is the run's ``server_lr`` (Flower's defaults: 0.1; FedYogi 0.01).
+
+``v_0`` can be set explicitly (seed 000's code uses ``v_0 = 0`` without bias correction, i.e. ``"paper"`` with
+``v0=0``).  Defaults ``β₁ = 0.9``, ``β₂ = 0.99``, ``τ = 1e−3`` (Reddi et al.); the server step ``s`` is the run's
+``server_lr`` (the seeds use ``s = 0.01`` for FedYogi on CIFAR-10).  Agreement with Flower is tested in
+``tests/test_peers.py`` and listed in the documentation page "Agreement with peers".
 """
 
 from __future__ import annotations
 
+import math
 from abc import abstractmethod
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -35,7 +46,7 @@ from fedsde._validate import positive_float
 from fedsde.aggregators.base import Aggregator, RoundContext, weighted_mean
 from fedsde.errors import FedsdeInputError
 
-VARIANTS = ("paper", "bias_corrected")
+VARIANTS = ("paper", "bias_corrected", "flower")
 
 
 @dataclass(frozen=True)
@@ -52,28 +63,35 @@ class AdaptiveServer(Aggregator):
 
     Parameters
     ----------
-    beta1, beta2 : float
-        Decay rates in ``[0, 1)`` (``beta2`` unused by Adagrad).
-    tau : float
-        Adaptivity ``τ > 0``.
-    variant : {"paper", "bias_corrected"}
+    beta1, beta2 : float, optional
+        Decay rates in ``[0, 1)`` (``beta2`` unused by Adagrad); default 0.9 and 0.99 (``"flower"``: Flower's).
+    tau : float, optional
+        Adaptivity ``τ > 0``; default ``1e−3`` (``"flower"``: Flower's default of the strategy).
+    variant : {"paper", "bias_corrected", "flower"}
     v0 : float, optional
-        Initial second moment (default ``τ²`` for ``"paper"``, 0 for ``"bias_corrected"``).
+        Initial second moment (default ``τ²`` for ``"paper"``, 0 for ``"bias_corrected"`` and ``"flower"``).
     """
 
     stateful = True
     paper = "Reddi et al. 2021, Algorithm 2"
+    #: Flower's defaults of the strategy (``beta_1``, ``beta_2``, ``tau``) for ``variant="flower"``
+    _flower_defaults: ClassVar[tuple[float, float, float]] = (0.9, 0.99, 1e-9)
+    #: whether Flower scales the step by ``√(1 − β₂^(r+1))/(1 − β₁^(r+1))`` (FedAdam only)
+    _flower_step_correction: ClassVar[bool] = False
 
-    def __init__(self, *, beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-3, variant: str = "paper",
-                 v0: float | None = None):
+    def __init__(self, *, beta1: float | None = None, beta2: float | None = None, tau: float | None = None,
+                 variant: str = "paper", v0: float | None = None):
+        if variant not in VARIANTS:
+            raise FedsdeInputError(f"variant={variant!r}: must be one of {', '.join(VARIANTS)}")
+        self.variant = variant
+        d1, d2, dt = self._flower_defaults if variant == "flower" else (0.9, 0.99, 1e-3)
+        beta1, beta2, tau = (d1 if beta1 is None else beta1), (d2 if beta2 is None else beta2), (dt if tau is None
+                                                                                                 else tau)
         self.beta1 = positive_float("beta1", beta1, allow_zero=True)
         self.beta2 = positive_float("beta2", beta2, allow_zero=True)
         if self.beta1 >= 1 or self.beta2 >= 1:
             raise FedsdeInputError(f"beta1={beta1!r}, beta2={beta2!r}: must lie in [0, 1)")
         self.tau = positive_float("tau", tau)
-        if variant not in VARIANTS:
-            raise FedsdeInputError(f"variant={variant!r}: must be one of {', '.join(VARIANTS)}")
-        self.variant = variant
         default_v0 = self.tau**2 if variant == "paper" else 0.0
         self.v0 = default_v0 if v0 is None else positive_float("v0", v0, allow_zero=True)
 
@@ -85,6 +103,13 @@ class AdaptiveServer(Aggregator):
         """The rule's second-moment update ``v_t`` from ``v_{t−1}`` and ``Δ²`` (Adam, Yogi or Adagrad)."""
 
     _correct_v = True
+
+    def step_scale(self, server_round: int) -> float:
+        """``c_r``: Flower's FedAdam step factor ``√(1 − β₂^(r+1))/(1 − β₁^(r+1))`` at 1-based round ``r``; else 1."""
+        if self.variant != "flower" or not self._flower_step_correction:
+            return 1.0
+        e = float(server_round) + 1.0
+        return math.sqrt(1.0 - self.beta2**e) / (1.0 - self.beta1**e)
 
     def apply(
         self, w: torch.Tensor, updates: torch.Tensor, weights: torch.Tensor, state: AdaptiveState,
@@ -99,4 +124,5 @@ class AdaptiveServer(Aggregator):
             m_hat = m / (1.0 - self.beta1**t)
             if self._correct_v:
                 v_hat = v / (1.0 - self.beta2**t)
-        return w + ctx.server_lr * m_hat / (torch.sqrt(v_hat) + self.tau), AdaptiveState(m=m, v=v, t=t)
+        lr = ctx.server_lr * self.step_scale(ctx.round + 1)
+        return w + lr * m_hat / (torch.sqrt(v_hat) + self.tau), AdaptiveState(m=m, v=v, t=t)

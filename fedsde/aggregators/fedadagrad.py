@@ -1,6 +1,7 @@
 """FedAdagrad (Reddi et al. 2021, Algorithm 2): ``v ← v + Δ²`` (no ``β₂``; bias correction touches ``m`` only).
 
-See :mod:`fedsde.aggregators._adaptive` for the full update and its variants.
+See :mod:`fedsde.aggregators._adaptive` for the full update and its variants; ``variant="flower"`` (Flower's
+``FedAdagrad``) is ``"paper"`` with ``β₁ = 0`` and ``v_0 = 0``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ class FedAdagrad(AdaptiveServer):
 
     name = "fedadagrad"
     _correct_v = False
+    _flower_defaults = (0.0, 0.99, 1e-9)  # Flower's FedAdagrad has no beta_1 (FedOpt's 0); beta_2 unused
 
     def _second_moment(self, v: torch.Tensor, d2: torch.Tensor) -> torch.Tensor:
         return v + d2

@@ -1,4 +1,9 @@
-"""FedAdam (Reddi et al. 2021, Algorithm 2): ``v ← β₂ v + (1 − β₂) Δ²``; see :mod:`fedsde.aggregators._adaptive`."""
+"""FedAdam (Reddi et al. 2021, Algorithm 2): ``v ← β₂ v + (1 − β₂) Δ²``; see :mod:`fedsde.aggregators._adaptive`.
+
+``variant="flower"`` reproduces Flower's ``FedAdam`` strategy: ``m_0 = v_0 = 0``, no correction of ``m`` or ``v``,
+but the step is bias-corrected, ``w ← w + s·√(1 − β₂^(r+1))/(1 − β₁^(r+1)) · m/(√v + τ)`` with ``r`` Flower's
+``server_round`` (1 in the first round), ``τ = 1e−9`` by default.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +13,12 @@ from fedsde.aggregators._adaptive import AdaptiveServer
 
 
 class FedAdam(AdaptiveServer):
-    """Adam on the server (formula, defaults and bias-correction variants: :mod:`fedsde.aggregators._adaptive`)."""
+    """Adam on the server (formula, defaults and the variants paper / bias_corrected / flower:
+    :mod:`fedsde.aggregators._adaptive`)."""
 
     name = "fedadam"
+    _flower_defaults = (0.9, 0.99, 1e-9)
+    _flower_step_correction = True
 
     def _second_moment(self, v: torch.Tensor, d2: torch.Tensor) -> torch.Tensor:
         return self.beta2 * v + (1.0 - self.beta2) * d2

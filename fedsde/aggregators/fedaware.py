@@ -15,9 +15,21 @@ The server keeps one momentum per client (all ``Q``).  With pseudo-gradients ``g
 before the QP and in the step; the paper's Algorithm 1 does not (reference/seed-fedaware.md §1.4, §6 item 4).
 Convention: ``α`` weights the old momentum (paper); the code's ``α`` is ``1 − α`` (equal at 0.5).
 
-Warm start: a zero momentum puts 0 in the hull and stalls the update, so by default the first round runs with
-every client (``warm_start=True``; the code's ``startup 1`` and the paper's Lemma B.1 remark).  Client weights
-``p`` are not used.  The last weights are kept in the state (``state.lam``) for diagnostics.
+Warm start: a zero momentum puts 0 in the hull and stalls the update.  Three named choices:
+
+* ``warm_start="full"`` (or ``True``; default): the first round runs with every client, then FedAWARE steps from
+  round 0 on (the code's ``-startup 1``, used by all of the paper's scripts, and the paper's Lemma B.1 remark);
+* ``warm_start="fedavg"``: the code's ``-startup 0`` server rule (``FeedbackSampler.explored`` in the authors'
+  ``fedaware.py``/``utils.py``): until every client has been seen, the round's momenta are updated but the step is
+  FedAvg over the participants, ``w ← Σ_S p̂_k x_k = w + Σ_S p̂_k Δ_k`` with ``p̂_k = p_k/Σ_S p_j`` and no server
+  learning rate (the code replaces the model by the average); the round in which the last unseen client takes part
+  is already a FedAWARE step, and every later one is.  Clients are sampled by the simulator's participation
+  scheme (the code cycles a shuffled permutation instead, which covers everyone in ``⌈Q/m⌉`` rounds);
+* ``warm_start="none"`` (or ``False``): FedAWARE from round 0 with whoever participates; a zero momentum in the hull
+  gives a zero step in the first rounds.
+
+Outside the FedAvg warm-up the client weights ``p`` are not used.  The last weights are kept in the state
+(``state.lam``) for diagnostics.
 """
 
 from __future__ import annotations
@@ -33,15 +45,18 @@ from fedsde.aggregators.min_norm import min_norm_gram
 from fedsde.errors import FedsdeInputError
 
 VARIANTS = ("normalized", "literal")
+WARM_STARTS = ("full", "fedavg", "none")
 
 
 @dataclass(frozen=True)
 class AwareState:
-    """Client momenta ``m`` (R, Q, d), last weights ``lam`` (R, Q) and last step norm ``step_norm`` (R,)."""
+    """Client momenta ``m`` (R, Q, d), last weights ``lam`` (R, Q), last step norm ``step_norm`` (R,) and the
+    clients seen so far ``seen`` (R, Q) (``warm_start="fedavg"``)."""
 
     m: torch.Tensor | None
     lam: torch.Tensor | None
     step_norm: torch.Tensor | None
+    seen: torch.Tensor | None = None
 
 
 class FedAWARE(Aggregator):
@@ -52,8 +67,9 @@ class FedAWARE(Aggregator):
     alpha : float
         Momentum ``α ∈ [0, 1)`` on the old value.
     variant : {"normalized", "literal"}
-    warm_start : bool
-        Full participation in round 0.
+    warm_start : {"full", "fedavg", "none"} or bool
+        Full participation in round 0 (``"full"``/``True``), FedAvg until every client has been seen
+        (``"fedavg"``), or neither (``"none"``/``False``); module docstring.
     max_iter : int
         Frank–Wolfe iterations before the exact polish.
     """
@@ -62,7 +78,7 @@ class FedAWARE(Aggregator):
     paper = "Zeng et al. (seeds 000/001), Algorithm 1"
     stateful = True
 
-    def __init__(self, alpha: float = 0.5, *, variant: str = "normalized", warm_start: bool = True,
+    def __init__(self, alpha: float = 0.5, *, variant: str = "normalized", warm_start: bool | str = True,
                  max_iter: int = 100):
         self.alpha = positive_float("alpha", alpha, allow_zero=True)
         if self.alpha >= 1:
@@ -70,8 +86,12 @@ class FedAWARE(Aggregator):
         if variant not in VARIANTS:
             raise FedsdeInputError(f"variant={variant!r}: must be one of {', '.join(VARIANTS)}")
         self.variant = variant
-        self.warm_start = bool(warm_start)
-        self.warm_start_rounds = 1 if self.warm_start else 0
+        if isinstance(warm_start, bool):
+            warm_start = "full" if warm_start else "none"
+        if warm_start not in WARM_STARTS:
+            raise FedsdeInputError(f"warm_start={warm_start!r}: must be one of {', '.join(WARM_STARTS)}, True or False")
+        self.warm_start = warm_start
+        self.warm_start_rounds = 1 if warm_start == "full" else 0
         self.max_iter = positive_int("max_iter", max_iter)
 
     def init(self, w0: torch.Tensor) -> AwareState:
@@ -89,4 +109,15 @@ class FedAWARE(Aggregator):
             mh = m
         lam = min_norm_gram(torch.bmm(mh, mh.transpose(1, 2)), max_iter=self.max_iter).to(w.dtype)
         d = torch.bmm(lam.unsqueeze(1), mh).squeeze(1)
-        return w - ctx.server_lr * d, AwareState(m=m, lam=lam, step_norm=torch.linalg.vector_norm(d, dim=-1))
+        w_next = w - ctx.server_lr * d
+        if self.warm_start != "fedavg":
+            return w_next, AwareState(m=m, lam=lam, step_norm=torch.linalg.vector_norm(d, dim=-1))
+        seen = ctx.participating if state.seen is None else state.seen | ctx.participating
+        explored = seen.all(1, keepdim=True)  # (R, 1)
+        pk = ctx.p.to(w.dtype) * ctx.participating.to(w.dtype)
+        omega = pk / pk.sum(1, keepdim=True).clamp_min(1e-300)
+        w_avg = w + torch.bmm(omega.unsqueeze(1), updates).squeeze(1)
+        step = torch.where(explored, d, w - w_avg)
+        return (torch.where(explored, w_next, w_avg),
+                AwareState(m=m, lam=torch.where(explored, lam, omega), step_norm=torch.linalg.vector_norm(step, dim=-1),
+                           seen=seen))

@@ -17,8 +17,23 @@ with ``ω_k = p_k`` under full participation (so the surrogate objective is the 
 * a number: the generalised rule eq. (6) with a user-set ``τ_eff``.
 
 A server learning rate only multiplies ``τ_eff``.  Local solvers (``momentum=ρ``, buffers reset every round;
-``mu=μ``, prox; both) change ``a_k``, never the rule.  Optional server momentum ``γ`` (the code's ``gmf``):
-``b ← γ b + U/η``, ``w ← w + s η b`` with ``U = τ_eff Σ ω_k Δ_k/‖a_k‖₁``.
+``mu=μ``, prox; both) change ``a_k``, never the rule.
+
+Variants (they differ only when the clients use both local momentum and a proximal term):
+
+* ``variant="paper"`` (default; the paper's definition, eq. (20)): ``‖a_k‖₁`` is the true accumulation norm of
+  the local solver (:mod:`fedsde.sim.solvers`), whose proximal term is a separate step outside the momentum buffer;
+* ``variant="official"`` reproduces seed 003's code (JYWa/FedNova, ``distoptim/FedNova.py``) exactly: the
+  clients add ``μ(x − w_n)`` into the momentum buffer (``LocalSolver(prox_in_buffer=True)``), and the normaliser is
+  the code's recursion ``c ← ρc + 1``, ``s ← (1 − ημ)(s + c) + 1`` (2 − ημ after one step).  It is inconsistent
+  with the code's own dynamics: for ``τ = 7``, ``η = 0.1``, ``μ = 2``, ``ρ = 0.9`` it gives 16.22, while the true
+  ``Σ a_k`` of those dynamics is 8.41 (and that of the ``"paper"`` dynamics 15.34).  With ``μ > 0`` the code uses
+  ``τ_eff = Σ p_k τ_k`` ("steps", also the ``"auto"`` choice here); client ``k``'s gradients then enter with
+  total weight ``p_k τ_eff · Σa_k/normaliser_k`` instead of ``p_k τ_eff``, and the ratio ``Σa_k/normaliser_k``
+  (0.52 here) changes with ``τ_k``, so the clients are not weighted by ``p_k``.
+
+Optional server momentum ``γ`` (the code's ``gmf``): ``b ← γ b + U/η``, ``w ← w + s η b`` with
+``U = τ_eff Σ ω_k Δ_k/‖a_k‖₁``.
 
 Partial participation (reference §1.8) follows the simulator's ``weighting``: ``"renormalised"`` is the
 practical form (``p̂_k = p_k/Σ_S p_j``, ``τ_eff = Σ_S p̂_k ‖a_k‖₁``); ``"multinomial"`` is the canonical form of
@@ -43,6 +58,26 @@ from fedsde.errors import FedsdeInputError
 from fedsde.sim.solvers import LocalSolver
 
 TAU_EFF = ("auto", "solver", "steps", "full")
+VARIANTS = ("paper", "official")
+
+
+def official_normaliser(momentum: float, prox: float, steps: int, eta: float) -> float:
+    """Seed 003's code's normaliser after ``steps`` local steps (``local_normalizing_vec`` of ``FedNova.step``).
+
+    Per step: ``c ← ρc + 1``, ``s ← s + c`` with momentum; ``s ← (1 − ημ)s + 1`` with a proximal term; ``s ← s + 1``
+    with neither.  Equals ``‖a‖₁`` unless both ``ρ`` and ``μ`` are non-zero (module docstring).
+    """
+    alpha = eta * prox
+    c = s = 0.0
+    for _ in range(int(steps)):
+        if momentum:
+            c = c * momentum + 1.0
+            s += c
+        if alpha:
+            s = s * (1.0 - alpha) + 1.0
+        if not momentum and not alpha:
+            s += 1.0
+    return s
 
 
 @dataclass(frozen=True)
@@ -66,6 +101,8 @@ class FedNova(Aggregator):
         ``γ ∈ [0, 1)`` (0: none).
     local_solver : LocalSolver, optional
         Overrides ``momentum`` and ``mu``.
+    variant : {"paper", "official"}
+        Normaliser and local dynamics of the paper (default) or of seed 003's code (module docstring).
     """
 
     name = "fednova"
@@ -73,8 +110,12 @@ class FedNova(Aggregator):
     needs_norms = True
 
     def __init__(self, *, momentum: float = 0.0, mu: float = 0.0, tau_eff: str | float = "auto",
-                 server_momentum: float = 0.0, local_solver: LocalSolver | None = None):
-        self._local_solver = local_solver or LocalSolver(momentum=momentum, prox=mu)
+                 server_momentum: float = 0.0, local_solver: LocalSolver | None = None, variant: str = "paper"):
+        if variant not in VARIANTS:
+            raise FedsdeInputError(f"variant={variant!r}: must be one of {', '.join(VARIANTS)}")
+        self.variant = variant
+        self._local_solver = local_solver or LocalSolver(momentum=momentum, prox=mu,
+                                                         prox_in_buffer=variant == "official")
         self.momentum = self._local_solver.momentum
         self.mu = self._local_solver.prox
         if isinstance(tau_eff, str):
@@ -100,14 +141,25 @@ class FedNova(Aggregator):
     def init(self, w0: torch.Tensor) -> NovaState:
         return NovaState(b=torch.zeros_like(w0) if self.server_momentum else None)
 
-    def effective_steps(self, weights: torch.Tensor, ctx: RoundContext) -> torch.Tensor:
-        """``τ_eff`` of the round, shape (R, 1)."""
+    def normalisers(self, ctx: RoundContext) -> torch.Tensor:
+        """The per-client normaliser of the round, shape (R, Q): ``ctx.norms`` (``"paper"``) or the code's."""
+        if self.variant == "paper":
+            return ctx.norms
+        sol = self.local_solver
+        steps = ctx.local_steps
+        table = [official_normaliser(sol.momentum, sol.prox, t, ctx.eta) for t in range(int(steps.max()) + 1)]
+        return torch.as_tensor(table, dtype=ctx.norms.dtype, device=steps.device)[steps.long()]
+
+    def effective_steps(self, weights: torch.Tensor, ctx: RoundContext, norms: torch.Tensor | None = None
+                        ) -> torch.Tensor:
+        """``τ_eff`` of the round, shape (R, 1) (``norms``: the normalisers, default :meth:`normalisers`)."""
+        norms = self.normalisers(ctx) if norms is None else norms
         if self.tau_eff == "solver":
-            te = (weights * ctx.norms).sum(1)
+            te = (weights * norms).sum(1)
         elif self.tau_eff == "steps":
             te = (weights * ctx.local_steps.to(weights.dtype)).sum(1)
         elif self.tau_eff == "full":
-            te = (ctx.p * ctx.norms).sum(1)
+            te = (ctx.p * norms).sum(1)
         else:
             te = torch.full(weights.shape[:1], float(self.tau_eff), dtype=weights.dtype, device=weights.device)
         return te.unsqueeze(1)
@@ -115,7 +167,8 @@ class FedNova(Aggregator):
     def apply(
         self, w: torch.Tensor, updates: torch.Tensor, weights: torch.Tensor, state: NovaState, ctx: RoundContext
     ) -> tuple[torch.Tensor, Any]:
-        u = self.effective_steps(weights, ctx) * weighted_mean(weights / ctx.norms, updates)
+        norms = self.normalisers(ctx)
+        u = self.effective_steps(weights, ctx, norms) * weighted_mean(weights / norms, updates)
         if not self.server_momentum:
             return w + ctx.server_lr * u, state
         b = self.server_momentum * state.b + u / ctx.eta

@@ -7,6 +7,12 @@ Client step (proximal SGD, :class:`fedsde.sim.solvers.LocalSolver` with ``prox=�
 Its accumulation vector is ``a_k = [(1 − α)^{τ−1}, …, 1 − α, 1]`` with ``α = ημ`` (seed 003 §IV-B), so FedProx
 weights clients by ``p_k (1 − (1 − α)^{τ_k})`` instead of ``p_k τ_k``.  Needs ``ημ <= 1``.  ``μ = 0`` is FedAvg.
 Defaults: ``μ = 0.01`` (tuned value in seeds 000 and 004).
+
+With local momentum ``ρ`` the proximal term is, by default, a separate step outside the momentum buffer,
+``v ← ρv + g``, ``x ← x − η (v + μ (x − w_n))``.  Seed 003's code (JYWa/FedNova, ``distoptim/FedProx.py``) instead
+adds ``μ (x − w_n)`` in place into the momentum buffer, so it is carried into later steps (heavy ball on the
+proximal objective); ``prox_in_buffer=True`` reproduces that (:mod:`fedsde.sim.solvers`).  The two agree when
+``ρ = 0`` or ``μ = 0``.
 """
 
 from __future__ import annotations
@@ -24,14 +30,17 @@ class FedProx(FedAvg):
     mu : float
         Proximal coefficient ``μ >= 0``.
     momentum : float
-        Optional local heavy-ball momentum ``ρ`` (prox added after the momentum, as in seed 003's code).
+        Optional local heavy-ball momentum ``ρ`` (buffer reset every round).
+    prox_in_buffer : bool
+        Put the proximal term into the momentum buffer, as seed 003's code does (default: a separate step).
     """
 
     name = "fedprox"
     paper = "Li et al. 2020 (FedProx); seed 003 §IV-B"
     linear = False  # the local map is not plain SGD's
 
-    def __init__(self, mu: float = 0.01, *, momentum: float = 0.0):
+    def __init__(self, mu: float = 0.01, *, momentum: float = 0.0, prox_in_buffer: bool = False):
         self.mu = positive_float("mu", mu, allow_zero=True)
         self.momentum = float(momentum)
-        super().__init__(local_solver=LocalSolver(momentum=momentum, prox=self.mu))
+        self.prox_in_buffer = bool(prox_in_buffer)
+        super().__init__(local_solver=LocalSolver(momentum=momentum, prox=self.mu, prox_in_buffer=self.prox_in_buffer))

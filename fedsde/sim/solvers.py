@@ -6,13 +6,24 @@ sign convention ``w ← w − η(∇F_k(w) + ξ)`` (seed 003 §1.4; reference/se
 * stochastic gradient ``g = ∇F_k(x) + ξ`` (plus a control-variate correction ``c − c_k`` for SCAFFOLD);
 * momentum ``ρ`` (PyTorch convention, no dampening, buffer reset every round): ``v₀ = g₀``,
   ``v_i = ρ v_{i−1} + g_i``; without momentum ``v_i = g_i``;
-* proximal term ``μ`` (FedProx), added after the momentum: ``x ← x − η (v_i + μ (x − w_n))``.
+* proximal term ``μ`` (FedProx).  Two placements, equal unless both ``ρ`` and ``μ`` are non-zero:
+
+  - ``prox_in_buffer=False`` (default): a separate proximal step on top of the momentum of the gradients,
+    ``x ← x − η (v_i + μ (x − w_n))`` — heavy-ball momentum on ``F_k`` plus FedProx's pull, the form whose
+    accumulation vector the recursion below gives;
+  - ``prox_in_buffer=True``: the proximal term enters the momentum buffer, ``v_i = ρ v_{i−1} + g_i + μ (x − w_n)``,
+    ``x ← x − η v_i`` — heavy ball on ``F_k + (μ/2)‖x − w_n‖²``.  This is what seed 003's code
+    (JYWa/FedNova, ``distoptim/FedNova.py`` and ``distoptim/FedProx.py``) does: it adds ``μ(x − w_n)`` in place to
+    the tensor that *is* the momentum buffer, so the term is carried into every later step.
 
 Every such solver is linear in the gradients, ``Δ_k = −η Σ_s a_{k,s} g_k(x^{(s)})`` with the accumulation vector
 ``a_k`` (seed 003, Remark 1).  Its ``‖a_k‖₁`` follows from the same recursion run on a scalar "shadow" parameter
 with every gradient equal to one (reference §1.4): ``c ← ρc + 1``, ``s ← (1 − ημ)s + c`` for ``τ_k`` steps gives
-``‖a_k‖₁ = s``; closed forms: ``τ`` (SGD), ``(1 − (1 − α)^τ)/α`` (prox, ``α = ημ``),
-``[τ − ρ(1 − ρ^τ)/(1 − ρ)]/(1 − ρ)`` (momentum).
+``‖a_k‖₁ = s`` (prox outside the buffer); ``c ← ρc + 1 − ημ s``, ``s ← s + c`` (prox in the buffer); closed forms:
+``τ`` (SGD), ``(1 − (1 − α)^τ)/α`` (prox, ``α = ημ``), ``[τ − ρ(1 − ρ^τ)/(1 − ρ)]/(1 − ρ)`` (momentum).
+Worked numbers (``τ = 7``, ``η = 0.1``, ``μ = 2``, ``ρ = 0.9``): 15.34 (prox outside), 8.41 (prox in the buffer);
+seed 003's code normalises its in-buffer dynamics by a third value, 16.22, from a recursion that matches neither
+(:class:`fedsde.aggregators.FedNova`, ``variant="official"``).
 """
 
 from __future__ import annotations
@@ -36,10 +47,14 @@ class LocalSolver:
         ``ρ ∈ [0, 1)``; the buffer is reset at the start of every round (stateless clients).
     prox : float
         ``μ >= 0``; needs ``α = ημ <= 1`` for a non-negative accumulation vector.
+    prox_in_buffer : bool
+        Add the proximal term to the momentum buffer (seed 003's code) instead of as a separate step (default);
+        no effect unless both ``momentum`` and ``prox`` are non-zero.
     """
 
     momentum: float = 0.0
     prox: float = 0.0
+    prox_in_buffer: bool = False
 
     def __post_init__(self):
         rho = positive_float("momentum", self.momentum, allow_zero=True)
@@ -50,7 +65,13 @@ class LocalSolver:
     @property
     def name(self) -> str:
         parts = (["momentum"] if self.momentum else []) + (["prox"] if self.prox else [])
+        if self.momentum and self.prox and self.prox_in_buffer:
+            parts.append("in-buffer")
         return "+".join(parts) or "sgd"
+
+    @property
+    def _buffered_prox(self) -> bool:
+        return bool(self.prox_in_buffer and self.momentum and self.prox)
 
     @property
     def plain(self) -> bool:
@@ -80,7 +101,11 @@ class LocalSolver:
             for j in range(tau):
                 g = 1.0 if j == s else 0.0
                 v = g if j == 0 else self.momentum * v + g
-                y = (1.0 - alpha) * y - v  # y = (x − w_n)/η
+                if self._buffered_prox:
+                    v += alpha * y
+                    y -= v
+                else:
+                    y = (1.0 - alpha) * y - v  # y = (x − w_n)/η
             a[s] = -y
         return a
 
@@ -90,8 +115,12 @@ class LocalSolver:
         out = np.zeros(int(max_steps) + 1)
         c = s = 0.0
         for t in range(1, int(max_steps) + 1):
-            c = self.momentum * c + 1.0
-            s = (1.0 - alpha) * s + c
+            if self._buffered_prox:
+                c = self.momentum * c + 1.0 - alpha * s
+                s = s + c
+            else:
+                c = self.momentum * c + 1.0
+                s = (1.0 - alpha) * s + c
             out[t] = s
         return out
 
@@ -125,6 +154,7 @@ class LocalSolver:
             ``on_step(i, x)`` after every step (drift recording).
         """
         rho, mu = self.momentum, self.prox
+        buffered = self._buffered_prox
         v = None
         for i in range(n_steps):
             g = oracle.sample(x, noise)
@@ -134,10 +164,12 @@ class LocalSolver:
                 g = g + corr
             if rho:
                 v = g.clone() if v is None else v.mul_(rho).add_(g)
+                if buffered:
+                    v.add_(x - wb, alpha=mu)
                 step = v
             else:
                 step = g
-            if mu:
+            if mu and not buffered:
                 step = step + mu * (x - wb)
             if tau_b is not None:
                 step = step * (tau_b > i).to(x.dtype)
