@@ -1,0 +1,267 @@
+"""``fedsde scaling``: map a FedAvg configuration along a first-order SDE scaling rule and measure what changes."""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+from fedsde._cli.common import add_json_flag, emit, fmt_array, parse_vector, warn
+from fedsde.errors import FedsdeInputError
+from fedsde.scaling.rules import RULES, FedAvgConfig, get_rule
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "scaling",
+        help="first-order SDE scaling rules: the scaled configuration and how far it is from the base",
+        description="Map (η, E, s, n[, Q, b]) along a scaling rule that keeps the first-order SDE (temperature "
+        "s·η·Σ p_k²Σ_k and horizon τ = n·s·η·E) and measure the discrepancy between the two ends: exactly on "
+        "quadratic problems, by simulation (metric curves vs τ with standard errors) on data problems. "
+        f"Rules: {', '.join(f'{r.name} ({r.change})' for r in RULES.values())}.",
+    )
+    p.add_argument("--problem", required=True, metavar="FILE", help="quadratic or data problem (.toml or .json)")
+    p.add_argument("--eta", required=True, type=float, metavar="η", help="client learning rate")
+    p.add_argument("--local-steps", required=True, type=int, metavar="E", help="local SGD steps per round")
+    p.add_argument("--server-lr", type=float, default=1.0, metavar="s", help="actual server step (default 1)")
+    p.add_argument("--rounds", required=True, type=int, metavar="n", help="rounds of the base run")
+    p.add_argument("--rule", required=True, choices=list(RULES), help="scaling rule")
+    p.add_argument("--kappa", required=True, metavar="κ[,κ2,…]",
+                   help="scaling factor; a comma-separated list gives the discrepancy as a function of κ")
+    p.add_argument("--w0", default=None, metavar="w1,w2,…",
+                   help="start point (quadratic: default zero; data: default the problem's initial weights)")
+    p.add_argument("--replicates", type=int, default=16, metavar="R", help="data problems: runs per end (default 16)")
+    p.add_argument("--seed", type=int, default=0, help="data problems: simulation seed (default 0)")
+    p.add_argument("--points", type=int, default=20, metavar="K",
+                   help="data problems: at most this many τ points on each metric curve (default 20)")
+    p.add_argument("--workers", type=int, default=1, metavar="N",
+                   help="data problems with a κ list: the κ cells run as a fedsde sweep on N workers (default 1)")
+    p.add_argument("--sweep-out", default=None, metavar="DIR",
+                   help="data problems with a κ list: keep the sweep folder here (resumed if it exists; default: "
+                   "a temporary folder)")
+    p.add_argument("--z", type=float, default=3.5,
+                   help="data problems: curves separate where they differ by more than z standard errors (3.5)")
+    add_json_flag(p)
+    p.set_defaults(func=run)
+
+
+def _kappas(text: str) -> list[float]:
+    vals = parse_vector("--kappa", text)
+    bad = vals[vals <= 0]
+    if bad.size:
+        raise FedsdeInputError(f"--kappa={text!r}: every κ must be > 0 (got {bad[0]:g})")
+    return vals.tolist()
+
+
+def run(args: argparse.Namespace) -> int:
+    from fedsde.problems import load_problem
+
+    kappas = _kappas(args.kappa)
+    single = "," not in args.kappa
+    rule = get_rule(args.rule)
+    problem = load_problem(args.problem)
+    if _is_data(problem):
+        return _run_data(args, problem, rule, kappas, single)
+    w0 = parse_vector("--w0", args.w0, problem.d)
+    config = FedAvgConfig(eta=args.eta, local_steps=args.local_steps, server_lr=args.server_lr, rounds=args.rounds,
+                          clients=problem.Q)
+    from fedsde.scaling import compare_quadratic
+
+    results = [compare_quadratic(problem, config, rule, k, w0=w0) for k in kappas]
+    for res in results:
+        for name, end in (("base", res.base), (f"kappa={res.kappa:g}", res.scaled)):
+            if end.stationary_mean is None:
+                warn(f"{name}: the chain has no stationary law (spectral radius of I - s*B is "
+                     f"{end.spectral_radius:.4g} >= 1 with s={end.config.server_lr:g}); its stationary discrepancy "
+                     "is reported as null")
+    keep = tuple(k for k in ("clients", "batch_size") if k in rule.changes)
+    if single:
+        res = results[0]
+        out = {"rule": rule.name, "kappa": res.kappa, "change": rule.change, "keeps": list(rule.keeps),
+               "base": _end(res.base, keep), "scaled": _end(res.scaled, keep),
+               "invariants": _invariants(res.base, res.scaled),
+               "discrepancy": {"stationary": res.stationary, "transient": res.transient, "max_rel": res.max_rel}}
+        return emit(args, out, _human_single(out))
+    rows = []
+    for res in results:
+        rows.append({"kappa": res.kappa, "scaled": _end(res.scaled, keep, moments=False),
+                     "invariants": _invariants(res.base, res.scaled),
+                     "discrepancy": {"stationary": res.stationary, "transient": res.transient,
+                                     "max_rel": res.max_rel}})
+    curve = {"kappa": kappas, "max_rel": [r.max_rel for r in results]}
+    for part in ("stationary", "transient"):
+        for key in results[0].stationary:
+            curve[f"{part}_{key}"] = [getattr(r, part)[key] for r in results]
+    out = {"rule": rule.name, "change": rule.change, "keeps": list(rule.keeps),
+           "base": _end(results[0].base, keep), "cells": rows, "discrepancy_vs_kappa": curve}
+    return emit(args, out, _human_list(out))
+
+
+def _is_data(problem) -> bool:
+    try:
+        from fedsde.problems import is_data_problem
+    except ImportError:  # pragma: no cover - older trees
+        from fedsde.problems import ClassificationProblem
+
+        return isinstance(problem, ClassificationProblem)
+    return bool(is_data_problem(problem))
+
+
+def _end(end, keep: tuple[str, ...], *, moments: bool = True) -> dict:
+    d = end.config.as_dict(keep=keep)
+    d |= {"temperature": end.temperature, "horizon": end.config.horizon,
+          "tau_per_round": end.config.tau_per_round, "spectral_radius": end.spectral_radius}
+    if moments:
+        d |= {"stationary_mean": end.stationary_mean, "stationary_cov": end.stationary_cov,
+              "transient_mean": end.transient_mean, "transient_cov": end.transient_cov}
+    return d
+
+
+def _invariants(base, scaled) -> dict:
+    Tb, Ts = base.temperature, scaled.temperature
+    return {"temperature_rel_change": float(np.linalg.norm(Ts - Tb) / np.linalg.norm(Tb)),
+            "horizon_rel_change": abs(scaled.config.horizon - base.config.horizon) / base.config.horizon}
+
+
+def _cfg_line(d: dict) -> str:
+    extra = "".join(f"  {k}={d[k]}" for k in ("clients", "batch_size") if k in d)
+    return (f"eta={d['eta']:g}  E={d['local_steps']}  s={d['server_lr']:g}  rounds={d['rounds']}{extra}  "
+            f"tau horizon={d['horizon']:.6g}")
+
+
+def _human_single(out: dict) -> str:
+    disc = out["discrepancy"]
+    lines = [f"rule {out['rule']} (κ = {out['kappa']:g}): {out['change']}",
+             f"base    {_cfg_line(out['base'])}",
+             f"scaled  {_cfg_line(out['scaled'])}",
+             f"temperature s·η·Σp²Σ   base {fmt_array(out['base']['temperature'])}",
+             f"                       rel. change {out['invariants']['temperature_rel_change']:.3g}"]
+    for end in ("base", "scaled"):
+        e = out[end]
+        sm = "none (chain diverges)" if e["stationary_mean"] is None else fmt_array(e["stationary_mean"])
+        lines.append(f"{end:7s} stationary mean {sm}   at horizon mean {fmt_array(e['transient_mean'])}")
+    for part in ("stationary", "transient"):
+        lines.append(f"discrepancy ({part}): " + "  ".join(f"{k}={v:.3g}" for k, v in disc[part].items()))
+    lines.append(f"max relative discrepancy: {disc['max_rel']:.3g}")
+    return "\n".join(lines)
+
+
+def _human_list(out: dict) -> str:
+    lines = [f"rule {out['rule']}: {out['change']}", f"base    {_cfg_line(out['base'])}",
+             f"{'kappa':>8s} {'max_rel':>10s} {'stat.loss':>10s} {'stat.cov':>10s} {'mean/sd':>10s}"]
+    c = out["discrepancy_vs_kappa"]
+    for i, k in enumerate(c["kappa"]):
+        lines.append(f"{k:8.4g} {c['max_rel'][i]:10.3g} {c['stationary_excess_loss_rel'][i]:10.3g} "
+                     f"{c['stationary_cov_rel'][i]:10.3g} {c['stationary_mean_shift_sd'][i]:10.3g}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------- data problems
+def _curves(c) -> dict:
+    out = {"tau": c.tau, "rounds": c.rounds}
+    for name in c.mean:
+        out[name] = {"mean": c.mean[name], "se": c.se[name]}
+    return out
+
+
+def _data_end(c, keep: tuple[str, ...]) -> dict:
+    d = c.config.as_dict(keep=keep)
+    return d | {"temperature_trace": c.temperature_trace, "horizon": c.config.horizon,
+                "tau_per_round": c.config.tau_per_round, "curves": _curves(c), "notes": c.notes}
+
+
+def _data_single(res, keep) -> dict:
+    taus = [t for t in res.separation.values() if t is not None]
+    disc = {}
+    ib, is_ = np.nonzero(np.isclose(res.base.tau[:, None], res.scaled.tau[None, :], rtol=1e-9, atol=1e-12))
+    for name in res.base.mean:
+        diff = res.scaled.mean[name][is_] - res.base.mean[name][ib]
+        se = np.sqrt(res.base.se[name][ib] ** 2 + res.scaled.se[name][is_] ** 2)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            zs = np.where(se > 0, np.abs(diff) / se, 0.0)
+        disc[name] = {"max_abs_diff": float(np.max(np.abs(diff))), "max_z": float(np.max(zs)),
+                      "final_diff": float(diff[-1]), "final_se": float(se[-1])}
+    Tb, Ts = res.base.temperature_trace, res.scaled.temperature_trace
+    return {"rule": res.rule.name, "kappa": res.kappa, "change": res.rule.change, "keeps": list(res.rule.keeps),
+            "base": _data_end(res.base, keep), "scaled": _data_end(res.scaled, keep),
+            "invariants": {"temperature_rel_change": abs(Ts - Tb) / Tb if Tb > 0 else None,
+                           "horizon_rel_change": abs(res.scaled.config.horizon - res.base.config.horizon)
+                           / res.base.config.horizon},
+            "separation": res.separation, "first_separation_tau": min(taus) if taus else None, "z": res.z,
+            "discrepancy": disc}
+
+
+def _run_data(args, problem, rule, kappas: list[float], single: bool) -> int:
+    from fedsde.scaling import compare_data
+    from fedsde.scaling.data import prepare_end
+
+    w0 = parse_vector("--w0", args.w0, problem.d)
+    config = FedAvgConfig(eta=args.eta, local_steps=args.local_steps, server_lr=args.server_lr, rounds=args.rounds)
+    keep = tuple(k for k in ("clients", "batch_size") if k in rule.changes)
+    if single:
+        res = compare_data(problem, config, rule, kappas[0], replicates=args.replicates, seed=args.seed, w0=w0,
+                           points=args.points, z=args.z)
+        out = _data_single(res, keep)
+        return emit(args, out, _human_data(out))
+    for k in kappas:  # every κ must apply before any simulation starts
+        prepare_end(problem, config, rule, k)
+    cells = _sweep_kappas(args, kappas)
+    curve = {"kappa": kappas, "first_separation_tau": [c["first_separation_tau"] for c in cells]}
+    for name in cells[0]["discrepancy"]:
+        curve[f"{name}_max_z"] = [c["discrepancy"][name]["max_z"] for c in cells]
+        curve[f"{name}_final_diff"] = [c["discrepancy"][name]["final_diff"] for c in cells]
+    out = {"rule": rule.name, "change": rule.change, "keeps": list(rule.keeps), "base": cells[0]["base"],
+           "cells": [{"kappa": c["kappa"], "scaled": c["scaled"], "invariants": c["invariants"],
+                      "separation": c["separation"], "first_separation_tau": c["first_separation_tau"],
+                      "discrepancy": c["discrepancy"]} for c in cells],
+           "discrepancy_vs_kappa": curve}
+    return emit(args, out, _human_data_list(out))
+
+
+def _sweep_kappas(args, kappas: list[float]) -> list[dict]:
+    """One ``fedsde scaling`` cell per κ through :func:`fedsde.sweep.run`; the cells' results in κ order."""
+    import tempfile
+    from pathlib import Path
+
+    from fedsde import sweep
+    from fedsde.sweep.store import read_cells
+
+    base = {"problem": str(Path(args.problem).resolve()), "eta": args.eta, "local-steps": args.local_steps,
+            "server-lr": args.server_lr, "rounds": args.rounds, "rule": args.rule,
+            "replicates": args.replicates, "points": args.points, "z": args.z}
+    if args.w0 is not None:
+        base["w0"] = args.w0
+    spec = {"run": {"command": "scaling", "seed": args.seed}, "base": base, "grid": {"kappa": kappas}}
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(args.sweep_out) if args.sweep_out else Path(tmp) / "sweep"
+        resume = bool(args.sweep_out) and out.exists()
+        sweep.run(spec, out, workers=args.workers, resume=resume, progress=False)
+        recs = read_cells(out)
+    by_kappa = {}
+    for rec in recs.values():
+        if rec.get("status") != "done":
+            raise FedsdeInputError(f"--kappa={rec['coords'].get('kappa')}: {rec.get('error', 'cell failed')}")
+        by_kappa[float(rec["coords"]["kappa"])] = rec["result"]
+    return [by_kappa[float(k)] for k in kappas]
+
+
+def _human_data(out: dict) -> str:
+    lines = [f"rule {out['rule']} (κ = {out['kappa']:g}): {out['change']}"]
+    for end in ("base", "scaled"):
+        e = out[end]
+        lines.append(f"{end:7s} {_cfg_line(e)}  Tr temperature={e['temperature_trace']:.4g}")
+    lines.append(f"temperature rel. change {out['invariants']['temperature_rel_change']:.3g}")
+    for name, d in out["discrepancy"].items():
+        sep = out["separation"][name]
+        lines.append(f"{name:20s} final diff {d['final_diff']:+.4g} ± {d['final_se']:.2g}  max z {d['max_z']:.2f}  "
+                     f"separates at tau={'never' if sep is None else f'{sep:.4g}'}")
+    return "\n".join(lines)
+
+
+def _human_data_list(out: dict) -> str:
+    c = out["discrepancy_vs_kappa"]
+    lines = [f"rule {out['rule']}: {out['change']}", f"base    {_cfg_line(out['base'])}",
+             f"{'kappa':>8s} {'first separation tau':>22s}"]
+    for k, t in zip(c["kappa"], c["first_separation_tau"], strict=True):
+        lines.append(f"{k:8.4g} {'never' if t is None else f'{t:.4g}':>22s}")
+    return "\n".join(lines)

@@ -1,0 +1,242 @@
+"""F15 — first-order SDE scaling rules: exact discrepancy vs κ on quadratics, metric curves vs τ on digits."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fedsde.errors import FedsdeInputError
+from fedsde.problems.quadratic import QuadraticProblem
+from fedsde.report.figures.common import loglog_slope, subplots
+from fedsde.report.gallery import FigureOutput, RunContext
+from fedsde.scaling import NAIVE, RULES, FedAvgConfig, compare_quadratic
+from fedsde.scaling.data import prepare_end, simulate_end
+
+QUAD_RULES = ("local-steps", "server-client", "clients")  # a quadratic problem has no minibatch
+COLORS = {"local-steps": "C0", "server-client": "C1", "clients": "C2", "batch": "C3"}
+METRICS = ("train_loss", "test_accuracy")
+FLOOR = 1e-4  # discrepancies below this (exact agreement, up to rounding) are drawn at this level
+
+
+def homogeneous_version(problem: QuadraticProblem) -> QuadraticProblem:
+    """Every client given the global Hessian and optimum (same noise and weights): no client drift."""
+    Q = problem.Q
+    return QuadraticProblem.from_arrays(np.tile(problem.hessian, (Q, 1, 1)), np.tile(problem.optimum, (Q, 1)),
+                                        problem.Sigma, problem.p, name=f"{problem.name or 'problem'} (homogeneous)")
+
+
+def _quadratic_rows(name: str, problem: QuadraticProblem, cfg: dict, w0: np.ndarray) -> list[list]:
+    base = FedAvgConfig(eta=cfg["eta"], local_steps=cfg["local_steps"], server_lr=cfg["server_lr"],
+                        rounds=cfg["rounds"])
+    rows = []
+    for rule in QUAD_RULES:
+        for kappa in cfg["kappas"]:
+            try:
+                res = compare_quadratic(problem, base, rule, kappa, w0=w0)
+            except FedsdeInputError:
+                continue  # the rule does not apply at this κ (non-integer steps/rounds/clients)
+            rows.append([name, rule, float(kappa), res.max_rel, res.stationary["excess_loss_rel"],
+                         res.stationary["cov_rel"], res.stationary["mean_shift_sd"], res.transient["excess_loss_rel"],
+                         res.scaled.spectral_radius])
+    return rows
+
+
+def _holds(rows: list[list], rule: str, tol: float = 0.05) -> tuple[list[float], list[float]]:
+    ks = [(r[2], r[3]) for r in rows if r[1] == rule and r[2] != 1.0]
+    return [k for k, d in ks if d <= tol], [k for k, d in ks if d > tol]
+
+
+def _kappa_text(ks: list[float]) -> str:
+    return "none" if not ks else ", ".join(f"{k:g}" for k in ks)
+
+
+def _rate_rows(problem: QuadraticProblem, cfg: dict, w0: np.ndarray) -> list[list]:
+    rows = []
+    E, s = cfg["local_steps"], cfg["server_lr"]
+    for rule in QUAD_RULES:
+        for eta in cfg["rate_etas"]:
+            n = 2 * max(1, round(cfg["rounds"] * cfg["eta"] / eta / 2))
+            res = compare_quadratic(problem, FedAvgConfig(eta=eta, local_steps=E, server_lr=s, rounds=n), rule, 2,
+                                    w0=w0)
+            rows.append([rule, float(eta), res.max_rel, res.stationary["mean_shift_sd"]])
+    return rows
+
+
+def _eta_threshold(rows: list[list], tol: float = 0.05) -> float:
+    """Largest η at which the discrepancy crosses ``tol`` (log–log interpolation between grid points)."""
+    e = np.array([r[1] for r in rows])
+    d = np.array([r[2] for r in rows])
+    above = np.flatnonzero(d > tol)
+    if not above.size:
+        return float(e[-1])
+    i = int(above[0])
+    if i == 0:
+        return float("nan")
+    t = (np.log(tol) - np.log(d[i - 1])) / (np.log(d[i]) - np.log(d[i - 1]))
+    return float(np.exp(np.log(e[i - 1]) + t * (np.log(e[i]) - np.log(e[i - 1]))))
+
+
+def _data_problem(cfg: dict, seed: int, model: str):
+    from fedsde.problems.data_files import data_problem_from_dict
+
+    spec = {"kind": "classification", "dataset": "digits", "model": model, "clients": cfg["data_clients"],
+            "partition": "dirichlet", "alpha": 0.5, "batch_size": cfg["data_batch_size"], "seed": seed}
+    if model == "mlp":
+        spec["hidden"] = cfg["data_hidden"]
+    return data_problem_from_dict(spec, source=f"F15 digits {model}")
+
+
+def _data_runs(cfg: dict, seed: int, model: str) -> tuple[dict, list[list]]:
+    problem = _data_problem(cfg, seed, model)
+    base = FedAvgConfig(eta=cfg["data_eta"], local_steps=cfg["data_local_steps"], server_lr=1.0,
+                        rounds=cfg["data_rounds"])
+    R, kappa, w0 = cfg["data_replicates"], cfg["data_kappa"], problem.initial_weights()
+    b = simulate_end(problem, problem, base, replicates=R, seed=seed, w0=w0, metrics=METRICS)
+    curves, built = {"base": b}, {(problem.Q, problem.batch_size, seed): problem}
+    for i, rule in enumerate(RULES):
+        for j, (label, r) in enumerate((("rule", RULES[rule]), ("naive", NAIVE[rule]))):
+            _, new, other = prepare_end(problem, base, r, kappa, split_seed=seed, cache=built)
+            curves[(rule, label)] = simulate_end(other, problem, new, replicates=R, seed=seed + 1 + 2 * i + j, w0=w0,
+                                                  metrics=METRICS)
+    rows = []
+    for key, c in curves.items():
+        rule, label = ("base", "base") if key == "base" else key
+        for t, n, lm, ls, am, as_ in zip(c.tau, c.rounds, c.mean["train_loss"], c.se["train_loss"],
+                                         c.mean["test_accuracy"], c.se["test_accuracy"], strict=True):
+            rows.append([model, rule, label, float(t), int(n), float(lm), float(ls), float(am), float(as_),
+                         c.temperature_trace])
+    return curves, rows
+
+
+def _delta(base, other, metric: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    ib, io = np.nonzero(np.isclose(base.tau[:, None], other.tau[None, :], rtol=1e-9, atol=1e-12))
+    d = other.mean[metric][io] - base.mean[metric][ib]
+    se = np.sqrt(base.se[metric][ib] ** 2 + other.se[metric][io] ** 2)
+    return base.tau[ib], d, se
+
+
+def _plot_kappa(ax, rows, title):
+    exact = False
+    for rule in QUAD_RULES:
+        k = np.array([r[2] for r in rows if r[1] == rule and r[2] != 1.0])
+        d = np.array([r[3] for r in rows if r[1] == rule and r[2] != 1.0])
+        low = d < FLOOR
+        exact |= bool(low.any())
+        d = np.where(np.isfinite(d), np.maximum(d, FLOOR), np.nan)
+        ax.plot(k, d, "o-", color=COLORS[rule], label=rule + (" (exact)" if low.all() else ""), ms=4)
+        if np.isnan(d).any():
+            ax.plot(k[np.isnan(d)], np.full(np.isnan(d).sum(), 50.0), "x", color=COLORS[rule], ms=7)
+    ax.axhline(0.05, color="k", ls=":", lw=1, label="5%")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_ylim(FLOOR / 3, 100.0)
+    ax.set_xlabel("κ (× marks a scaled chain without stationary law)")
+    ax.set_ylabel("max rel. discrepancy (excess loss, covariance)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7)
+
+
+def make(cfg: dict, ctx: RunContext) -> FigureOutput:
+    het = ctx.problem
+    hom = homogeneous_version(het)
+    w0 = het.optimum + 2.0
+    q_rows = _quadratic_rows("homogeneous", hom, cfg, w0) + _quadratic_rows("heterogeneous", het, cfg, w0)
+    rate = _rate_rows(het, cfg, w0)
+    data, d_rows = {}, []
+    for model in ("softmax", "mlp"):
+        data[model], rows = _data_runs(cfg, ctx.seed, model)
+        d_rows += rows
+
+    fig, axes = subplots(3, 2, width=4.6, height=3.6)
+    head = f"η = {cfg['eta']:g}, E = {cfg['local_steps']}, s = {cfg['server_lr']:g}, n = {cfg['rounds']}"
+    _plot_kappa(axes[0, 0], [r for r in q_rows if r[0] == "homogeneous"], f"quadratic, homogeneous clients\n{head}")
+    _plot_kappa(axes[0, 1], [r for r in q_rows if r[0] == "heterogeneous"],
+                f"quadratic '{het.name}' (heterogeneous)\n{head}")
+    ax = axes[0, 2]
+    slopes = {}
+    for rule in QUAD_RULES:
+        e = np.array([r[1] for r in rate if r[0] == rule])
+        d = np.array([r[2] for r in rate if r[0] == rule])
+        small = e <= 1e-3
+        slopes[rule] = loglog_slope(e[small], d[small])
+        ax.plot(e, d, "o-", color=COLORS[rule], ms=4, label=f"{rule} (slope {slopes[rule]:.2f} for η ≤ 1e-3)")
+    ax.axhline(0.05, color="k", ls=":", lw=1)
+    eta_ok = {rule: _eta_threshold([r for r in rate if r[0] == rule]) for rule in QUAD_RULES}
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("client learning rate η (κ = 2, τ horizon fixed)")
+    ax.set_ylabel("max rel. discrepancy")
+    ax.set_title(f"rate as η → 0 (heterogeneous, E = {cfg['local_steps']}, s = {cfg['server_lr']:g})", fontsize=9)
+    ax.legend(fontsize=7)
+    summary = {}
+    for col, (model, metric, ylabel) in enumerate((("softmax", "train_loss", "Δ train loss (end − base)"),
+                                                   ("mlp", "train_loss", "Δ train loss (end − base)"),
+                                                   ("softmax", "test_accuracy", "Δ test accuracy (end − base)"))):
+        ax = axes[1, col]
+        curves = data[model]
+        for rule in RULES:
+            for label, ls in (("rule", "-"), ("naive", "--")):
+                t, d, se = _delta(curves["base"], curves[(rule, label)], metric)
+                ax.plot(t, d, ls, color=COLORS[rule], lw=1.4, label=f"{rule} ({label})" if col == 0 else None)
+                ax.fill_between(t, d - 2 * se, d + 2 * se, color=COLORS[rule], alpha=0.12 if ls == "-" else 0.05)
+                if col < 2:
+                    final = float(curves["base"].mean[metric][-1])
+                    summary[(model, rule, label)] = (float(d[-1]), float(se[-1]), final)
+        ax.axhline(0.0, color="k", lw=0.8)
+        ax.set_xlabel("SDE time τ = n·s·η·E")
+        ax.set_ylabel(ylabel)
+        ax.set_title(f"digits {model}: κ = {cfg['data_kappa']}, rule (solid) vs naive (dashed), ± 2 s.e.",
+                     fontsize=9)
+        if col == 0:
+            ax.legend(fontsize=6, ncol=2)
+    fig.tight_layout()
+
+    parts = []
+    for name in ("homogeneous", "heterogeneous"):
+        rows = [r for r in q_rows if r[0] == name]
+        parts.append(name + ": " + "; ".join(
+            f"{rule} holds within 5% at κ = {_kappa_text(_holds(rows, rule)[0])}, fails at κ = "
+            f"{_kappa_text(_holds(rows, rule)[1])}" for rule in QUAD_RULES))
+    data_txt, within, beyond = [], [], []
+    for model in ("softmax", "mlp"):
+        bits = []
+        for rule in RULES:
+            dr, sr, L = summary[(model, rule, "rule")]
+            dn = summary[(model, rule, "naive")][0]
+            bits.append(f"{rule} {100 * dr / L:+.1f}% ± {100 * sr / L:.1f}% (naive {100 * dn / L:+.1f}%)")
+            (within if abs(dr) <= 0.05 * L else beyond).append(f"{rule}/{model}")
+        data_txt.append(f"digits {model} (final train loss {L:.3f}): " + ", ".join(bits))
+    closer = sum(abs(summary[(m, r, "rule")][0]) < abs(summary[(m, r, "naive")][0])
+                 for m in ("softmax", "mlp") for r in RULES)
+    caption = (
+        "Scaling rules that keep the first-order SDE (temperature s·η·Σp_k²Σ_k and horizon τ = n·s·η·E). Top: "
+        "exact largest relative discrepancy (stationary and horizon excess loss and covariance) between the base "
+        f"run ({head}, start w* + 2) and its image under each rule; values below {FLOOR:g} (exact up to rounding: "
+        "the local-steps rule on identical client Hessians at s = 1, where averaging commutes with the local "
+        f"steps) are drawn at {FLOOR:g}. " + ". ".join(parts)
+        + ". As η → 0 with κ = 2 the discrepancy falls like η (fitted slopes "
+        + ", ".join(f"{r} {v:.2f}" for r, v in slopes.items())
+        + "), as the first-order derivation predicts; at κ = 2 the rules hold within 5% on the heterogeneous "
+        "problem for η below " + ", ".join(f"{eta_ok[r]:.2g} ({r})" for r in QUAD_RULES)
+        + ". Bottom: digits (Dirichlet(0.5) clients, "
+        f"Q = {cfg['data_clients']}, b = {cfg['data_batch_size']}, η = {cfg['data_eta']:g}, "
+        f"E = {cfg['data_local_steps']}, n = {cfg['data_rounds']}, {cfg['data_replicates']} runs per end): change of "
+        "the final train loss relative to the base, rule vs naive change (same τ, temperature / κ): "
+        + "; ".join(data_txt) + f". Within 5% of the base loss: {', '.join(within) or 'none'}; beyond: "
+        f"{', '.join(beyond) or 'none'}. The rule ends closer to the base than its naive change in {closer} of "
+        f"{len(summary) // 2} cases: on digits over this horizon the temperature moves the loss by no more than the "
+        "O(η) drift terms that the rules ignore."
+    )
+    tables = {
+        "quadratic_vs_kappa": (["problem", "rule", "kappa", "max_rel", "stationary_excess_loss_rel",
+                                "stationary_cov_rel", "stationary_mean_shift_sd", "horizon_excess_loss_rel",
+                                "scaled_spectral_radius"], q_rows),
+        "quadratic_vs_eta": (["rule", "eta", "max_rel", "stationary_mean_shift_sd"], rate),
+        "digits_curves": (["model", "rule", "variant", "tau", "round", "train_loss", "train_loss_se",
+                           "test_accuracy", "test_accuracy_se", "temperature_trace"], d_rows),
+    }
+    numbers = {"slopes": slopes, "eta_within_5pct_kappa2": eta_ok,
+               "holds_5pct": {f"{name}/{rule}": _holds([r for r in q_rows if r[0] == name], rule)[0]
+                              for name in ("homogeneous", "heterogeneous") for rule in QUAD_RULES},
+               "digits_final_rel_change": {f"{m}/{r}/{v}": summary[(m, r, v)][0] / summary[(m, r, v)][2]
+                                           for (m, r, v) in summary}}
+    return FigureOutput(fig, caption, tables, numbers)

@@ -1,0 +1,226 @@
+"""Both ends of a scaling rule on a data problem, by simulation: metric curves vs ``τ`` and where they separate.
+
+The two ends run the discrete simulator (:func:`fedsde.sim.simulate`, minibatch SGD clients) from the same start;
+their server weights are recorded at common values of the SDE clock ``τ = n·s·η·E`` and evaluated on the *base*
+problem's data (:func:`fedsde.problems.metrics.evaluate_metrics`), so both ends are measured on the same training
+objective and the same test set.  Each metric curve carries its standard error over replicates; the ends
+*separate* at the first ``τ`` where ``|mean_s − mean_b| > z·√(se_b² + se_s²)``.
+
+The ``clients`` rule splits every client's training samples at random into ``κ`` clients of (nearly) equal size
+with weight ``p_k/κ`` each (:func:`split_clients`; each client's test samples stay with the first of its parts); the
+``batch`` rule sets the minibatch size to ``κ·b``.  On data the temperature ``s·η·Σ_k p_k² Σ_k(w)`` is kept only
+approximately (``Σ_k ∝ 1/b − 1/N_k``): :func:`temperature_trace` measures it at both ends.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fedsde._validate import positive_int
+from fedsde.errors import FedsdeInputError
+from fedsde.scaling.rules import FedAvgConfig, ScalingRule, check_client_step, get_rule
+
+
+def split_clients(problem, parts: int, *, seed: int = 0):
+    """Each client's training samples split at random into ``parts`` clients with weight ``p_k/parts``.
+
+    Parameters
+    ----------
+    problem : ClassificationProblem
+    parts : int
+        ``κ >= 1``; every client needs at least ``κ`` training samples.
+    seed : int
+        Seed of the random split.
+    """
+    from fedsde.problems import ClassificationProblem
+
+    parts = positive_int("kappa", parts)
+    if parts == 1:
+        return problem
+    Xs, ys = problem.client_data()
+    Xt, yt = problem.client_data("test")
+    small = [k for k, y in enumerate(ys) if y.size < parts]
+    if small:
+        raise FedsdeInputError(f"kappa={parts}: client {small[0]} has {ys[small[0]].size} training samples, fewer "
+                               f"than κ, so it cannot be split into {parts} clients")
+    rng = np.random.default_rng(seed)
+    X_new, y_new, Xt_new, yt_new, p_new = [], [], [], [], []
+    empty_X, empty_y = Xt[0][:0], yt[0][:0]
+    for k in range(problem.Q):
+        for j, idx in enumerate(np.array_split(rng.permutation(ys[k].size), parts)):
+            X_new.append(Xs[k][idx])
+            y_new.append(ys[k][idx])
+            Xt_new.append(Xt[k] if j == 0 else empty_X)
+            yt_new.append(yt[k] if j == 0 else empty_y)
+            p_new.append(problem.p[k] / parts)
+    return ClassificationProblem.from_clients(
+        X_new, y_new, Xt_new, yt_new, n_classes=problem.n_classes, fit_intercept=problem.fit_intercept,
+        model=problem.model, hidden=problem.hidden or None, l2=problem.l2, p=np.asarray(p_new),
+        batch_size=problem.batch_size, sampling=problem.sampling, init_seed=problem.init_seed,
+        name=f"{problem.name} (clients split ×{parts})", info=problem.info | {"split_clients": parts},
+    )
+
+
+def end_problem(problem, config: FedAvgConfig, *, split_seed: int = 0, cache: dict | None = None):
+    """The data problem a configuration runs on: ``clients = κQ`` splits the clients, ``batch_size`` sets ``b``.
+
+    ``cache`` (a dict) reuses the problem built for the same ``(clients, batch_size)``, with what it has computed.
+    """
+    key = (config.clients, config.batch_size, split_seed)
+    if cache is not None and key in cache:
+        return cache[key]
+    out = _end_problem(problem, config, split_seed=split_seed)
+    if cache is not None:
+        cache[key] = out
+    return out
+
+
+def _end_problem(problem, config: FedAvgConfig, *, split_seed: int):
+    out = problem
+    if config.clients is not None and config.clients != problem.Q:
+        if config.clients % problem.Q:
+            raise FedsdeInputError(f"clients={config.clients}: on a data problem the clients are split, so it must "
+                                   f"be a multiple of Q={problem.Q}")
+        out = split_clients(out, config.clients // problem.Q, seed=split_seed)
+    if config.batch_size is not None and config.batch_size != out.batch_size:
+        out = out.replace(batch_size=config.batch_size)
+    return out
+
+
+def temperature_trace(problem, config: FedAvgConfig, w) -> float:
+    """``Tr(s·η·Σ_k p_k² Σ_k(w))`` with the minibatch covariance ``Σ_k(w)`` of seed 002, Sec. 3.
+
+    ``Tr Σ_k = (1/b − 1/N_k)/(N_k − 1)·Σ_i ‖∇ℓ_i − ∇F_k‖²`` (0 when ``b >= N_k``), from per-sample gradients; the
+    trace avoids the ``(d, d)`` matrices.
+    """
+    b = problem.batch_size
+    total = 0.0
+    for k in range(problem.Q):
+        Nk = int(problem.sizes[k])
+        if b >= Nk or Nk < 2:
+            continue
+        G = problem.per_sample_grads(w, k)
+        total += problem.p[k] ** 2 * (1.0 / b - 1.0 / Nk) * float(np.sum((G - G.mean(0)) ** 2)) / (Nk - 1)
+    return config.server_lr * config.eta * total
+
+
+def tau_grid(base: FedAvgConfig, scaled: FedAvgConfig, points: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Common record points: ``K + 1`` values of ``τ`` reached by both ends at whole rounds.
+
+    ``K`` is the largest divisor of ``gcd(n_b, n_s)`` not above ``points``; returns ``(tau, rounds_b, rounds_s)``.
+    """
+    g = math.gcd(base.rounds, scaled.rounds)
+    K = max(k for k in range(1, min(g, max(points, 1)) + 1) if g % k == 0)
+    j = np.arange(K + 1)
+    rb, rs = j * (base.rounds // K), j * (scaled.rounds // K)
+    return rb * base.tau_per_round, rb, rs
+
+
+@dataclass(frozen=True)
+class MetricCurves:
+    """Metric curves of one end: ``mean[name]`` and ``se[name]`` of shape (K + 1,) at ``tau``."""
+
+    config: FedAvgConfig
+    tau: np.ndarray
+    rounds: np.ndarray
+    mean: dict
+    se: dict
+    temperature_trace: float
+    notes: list = field(default_factory=list)
+
+
+def simulate_end(problem, eval_problem, config: FedAvgConfig, rounds=None, *, replicates: int, seed: int,
+                 w0, metrics=None) -> MetricCurves:
+    """Simulate one end and evaluate its metrics on ``eval_problem`` at ``rounds`` (default: every round).
+
+    ``metrics`` names the metrics (default: all of :func:`fedsde.problems.metrics.metric_names`); the temperature
+    trace is measured at ``w0``.
+    """
+    rounds = np.arange(config.rounds + 1) if rounds is None else np.asarray(rounds, dtype=np.int64)
+    tau = rounds * config.tau_per_round
+    from fedsde.problems.metrics import evaluate_metrics
+    from fedsde.sim import simulate
+
+    res = simulate(problem, eta=config.eta, local_steps=config.local_steps, rounds=config.rounds,
+                   replicates=replicates, seed=seed, server_lr=config.server_lr, w0=w0, record=rounds.tolist())
+    vals = evaluate_metrics(eval_problem, res.weights, w0, names=metrics)
+    mean = {k: v.mean(-1) for k, v in vals.items()}
+    se = {k: v.std(-1, ddof=1) / np.sqrt(v.shape[-1]) if v.shape[-1] > 1 else np.full(v.shape[0], np.inf)
+          for k, v in vals.items()}
+    notes = []
+    if problem.batch_size is not None and np.any(problem.sizes <= problem.batch_size):
+        n = int(np.sum(problem.sizes <= problem.batch_size))
+        notes.append(f"{n} of {problem.Q} clients have no more samples than batch_size={problem.batch_size}: "
+                     "their local steps are full-gradient steps (no noise)")
+    return MetricCurves(config, tau, rounds, mean, se, temperature_trace(problem, config, w0), notes)
+
+
+def separation(base: MetricCurves, scaled: MetricCurves, z: float = 3.5) -> dict:
+    """First ``τ`` at which each metric's curves differ by more than ``z`` combined standard errors (or ``None``).
+
+    Only the values of ``τ`` that both curves reach (to rounding) are compared.
+    """
+    ib, is_ = np.nonzero(np.isclose(base.tau[:, None], scaled.tau[None, :], rtol=1e-9, atol=1e-12))
+    out = {}
+    for name in base.mean:
+        diff = np.abs(scaled.mean[name][is_] - base.mean[name][ib])
+        se = np.sqrt(base.se[name][ib] ** 2 + scaled.se[name][is_] ** 2)
+        scale = max(1.0, float(np.max(np.abs(base.mean[name]))))
+        hit = np.flatnonzero(np.where(se > 0, diff > z * se, diff > 1e-12 * scale))
+        out[name] = float(base.tau[ib[hit[0]]]) if hit.size else None
+    return out
+
+
+@dataclass(frozen=True)
+class DataScaling:
+    """Both ends of a rule on a data problem: metric curves vs ``τ`` and where they separate."""
+
+    rule: ScalingRule
+    kappa: float
+    base: MetricCurves
+    scaled: MetricCurves
+    separation: dict
+    z: float
+
+
+def compare_data(problem, config: FedAvgConfig, rule: str | ScalingRule, kappa: float, *, replicates: int = 16,
+                 seed: int = 0, w0=None, points: int = 20, z: float = 3.5) -> DataScaling:
+    """Simulate both ends of ``rule`` with factor ``kappa`` on a data problem (module docstring).
+
+    ``config.clients``/``config.batch_size`` default to the problem's; ``w0`` to ``problem.initial_weights()``.
+    The base end uses ``seed``, the scaled end ``seed + 1`` (independent noise).
+    """
+    rule = get_rule(rule)
+    config, new, other = prepare_end(problem, config, rule, kappa, split_seed=seed)
+    w_start = problem.initial_weights() if w0 is None else np.asarray(w0, dtype=np.float64)
+    _, rb, rs = tau_grid(config, new, points)
+    base = simulate_end(problem, problem, config, rb, replicates=replicates, seed=seed, w0=w_start)
+    scaled = simulate_end(other, problem, new, rs, replicates=replicates, seed=seed + 1, w0=w_start)
+    return DataScaling(rule, float(kappa), base, scaled, separation(base, scaled, z), z)
+
+
+def prepare_end(problem, config: FedAvgConfig, rule: str | ScalingRule, kappa: float, *, split_seed: int = 0,
+                cache: dict | None = None):
+    """Validate and map: ``(base config, scaled config, scaled problem)`` for a data problem.
+
+    Raises a :class:`FedsdeInputError` when the rule cannot apply (non-integer fields, a ``clients`` factor that is
+    not a whole number, ``η·λ_max ≥ 2`` at either end for the linear models).
+    """
+    from dataclasses import replace
+
+    rule = get_rule(rule)
+    if problem.batch_size is None:
+        raise FedsdeInputError("problem: a data problem needs batch_size for the scaling rules (set it in the file)")
+    config = replace(config, clients=config.clients or problem.Q, batch_size=config.batch_size or problem.batch_size)
+    if "clients" in rule.changes and (round(kappa) != kappa or kappa < 1):
+        raise FedsdeInputError(f"kappa={kappa:g}: rule {rule.name!r} on a data problem splits each client into κ "
+                               "clients, so κ must be a whole number >= 1")
+    new = rule.apply(config, kappa)
+    if problem.model != "mlp":  # no global curvature bound for a network
+        lam = float(np.max(problem.max_curvature()))
+        check_client_step(config.eta, lam, which="base")
+        check_client_step(new.eta, lam, which=f"kappa={kappa:g} (rule {rule.name!r}, eta={new.eta:g})")
+    return config, new, end_problem(problem, new, split_seed=split_seed, cache=cache)

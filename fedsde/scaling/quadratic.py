@@ -1,0 +1,231 @@
+"""Both ends of a scaling rule on quadratic clients, computed exactly (no sampling).
+
+Each end is the discrete FedAvg chain of :mod:`fedsde.exact`: its stationary mean and covariance (discrete
+Lyapunov equation) and its mean and covariance after its own number of rounds, i.e. at the common horizon
+``τ = n·s·η·E``.  The ``clients`` rule copies every client ``κ`` times with weight ``p_k/κ``
+(:meth:`~fedsde.problems.QuadraticProblem.replicated`, as gallery F4 does), so ``κ`` must be a whole number; a
+quadratic problem has no minibatch, so the ``batch`` rule does not apply to it (on quadratics with ``Σ_k ∝ 1/b``
+it would coincide exactly with ``clients``, which divides the round noise by ``κ`` the same way).
+
+Discrepancy between laws ``(m_b, P_b)`` (base) and ``(m_s, P_s)`` (scaled), :func:`law_discrepancy`:
+
+* ``excess_loss_rel = |L_s − L_b| / L_b`` with ``L = E F(w) − F* = ½ (m − w*)ᵀH(m − w*) + ½ Tr(H P)``;
+* ``cov_rel = ‖P_s − P_b‖_F / ‖P_b‖_F``;
+* ``mean_shift_sd = ‖m_s − m_b‖ / √Tr P_b`` (the shift in units of the base spread);
+* ``w2_rel = W₂(N(m_b, P_b), N(m_s, P_s)) / √(E_b ‖w − w*‖²)``.
+
+First-order rate (derived in :mod:`fedsde.scaling` and ``docs/scaling.md``): for a scalar homogeneous problem
+(``U_k = u``) the chain's stationary variance and its mean decay rate on the ``τ`` clock equal the SDE's times
+``1 + η·u·(s·E − E + 1)/2 + O(η²)`` (:func:`first_order_correction`), so both ``cov_rel`` and
+``excess_loss_rel`` are ``|c_s − c_b|·η + O(η²)``: linear in ``η`` unless the two ends share the coefficient
+(``local-steps`` at ``s = 1``, ``server-client`` at ``E = 1``), where the discrepancy is ``O(η²)``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from fedsde._validate import start_point
+from fedsde.compare.distances import gaussian_w2
+from fedsde.errors import FedsdeInputError, NoStationaryLawError
+from fedsde.exact import round_law, stationary_law, transient_moments
+from fedsde.problems.quadratic import QuadraticProblem
+from fedsde.scaling.rules import FedAvgConfig, ScalingRule, check_client_step, get_rule
+
+
+def temperature_matrix(problem: QuadraticProblem, config: FedAvgConfig) -> np.ndarray:
+    """First-order diffusion on the ``τ`` clock: ``s·η·Σ_k p_k² Σ_k``, shape (d, d)."""
+    return config.server_lr * config.eta * np.einsum("q,qij->ij", problem.p**2, problem.Sigma)
+
+
+def first_order_coefficients(problem: QuadraticProblem, config: FedAvgConfig) -> dict:
+    """The coefficients of the first-order SDE ``dw = −H(w − w*) dτ + T^{1/2} dB_τ`` and its horizon.
+
+    Returns ``{"hessian": H (d, d), "optimum": w* (d,), "temperature": T (d, d), "horizon": τ,
+    "tau_per_round": s·η·E}``; :mod:`fedsde.scaling`'s rules leave every entry but ``tau_per_round`` unchanged
+    (the ``server-client`` rule keeps that one too).
+    """
+    return {
+        "hessian": problem.hessian,
+        "optimum": problem.optimum,
+        "temperature": temperature_matrix(problem, config),
+        "horizon": config.horizon,
+        "tau_per_round": config.tau_per_round,
+    }
+
+
+def first_order_correction(u: float, eta: float, local_steps: int, server_lr: float) -> float:
+    """``η·u·(s·E − E + 1)/2``: relative O(η) correction of the chain's stationary variance over the SDE's.
+
+    For one client family with scalar curvature ``u`` (homogeneous clients), the exact stationary variance is
+    ``X = s²η² Σp_k²σ_k² Γ/(sB(2 − sB))`` with ``B = 1 − r^E``, ``Γ = (1 − r^{2E})/(1 − r²)``, ``r = 1 − ηu``;
+    expanding ``B = ηEu(1 − (E−1)ηu/2)``, ``Γ = E(1 − (E−1)ηu)`` gives ``X = (T/2u)(1 + this + O(η²))`` with
+    ``T = s·η·Σp_k²σ_k²`` the temperature.
+    """
+    return eta * u * (server_lr * local_steps - local_steps + 1) / 2.0
+
+
+def scaled_problem(problem: QuadraticProblem, rule: str | ScalingRule, kappa: float) -> QuadraticProblem:
+    """The problem at the scaled end: ``clients`` copies each client ``κ`` times (weights ``p_k/κ``)."""
+    rule = get_rule(rule)
+    if rule.name == "batch":
+        raise FedsdeInputError(
+            "rule='batch': a quadratic problem has no batch noise (its Σ_k is fixed, not a minibatch covariance); "
+            "use a data problem (kind = \"classification\" with batch_size)"
+        )
+    if rule.name != "clients":
+        return problem
+    copies = round(kappa)
+    if copies < 1 or abs(kappa - copies) > 1e-9 * max(1.0, kappa):
+        raise FedsdeInputError(
+            f"kappa={kappa:g}: rule 'clients' on a quadratic problem copies each client κ times, so κ must be a "
+            "whole number >= 1"
+        )
+    return problem if copies == 1 else problem.replicated(copies)
+
+
+@dataclass(frozen=True)
+class EndLaw:
+    """Exact laws of one end of a rule.
+
+    Attributes
+    ----------
+    config : FedAvgConfig
+    problem : QuadraticProblem
+    stationary_mean, stationary_cov : ndarray, shapes (d,), (d, d), or None
+        ``None`` when the chain has no stationary law (spectral radius of ``I − sB`` ≥ 1).
+    spectral_radius : float
+    transient_mean, transient_cov : ndarray, shapes (d,), (d, d)
+        Moments after ``config.rounds`` rounds from ``w0``.
+    temperature : ndarray, shape (d, d)
+        ``s·η·Σ_k p_k² Σ_k`` of this end.
+    """
+
+    config: FedAvgConfig
+    problem: QuadraticProblem = field(repr=False)
+    stationary_mean: np.ndarray | None
+    stationary_cov: np.ndarray | None
+    spectral_radius: float
+    transient_mean: np.ndarray
+    transient_cov: np.ndarray
+    temperature: np.ndarray
+
+
+def end_law(problem: QuadraticProblem, config: FedAvgConfig, *, w0=None, which: str = "base") -> EndLaw:
+    """Exact stationary and transient (at ``config.rounds``) moments of the chain at one end."""
+    check_client_step(config.eta, float(problem.max_curvature().max()), which=which)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        try:
+            st = stationary_law(problem, config.eta, config.local_steps, config.server_lr)
+        except NoStationaryLawError:
+            st = None
+        if st is None:
+            law = round_law(problem, config.eta, config.local_steps, config.server_lr, warn=False)
+            tr = transient_moments(problem, config.eta, config.local_steps, config.rounds, config.server_lr, w0=w0,
+                                   record=[config.rounds])
+            return EndLaw(config, problem, None, None, law.spectral_radius, tr.final_mean, tr.final_cov,
+                          temperature_matrix(problem, config))
+    m_n, P_n = transient_closed_form(st.law.transition, st.mean, st.cov, start_point(w0, problem.d), config.rounds)
+    return EndLaw(config, problem, st.mean, st.cov, st.law.spectral_radius, m_n, P_n,
+                  temperature_matrix(problem, config))
+
+
+def transient_closed_form(A: np.ndarray, c: np.ndarray, X: np.ndarray, w0: np.ndarray,
+                          rounds: int) -> tuple[np.ndarray, np.ndarray]:
+    """Moments after ``n`` rounds of ``w' = A w + (I − A) c + noise`` from the point ``w0``, in O(log n) products.
+
+    With the stationary covariance ``X = A X Aᵀ + K`` (so ``ρ(A) < 1``), unrolling ``P_n = A P_{n−1} Aᵀ + K``
+    from ``P_0 = 0`` gives ``P_n = X − Aⁿ X (Aⁿ)ᵀ``; the mean is ``m_n = c + Aⁿ (w0 − c)``.  Equal to
+    :func:`fedsde.exact.transient_moments` (full participation, constant η and s), which loops over rounds.
+    """
+    An = np.linalg.matrix_power(A, int(rounds))
+    P = X - An @ X @ An.T
+    return c + An @ (w0 - c), 0.5 * (P + P.T)
+
+
+def law_discrepancy(problem: QuadraticProblem, mean_b, cov_b, mean_s, cov_s) -> dict[str, float]:
+    """``excess_loss_rel``, ``cov_rel``, ``mean_shift_sd``, ``w2_rel`` between two laws (module docstring).
+
+    A missing scaled law (``mean_s is None``: no stationary law) gives ``inf`` everywhere.
+    """
+    keys = ("excess_loss_rel", "cov_rel", "mean_shift_sd", "w2_rel")
+    if mean_b is None or mean_s is None:
+        return dict.fromkeys(keys, float("inf"))
+    mb, ms = np.asarray(mean_b, float), np.asarray(mean_s, float)
+    Pb, Ps = np.asarray(cov_b, float), np.asarray(cov_s, float)
+    Lb, Ls = problem.excess_loss(mb, Pb), problem.excess_loss(ms, Ps)
+    spread = float(np.trace(Pb))
+    rms = float(np.sqrt(spread + np.sum((mb - problem.optimum) ** 2)))
+    nb = float(np.linalg.norm(Pb))
+    return {
+        "excess_loss_rel": abs(Ls - Lb) / Lb if Lb > 0 else float("inf"),
+        "cov_rel": float(np.linalg.norm(Ps - Pb)) / nb if nb > 0 else float("inf"),
+        "mean_shift_sd": float(np.linalg.norm(ms - mb)) / np.sqrt(spread) if spread > 0 else float("inf"),
+        "w2_rel": gaussian_w2(mb, Pb, ms, Ps) / rms if rms > 0 else float("inf"),
+    }
+
+
+@dataclass(frozen=True)
+class QuadraticScaling:
+    """Both ends of a rule on a quadratic problem and their discrepancy.
+
+    Attributes
+    ----------
+    rule : ScalingRule
+    kappa : float
+    base, scaled : EndLaw
+    stationary, transient : dict[str, float]
+        :func:`law_discrepancy` of the stationary laws and of the laws at the horizon.
+    """
+
+    rule: ScalingRule
+    kappa: float
+    base: EndLaw
+    scaled: EndLaw
+    stationary: dict
+    transient: dict
+
+    @property
+    def max_rel(self) -> float:
+        """Largest of ``excess_loss_rel`` and ``cov_rel`` over the stationary and horizon laws."""
+        return max(d[k] for d in (self.stationary, self.transient) for k in ("excess_loss_rel", "cov_rel"))
+
+
+def compare_quadratic(problem: QuadraticProblem, config: FedAvgConfig, rule: str | ScalingRule, kappa: float,
+                      *, w0=None) -> QuadraticScaling:
+    """Exact moments at both ends of ``rule`` with factor ``kappa`` and their discrepancy.
+
+    Parameters
+    ----------
+    problem : QuadraticProblem
+    config : FedAvgConfig
+        The base run (``clients`` defaults to ``problem.Q``).
+    rule : str or ScalingRule
+    kappa : float
+    w0 : array, shape (d,), optional
+        Start of both chains (default zero).
+
+    Raises
+    ------
+    FedsdeInputError
+        If the rule cannot apply: non-integer rounds/steps/clients, ``batch`` on a quadratic problem, or
+        ``η·λ_max ≥ 2`` at either end.
+    """
+    rule = get_rule(rule)
+    if config.clients is None:
+        config = replace(config, clients=problem.Q)
+    elif config.clients != problem.Q:
+        raise FedsdeInputError(f"clients={config.clients}: the problem has Q={problem.Q} clients")
+    other = scaled_problem(problem, rule, kappa)
+    new = rule.apply(config, kappa)
+    base = end_law(problem, config, w0=w0, which="base")
+    scaled = end_law(other, new, w0=w0, which=f"kappa={kappa:g} (rule {rule.name!r}, eta={new.eta:g})")
+    stat = law_discrepancy(problem, base.stationary_mean, base.stationary_cov, scaled.stationary_mean,
+                           scaled.stationary_cov)
+    trans = law_discrepancy(problem, base.transient_mean, base.transient_cov, scaled.transient_mean,
+                            scaled.transient_cov)
+    return QuadraticScaling(rule, float(kappa), base, scaled, stat, trans)

@@ -1,0 +1,210 @@
+"""The first-order scaling rules as named objects, and the configuration they map.
+
+A rule with factor ``κ > 0`` multiplies each hyper-parameter of a FedAvg run by a power of ``κ``:
+
+========================  ==========  ==========  ==========  ==========  ==========  ==========
+rule                      ``η``       ``E``       ``s``       ``n``       ``Q``       ``b``
+========================  ==========  ==========  ==========  ==========  ==========  ==========
+``local-steps``           1           κ           1           1/κ         1           1
+``server-client``         1/κ         1           κ           1           1           1
+``clients``               1           1           κ           1/κ         κ           1
+``batch``                 1           1           κ           1/κ         1           κ
+========================  ==========  ==========  ==========  ==========  ==========  ==========
+
+Each keeps the two coefficients of the first-order SDE (see :mod:`fedsde.scaling`): the temperature
+``s·η·Σ_k p_k² Σ_k`` and the horizon ``τ = n·s·η·E`` (the ``server-client`` rule keeps ``τ`` per round, hence
+also the horizon).  For ``clients`` the ``κQ`` clients are the old ones each split (data) or copied (quadratic)
+``κ`` times with weight ``p_k/κ``, so ``Σ_k p_k² Σ_k → Σ_k p_k² Σ_k / κ``; for ``batch`` the minibatch covariance
+``Σ_k ∝ 1/b`` gives the same factor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+
+from fedsde._validate import positive_float, positive_int
+from fedsde.errors import FedsdeInputError
+
+#: relative tolerance when deciding that ``κ·x`` is an integer
+_INT_TOL = 1e-9
+
+
+@dataclass(frozen=True)
+class FedAvgConfig:
+    """Hyper-parameters of one FedAvg run (full participation).
+
+    Attributes
+    ----------
+    eta : float
+        Client learning rate ``η``.
+    local_steps : int
+        Local SGD steps ``E`` per round.
+    server_lr : float
+        Actual server step ``s`` (``= h·η₀`` in seed 002's notation).
+    rounds : int
+        Communication rounds ``n``.
+    clients : int or None
+        Number of clients ``Q`` (needed by the ``clients`` rule).
+    batch_size : int or None
+        Minibatch size ``b`` of every client (needed by the ``batch`` rule).
+    """
+
+    eta: float
+    local_steps: int
+    server_lr: float
+    rounds: int
+    clients: int | None = None
+    batch_size: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "eta", positive_float("eta", self.eta))
+        object.__setattr__(self, "local_steps", positive_int("local_steps", self.local_steps))
+        object.__setattr__(self, "server_lr", positive_float("server_lr", self.server_lr))
+        object.__setattr__(self, "rounds", positive_int("rounds", self.rounds))
+        if self.clients is not None:
+            object.__setattr__(self, "clients", positive_int("clients", self.clients))
+        if self.batch_size is not None:
+            object.__setattr__(self, "batch_size", positive_int("batch_size", self.batch_size))
+
+    @property
+    def tau_per_round(self) -> float:
+        """``s·η·E``: SDE time ``τ`` elapsed in one round."""
+        return self.server_lr * self.eta * self.local_steps
+
+    @property
+    def horizon(self) -> float:
+        """``τ = n·s·η·E``: SDE time at the last round."""
+        return self.rounds * self.tau_per_round
+
+    def as_dict(self, *, keep: tuple[str, ...] = ()) -> dict:
+        """``eta, local_steps, server_lr, rounds`` and those of ``clients``/``batch_size`` named in ``keep``."""
+        d = asdict(self)
+        return {k: v for k, v in d.items() if k not in ("clients", "batch_size") or k in keep}
+
+
+@dataclass(frozen=True)
+class ScalingRule:
+    """A first-order scaling rule: each hyper-parameter is multiplied by ``κ`` to the given power.
+
+    Attributes
+    ----------
+    name : str
+        Registry name (``local-steps``, ``server-client``, ``clients``, ``batch``).
+    change : str
+        What it changes, in words.
+    keeps : tuple of str
+        The first-order invariants it keeps.
+    powers : dict
+        Exponent of ``κ`` per field of :class:`FedAvgConfig` (fields not named keep their value).
+    breaks : str
+        Where the first-order argument fails (higher-order terms it ignores).
+    """
+
+    name: str
+    change: str
+    keeps: tuple[str, ...]
+    powers: dict
+    breaks: str
+
+    @property
+    def changes(self) -> tuple[str, ...]:
+        """Fields of :class:`FedAvgConfig` the rule changes."""
+        return tuple(k for k, v in self.powers.items() if v != 0)
+
+    def apply(self, config: FedAvgConfig, kappa: float) -> FedAvgConfig:
+        """The configuration at the other end of the rule.
+
+        Raises
+        ------
+        FedsdeInputError
+            If ``κ <= 0``, if an integer field (``E``, ``n``, ``Q``, ``b``) would not stay a positive integer, or
+            if the rule needs ``clients``/``batch_size`` and ``config`` does not set it.
+        """
+        kappa = positive_float("kappa", kappa)
+        new = {}
+        for key, power in self.powers.items():
+            value = getattr(config, key)
+            if value is None:
+                raise FedsdeInputError(f"rule={self.name!r}: needs {key} in the configuration (it scales {key})")
+            scaled = value * kappa**power
+            if key in ("local_steps", "rounds", "clients", "batch_size"):
+                near = round(scaled)
+                if near < 1 or abs(scaled - near) > _INT_TOL * max(1.0, abs(scaled)):
+                    op = "·" if power > 0 else "/"
+                    raise FedsdeInputError(
+                        f"kappa={kappa:g}: rule {self.name!r} maps {key}={value} to {value}{op}{kappa:g} = "
+                        f"{scaled:.6g}, not a positive integer"
+                    )
+                scaled = int(near)
+            new[key] = scaled
+        return replace(config, **new)
+
+
+RULES: dict[str, ScalingRule] = {
+    r.name: r
+    for r in [
+        ScalingRule(
+            "local-steps", "E → κE, rounds → n/κ", ("temperature", "tau horizon"),
+            {"local_steps": 1, "rounds": -1},
+            "client drift: under heterogeneity the fixed point moves with ηE (seed 002's bias), and the "
+            "O(η²E²) terms of the round mean grow with κ",
+        ),
+        ScalingRule(
+            "server-client", "s → κs, η → η/κ", ("temperature", "tau per round", "tau horizon"),
+            {"server_lr": 1, "eta": -1},
+            "large server steps: the round map I − sB loses contraction once s·η·E·λ_max is no longer small "
+            "(and diverges at s·B ≈ 2); for κ < 1 the client step η/κ grows towards η·λ_max = 2",
+        ),
+        ScalingRule(
+            "clients", "Q → κQ (clients split/copied, weights p_k/κ), s → κs, rounds → n/κ",
+            ("temperature", "tau horizon"), {"clients": 1, "server_lr": 1, "rounds": -1},
+            "large server steps: κ·s·η·E·λ_max grows with κ; on data the split also changes each client's "
+            "finite-population factor 1/b − 1/N_k and the heterogeneity",
+        ),
+        ScalingRule(
+            "batch", "b → κb, s → κs, rounds → n/κ", ("temperature", "tau horizon"),
+            {"batch_size": 1, "server_lr": 1, "rounds": -1},
+            "large server steps as for clients; the minibatch covariance is ∝ 1/b − 1/N_k, not 1/b, so the "
+            "temperature is kept only while b ≪ N_k",
+        ),
+    ]
+}
+
+
+#: for each rule, the naive change a practitioner might make instead: same horizon τ, temperature divided by κ
+NAIVE: dict[str, ScalingRule] = {
+    r.name: r
+    for r in [
+        ScalingRule("local-steps", "E → κE, η → η/κ (same local progress ηE), rounds kept", ("tau horizon",),
+                    {"local_steps": 1, "eta": -1}, "divides the temperature by κ"),
+        ScalingRule("server-client", "η → η/κ, rounds → κn (server step kept)", ("tau horizon",),
+                    {"eta": -1, "rounds": 1}, "divides the temperature by κ"),
+        ScalingRule("clients", "Q → κQ with s and rounds kept", ("tau horizon",), {"clients": 1},
+                    "divides the temperature by κ"),
+        ScalingRule("batch", "b → κb with s and rounds kept", ("tau horizon",), {"batch_size": 1},
+                    "divides the temperature by κ"),
+    ]
+}
+
+
+def get_rule(name: str | ScalingRule) -> ScalingRule:
+    """The rule registered under ``name`` (or ``name`` itself if it is a rule)."""
+    if isinstance(name, ScalingRule):
+        return name
+    if name not in RULES:
+        raise FedsdeInputError(f"rule={name!r}: must be one of {', '.join(RULES)}")
+    return RULES[name]
+
+
+def apply_rule(config: FedAvgConfig, rule: str | ScalingRule, kappa: float) -> FedAvgConfig:
+    """``get_rule(rule).apply(config, kappa)``: the scaled configuration."""
+    return get_rule(rule).apply(config, kappa)
+
+
+def check_client_step(eta: float, max_curvature: float, *, which: str) -> None:
+    """Raise when ``η·λ_max ≥ 2`` (local SGD expands): the rule cannot apply at that end."""
+    if eta * max_curvature >= 2.0:
+        raise FedsdeInputError(
+            f"{which}: eta*max_eig(U_k) = {eta:g}*{max_curvature:.6g} = {eta * max_curvature:.4g} >= 2: "
+            "local SGD diverges"
+        )
