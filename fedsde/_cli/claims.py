@@ -40,7 +40,9 @@ def _fmt(v: dict | None) -> str:
     if v is None:
         return "—"
     m = v.get("margin")
-    return f"{v['verdict']:<14s} {m:+.3g}" if m is not None else v["verdict"]
+    out = f"{v['verdict']:<14s} {m:+.3g}" if m is not None else v["verdict"]
+    fam = v.get("family")
+    return out + (f" ({fam['fraction_holding']:.0%} of {fam['size']})" if fam else "")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -75,12 +77,13 @@ def run(args: argparse.Namespace) -> int:
     result = {"claims": records, "options": {"seed": args.seed, "scale": args.scale}, "figures": figures,
               "seconds": total}
     w = max(len(r["id"]) for r in records) if records else 10
-    lines = [f"{'claim':<{w}s}  {'as printed (verdict, margin)':<30s} {'corrected (verdict, margin)':<30s}",
-             "-" * (w + 62)]
+    lines = [f"{'claim':<{w}s}  {'as printed (verdict, margin)':<36s} {'corrected (verdict, margin)':<36s}",
+             "-" * (w + 74)]
     for r in records:
-        lines.append(f"{r['id']:<{w}s}  {_fmt(r['printed']):<30s} {_fmt(r['corrected']):<30s}")
+        lines.append(f"{r['id']:<{w}s}  {_fmt(r['printed']):<36s} {_fmt(r['corrected']):<36s}")
     lines.append("")
-    lines.append("margin > 0 means the claim holds with room to spare (its meaning per claim: --json).")
+    lines.append("margin: signed distance to the decision threshold, > 0 exactly when the claim holds (its meaning per "
+                 "claim: --json); (k% of n): share of the claim's family of problems where it holds.")
     for r in records:
         for form in ("printed", "corrected"):
             v = r[form]

@@ -112,7 +112,8 @@ class WeakErrorCurve:
     errors : ndarray, shape (J,)
         ``|E φ(w_n) − E φ(w(t))|``.
     slope, intercept : float
-        Least-squares fit of ``log error`` against ``log h``.
+        Least-squares fit of ``log error`` against ``log h``; NaN when the errors are at rounding level
+        (``exact_at_grid``), where a slope would be fitted to noise.
     chain, sde : ndarray, shape (J,)
         ``E φ`` of the chain and of the SDE (Monte-Carlo: sample means).
     stderr : ndarray, shape (J,) or None
@@ -120,6 +121,9 @@ class WeakErrorCurve:
     ci : ndarray, shape (J, 2) or None
         Confidence interval of the signed difference ``E φ(w_n) − E φ(w(t))`` (Monte-Carlo only).
     config : dict
+    exact_at_grid : bool
+        True when every error is at rounding level (:func:`at_rounding_level`): the SDE's law equals the chain's
+        at the grid times (the ``"matched"`` variant), so there is no order to fit.
     """
 
     steps: np.ndarray
@@ -132,6 +136,18 @@ class WeakErrorCurve:
     stderr: np.ndarray | None = None
     ci: np.ndarray | None = None
     config: dict | None = None
+    exact_at_grid: bool = False
+
+
+def at_rounding_level(errors, chain, sde, *, ulps: float = 1e3) -> bool:
+    """Whether every ``|E φ_chain − E φ_SDE|`` is within ``ulps`` machine epsilons of the values compared.
+
+    Exact moments carry relative rounding errors of a few hundred ulps after many rounds; a difference below
+    ``1e3·eps·max(|E φ_chain|, |E φ_SDE|)`` is zero to working precision.
+    """
+    errors, chain, sde = (np.abs(np.asarray(v, dtype=np.float64)) for v in (errors, chain, sde))
+    scale = np.maximum(np.maximum(chain, sde), np.finfo(np.float64).tiny)
+    return bool(np.all(errors <= ulps * np.finfo(np.float64).eps * scale))
 
 
 def _rounds_for(t_end: float, h: float) -> int:
@@ -236,11 +252,12 @@ def weak_error_vs_step(
         chain_e[j] = expected_phi(pb, ch.mean[-1], ch.cov[-1], phi)
         sde_e[j] = expected_phi(pb, law.mean, law.cov, phi)
         errs[j] = abs(chain_e[j] - sde_e[j])
-    slope, intercept = fit_loglog_slope(hs, errs)
+    exact = at_rounding_level(errs, chain_e, sde_e)
+    slope, intercept = (float("nan"), float("nan")) if exact else fit_loglog_slope(hs, errs)
     config = {"eta": float(eta), "local_steps": np.atleast_1d(local_steps).tolist(), "t_end": t_end,
               "server_rate": server_rate, "variant": variant, "phi": phi, "noise_scaling": noise_scaling,
               "method": "exact"}
-    return WeakErrorCurve(hs, rounds, errs, slope, intercept, chain_e, sde_e, config=config)
+    return WeakErrorCurve(hs, rounds, errs, slope, intercept, chain_e, sde_e, config=config, exact_at_grid=exact)
 
 
 @dataclass(frozen=True)

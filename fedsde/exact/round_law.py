@@ -60,6 +60,46 @@ def geometric_sum(x: np.ndarray, n: np.ndarray | int) -> np.ndarray:
     return out
 
 
+def one_minus_power(x: np.ndarray, n: np.ndarray | int) -> np.ndarray:
+    """``1 − (1 − x)^n`` elementwise with full relative accuracy, also for tiny ``x = ηλ``.
+
+    ``r = 1 − x`` is never formed (it would round ``x`` to 1e-16 absolute): for ``r > 0`` the value is
+    ``−expm1(n·log1p(−x))``; for ``r < 0`` and even ``n`` it is ``−expm1(n·log1p(x − 2))`` (``|r| = x − 1``), for
+    odd ``n`` ``1 + |r|^n`` (no cancellation); ``1`` at ``r = 0``.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    n = np.broadcast_to(np.asarray(n, dtype=np.float64), np.broadcast_shapes(x.shape, np.shape(n)))
+    x = np.broadcast_to(x, n.shape)
+    out = np.ones(n.shape)
+    pos = x < 1.0
+    out[pos] = -np.expm1(n[pos] * np.log1p(-x[pos]))
+    neg = x > 1.0
+    logabs = np.log1p(x[neg] - 2.0)
+    even = np.mod(n[neg], 2.0) == 0.0
+    out[neg] = np.where(even, -np.expm1(n[neg] * logabs), 1.0 + np.exp(n[neg] * logabs))
+    return out
+
+
+def _geometric_sum_products(x: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """``Σ_{m<n} (r_i r_j)^m`` with ``r = 1 − x`` (``x`` shape (Q, d), ``n`` shape (Q,)) → shape (Q, d, d).
+
+    Where ``r_i r_j > 0`` the sum is ``−expm1(n·(log|r_i| + log|r_j|))/(x_i + x_j − x_i x_j)`` with the logs from
+    ``log1p``, so no digit of ``x`` is lost; elsewhere :func:`geometric_sum` (no cancellation for products <= 0).
+    """
+    xi, xj = x[:, :, None], x[:, None, :]
+    prod = (1.0 - xi) * (1.0 - xj)
+    nn = np.broadcast_to(np.asarray(n, dtype=np.float64)[:, None, None], prod.shape)
+    out = geometric_sum(prod, nn)
+    ok = (prod > 0) & (xi < 2.0) & (xj < 2.0) & (xi != 1.0) & (xj != 1.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        li = np.where(xi < 1.0, np.log1p(-np.minimum(xi, 1.0 - 1e-300)), np.log1p(np.maximum(xi, 1.0) - 2.0))
+        lj = np.where(xj < 1.0, np.log1p(-np.minimum(xj, 1.0 - 1e-300)), np.log1p(np.maximum(xj, 1.0) - 2.0))
+        den = xi + xj - xi * xj
+        val = -np.expm1(nn * (li + lj)) / den
+    out[ok & (den != 0)] = val[ok & (den != 0)]
+    return out
+
+
 def _eig(problem: QuadraticProblem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Eigen-decomposition of every ``U_k`` and ``Σ_k`` rotated into it (cached on the problem)."""
     cache = problem._cache
@@ -91,12 +131,11 @@ def client_round_maps(
         ``Σ_{m<τ_k} (I − ηU_k)^m Σ_k (I − ηU_k)^m`` (the client displacement has covariance ``η² Γ_k``).
     """
     lam, V, S_rot = _eig(problem)
-    r = 1.0 - eta * lam  # (Q, d)
+    x = eta * lam  # (Q, d); r = 1 − x is not formed (see one_minus_power)
     tau = np.asarray(steps, dtype=np.float64)[:, None]
-    rE = np.sign(r) ** steps[:, None] * np.abs(r) ** tau  # exact sign for negative r
     Vt = np.swapaxes(V, 1, 2)
-    M = (V * (1.0 - rE)[:, None, :]) @ Vt
-    G = geometric_sum(r[:, :, None] * r[:, None, :], np.asarray(steps)[:, None, None])
+    M = (V * one_minus_power(x, tau)[:, None, :]) @ Vt
+    G = _geometric_sum_products(x, np.asarray(steps))
     Gamma = V @ (S_rot * G) @ Vt
     Gamma = 0.5 * (Gamma + np.swapaxes(Gamma, 1, 2))
     return M, Gamma

@@ -276,8 +276,10 @@ def _e_squared() -> Erratum:
         example=dict(TABLE_EXAMPLE),
         exact_source="fedsde.exact.stationary_law(problem, eta, E).cov at E and 2E",
         explanation="The exact stationary variance is ≈ η Σ p_k² Σ_k /(2 Σ p_k U_k) to leading order, independent "
-        "of E, and tends to η Σ p_k² Σ_k /(U_k(2 − ηU_k)) as E → ∞. The bias part of the claim is right: C4 moves "
-        "monotonically from w* towards Σ p_k a_k.",
+        "of E, and tends to η Σ p_k² Σ_k /(U_k(2 − ηU_k)) as E → ∞. The bias part of the claim holds only in part: "
+        "C4 − w* is 0 at E = 1 and tends to Σ p_k a_k − w* as E → ∞ (it does not diverge), but |C4 − w*| is not "
+        "monotone in general and can overshoot its limit (about 1 in 5 random 3-client problems; fedsde claims "
+        "--claim 002/claim-bias-E).",
         reference="reference/seed-fedsde.md §3c (E-claims), erratum 4",
         extra={"stationary_var_by_E": table},
     )

@@ -15,6 +15,8 @@ Modules
     Normality of the server update as ``Q`` grows (Thm 5.4): skewness, kurtosis, KS, Mardia, Lyapunov ratio.
 :mod:`~fedsde.theory.fednova`, :mod:`~fedsde.theory.feddisco`, :mod:`~fedsde.theory.fedaware`
     The bounds of seeds 003, 004, 000.
+:mod:`~fedsde.theory.sampling`
+    Exact moments of FedAvg under client sampling (unbiased, renormalised, multinomial) by enumerating the weights.
 :mod:`~fedsde.theory.claims`
     The claims registry behind ``fedsde claims`` (imported on demand).
 """
@@ -46,6 +48,7 @@ from fedsde.theory.empirical import (
     simulated_path,
 )
 from fedsde.theory.results import BoundValue, Constant, Estimate, Verdict, compare_bound
+from fedsde.theory.sampling import sampled_moments, weighting_distribution
 from fedsde.theory.schedules import PowerSchedule
 
 __all__ = [
@@ -69,8 +72,10 @@ __all__ = [
     "quadratic_exact_path",
     "quadratic_region_radius",
     "random_time_average",
+    "sampled_moments",
     "simulated_path",
     "thm_4_5",
     "thm_4_9",
     "v_hat_1",
+    "weighting_distribution",
 ]

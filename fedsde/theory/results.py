@@ -111,13 +111,17 @@ class Verdict:
     verdict : str
         ``"holds"``, ``"fails"`` or ``"not applicable"``.
     margin : float or None
-        Signed margin, positive when the claim holds; its meaning is given in ``margin_note``
-        (for bounds: ``(bound − empirical)/bound``).
+        Signed distance to the decision threshold, in the claim's own units: positive exactly when the verdict is
+        ``"holds"``, ``None`` when ``"not applicable"``; its meaning is given in ``margin_note`` (for bounds:
+        ``(bound − (empirical − z·s.e.))/|bound|``).
     margin_note : str
     numbers : dict
         The numbers behind the verdict (empirical value, bound, tightness ratio, conditions …).
     reason : str
         One sentence: why this verdict.
+    family : dict or None
+        When the verdict is over a family of problems: ``{"name", "size", "fraction_holding", "worst"}`` with the
+        worst member's label, parameters and margin (see :mod:`fedsde.theory.claims.base`).
     """
 
     verdict: str
@@ -125,6 +129,7 @@ class Verdict:
     margin_note: str = ""
     numbers: dict = field(default_factory=dict)
     reason: str = ""
+    family: dict | None = None
 
     def __post_init__(self):
         if self.verdict not in VERDICTS:
@@ -132,7 +137,7 @@ class Verdict:
 
     def to_dict(self) -> dict:
         return {"verdict": self.verdict, "margin": self.margin, "margin_note": self.margin_note,
-                "reason": self.reason, "numbers": self.numbers}
+                "reason": self.reason, "family": self.family, "numbers": self.numbers}
 
 
 def compare_bound(empirical: Estimate | float, bound: float, *, z: float = 3.0, valid: bool = True,
@@ -140,7 +145,9 @@ def compare_bound(empirical: Estimate | float, bound: float, *, z: float = 3.0, 
     """Verdict for ``empirical ≤ bound`` with the Monte-Carlo error taken into account.
 
     ``fails`` only when the lower end of the ``z``-s.e. interval exceeds the bound (a significant violation);
-    ``holds`` otherwise.  ``margin = (bound − empirical)/|bound|``; ``tightness = bound/empirical``.
+    ``holds`` otherwise.  ``margin = (bound − (empirical − z·s.e.))/|bound|``, the signed distance of the
+    interval's lower end to the bound (positive exactly when the verdict is ``holds``); ``tightness =
+    bound/empirical``.
     ``valid=False`` (a hypothesis is violated) gives ``not applicable``.
     """
     est = empirical if isinstance(empirical, Estimate) else Estimate(float(empirical), 0.0)
@@ -154,13 +161,13 @@ def compare_bound(empirical: Estimate | float, bound: float, *, z: float = 3.0, 
         return Verdict("not applicable", None, "", numbers, invalid_reason)
     if not np.isfinite(bound):
         return Verdict("not applicable", None, "", numbers, "the bound is not finite (a denominator is <= 0)")
-    margin = (bound - est.value) / abs(bound) if bound != 0 else float(bound - est.value)
-    ok = lo <= bound
+    margin = (bound - lo) / abs(bound) if bound != 0 else float(bound - lo)
+    ok = margin > 0
     if ok:
         why = ("empirical ≤ bound" if hi <= bound else
                f"empirical within {z:g} s.e. of the bound (not a significant violation)")
-        return Verdict("holds", margin, "(bound − empirical)/bound", numbers, why)
-    return Verdict("fails", margin, "(bound − empirical)/bound", numbers,
+        return Verdict("holds", margin, "(bound − (empirical − z·s.e.))/|bound|", numbers, why)
+    return Verdict("fails", margin, "(bound − (empirical − z·s.e.))/|bound|", numbers,
                    f"empirical exceeds the bound by more than {z:g} s.e.")
 
 

@@ -6,6 +6,31 @@ A :class:`ClaimResult` holds a :class:`~fedsde.theory.results.Verdict` for the c
 the reference lists a correction, for the **corrected** claim; verdicts are computed when the check runs.
 Checks may also return a :class:`Figure` (bound against empirical value, …) that ``fedsde claims --figures``
 draws.
+
+Conventions every check follows (a new claim module copies them; helpers in ``_common``):
+
+* **What is checked, on which problems.** ``Claim.problem`` names the family of problems in words: the paper's
+  own problem(s) and small seeded random ones (heterogeneous clients, the parameter range the statement covers,
+  e.g. every ``η`` with ``ηU_max < 2`` where the paper states no range).  Use exact laws
+  (:mod:`fedsde.exact`, closed forms) for families; Monte Carlo only where nothing exact exists, sized by
+  :meth:`CheckOptions.replicates` and seeded from ``options.seed``.  Families are seeded with fixed seeds so the
+  table is reproducible; ``options.scale`` may enlarge them.
+* **Margin.** Each form's verdict is derived from one number, the *margin*: the signed distance to the decision
+  threshold in the claim's own units, **positive exactly when the form holds** (``_common.predicate`` computes
+  the verdict from it; never set a verdict by hand).  Tolerance decisions use ``log10(tol/deviation)``
+  (``_common.log_margin``); bounds ``(bound − (empirical − z·s.e.))/|bound|``; slopes ``slope − threshold``.
+  ``margin_note`` says which, and the claim's docstring (its ``check_*`` function) documents it.  A compound
+  decision (``A and B``) takes the smaller of the margins.  ``not applicable`` has margin ``None``.
+* **Family, fraction, worst case.** A universal statement over a family gives one ``Member(label, params,
+  margin)`` per problem and the verdict ``_common.family_verdict`` (``holds`` iff every member holds); the
+  verdict's ``family`` reports ``size``, ``fraction_holding`` and the ``worst`` member with the parameters that
+  rebuild it (the counterexample when the claim fails).  Verdicts over a few named problems use
+  ``_common.combine``, which reports the same summary.
+* **Details.** ``ClaimResult.details`` holds what a reader needs to rebuild the counterexample and the numbers
+  that are not part of either verdict (tables, constants); arrays are fine (``emit`` serialises them).
+* **Every check can fail.** No verdict or margin is hard-coded: the margin is computed from the quantity the
+  claim is about, and the tests (``tests/test_claims_mutations.py``) perturb that quantity for each claim and
+  assert the verdict flips.
 """
 
 from __future__ import annotations
@@ -119,7 +144,8 @@ class Claim:
         return res, time.perf_counter() - t0
 
     def result_dict(self, res: ClaimResult, seconds: float) -> dict:
-        """The JSON record ``{"id", "statement", "source", "problem", "printed", "corrected", "seconds"}``."""
+        """The JSON record ``{"id", "statement", "corrected_statement", "source", "problem", "printed",
+        "corrected", "details", "seconds"}`` (each verdict with its ``family`` summary, if any)."""
         return {
             "id": self.id,
             "statement": self.statement,
