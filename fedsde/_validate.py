@@ -1,8 +1,10 @@
-"""Small validators shared by public entry points (internal)."""
+"""Small validators shared by public entry points (internal): numbers, schedules, devices, memory, and the
+settings known to diverge on quadratic clients."""
 
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -122,3 +124,188 @@ def distributions(name: str, value, Q: int | None = None) -> np.ndarray:
     if empty.size:
         raise FedsdeInputError(f"{name}[{int(empty[0])}]: sums to 0; every row (client) needs a sum > 0")
     return D / D.sum(1, keepdims=True)
+
+
+#: environment variable that caps the memory a run may plan for (bytes, or with a K/M/G/T suffix, e.g. "6G")
+MEMORY_LIMIT_ENV = "FEDSDE_MEMORY_LIMIT"
+
+
+def parse_bytes(name: str, text) -> int:
+    """``"6G"``, ``"512M"``, ``"1.5e9"`` or a number of bytes as an int (> 0)."""
+    s = str(text).strip().upper().removesuffix("B").removesuffix("I")
+    mult = 1
+    if s and s[-1] in "KMGT":
+        mult, s = 1024 ** ("KMGT".index(s[-1]) + 1), s[:-1]
+    try:
+        v = float(s) * mult
+    except ValueError:
+        raise FedsdeInputError(f"{name}={text!r}: must be a number of bytes (e.g. 6G, 512M)") from None
+    if not math.isfinite(v) or v <= 0:
+        raise FedsdeInputError(f"{name}={text!r}: must be a number of bytes > 0")
+    return int(v)
+
+
+def available_memory(device: torch.device | str = "cpu", limit: int | str | None = None) -> int:
+    """Bytes a run may still allocate on ``device``: free memory (CPU: ``MemAvailable``, the cgroup's remaining
+    ``memory.max`` and the address-space limit ``RLIMIT_AS`` left to this process, whichever is least; CUDA: free
+    device memory), capped by ``limit`` or the environment variable ``FEDSDE_MEMORY_LIMIT``."""
+    import os
+
+    caps = []
+    if limit is None and os.environ.get(MEMORY_LIMIT_ENV):
+        limit = os.environ[MEMORY_LIMIT_ENV]
+    if limit is not None:
+        caps.append(parse_bytes("memory_limit" if not isinstance(limit, str) else MEMORY_LIMIT_ENV, limit))
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        caps.append(int(torch.cuda.mem_get_info(dev)[0]))
+        return min(caps)
+    caps += _cpu_memory_caps()
+    return min(caps) if caps else 1 << 62
+
+
+def _cpu_memory_caps() -> list[int]:
+    caps: list[int] = []
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    caps.append(int(line.split()[1]) * 1024)
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        with open("/sys/fs/cgroup/memory.max") as fh:
+            mx = fh.read().strip()
+        if mx != "max":
+            with open("/sys/fs/cgroup/memory.current") as fh:
+                caps.append(max(0, int(mx) - int(fh.read().strip())))
+    except (OSError, ValueError):
+        pass
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+        if soft != resource.RLIM_INFINITY:
+            used = 0
+            with open("/proc/self/status") as fh:
+                for line in fh:
+                    if line.startswith("VmSize:"):
+                        used = int(line.split()[1]) * 1024
+            caps.append(max(0, soft - used))
+    except (OSError, ValueError, ImportError):
+        pass
+    return caps
+
+
+def memory_fits(what: str, need: int, available: int, hint: str) -> None:
+    """Raise a one-line error when ``need`` bytes exceed ``available`` (the message gives the estimate)."""
+    if need > available:
+        raise FedsdeInputError(
+            f"{what}: needs about {_gib(need)} of memory but about {_gib(available)} is available; {hint}"
+        )
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.3g} GiB" if n >= 2**27 else f"{n / 2**20:.3g} MiB"
+
+
+def known_divergence(problem, eta: float, steps, server_lr: float = 1.0, *, aggregator="fedavg",
+                     participation: int | None = None) -> list[str]:
+    """Why these settings diverge on quadratic clients, known before running (empty list: nothing known).
+
+    * the local solver expands on a client: the linear map of one local step on the direction of ``λ_max(U_k)``
+      has spectral radius >= 1 (plain SGD: ``η·λ_max(U_k) >= 2``; heavy-ball momentum ``ρ`` and proximal ``μ``
+      are included, :mod:`fedsde.sim.solvers`);
+    * the server recursion of the mean, ``w ← w − s·B(w − c)`` (rules linear in the client displacements: fedavg,
+      fednova, feddisco), has spectral radius ``ρ(I − s·B) > 1``: the mean grows geometrically; for fedavgm the
+      recursion on ``(w − c, v)`` with the server momentum ``v`` (heavy ball: stable iff ``s·β_i < 2(1 + β)``).
+
+    Rules without a linear mean recursion (FedAdam, FedYogi, SCAFFOLD, FedAWARE, …) are left to the blow-up
+    watch of the simulator (:class:`fedsde.sim.moments.BlowUpWatch`).
+
+    Problems without quadratic clients (data problems) return an empty list.
+    """
+    from fedsde.problems.quadratic import QuadraticProblem
+
+    if not isinstance(problem, QuadraticProblem) or not (np.isfinite(eta) and eta > 0):
+        return []
+    from fedsde.aggregators import get_aggregator
+
+    try:
+        agg = get_aggregator(aggregator)
+        solver = agg.local_solver
+        beta, mu, in_buffer = float(solver.momentum), float(solver.prox), bool(solver.prox_in_buffer)
+    except (FedsdeInputError, AttributeError, TypeError):
+        agg, beta, mu, in_buffer = None, 0.0, 0.0, False
+    try:
+        lam = problem.max_curvature()
+    except np.linalg.LinAlgError:  # non-finite curvatures: left to the command's own checks
+        return []
+    rho = np.array([_local_step_radius(eta, float(lk), beta, mu, in_buffer) for lk in lam])
+    bad = np.flatnonzero(rho >= 1.0)
+    if bad.size:
+        k = int(bad[np.argmax(lam[bad])])
+        if beta == 0.0 and mu == 0.0:
+            what = (f"eta*max_eig(U_k) = {eta * lam[k]:.6g} >= 2 for client(s) {bad.tolist()} (eta={eta:g}, "
+                    f"max_eig(U_{k}) = {lam[k]:.6g}): local SGD diverges; need eta < {2.0 / lam[k]:.6g}")
+        else:
+            what = (f"one local step (momentum {beta:g}, prox {mu:g}) expands on client(s) {bad.tolist()}: spectral "
+                    f"radius {rho[k]:.6g} >= 1 at max_eig(U_{k}) = {lam[k]:.6g} with eta={eta:g}: local training "
+                    "diverges")
+        return [what]
+    if agg is None or not (np.isfinite(server_lr) and server_lr > 0):
+        return []
+    from fedsde.exact import aggregator_round_weights, round_law
+
+    if getattr(agg, "name", "") == "fedavgm":
+        return _momentum_server_divergence(problem, eta, steps, float(server_lr), agg)
+
+    try:
+        omega = aggregator_round_weights(problem, agg, steps, participation=participation)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            law = round_law(problem, eta, steps, server_lr, participation=participation, weights=omega)
+    except FedsdeInputError:  # no exact law for this rule (or settings refused elsewhere with their own message)
+        return []
+    if law.spectral_radius > 1.0 + 1e-9:
+        beta_max = float(np.max(np.abs(np.linalg.eigvals(law.B)))) if np.all(np.isfinite(law.B)) else 0.0
+        need = f"; need server_lr < {2.0 / beta_max:.6g}" if beta_max > 0 else ""
+        return [f"server_lr={server_lr:g}: the server recursion of the mean, w ← w − s·B(w − c), has spectral radius "
+                f"rho(I − s·B) = {law.spectral_radius:.6g} > 1 (eta={eta:g}): the chain diverges{need}"]
+    return []
+
+
+def _momentum_server_divergence(problem, eta: float, steps, s: float, agg) -> list[str]:
+    """FedAvgM: the mean recursion on ``(w − c, v)`` with ``Σ p_k Δ_k = −B(w − c)`` and ``g = 1 − dampening``:
+    ``v' = βv − gB(w − c)``; heavy ball ``w' = w + s v'``, Nesterov ``w' = w + s(βv' − gB(w − c))``."""
+    from fedsde.exact import round_law
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            B = round_law(problem, eta, steps, 1.0, warn=False).B
+    except FedsdeInputError:
+        return []
+    if not np.all(np.isfinite(B)):
+        return []
+    beta, g, eye = float(agg.beta), 1.0 - float(agg.dampening), np.eye(B.shape[0])
+    if agg.variant == "heavy_ball":
+        top = np.hstack([eye - s * g * B, s * beta * eye])
+    else:
+        top = np.hstack([eye - s * g * (1.0 + beta) * B, s * beta * beta * eye])
+    M = np.vstack([top, np.hstack([-g * B, beta * eye])])
+    rho = float(np.max(np.abs(np.linalg.eigvals(M))))
+    if rho > 1.0 + 1e-9:
+        return [f"server_lr={s:g}: the server momentum recursion of the mean (fedavgm {agg.variant}, beta={beta:g}) "
+                f"has spectral radius {rho:.6g} > 1 (eta={eta:g}): the chain diverges"]
+    return []
+
+
+def _local_step_radius(eta: float, lam: float, beta: float, mu: float, in_buffer: bool) -> float:
+    """Spectral radius of one local step on a curvature-``lam`` direction, state ``(x − w_n, momentum buffer)``."""
+    if in_buffer:  # v ← βv + (λ + μ)x, x ← x − ηv
+        c = lam + mu
+        M = np.array([[1.0 - eta * c, -eta * beta], [c, beta]])
+    else:  # v ← βv + λx, x ← x − ημx − ηv
+        M = np.array([[1.0 - eta * mu - eta * lam, -eta * beta], [lam, beta]])
+    return float(np.max(np.abs(np.linalg.eigvals(M))))

@@ -4,7 +4,10 @@ Each subcommand lives in ``fedsde/_cli/<name>.py`` and exposes ``register(subpar
 a JSON-able dict (printed as one JSON object under ``--json``) and prints a human-readable view otherwise.
 User mistakes (:class:`fedsde.errors.FedsdeInputError`, missing files, bad numbers) and simulations that diverge
 with the parameters given (:class:`fedsde.errors.SimulationDivergedError`, which names the round and client) become
-a one-line ``fedsde COMMAND: error: …`` message and exit status 2, without a traceback.
+a one-line ``fedsde COMMAND: error: …`` message and exit status 2, without a traceback; so do operating-system
+errors (files, folders) and running out of memory.  Warnings raised while a command runs (e.g. a run that grows far
+beyond its start and optimum, :class:`fedsde.errors.DivergenceWarning`) are reported on stderr and in the JSON
+``warnings`` list, and become such an error under ``--strict`` (see :mod:`fedsde._cli.common`).
 """
 
 from __future__ import annotations
@@ -12,7 +15,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-import warnings
+
+import numpy as np
 
 from fedsde.errors import FedsdeInputError, SimulationDivergedError
 
@@ -63,21 +67,39 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``fedsde`` console script."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    from fedsde._cli.common import capture_warnings
+
     try:
-        with warnings.catch_warnings():
-            if getattr(args, "json", False):
-                # keep stdout a single JSON object; warnings go to stderr as one line each
-                warnings.simplefilter("default")
+        # warnings are recorded and reported by emit (stderr, JSON "warnings"; errors under --strict)
+        with capture_warnings():
             return int(args.func(args) or 0)
-    except (FedsdeInputError, SimulationDivergedError) as exc:
-        print(f"fedsde {args.command}: error: {exc}", file=sys.stderr)
+    except (FedsdeInputError, SimulationDivergedError, OSError) as exc:
+        _error(args.command, str(exc))
         return 2
-    except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
-        print(f"fedsde {args.command}: error: {exc}", file=sys.stderr)
+    except OverflowError as exc:  # Python float arithmetic on huge inputs (e.g. --eta 1e300 squared)
+        _error(args.command, f"numeric overflow ({exc}): an input is too large for float64 arithmetic")
+        return 2
+    except np.linalg.LinAlgError as exc:  # e.g. a problem file whose numbers overflow in an eigendecomposition
+        _error(args.command, f"linear algebra failed ({exc}): the inputs are too large or degenerate")
+        return 2
+    except MemoryError as exc:  # also torch.OutOfMemoryError (a RuntimeError) below
+        _error(args.command, f"out of memory ({exc or 'allocation failed'}); use fewer replicates/paths or a "
+               "smaller --chunk-size where the command has one")
+        return 2
+    except RuntimeError as exc:
+        if "out of memory" not in str(exc) and "can't allocate memory" not in str(exc):
+            raise
+        _error(args.command, f"out of memory ({str(exc).splitlines()[0]}); use fewer replicates/paths or a smaller "
+               "--chunk-size where the command has one")
         return 2
     except KeyboardInterrupt:
         print(f"fedsde {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+def _error(command: str, message: str) -> None:
+    """``fedsde COMMAND: error: …`` on one line of stderr."""
+    print(f"fedsde {command}: error: {' '.join(message.split())}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -18,3 +18,11 @@ class NoStationaryLawError(FedsdeInputError):
 
 class SimulationDivergedError(RuntimeError):
     """A simulation produced NaN or inf; the message names the round and client where it happened."""
+
+
+class DivergenceWarning(RuntimeWarning):
+    """A run grew far beyond its start and the optimum (it is probably diverging); the message says where.
+
+    Issued (once per run) by the simulator and the SDE integrator while they go on; the command line reports it
+    on stderr and in the JSON ``warnings`` list, and turns it into an error (exit 2) under ``--strict``.
+    """

@@ -80,9 +80,12 @@ def reproduce(cfg: dict, only: Sequence[str], out: Path, *, quick: bool, progres
     import numpy as np
     import torch
 
+    from fedsde.report.config import check_constraints
+
     run = cfg["run"]
     ctx = RunContext(seed=run["seed"], device=run["device"], problem=resolve_problem(run["problem"]),
                      progress=progress, quick=quick)
+    check_constraints(cfg, only, ctx.problem)  # every cross-field constraint, before anything runs
     if out.exists() and not out.is_dir():
         raise FedsdeInputError(f"--out={str(out)!r}: exists and is not a folder")
     out.mkdir(parents=True, exist_ok=True)

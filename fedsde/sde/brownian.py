@@ -8,7 +8,12 @@ block ``b`` (:data:`fedsde.sim.streams.BLOCK` paths) is drawn from its own ``tor
 * the same seed gives the same path, whatever order the increments are asked for in;
 * simulating paths ``[0, R)`` in one batch or in chunks that start on block boundaries gives the same
   increments (every block is drawn in full; paths past ``R`` are padding);
-* one window of all paths is held in memory at a time.
+* one window of all paths is held in memory at a time;
+* a time is mapped to its step by ``round((t − t0)/dt)`` on a clock that never runs long: the integrator
+  (:func:`fedsde.sde.integrate.sdeint_rounds`) restarts the clock at every segment of at most
+  :data:`fedsde.sde.integrate.SEGMENT_STEPS` steps and asks :meth:`GridBrownian.view` for the increments from the
+  segment's first step on (an integer), so no float time is accumulated over the whole run and any number of steps
+  stays on the grid.
 
 The normals come from the inverse CDF of the block's uniforms, ``z = √2 erfinv(v)`` with ``v`` uniform on the
 symmetric grid ``{−1 + 2⁻⁵³ + j·2⁻⁵²}`` (53 random bits, tails to ``|z| ≈ 8.3``): one uniform per normal and two
@@ -54,6 +59,9 @@ class GridBrownian(torchsde.BaseBrownian):
         (so chunks of paths reproduce the corresponding rows of one big batch).
     steps : int, optional
         Number of grid steps; later times are rejected.
+    first_step : int
+        Global step of ``t0``: the increment over local step ``j`` is the global increment ``first_step + j`` (see
+        :meth:`view`).
     dtype, device
         Of the increments (the SDE's state dtype and device).
     float32_draws : bool
@@ -77,6 +85,7 @@ class GridBrownian(torchsde.BaseBrownian):
         dtype: torch.dtype = torch.float64,
         device: str | torch.device = "cpu",
         float32_draws: bool = False,
+        first_step: int = 0,
     ):
         super().__init__()
         if len(size) != 2 or int(size[0]) < 1 or int(size[1]) < 1:
@@ -92,6 +101,9 @@ class GridBrownian(torchsde.BaseBrownian):
         self._dtype = dtype
         self._device = torch.device(device)
         self._float32_draws = bool(float32_draws)
+        self._first_step = int(first_step)
+        if self._first_step < 0:
+            raise FedsdeInputError(f"first_step={first_step!r}: must be an integer >= 0")
         self._nblocks = -(-self._shape[0] // BLOCK)
         self._window = -1
         self._buf: torch.Tensor | None = None
@@ -123,7 +135,8 @@ class GridBrownian(torchsde.BaseBrownian):
 
     def __repr__(self) -> str:
         return (f"GridBrownian(t0={self._t0}, dt={self._dt}, size={tuple(self._shape)}, seed={self._seed}, "
-                f"first_block={self._first_block}, dtype={self._dtype}, device={self._device})")
+                f"first_block={self._first_block}, first_step={self._first_step}, dtype={self._dtype}, "
+                f"device={self._device})")
 
     def __call__(self, ta, tb=None, return_U: bool = False, return_A: bool = False) -> torch.Tensor:
         """``W(tb) − W(ta)`` (or ``W(ta) − W(t0)`` when ``tb`` is None), shape (paths, channels)."""
@@ -142,6 +155,22 @@ class GridBrownian(torchsde.BaseBrownian):
         return out
 
     # ------------------------------------------------------------------ grid access
+    def view(self, step: int, t0: float = 0.0) -> GridBrownian:
+        """The same Brownian motion from grid step ``step`` on, on a clock restarted at ``t0``.
+
+        ``view(j).increment(i)`` equals ``increment(j + i)`` bit for bit; the view's time ``t0 + i·dt`` is step
+        ``j + i`` of this grid.
+        """
+        step = int(step)
+        if step < 0 or (self._steps is not None and step > self._steps):
+            raise FedsdeInputError(f"step={step}: must lie in [0, {self._steps}]")
+        v = GridBrownian(t0, self._dt, tuple(self._shape), seed=self._seed, first_block=self._first_block,
+                         steps=None if self._steps is None else self._steps - step, dtype=self._dtype,
+                         device=self._device, float32_draws=self._float32_draws, first_step=self._first_step + step)
+        if self._window >= 0:  # share the window already drawn
+            v._window, v._buf = self._window, self._buf
+        return v
+
     def index(self, t) -> int:
         """Grid index ``j`` of a time ``t = t0 + j·dt`` (raises if ``t`` is off the grid)."""
         x = (float(t) - self._t0) / self._dt
@@ -157,7 +186,7 @@ class GridBrownian(torchsde.BaseBrownian):
 
         The tensor is a view of an internal buffer: do not modify it in place.
         """
-        w, r = divmod(int(j), STEPS_PER_WINDOW)
+        w, r = divmod(int(j) + self._first_step, STEPS_PER_WINDOW)
         if w != self._window:
             self._buf = self._draw_window(w)
             self._window = w

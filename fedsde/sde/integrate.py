@@ -1,9 +1,13 @@
 """Integrating the FedAvg SDEs on the round grid: torchsde Euler–Maruyama with :class:`GridBrownian`, or exact OU.
 
 Clock: ``t = n·h``; every round time ``n·h`` is a solver grid point and results are returned on the round grid.
-With ``substeps = k`` the solver step is ``dt = h/k``.  The grid times are accumulated exactly as torchsde
-accumulates them (``t ← t + dt`` in float64 from ``t0``), so the solver lands on each recorded round time
-without interpolation.
+With ``substeps = k`` the solver step is ``dt = h/k``.  Time is kept by integer index: the run is cut into segments
+of at most :data:`SEGMENT_STEPS` steps starting on round boundaries; each segment is one torchsde call on a clock
+restarted at 0 (its grid accumulated exactly as torchsde accumulates it, ``t ← t + dt``, so the solver lands on
+every recorded round time without interpolation), the SDE sees the time ``t_seg + t`` with ``t_seg = n_seg·h``, and
+the Brownian motion is asked for the increments from the segment's first step on
+(:meth:`~fedsde.sde.brownian.GridBrownian.view`).  Rounding never accumulates over more than one segment, so any
+number of steps stays on the grid (a single accumulated clock drifts off it after about 2.6·10⁵ steps of h = 0.05).
 
 Randomness: the Brownian increments come from :class:`~fedsde.sde.brownian.GridBrownian` and the general SDE's
 rollouts from their own streams, both per block of :data:`~fedsde.sim.streams.BLOCK` paths, so the same seed gives
@@ -14,8 +18,10 @@ it runs under ``torch.random.fork_rng`` so the caller's global RNG state is left
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 import torch
@@ -23,13 +29,14 @@ import torchsde
 from tqdm.auto import tqdm
 
 from fedsde._samples import ReplicateMoments
-from fedsde._validate import device_dtype, positive_int, start_point
+from fedsde._validate import available_memory, device_dtype, positive_int, start_point
 from fedsde.errors import FedsdeInputError, SimulationDivergedError
 from fedsde.problems.quadratic import QuadraticProblem
 from fedsde.sde.brownian import GridBrownian
 from fedsde.sde.coefficients import VARIANTS, psd_sqrt, quadratic_sde_coefficients
 from fedsde.sde.models import ClientProblem, FedAvgSDE, QuadraticSDE
 from fedsde.sde.schedules import RateLike
+from fedsde.sim.moments import BlowUpWatch, StreamingMoments, plan_chunks, problem_scale
 from fedsde.sim.oracles import GradientOracle
 from fedsde.sim.streams import BLOCK, resolve_seed, split_chunks
 
@@ -37,6 +44,8 @@ from fedsde.sim.streams import BLOCK, resolve_seed, split_chunks
 MODELS = (*VARIANTS, "general")
 #: integration methods: torchsde Euler–Maruyama, or exact OU transitions (quadratic variants only)
 METHODS = ("euler", "exact")
+#: most solver steps on one restarted clock (one torchsde call); segments start on round boundaries
+SEGMENT_STEPS = 4096
 
 
 @dataclass
@@ -62,6 +71,23 @@ class SDEPaths(ReplicateMoments):
     weights: np.ndarray
     h: float
     config: dict = field(default_factory=dict)
+    streamed: StreamingMoments | None = None
+
+    @property
+    def replicates(self) -> int:
+        return int(self.config["paths"]) if self.weights is None else int(self.weights.shape[1])
+
+    def mean(self) -> np.ndarray:
+        return super().mean() if self.weights is not None else self.streamed.mean()
+
+    def cov(self) -> np.ndarray:
+        return super().cov() if self.weights is not None else self.streamed.cov()
+
+    @property
+    def final(self) -> np.ndarray:
+        if self.weights is None:
+            raise FedsdeInputError("final: the run kept moments only (moments_only=True); no paths to return")
+        return self.weights[-1]
 
 
 def time_grid(h: float, rounds: int, substeps: int = 1, t0: float = 0.0) -> np.ndarray:
@@ -116,13 +142,37 @@ def sdeint_rounds(
     -------
     Tensor, shape (T, R, d)
         The state at the recorded rounds (round 0 is ``y0``).
+
+    Notes
+    -----
+    With a :class:`GridBrownian`, runs longer than :data:`SEGMENT_STEPS` steps are integrated segment by segment on
+    restarted clocks (module docstring), so any number of steps works; other Brownian motions get one torchsde
+    call on the accumulated clock.
     """
-    grid = time_grid(h, rounds, substeps, t0)
     keep = np.arange(rounds + 1) if record is None else np.unique(np.asarray(record, dtype=np.int64))
     if keep.size == 0 or keep.min() < 0 or keep.max() > rounds:
         raise FedsdeInputError(f"record: rounds must lie in [0, {rounds}] (and at least one)")
     if rounds == 0:
         return y0.unsqueeze(0).expand(keep.size, *y0.shape).clone()
+    if not isinstance(bm, GridBrownian):
+        return _sdeint_segment(sde, y0, bm, h, rounds, substeps, keep, t0)
+    j0 = bm.index(t0)
+    seg = max(1, SEGMENT_STEPS // substeps)  # rounds per segment
+    out: list[torch.Tensor] = [y0] if keep[0] == 0 else []
+    y = y0
+    for lo in range(0, rounds, seg):
+        hi = min(rounds, lo + seg)
+        rec = np.unique(np.concatenate([keep[(keep > lo) & (keep <= hi)] - lo, [hi - lo]]))
+        module = sde if lo == 0 and t0 == 0.0 else _ShiftedClock(sde, t0 + lo * h)
+        ys = _sdeint_segment(module, y, bm.view(j0 + lo * substeps), h, hi - lo, substeps, rec, 0.0)
+        out += [ys[i] for i, r in enumerate(rec) if r + lo in keep]
+        y = ys[-1]
+    return torch.stack(out)
+
+
+def _sdeint_segment(sde, y0, bm, h, rounds, substeps, keep, t0) -> torch.Tensor:
+    """One torchsde call from ``t0`` over ``rounds`` rounds, the state at the rounds ``keep`` (sorted, >= 0)."""
+    grid = time_grid(h, rounds, substeps, t0)
     ts_rounds = np.unique(np.concatenate([[0], keep]))
     ts = torch.tensor(grid[ts_rounds * substeps], dtype=torch.float64)
     devices = [y0.device] if y0.device.type == "cuda" else []
@@ -130,6 +180,24 @@ def sdeint_rounds(
         ys = torchsde.sdeint(sde, y0, ts, bm=bm, method="euler", dt=h / substeps)
     pos = np.searchsorted(ts_rounds, keep)
     return ys[torch.as_tensor(pos, device=ys.device)]
+
+
+class _ShiftedClock(torch.nn.Module):
+    """``sde`` seen on a clock that starts at ``offset``: every method gets ``t + offset`` (same torchsde contract)."""
+
+    def __init__(self, sde: torch.nn.Module, offset: float):
+        super().__init__()
+        self.inner = sde
+        self.offset = float(offset)
+        self.sde_type, self.noise_type = sde.sde_type, sde.noise_type
+        for name in ("f", "g", "g_prod", "f_and_g", "f_and_g_prod"):
+            fn = getattr(sde, name, None)
+            if fn is not None:
+                setattr(self, name, partial(_shifted_call, fn, self.offset))
+
+
+def _shifted_call(fn, offset, t, *rest):
+    return fn(t + offset, *rest)
 
 
 def _build_module(problem, model, eta, local_steps, server_lr, h, dev, dtype, *, inner_samples, estimator, seed,
@@ -163,6 +231,8 @@ def simulate_sde(
     record: Sequence[int] | None = None,
     progress: bool = False,
     float32_draws: bool = False,
+    moments_only: bool = False,
+    memory_limit: int | str | None = None,
 ) -> SDEPaths:
     """Simulate ``paths`` independent paths of a FedAvg SDE, returned at round times ``t = n·h``.
 
@@ -207,6 +277,13 @@ def simulate_sde(
         Show a progress bar (results do not depend on it).
     float32_draws : bool
         Faster float32 Brownian draws (see :class:`~fedsde.sde.brownian.GridBrownian`).
+    moments_only : bool
+        Keep only the mean and covariance at the recorded rounds, accumulated chunk by chunk (bit-identical however
+        chunked, :class:`fedsde.sim.moments.StreamingMoments`): memory does not grow with ``paths``; ``weights``
+        of the result is then None.
+    memory_limit : int or str, optional
+        Bytes the run may plan for (default: what is free); without ``chunk_size`` the paths are chunked to fit, and
+        a run whose stored paths cannot fit is refused up front with the estimate.
 
     Returns
     -------
@@ -245,10 +322,20 @@ def simulate_sde(
     for sched in (proto.eta, proto.server_lr):
         if sched.rounds is not None and sched.rounds < rounds:
             raise FedsdeInputError(f"{sched.name}: per-round schedule has {sched.rounds} values, need {rounds}")
+    # per path: the chunk's recorded states, a dozen (d,) work tensors, the general SDE's (d, S) diffusion and
+    # rollouts; the per-block moment sums (d² per block)
+    per_path = 8 * (2 * keep.size * d + 12 * d) + (32 * inner_samples * d * max(1, problem.Q)
+                                                   if variant == "general" else 0) + 16 * d * d // BLOCK
+    chunk_size = plan_chunks(f"paths={paths}", paths, chunk_size, BLOCK, per_path,
+                             0 if moments_only else 8 * keep.size * paths * d, available_memory(dev, memory_limit),
+                             "use fewer paths or record fewer rounds" if moments_only else
+                             "keep moments only (moments_only=True; the sde command does), record fewer rounds, or "
+                             "use fewer paths")
     chunks = split_chunks(paths, chunk_size)
-    out = np.empty((keep.size, paths, d))
-    nseg = min(rounds, 50) if progress else 1
-    bounds = np.unique(np.linspace(0, rounds, nseg + 1).round().astype(np.int64)) if rounds else np.array([0])
+    out = StreamingMoments(keep.size, d, BLOCK) if moments_only else np.empty((keep.size, paths, d))
+    # checks and progress between segments of at most SEGMENT_STEPS steps (the same whether or not progress shows)
+    bounds = np.unique(np.r_[np.arange(0, rounds, max(1, SEGMENT_STEPS // substeps)), rounds])
+    watch = BlowUpWatch(problem_scale(problem, start), f"the SDE ({variant})")
     bar = tqdm(total=max(rounds, 1) * len(chunks), desc=f"sde[{variant}]", unit="round", disable=not progress,
                leave=False)
     try:
@@ -259,13 +346,17 @@ def simulate_sde(
                 estimator=estimator, seed=base_seed, first_block=first_block, oracle_factory=oracle_factory)
             y = torch.as_tensor(start, dtype=dtype, device=dev).expand(b - a, d).clone()
             if method == "exact":
-                res = _exact_chunk(module, y, base_seed, first_block, rounds, keep, bar)
+                res = _exact_chunk(module, y, base_seed, first_block, rounds, keep, bar, watch)
             else:
                 bm = GridBrownian(0.0, hh / substeps, (b - a, module.brownian_channels), seed=base_seed,
                                   first_block=first_block, steps=rounds * substeps, dtype=dtype, device=dev,
                                   float32_draws=float32_draws)
-                res = _euler_chunk(module, y, bm, hh, substeps, rounds, keep, bounds, bar)
-            out[:, a:b] = res
+                res = _euler_chunk(module, y, bm, hh, substeps, rounds, keep, bounds, bar, watch)
+            if moments_only:
+                for i in range(keep.size):
+                    out.add(i, a, res[i])
+            else:
+                out[:, a:b] = res
     finally:
         bar.close()
     config = {
@@ -275,6 +366,9 @@ def simulate_sde(
     }
     if variant == "general":
         config |= {"inner_samples": inner_samples, "estimator": estimator}
+    config["chunk_size"] = chunk_size
+    if moments_only:
+        return SDEPaths(rounds=keep, times=keep * hh, weights=None, h=hh, config=config, streamed=out)
     return SDEPaths(rounds=keep, times=keep * hh, weights=out, h=hh, config=config)
 
 
@@ -297,25 +391,32 @@ def _check_euler_stability(problem, variant, eta, local_steps, server_lr, h, sub
         )
 
 
-def _check_finite(y: torch.Tensor, t: float) -> None:
-    if not bool(torch.isfinite(y).all()):
+def _check_finite(y: torch.Tensor, t: float, watch: BlowUpWatch | None = None, first: int = 0) -> None:
+    """NaN/inf: an error naming the path and time; growth far beyond the problem's scale: one warning per run."""
+    biggest = float(y.abs().amax()) if y.numel() else 0.0
+    if not math.isfinite(biggest):
         r = int(torch.nonzero(~torch.isfinite(y).all(-1))[0, 0])
-        raise SimulationDivergedError(f"SDE path {r} became NaN/inf by time t={t:.6g}; reduce the step or rates")
+        raise SimulationDivergedError(f"SDE path {first + r} became NaN/inf by time t={t:.6g}; reduce the step or "
+                                      "rates")
+    if watch is not None and biggest > watch.limit:
+        r = int(torch.nonzero(y.abs().amax(-1) > watch.limit)[0, 0])
+        watch.check(biggest, f"time t={t:.6g} (path {first + r})")
 
 
-def _euler_chunk(module, y, bm, h, substeps, rounds, keep, bounds, bar) -> np.ndarray:
+def _euler_chunk(module, y, bm, h, substeps, rounds, keep, bounds, bar, watch=None) -> np.ndarray:
     res = np.empty((keep.size, y.shape[0], y.shape[1]))
     keep_idx = {int(k): i for i, k in enumerate(keep)}
     if 0 in keep_idx:
         res[keep_idx[0]] = y.cpu().numpy()
-    grid = time_grid(h, rounds, substeps)
     for lo, hi in itertools.pairwise(bounds):
         lo, hi = int(lo), int(hi)
         inside = [int(k) - lo for k in keep if lo < k <= hi]
         rec = sorted(set(inside) | {hi - lo})
-        ys = sdeint_rounds(module, y, bm, h=h, rounds=hi - lo, substeps=substeps, record=rec,
-                           t0=grid[lo * substeps])
-        _check_finite(ys[-1], hi * h)
+        # one segment on a clock restarted at 0: the SDE sees t = lo·h + τ, the increments from step lo·substeps on
+        seg_module = module if lo == 0 else _ShiftedClock(module, lo * h)
+        ys = sdeint_rounds(seg_module, y, bm.view(lo * substeps), h=h, rounds=hi - lo, substeps=substeps,
+                           record=rec)
+        _check_finite(ys[-1], hi * h, watch, bm._first_block * BLOCK)
         for i, r in enumerate(rec):
             if r + lo in keep_idx:
                 res[keep_idx[r + lo]] = ys[i].cpu().numpy()
@@ -324,7 +425,7 @@ def _euler_chunk(module, y, bm, h, substeps, rounds, keep, bounds, bar) -> np.nd
     return res
 
 
-def _exact_chunk(module: QuadraticSDE, y, seed, first_block, rounds, keep, bar) -> np.ndarray:
+def _exact_chunk(module: QuadraticSDE, y, seed, first_block, rounds, keep, bar, watch=None) -> np.ndarray:
     """Exact OU transitions ``w ← c + Φ(w − c) + K^{1/2} z`` over each round (normals: unit-step GridBrownian)."""
     d = y.shape[1]
     res = np.empty((keep.size, y.shape[0], d))
@@ -346,7 +447,7 @@ def _exact_chunk(module: QuadraticSDE, y, seed, first_block, rounds, keep, bar) 
         PhiT, c, LT = entry
         y = torch.addmm(c, y - c, PhiT).addmm_(normals.increment(n), LT)
         if n + 1 in keep_idx:
-            _check_finite(y, (n + 1) * h)
+            _check_finite(y, (n + 1) * h, watch, first_block * BLOCK)
             res[keep_idx[n + 1]] = y.cpu().numpy()
         bar.update(1)
     return res
