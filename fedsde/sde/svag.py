@@ -1,0 +1,327 @@
+"""SVAG lifted to the server round: a sampler of seed 002's SDE (2) for any client loss.
+
+Stochastic Variance Amplified Gradient (Li, Malladi & Arora, NeurIPS 2021, "On the validity of modeling SGD with
+stochastic differential equations", Sec. 4) applied to the FedAvg round.  With parameter ``ℓ >= 1`` the chain runs
+``ℓ`` times more rounds with server step ``s/ℓ`` (time step ``h/ℓ`` on the clock ``t = n·h``) and round
+displacement
+
+    Â_ℓ(w) = c₁ Â⁽¹⁾(w) + c₂ Â⁽²⁾(w),      c₁,₂ = (1 ± √(2ℓ − 1))/2,
+
+where ``Â⁽¹⁾`` and ``Â⁽²⁾`` are the displacements ``Σ_k p_k (w_k^{(τ_k)} − w)`` of two *independent* client rounds
+from the same server weights ``w``.  Since ``c₁ + c₂ = 1`` and ``c₁² + c₂² = ℓ``, one step has conditional mean
+``(s/ℓ) M(w)`` and covariance ``(s/ℓ)² ℓ V(w) = s² V(w)/ℓ``: per unit of time ``t`` the drift ``η₀ M`` and the
+covariance ``h η₀² V`` of eq. (2) (``η₀ = s/h``), for every ``ℓ``.  As ``ℓ → ∞`` the chain converges weakly, with
+order 1 in ``1/ℓ``, to the SDE (Li, Malladi & Arora 2021), so it samples eq. (2) without estimating ``M̂`` and ``V̂``.
+``ℓ = 1`` is FedAvg itself (one round, not the two-rollout combination).  For quadratic clients the step is an
+Euler–Maruyama step of size ``h/ℓ`` of the corrected linear SDE (in law), whose exact law is
+:func:`svag_transient_moments`.
+
+Clocks: base rounds ``n = 0..rounds`` at ``t = n·h``; SVAG step ``j`` at ``t = j·h/ℓ``; the chain reports on the
+base grid (every ``ℓ`` steps).  Memory: the state ``(R, d)`` plus the clients' weights ``(2, Q, R, d)``;
+nothing grows with the number of rounds unless weights are recorded.
+
+Randomness: ``ℓ = 1`` draws from the simulator's noise streams (same seed, same ``block_size`` → the numbers of
+:func:`fedsde.sim.simulate` with FedAvg and full participation); ``ℓ > 1`` from a stream family of its own per
+``ℓ`` (so different ``ℓ`` are independent), block ``b`` of replicates using generators ``2b`` and ``2b + 1`` for
+its two rollouts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from fedsde._validate import client_steps, device_dtype, positive_float, positive_int, schedule, start_point
+from fedsde.errors import FedsdeInputError, SimulationDivergedError
+from fedsde.problems.quadratic import QuadraticProblem
+from fedsde.sim.oracles import GaussianQuadraticOracle
+from fedsde.sim.streams import ReplicateStreams, resolve_block_size, resolve_seed
+
+#: stream family of the SVAG rollouts: purpose = _SVAG + ℓ (disjoint from the simulator's 0, 1, 2, the general
+#: SDE's 1 << 19 and the Brownian motion's 1 << 20 + window)
+_SVAG = 3 << 20
+
+
+def svag_coefficients(ell: int) -> tuple[float, float]:
+    """SVAG weights ``(c₁, c₂) = ((1 + √(2ℓ−1))/2, (1 − √(2ℓ−1))/2)`` (Li, Malladi & Arora 2021).
+
+    ``c₁ + c₂ = 1`` (the mean is kept) and ``c₁² + c₂² = ℓ`` (the variance of two independent rounds is amplified
+    ``ℓ`` times); ``ℓ = 1`` gives ``(1, 0)``.
+    """
+    ell = positive_int("ell", ell)
+    r = math.sqrt(2 * ell - 1)
+    return (1.0 + r) / 2.0, (1.0 - r) / 2.0
+
+
+def default_oracle_factory(problem) -> Callable | None:
+    """Gradient oracle of ``problem``: ``None`` (the Gaussian quadratic default) for quadratic clients, else
+    minibatches of the problem's ``batch_size`` (:func:`fedsde.sim.minibatch_oracle`)."""
+    if isinstance(problem, QuadraticProblem):
+        return None
+    batch = getattr(problem, "batch_size", None)
+    if batch is None:
+        raise FedsdeInputError(
+            f"problem: a {type(problem).__name__} needs a batch size for its minibatch gradients (batch_size in the "
+            "problem file, or pass oracle_factory=fedsde.sim.minibatch_oracle(batch_size=...))"
+        )
+    from fedsde.sim.data_oracles import minibatch_oracle
+
+    return minibatch_oracle(batch_size=int(batch), sampling=getattr(problem, "sampling", None) or "minibatch")
+
+
+@dataclass
+class SVAGPaths:
+    """Result of :func:`svag_chain`.
+
+    Attributes
+    ----------
+    ell : int
+    h : float
+        Time step of one base round (the SVAG step is ``h/ℓ``).
+    rounds : ndarray of int, shape (T,)
+        Base rounds at which weights were recorded (empty unless asked).
+    times : ndarray, shape (T,)
+        ``t = n·h`` of those rounds.
+    weights : ndarray, shape (T, R, d)
+        Recorded weights (``T = 0`` unless ``record`` was given).
+    final : ndarray, shape (R, d)
+        Weights at ``t = rounds·h``.
+    config : dict
+    """
+
+    ell: int
+    h: float
+    rounds: np.ndarray
+    times: np.ndarray
+    weights: np.ndarray
+    final: np.ndarray
+    config: dict = field(default_factory=dict)
+
+    @property
+    def replicates(self) -> int:
+        return int(self.final.shape[0])
+
+
+def svag_chain(
+    problem,
+    *,
+    eta: float | Sequence[float] | np.ndarray,
+    local_steps: int | np.ndarray,
+    rounds: int,
+    ell: int,
+    replicates: int,
+    seed: int | torch.Generator,
+    server_lr: float | Sequence[float] | np.ndarray = 1.0,
+    h: float | None = None,
+    w0=None,
+    oracle_factory: Callable | None = None,
+    record: Sequence[int] | None = None,
+    on_grid: Callable[[int, torch.Tensor], None] | None = None,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype = torch.float64,
+    block_size: int | None = None,
+    bar=None,
+) -> SVAGPaths:
+    """Run the SVAG chain with parameter ``ell`` for ``rounds`` base rounds (``ell·rounds`` SVAG steps).
+
+    Parameters
+    ----------
+    problem : QuadraticProblem or a data problem
+        ``Q``, ``d``, weights ``p``; non-quadratic problems need ``oracle_factory``.
+    eta : float or array, shape (rounds,)
+        Client learning rate (base round ``n`` uses ``eta[n]`` for its ``ℓ`` steps); unchanged by ``ℓ``.
+    local_steps : int or array of int, shape (Q,)
+        ``E`` or per-client ``τ_k``.
+    rounds : int
+        Base rounds ``n``: the chain runs to ``t = n·h``.
+    ell : int
+        SVAG parameter ``ℓ >= 1`` (1: FedAvg).
+    replicates : int
+        Independent chains ``R``.
+    seed : int or torch.Generator
+    server_lr : float or array, shape (rounds,)
+        Server step ``s`` of the base run (the chain uses ``s/ℓ``).
+    h : float, optional
+        Time step of one base round (default ``eta`` when constant); only labels times.
+    w0 : array, shape (d,), optional
+        Start (default zero).
+    oracle_factory : callable, optional
+        ``(problem, nblocks, device, dtype) -> oracle`` (:mod:`fedsde.sim.oracles`); default the Gaussian
+        quadratic oracle.  Data oracles must have a fixed batch size.
+    record : sequence of int, optional
+        Base rounds (0..rounds) whose weights are kept (memory ``O(T·R·d)``); default none.
+    on_grid : callable, optional
+        ``on_grid(n, w)`` at every base round ``n = 0..rounds`` with the weights ``w`` (R, d) (a view: copy what
+        you keep).
+    device, dtype
+    block_size : int, optional
+        Replicates per random stream (default ``min(R, BLOCK)``, as in :func:`fedsde.sim.simulate`); ``R`` is padded
+        to whole blocks.  Equal ``seed`` and block size give ``ℓ = 1`` the simulator's numbers.
+    bar : tqdm, optional
+        Progress bar advanced by one per SVAG step.
+
+    Returns
+    -------
+    SVAGPaths
+    """
+    rounds = positive_int("rounds", rounds, minimum=0)
+    ell = positive_int("ell", ell)
+    R = positive_int("replicates", replicates)
+    block = resolve_block_size(block_size, R)  # default min(R, BLOCK): never pay for replicates not asked for
+    base_seed = resolve_seed(seed)
+    etas = schedule("eta", eta, rounds) if rounds else np.zeros(0)
+    lrs = schedule("server_lr", server_lr, rounds) if rounds else np.zeros(0)
+    if h is None:
+        if np.ndim(eta) != 0:
+            raise FedsdeInputError("h: required when eta is a schedule (h defaults to a constant eta)")
+        h = positive_float("eta", float(eta))
+    h = positive_float("h", h)
+    Q, d = problem.Q, problem.d
+    steps = client_steps("local_steps", local_steps, Q)
+    if oracle_factory is None:
+        if not isinstance(problem, QuadraticProblem):
+            raise FedsdeInputError(
+                f"oracle_factory: required for a {type(problem).__name__} (only quadratic problems have a default)"
+            )
+        oracle_factory = GaussianQuadraticOracle
+    dev, dtype = device_dtype(device, dtype)
+    keep = np.zeros(0, np.int64) if record is None else np.unique(np.asarray(record, dtype=np.int64).reshape(-1))
+    if keep.size and (keep.min() < 0 or keep.max() > rounds):
+        raise FedsdeInputError(f"record: rounds must lie in [0, {rounds}]")
+    keep_idx = {int(k): i for i, k in enumerate(keep)}
+    out = np.empty((keep.size, R, d))
+
+    nb = -(-R // block)
+    Rp = nb * block
+    rollouts = 1 if ell == 1 else 2
+    nbi = nb * rollouts
+    streams = ReplicateStreams(base_seed, 0, nbi, dev, 0 if ell == 1 else _SVAG + ell, block)
+    oracle = oracle_factory(problem, nbi, dev, dtype)
+    begin_round = getattr(oracle, "begin_round", None)
+    p = torch.as_tensor(np.asarray(problem.p, dtype=np.float64), dtype=dtype, device=dev)
+    uniform = bool(np.all(steps == steps[0]))
+    masks = None if uniform else [
+        torch.as_tensor((steps > i).astype(np.float64), dtype=dtype, device=dev).view(1, Q, 1, 1)
+        for i in range(int(steps.max()))
+    ]
+    n_steps = int(steps.max())
+    c1, c2 = svag_coefficients(ell)
+    coef = torch.tensor([c1, c2], dtype=dtype, device=dev).view(1, 2, 1, 1)
+    w = torch.as_tensor(start_point(w0, d), dtype=dtype, device=dev).expand(Rp, d).clone()
+    weights_p = p.expand(Rp, Q)
+
+    def emit(n: int) -> None:
+        if n in keep_idx:
+            out[keep_idx[n]] = w[:R].cpu().numpy()
+        if on_grid is not None:
+            on_grid(n, w[:R])
+
+    emit(0)
+    for n in range(rounds):
+        eta_n, s = float(etas[n]), float(lrs[n]) / ell
+        for j in range(ell):
+            if begin_round is not None:
+                begin_round(None, None)
+            if ell == 1:  # the simulator's round, operation for operation
+                wb = w.view(nb, 1, block, d)
+                x = wb.expand(nb, Q, block, d).clone()
+            else:  # block b's two rollouts sit at blocks 2b, 2b + 1
+                wb = w.view(nb, 1, 1, block, d)
+                x = wb.expand(nb, 2, Q, block, d).clone().view(nbi, Q, block, d)
+            for i in range(n_steps):
+                g = oracle.sample(x, streams)
+                if masks is None:
+                    x.sub_(g, alpha=eta_n)
+                else:
+                    x.sub_(g * masks[i], alpha=eta_n)
+            if ell == 1:
+                delta = (x - wb).transpose(1, 2).reshape(Rp, Q, d)
+                w = w + s * torch.bmm(weights_p.unsqueeze(1), delta).squeeze(1)
+            else:
+                disp = x.view(nb, 2, Q, block, d) - wb
+                A = torch.einsum("q,njqbd->njbd", p, disp)  # (nb, 2, B, d)
+                w = w + s * (A * coef).sum(1).reshape(Rp, d)
+            if not bool(torch.isfinite(w[:R]).all()):
+                r = int(torch.nonzero(~torch.isfinite(w[:R]).all(-1))[0, 0])
+                raise SimulationDivergedError(
+                    f"SVAG chain (ell={ell}) produced NaN/inf at base round {n}, step {j} (replicate {r}); "
+                    "reduce eta or server_lr"
+                )
+            if bar is not None:
+                bar.update(1)
+        emit(n + 1)
+    config = {"ell": ell, "eta": etas.tolist() if np.ndim(eta) else float(eta), "local_steps": steps.tolist(),
+              "rounds": rounds, "replicates": R, "seed": base_seed, "h": h,
+              "server_lr": lrs.tolist() if np.ndim(server_lr) else float(server_lr), "device": str(dev),
+              "dtype": str(dtype).replace("torch.", ""), "block_size": block,
+              "oracle": getattr(oracle_factory, "describe", getattr(oracle_factory, "__name__", repr(oracle_factory)))}
+    return SVAGPaths(ell=ell, h=h, rounds=keep, times=keep * h, weights=out, final=w[:R].cpu().numpy(),
+                     config=config)
+
+
+def simulate_svag(problem, *, eta, local_steps, rounds: int, paths: int, seed, ell: int, server_lr=1.0, h=None,
+                  w0=None, oracle_factory=None, record: Sequence[int] | None = None, device="cpu",
+                  dtype=torch.float64, progress: bool = False):
+    """Paths of SDE (2) by the SVAG integrator (step ``h/ℓ``), as :class:`~fedsde.sde.integrate.SDEPaths`.
+
+    The SVAG counterpart of ``simulate_sde(variant="general")``: each step costs two client rounds per path
+    (against ``S`` for the Monte-Carlo-coefficient Euler scheme), and the weak error is ``O(h/ℓ)``.
+    ``record`` defaults to every base round.
+    """
+    from fedsde.sde.integrate import SDEPaths
+
+    rounds = positive_int("rounds", rounds, minimum=0)
+    keep = np.arange(rounds + 1) if record is None else record
+    bar = tqdm(total=rounds * positive_int("ell", ell), desc=f"sde[svag ℓ={ell}]", unit="step",
+               disable=not progress, leave=False)
+    try:
+        res = svag_chain(problem, eta=eta, local_steps=local_steps, rounds=rounds, ell=ell, replicates=paths,
+                         seed=seed, server_lr=server_lr, h=h, w0=w0, oracle_factory=oracle_factory, record=keep,
+                         device=device, dtype=dtype, bar=bar)
+    finally:
+        bar.close()
+    config = res.config | {"variant": "general", "integrator": "svag"}
+    return SDEPaths(rounds=res.rounds, times=res.times, weights=res.weights, h=res.h, config=config)
+
+
+def svag_round_law(problem: QuadraticProblem, eta: float, local_steps, server_lr: float, ell: int):
+    """Exact law of one SVAG step on quadratic clients, as a :class:`~fedsde.exact.round_law.RoundLaw`.
+
+    The mean map is FedAvg's at server step ``s/ℓ`` (``c₁ + c₂ = 1``); the two rollouts' noises are independent,
+    so the noise covariance is ``(c₁² + c₂²) Cov ε = ℓ Cov ε`` and the server noise ``(s/ℓ)² ℓ Cov ε``.
+    """
+    from fedsde.exact.round_law import round_law
+
+    ell = positive_int("ell", ell)
+    law = round_law(problem, eta, local_steps, positive_float("server_lr", server_lr) / ell, warn=False)
+    return dataclasses.replace(law, noise_cov=ell * law.noise_cov)
+
+
+def svag_transient_moments(problem: QuadraticProblem, eta: float, local_steps, rounds: int, server_lr: float,
+                           ell: int, *, w0=None, record: Sequence[int] | None = None):
+    """Exact mean and covariance of the SVAG chain at base rounds (every ``ℓ`` steps), as
+    :class:`~fedsde.exact.moments.Moments`."""
+    from fedsde.exact.moments import Moments
+
+    rounds = positive_int("rounds", rounds, minimum=0)
+    law = svag_round_law(problem, eta, local_steps, server_lr, ell)
+    keep = np.arange(rounds + 1) if record is None else np.unique(np.asarray(record, dtype=np.int64))
+    if keep.size and (keep.min() < 0 or keep.max() > rounds):
+        raise FedsdeInputError(f"record: rounds must lie in [0, {rounds}]")
+    m = start_point(w0, problem.d)
+    P = np.zeros((problem.d, problem.d))
+    idx = {int(k): i for i, k in enumerate(keep)}
+    means, covs = np.empty((keep.size, problem.d)), np.empty((keep.size, problem.d, problem.d))
+    for n in range(rounds + 1):
+        if n in idx:
+            means[idx[n]], covs[idx[n]] = m, P
+        if n < rounds:
+            for _ in range(ell):
+                m, P = law.step(m, P)
+    return Moments(rounds=keep, mean=means, cov=covs)

@@ -1,0 +1,192 @@
+"""The validity test: run the SVAG chains for several ``ℓ`` and record metrics on the base grid ``t = n·h``."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from fedsde._validate import positive_int, start_point
+from fedsde.errors import FedsdeInputError
+from fedsde.problems.metrics import evaluate_metrics, metric_names
+from fedsde.sde.svag import default_oracle_factory, svag_chain
+from fedsde.validity.verdict import ValidityVerdict, richardson_limit, validity_verdict
+
+
+def default_start(problem, w0) -> np.ndarray | None:
+    """``w0``, else the problem's own initial weights (seeded for an MLP), else ``None`` (zero)."""
+    if w0 is not None:
+        return w0
+    init = getattr(problem, "initial_weights", None)
+    return None if init is None else np.asarray(init(), dtype=np.float64)
+
+
+@dataclass
+class ValidityResult:
+    """Result of :func:`validity_test`.
+
+    Attributes
+    ----------
+    ells : list of int
+    rounds : ndarray of int, shape (T,)
+        Base rounds ``n`` of the grid.
+    times : ndarray, shape (T,)
+        ``t = n·h``.
+    metrics : dict
+        name → ``{"mean": (L, T), "se": (L, T)}`` over replicates.
+    final_mean : ndarray, shape (L, d)
+    final_cov : ndarray, shape (L, d, d)
+    verdict : ValidityVerdict or None
+        ``None`` with a single ``ℓ``.
+    extrapolated : dict
+        name → ``{"mean": (T,), "se": (T,)}``: order-1 Richardson limit ``ℓ → ∞`` (the SDE's value).
+    values : dict
+        name → per-replicate values (L, T, R) (for weak errors with confidence intervals).
+    config : dict
+    """
+
+    ells: list
+    rounds: np.ndarray
+    times: np.ndarray
+    metrics: dict
+    final_mean: np.ndarray
+    final_cov: np.ndarray
+    verdict: ValidityVerdict | None
+    extrapolated: dict
+    values: dict = field(repr=False, default_factory=dict)
+    config: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        """JSON-able record (the ``fedsde validity --json`` object, without per-replicate values)."""
+        return {"ells": self.ells, "rounds": self.rounds, "times": self.times, "metrics": self.metrics,
+                "final_mean": self.final_mean, "final_cov": self.final_cov,
+                "verdict": None if self.verdict is None else self.verdict.to_dict(),
+                "extrapolated": self.extrapolated, "config": self.config}
+
+
+def parse_ells(ells: Sequence[int]) -> list[int]:
+    """Distinct integers ``ℓ >= 1`` in increasing order."""
+    out = sorted({positive_int("ells", e) for e in ells})
+    if not out:
+        raise FedsdeInputError("ells: need at least one value of ℓ >= 1")
+    return out
+
+
+def validity_test(
+    problem,
+    *,
+    eta: float,
+    local_steps: int | np.ndarray,
+    rounds: int,
+    replicates: int,
+    seed: int | torch.Generator,
+    server_lr: float = 1.0,
+    ells: Sequence[int] = (1, 2, 4, 8),
+    h: float | None = None,
+    w0=None,
+    tolerance: float = 0.05,
+    alpha: float = 0.05,
+    metrics: Sequence[str] | None = None,
+    verdict_metrics: Sequence[str] | None = None,
+    record_every: int = 1,
+    oracle_factory: Callable | None = None,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype = torch.float64,
+    progress: bool = False,
+) -> ValidityResult:
+    """SVAG validity test of seed 002's SDE (2) for FedAvg on ``problem``.
+
+    Runs the SVAG chain (:func:`fedsde.sde.svag.svag_chain`) for each ``ℓ`` in ``ells`` (``ℓ = 1`` is FedAvg)
+    with ``R`` replicates, records the metrics' means and standard errors on the grid ``t = n·h`` of the base run
+    (every ``record_every`` rounds and the last), and judges whether the SDE tracks FedAvg on ``[0, T]``
+    (:func:`fedsde.validity.verdict.validity_verdict`).  Memory ``O(R·Q·d)`` for the chains plus ``O(L·T·R)``
+    metric values.
+
+    Parameters
+    ----------
+    problem : QuadraticProblem or a data problem (with a batch size, or pass ``oracle_factory``)
+    eta, local_steps, server_lr
+        Client learning rate ``η``, local steps ``E`` (or per-client ``τ_k``), server step ``s`` of FedAvg.
+    rounds : int
+        Base rounds ``n >= 1``.
+    replicates : int
+        ``R >= 2`` per ``ℓ``.
+    seed : int or torch.Generator
+        ``ℓ = 1`` reproduces :func:`fedsde.sim.simulate` with the same seed; other ``ℓ`` are independent.
+    ells : sequence of int
+        SVAG parameters (default 1, 2, 4, 8).
+    h : float, optional
+        Time step of a base round (default ``η``).
+    w0 : array (d,), optional
+        Start (default: the problem's initial weights, else zero).
+    tolerance, alpha, verdict_metrics
+        Of the verdict (relative tolerance, family level, metrics judged; default all recorded).
+    metrics : sequence of str, optional
+        Metrics to record (default all of :func:`metric_names`; ``train_loss`` is always recorded).
+    record_every : int
+        Grid spacing in base rounds.
+    oracle_factory : callable, optional
+        Gradient oracle (default: Gaussian quadratic, or minibatches of the problem's batch size).
+    device, dtype, progress
+    """
+    rounds = positive_int("rounds", rounds)
+    R = positive_int("replicates", replicates, minimum=2)
+    every = positive_int("record_every", record_every)
+    ells = parse_ells(ells)
+    available = metric_names(problem)
+    names = list(available) if metrics is None else list(dict.fromkeys(["train_loss", *metrics]))
+    bad = [m for m in names if m not in available]
+    if bad:
+        raise FedsdeInputError(f"metrics={bad}: not available for this problem (available: {', '.join(available)})")
+    if oracle_factory is None:
+        oracle_factory = default_oracle_factory(problem)
+    start = default_start(problem, w0)
+    w0_arr = start_point(start, problem.d)
+    grid = np.unique(np.r_[np.arange(0, rounds + 1, every), rounds])
+    gidx = {int(n): i for i, n in enumerate(grid)}
+    L, T = len(ells), grid.size
+    values = {m: np.empty((L, T, R)) for m in names}
+    final_mean, final_cov = np.empty((L, problem.d)), np.empty((L, problem.d, problem.d))
+    seconds: list[float] = []
+    bar = tqdm(total=rounds * sum(ells), desc="validity", unit="step", disable=not progress, leave=False)
+    try:
+        for li, ell in enumerate(ells):
+            bar.set_description(f"validity ℓ={ell}")
+
+            def on_grid(n, w, li=li):
+                if n in gidx:
+                    vals = evaluate_metrics(problem, w.detach().cpu().to(torch.float64).numpy(), w0_arr, names=names)
+                    for m in names:
+                        values[m][li, gidx[n]] = vals[m]
+
+            tic = time.perf_counter()
+            res = svag_chain(problem, eta=eta, local_steps=local_steps, rounds=rounds, ell=ell, replicates=R,
+                             seed=seed, server_lr=server_lr, h=h, w0=start, oracle_factory=oracle_factory,
+                             on_grid=on_grid, device=device, dtype=dtype, bar=bar)
+            seconds.append(time.perf_counter() - tic)
+            final_mean[li] = res.final.mean(0)
+            final_cov[li] = np.cov(res.final, rowvar=False).reshape(problem.d, problem.d)
+            hh = res.h
+    finally:
+        bar.close()
+    summary = {m: {"mean": v.mean(-1), "se": v.std(-1, ddof=1) / np.sqrt(R)} for m, v in values.items()}
+    verdict = None
+    extrapolated = {}
+    if L >= 2:
+        verdict = validity_verdict(ells, grid * hh, summary, tolerance=tolerance, alpha=alpha,
+                                   names=None if verdict_metrics is None else list(verdict_metrics))
+        for m, s in summary.items():
+            em, es = richardson_limit(ells, s["mean"], s["se"])
+            extrapolated[m] = {"mean": em, "se": es}
+    config = {"eta": float(eta), "local_steps": np.atleast_1d(local_steps).tolist(), "server_lr": float(server_lr),
+              "h": hh, "rounds": rounds, "replicates": R, "seed": res.config["seed"], "ells": ells,
+              "tolerance": tolerance, "alpha": alpha, "record_every": every, "device": res.config["device"],
+              "dtype": res.config["dtype"], "oracle": res.config["oracle"],
+              "seconds": seconds}
+    return ValidityResult(ells=ells, rounds=grid, times=grid * hh, metrics=summary, final_mean=final_mean,
+                          final_cov=final_cov, verdict=verdict, extrapolated=extrapolated, values=values,
+                          config=config)

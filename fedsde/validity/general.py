@@ -1,0 +1,203 @@
+"""The general SDE (2) against discrete FedAvg on any loss: weak error vs step and cost, for both integrators.
+
+Two samplers of SDE (2) for a loss without closed forms:
+
+* ``svag`` — the SVAG chain with parameter ``ℓ`` (:mod:`fedsde.sde.svag`): step ``h/ℓ``, two client rounds per
+  step and path, weak order 1 in the step; ``ℓ = 1`` is FedAvg itself;
+* ``mc-euler`` — Euler–Maruyama with Monte-Carlo coefficients (:class:`fedsde.sde.models.FedAvgSDE`): step
+  ``h/k``, ``S`` client rounds per step and path.
+
+The SDE's value ``E φ(w(T))`` is unknown; :func:`general_sde_study` takes the order-1 Richardson extrapolation of
+the two finest SVAG chains as reference (its standard error included) and reports, for every scheme and step,
+``E_scheme φ(w_T) − E_ref`` with a 95 % confidence interval, the fitted log–log slope against the step, and the
+wall-clock cost per path relative to one FedAvg run (``ℓ = 1``) with the same replicates.  ``φ`` ranges over the
+metrics of :mod:`fedsde.problems.metrics` (train loss, test accuracy, …).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from fedsde._validate import positive_int, start_point
+from fedsde.problems.metrics import evaluate_metrics
+from fedsde.sde.svag import default_oracle_factory, svag_chain
+from fedsde.validity.core import default_start, parse_ells
+from fedsde.validity.verdict import richardson_limit
+
+Z95 = 1.959963984540054
+
+
+@dataclass
+class SchemeRow:
+    """One scheme at one step: ``E φ(w_T)`` per metric with s.e., the weak error against the reference, cost."""
+
+    scheme: str
+    param: int
+    step: float
+    seconds: float
+    cost_ratio: float
+    mean: dict
+    se: dict
+    error: dict
+    error_se: dict
+
+    def to_dict(self) -> dict:
+        return {"scheme": self.scheme, "param": self.param, "step": self.step, "seconds": self.seconds,
+                "cost_ratio": self.cost_ratio, "mean": self.mean, "se": self.se, "error": self.error,
+                "error_se": self.error_se,
+                "ci95": {m: [e - Z95 * self.error_se[m], e + Z95 * self.error_se[m]] for m, e in self.error.items()}}
+
+
+@dataclass
+class GeneralSDEStudy:
+    """Result of :func:`general_sde_study`.
+
+    Attributes
+    ----------
+    rows : list of SchemeRow
+        FedAvg (``svag``, ``ℓ = 1``), the SVAG chains and the Monte-Carlo Euler runs.
+    reference : dict
+        metric → ``{"mean", "se"}``: Richardson limit of the two finest SVAG chains at ``T``.
+    slopes : dict
+        scheme → metric → fitted log–log slope of ``|error|`` vs step (steps below FedAvg's; ``nan`` when fewer
+        than two errors are resolved, i.e. exceed 2 s.e.).
+    times : ndarray (T_grid,)
+    moments : dict
+        metric → ``{"fedavg": {"mean", "se", "std"}, "sde": {"mean", "se", "std"}}`` over the grid: the SDE's mean
+        is the Richardson limit, its standard deviation over replicates that of the finest SVAG chain.
+    config : dict
+    """
+
+    rows: list
+    reference: dict
+    slopes: dict
+    times: np.ndarray
+    moments: dict
+    config: dict = field(default_factory=dict)
+
+    def row(self, scheme: str, param: int) -> SchemeRow:
+        return next(r for r in self.rows if r.scheme == scheme and r.param == param)
+
+    def to_dict(self) -> dict:
+        return {"rows": [r.to_dict() for r in self.rows], "reference": self.reference, "slopes": self.slopes,
+                "times": self.times, "moments": self.moments, "config": self.config}
+
+
+def _summary(vals: dict[str, np.ndarray]) -> tuple[dict, dict]:
+    R = next(iter(vals.values())).shape[-1]
+    return ({m: v.mean(-1) for m, v in vals.items()}, {m: v.std(-1, ddof=1) / np.sqrt(R) for m, v in vals.items()})
+
+
+def general_sde_study(
+    problem,
+    *,
+    eta: float,
+    local_steps: int | np.ndarray,
+    rounds: int,
+    replicates: int,
+    seed: int,
+    server_lr: float = 1.0,
+    h: float | None = None,
+    ells: Sequence[int] = (1, 2, 4, 8),
+    mc_substeps: Sequence[int] = (1, 2),
+    inner_samples: int = 16,
+    metrics: Sequence[str] = ("train_loss", "test_accuracy"),
+    record_every: int = 1,
+    w0=None,
+    oracle_factory: Callable | None = None,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype = torch.float64,
+) -> GeneralSDEStudy:
+    """Weak error of ``E φ(w_T)`` and cost of both samplers of SDE (2), against FedAvg (see the module docstring).
+
+    ``ells`` must include 1 (FedAvg) and at least two more values (the two largest give the reference);
+    ``mc_substeps`` may be empty.  Every scheme uses ``replicates`` paths and its own random streams.
+    """
+    from fedsde.sde.integrate import simulate_sde
+
+    rounds = positive_int("rounds", rounds)
+    R = positive_int("replicates", replicates, minimum=2)
+    every = positive_int("record_every", record_every)
+    ells = parse_ells(ells)
+    if ells[0] != 1 or len(ells) < 3:
+        from fedsde.errors import FedsdeInputError
+
+        raise FedsdeInputError(f"ells={ells}: must contain 1 (FedAvg) and at least two larger values")
+    subs = sorted({positive_int("mc_substeps", k) for k in mc_substeps})
+    if oracle_factory is None:
+        oracle_factory = default_oracle_factory(problem)
+    start = default_start(problem, w0)
+    w0_arr = start_point(start, problem.d)
+    grid = np.unique(np.r_[np.arange(0, rounds + 1, every), rounds])
+    names = list(metrics)
+    common = dict(eta=eta, local_steps=local_steps, rounds=rounds, server_lr=server_lr, h=h, w0=start,
+                  oracle_factory=oracle_factory, device=device, dtype=dtype)
+
+    # warm-up (one-time costs of the first run must not enter the cost ratios)
+    svag_chain(problem, ell=2, replicates=2, seed=seed, **(common | {"rounds": 1}))
+    runs = []  # (scheme, param, step, seconds, values (T, R) per metric)
+    hh = None
+    for ell in ells:
+        tic = time.perf_counter()
+        res = svag_chain(problem, ell=ell, replicates=R, seed=seed, record=grid, **common)
+        sec = time.perf_counter() - tic
+        hh = res.h
+        vals = evaluate_metrics(problem, res.weights, w0_arr, names=names)
+        runs.append(("svag", ell, hh / ell, sec, vals))
+    for k in subs:
+        tic = time.perf_counter()
+        res = simulate_sde(problem, variant="general", paths=R, seed=seed + 1, substeps=k,
+                           inner_samples=inner_samples, record=grid, **common)
+        sec = time.perf_counter() - tic
+        vals = evaluate_metrics(problem, res.weights, w0_arr, names=names)
+        runs.append(("mc-euler", k, hh / k, sec, vals))
+
+    svag_means = np.stack([[_summary(v)[0][m] for m in names] for s, _, _, _, v in runs if s == "svag"])
+    svag_ses = np.stack([[_summary(v)[1][m] for m in names] for s, _, _, _, v in runs if s == "svag"])
+    ref_m, ref_s = richardson_limit(ells, svag_means, svag_ses)  # (M, T)
+    reference = {m: {"mean": float(ref_m[i, -1]), "se": float(ref_s[i, -1])} for i, m in enumerate(names)}
+    base_sec = runs[0][3]
+    rows = []
+    for scheme, param, step, sec, vals in runs:
+        mean, se = _summary(vals)
+        rows.append(SchemeRow(
+            scheme=scheme, param=param, step=step, seconds=sec, cost_ratio=sec / base_sec,
+            mean={m: float(mean[m][-1]) for m in names}, se={m: float(se[m][-1]) for m in names},
+            error={m: float(mean[m][-1] - reference[m]["mean"]) for m in names},
+            error_se={m: float(np.hypot(se[m][-1], reference[m]["se"])) for m in names},
+        ))
+    slopes: dict = {}
+    for scheme in ("svag", "mc-euler"):
+        sel = [r for r in rows if r.scheme == scheme]
+        slopes[scheme] = {}
+        for m in names:
+            ok = [r for r in sel if abs(r.error[m]) > 2 * r.error_se[m]]
+            slopes[scheme][m] = (float(np.polyfit(np.log([r.step for r in ok]), np.log([abs(r.error[m]) for r in ok]),
+                                                  1)[0]) if len(ok) >= 2 else float("nan"))
+    fed_m, fed_s = _summary(runs[0][4])
+    finest = [v for s, _, _, _, v in runs if s == "svag"][-1]
+    moments = {m: {"fedavg": {"mean": fed_m[m], "se": fed_s[m], "std": runs[0][4][m].std(-1, ddof=1)},
+                   "sde": {"mean": ref_m[i], "se": ref_s[i], "std": finest[m].std(-1, ddof=1)}}
+               for i, m in enumerate(names)}
+    config = {"eta": float(eta), "local_steps": np.atleast_1d(local_steps).tolist(), "server_lr": float(server_lr),
+              "h": hh, "rounds": rounds, "replicates": R, "seed": seed, "ells": ells, "mc_substeps": subs,
+              "inner_samples": inner_samples, "metrics": names, "threads": torch.get_num_threads()}
+    return GeneralSDEStudy(rows=rows, reference=reference, slopes=slopes, times=grid * hh, moments=moments,
+                           config=config)
+
+
+def cost_to_error(study: GeneralSDEStudy, metric: str, target: float, *, z: float = 0.0) -> dict:
+    """Cheapest row of each scheme (FedAvg itself excluded) whose ``|error| + z·s.e.`` is at most ``target``:
+    scheme → cost ratio (``nan`` when no step reaches it).  ``z = 0``: the point estimate; ``z = 1.96``: the
+    upper end of the 95 % interval."""
+    out = {}
+    for scheme in ("svag", "mc-euler"):
+        ok = [r.cost_ratio for r in study.rows if r.scheme == scheme and not (scheme == "svag" and r.param == 1)
+              and abs(r.error[metric]) + z * r.error_se[metric] <= target]
+        out[scheme] = min(ok) if ok else float("nan")
+    return out
