@@ -1,22 +1,57 @@
-"""Helpers shared by the subcommands: common options, parsing of vectors, JSON output."""
+"""Helpers shared by the subcommands: common options, parsing of vectors, JSON output, warnings and ``--strict``.
+
+What every command uses:
+
+* :func:`add_json_flag` adds ``--json`` and ``--strict`` (do not add ``--strict`` yourself);
+* :func:`emit` prints the result (one JSON object under ``--json``) with the key ``warnings`` always present: the
+  one-line messages of every warning raised while the command ran (:func:`warn`, :class:`fedsde.errors.
+  DivergenceWarning` from the simulator or the SDE integrator, numpy/torch runtime warnings), each also printed on
+  stderr as ``warning: …``.  Under ``--strict`` a warning is an error instead: nothing on stdout,
+  one line on stderr, exit 2;
+* :func:`warn` records a warning of the command itself (instead of writing to stderr by hand);
+* :func:`refuse_known_divergence` (commands that run the algorithm) raises a one-line error when the settings are
+  known to diverge on quadratic clients: a local solver that expands (plain SGD: ``η·λ_max(U_k) >= 2``) or a server
+  recursion of the mean with spectral radius ``ρ(I − sB) > 1`` (server momentum included); :func:`known_divergence`
+  (home: :mod:`fedsde._validate`) returns the same messages
+  for commands that only compute laws (they go to :func:`warn`);
+* memory: :func:`fedsde._validate.available_memory` (free memory, cgroup and ``RLIMIT_AS`` limits, capped by the
+  environment variable ``FEDSDE_MEMORY_LIMIT``, e.g. ``6G``) and :func:`fedsde._validate.memory_fits` (a one-line
+  error with the estimate); the simulator and the SDE integrator use them to chunk or refuse a run up front.
+
+``fedsde.cli.main`` also turns operating-system errors, running out of memory and numeric overflow into the
+one-line error with exit 2.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from fedsde._validate import known_divergence
 from fedsde.errors import FedsdeInputError
 
 
 def add_json_flag(p: argparse.ArgumentParser) -> None:
+    """``--json`` (one JSON object on stdout) and ``--strict`` (warnings are errors, exit 2)."""
     p.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
+    add_strict_flag(p)
+
+
+def add_strict_flag(p: argparse.ArgumentParser) -> None:
+    """``--strict``: a warning (divergence, blow-up, unreliable result) is an error with exit status 2."""
+    if "--strict" not in p._option_string_actions:
+        p.add_argument("--strict", action="store_true",
+                       help="treat warnings (e.g. a run that grows far beyond its start and optimum) as errors: "
+                       "one line on stderr, nothing on stdout, exit 2")
 
 
 def add_problem_args(p: argparse.ArgumentParser, *, steps: bool = True) -> None:
@@ -110,10 +145,58 @@ def to_jsonable(obj: Any) -> Any:
     return obj
 
 
+#: warning categories that are not about the result (library housekeeping): neither reported nor strict
+_HOUSEKEEPING = (DeprecationWarning, PendingDeprecationWarning, FutureWarning, ImportWarning, ResourceWarning)
+_LOG: list | None = None  # the warnings recorded while a command runs (see capture_warnings)
+
+
+@contextlib.contextmanager
+def capture_warnings():
+    """Record every warning raised inside (``fedsde.cli.main`` wraps each command in it); yields the record."""
+    global _LOG
+    with warnings.catch_warnings(record=True) as log:
+        warnings.simplefilter("always")
+        prev, _LOG = _LOG, log
+        try:
+            yield log
+        finally:
+            _LOG = prev
+
+
+def warn(message: str) -> None:
+    """A warning of the command itself: reported by :func:`emit` (stderr and JSON ``warnings``), fatal under
+    ``--strict``."""
+    warnings.warn(message, UserWarning, stacklevel=2)
+
+
+def run_warnings() -> list[str]:
+    """One-line messages of the warnings recorded so far in this command (in order, without repeats)."""
+    out: list[str] = []
+    for w in _LOG or ():
+        if issubclass(w.category, _HOUSEKEEPING) or "matplotlib" in str(w.filename):
+            continue
+        msg = " ".join(str(w.message).split())
+        if msg not in out:
+            out.append(msg)
+    return out
+
+
 def emit(args: argparse.Namespace, result: dict, human: str) -> int:
-    """Print ``result`` as one JSON object under ``--json``, else the human-readable text."""
+    """Print ``result`` as one JSON object under ``--json``, else the human-readable text.
+
+    The warnings of the run are added as ``result["warnings"]`` (a list of strings, empty when none) and printed on
+    stderr, one line each; under ``--strict`` the first one is raised as an error instead (nothing is printed).
+    """
+    msgs = [str(m) for m in result.get("warnings") or ()]
+    msgs += [m for m in run_warnings() if m not in msgs]
+    if getattr(args, "strict", False) and msgs:
+        more = f" (and {len(msgs) - 1} more warning(s))" if len(msgs) > 1 else ""
+        raise FedsdeInputError(f"--strict: {msgs[0]}{more}")
+    for m in msgs:
+        sys.stderr.write(f"warning: {m}\n")
+    result = {**result, "warnings": msgs}
     if getattr(args, "json", False):
-        sys.stdout.write(json.dumps(to_jsonable(result)) + "\n")
+        sys.stdout.write(json.dumps(to_jsonable(result), allow_nan=False) + "\n")
     else:
         sys.stdout.write(human.rstrip("\n") + "\n")
     return 0
@@ -122,3 +205,12 @@ def emit(args: argparse.Namespace, result: dict, human: str) -> int:
 def fmt_array(a) -> str:
     """Compact text of a vector or matrix for human output."""
     return np.array2string(np.asarray(a), precision=6, suppress_small=False, max_line_width=100)
+
+
+def refuse_known_divergence(problem, eta: float, steps, server_lr: float = 1.0, *, aggregator="fedavg",
+                            participation: int | None = None) -> None:
+    """Raise a one-line :class:`FedsdeInputError` when :func:`known_divergence` finds a reason (commands that run
+    the algorithm or its SDE call this before any work)."""
+    why = known_divergence(problem, eta, steps, server_lr, aggregator=aggregator, participation=participation)
+    if why:
+        raise FedsdeInputError(why[0])

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 import numpy as np
 
@@ -11,10 +10,12 @@ from fedsde._cli.common import (
     add_json_flag,
     add_problem_args,
     emit,
+    known_divergence,
     local_steps_from_args,
     parse_vector,
+    warn,
 )
-from fedsde.problems import load_problem
+from fedsde.problems import QuadraticProblem, load_problem
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,7 +29,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "the clock t = n·h: means and covariances at round times, Wasserstein-2 distance between the laws, weak "
         "error |E φ(w_n) − E φ(w(n·h))| for φ = ‖w − w*‖² and φ = F(w), and the weak error against the step h at "
         "fixed t and η₀ = s/h with its fitted log–log slope. With --paths, also Monte-Carlo: SDE paths vs the "
-        "chain's law (per-coordinate KS, weak errors with confidence intervals).",
+        "chain's law (per-coordinate KS, weak errors with confidence intervals). For a data problem "
+        "(kind = \"classification\"): discrete FedAvg against the general SDE (2) sampled by the SVAG chain "
+        "(--ells) and by Monte-Carlo-coefficient Euler (--mc-substeps), with --paths paths each: moments of the "
+        "train loss over time, weak error of E F(w_T) and of the test accuracy vs step with 95 % intervals, cost.",
     )
     add_problem_args(p)
     p.add_argument("--variant", choices=VARIANTS, default="corrected", help="SDE variant (default corrected)")
@@ -52,6 +56,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the Monte-Carlo part")
     p.add_argument("--substeps", type=int, default=1, metavar="k", help="Euler steps per round (Monte-Carlo)")
     p.add_argument("--device", default="cpu", help="torch device for the Monte-Carlo part")
+    p.add_argument("--ells", default="1,2,4,8", metavar="ℓ1,ℓ2,…",
+                   help="data problems: SVAG parameters of the general SDE (1 = FedAvg; the two largest give the "
+                   "reference; default 1,2,4,8)")
+    p.add_argument("--mc-substeps", default="1", metavar="k1,k2,…",
+                   help="data problems: substeps of the Monte-Carlo-coefficient Euler runs ('0': none; default 1)")
+    p.add_argument("--inner-samples", type=int, default=8, metavar="S",
+                   help="data problems: Monte-Carlo rollouts per path and step of the Euler runs (default 8)")
     add_json_flag(p)
     p.set_defaults(func=run)
 
@@ -114,6 +125,10 @@ def run(args: argparse.Namespace) -> int:
     n = args.rounds
     if n is None or n < 1:
         raise FedsdeInputError(f"--rounds={n}: must be an integer >= 1")
+    if not isinstance(problem, QuadraticProblem):  # data problem: FedAvg vs the general SDE (2), by sampling
+        from fedsde._cli._compare_data import run_data
+
+        return run_data(args, problem, steps, w0)
     h = args.eta if args.h is None else args.h
     lin = quadratic_sde_coefficients(problem, args.eta, steps, args.server_lr, h, args.variant)
     h = lin.h
@@ -133,15 +148,19 @@ def run(args: argparse.Namespace) -> int:
     for phi in PHIS:
         curve = weak_error_vs_step(problem, args.eta, steps, t_end=t_end, steps=hs, server_rate=args.server_lr / h,
                                    variant=args.variant, phi=phi, w0=w0, noise_scaling=args.noise_scaling)
-        slopes[phi] = {"steps": curve.steps, "rounds": curve.rounds, "errors": curve.errors, "slope": curve.slope,
-                       "local_slopes": local_loglog_slopes(curve.steps, curve.errors), "chain": curve.chain,
-                       "sde": curve.sde}
+        exact = curve.exact_at_grid  # errors at rounding level: no order to fit
+        slopes[phi] = {"steps": curve.steps, "rounds": curve.rounds, "errors": curve.errors,
+                       "slope": None if exact else curve.slope, "exact_at_grid": exact,
+                       "local_slopes": None if exact else local_loglog_slopes(curve.steps, curve.errors),
+                       "chain": curve.chain, "sde": curve.sde}
     unsettled = [f"{phi} local {np.round(v['local_slopes'], 2).tolist()} vs fitted {v['slope']:.2f}"
-                 for phi, v in slopes.items() if np.any(np.abs(v["local_slopes"] - v["slope"]) > 0.5)]
+                 for phi, v in slopes.items()
+                 if not v["exact_at_grid"] and np.any(np.abs(v["local_slopes"] - v["slope"]) > 0.5)]
     if unsettled:
-        sys.stderr.write("warning: the weak error is not in its asymptotic regime over --steps (local log–log "
-                         f"slopes differ from the fit by more than 0.5: {'; '.join(unsettled)}); the fitted slope "
-                         "is unreliable\n")
+        warn("the weak error is not in its asymptotic regime over --steps (local log–log "
+             f"slopes differ from the fit by more than 0.5: {'; '.join(unsettled)}); the fitted slope is unreliable")
+    for why in known_divergence(problem, args.eta, steps, args.server_lr):
+        warn(f"the chain diverges with these settings: {why}")
     stationary: dict = {"sde": None, "chain": None, "w2": None}
     st_sde = lin.stationary()
     if st_sde is not None:
@@ -175,8 +194,10 @@ def run(args: argparse.Namespace) -> int:
     ]
     lines.append(f"refinement steps h = {', '.join(f'{x:.6g}' for x in hs)} (rounds "
                  f"{', '.join(str(k) for k in slopes[PHIS[0]]['rounds'])}; t = {t_end:.6g})")
-    lines += [f"weak error {phi:5s} at t={t_end:.6g}: {weak[phi][-1]:.6g}   slope vs h "
-              f"({args.noise_scaling} noise): {slopes[phi]['slope']:.3f}" for phi in PHIS]
+    lines += [f"weak error {phi:5s} at t={t_end:.6g}: {weak[phi][-1]:.6g}   " + (
+        f"exact at grid times (errors <= {np.max(slopes[phi]['errors']):.1e}, rounding level)"
+        if slopes[phi]["exact_at_grid"] else f"slope vs h ({args.noise_scaling} noise): {slopes[phi]['slope']:.3f}")
+        for phi in PHIS]
     if stationary["w2"] is not None:
         lines.append(f"stationary W2(chain, SDE) = {stationary['w2']:.6g}")
     if args.paths is not None:

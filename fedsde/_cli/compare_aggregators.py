@@ -36,7 +36,8 @@ def render_outputs(results: dict, rows: list[dict], *, plot: bool = True) -> dic
     if not rows:
         raise FedsdeInputError("compare-aggregators: the comparison produced no summary rows; nothing to write")
     cfg = results["config"]
-    header = (f"# digits softmax regression, final test accuracy (%) after {cfg['rounds']} rounds, "
+    what = f"problem file {cfg['problem_file']}" if cfg.get("problem_file") else "digits softmax regression"
+    header = (f"# {what}, final test accuracy (%) after {cfg['rounds']} rounds, "
               f"mean ± std over {cfg['runs']} runs (seed {cfg['seed']}, data seed {cfg['data_seed']})\n\n")
     files = {"table": ("table.md", (header + table_text(results) + "\n").encode())}
     buf = io.StringIO()
@@ -78,6 +79,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quick", action="store_true",
                    help="small configuration (10 clients, 15 rounds) that finishes in well under a minute")
     p.add_argument("--rounds", type=int, default=None, metavar="n")
+    p.add_argument("--problem", default=None, metavar="FILE",
+                   help="a data-problem file (kind = \"classification\") to compare the rules on, instead of the "
+                   "three digits settings (its partition, model and batch size; --epochs local epochs per round)")
     p.add_argument("--runs", type=int, default=None, metavar="S", help="runs (seeds) per rule, >= 2 (default 3)")
     p.add_argument("--seed", type=int, default=0, metavar="SEED", help="seed of the runs' random streams")
     p.add_argument("--data-seed", type=int, default=0, metavar="SEED", help="seed of the partition and split")
@@ -130,7 +134,7 @@ def _configure(args: argparse.Namespace) -> ComparisonConfig:
                       ("participation", args.participation), ("eta", args.eta)):
         if val is not None:
             setattr(cfg, attr, val)
-    if cfg.participation > cfg.n_clients:
+    if cfg.participation > cfg.n_clients and getattr(args, "problem", None) is None:
         default = "the default with --quick" if args.quick else "the default"
         if args.participation is None:
             raise FedsdeInputError(
@@ -142,7 +146,32 @@ def _configure(args: argparse.Namespace) -> ComparisonConfig:
                                    f"({default}); pass more --clients")
         raise FedsdeInputError(f"--participation={cfg.participation}: cannot exceed --clients={cfg.n_clients}")
     cfg.seed, cfg.data_seed = args.seed, args.data_seed
+    if getattr(args, "problem", None) is not None:
+        return _configure_file(args, cfg)
     cfg.settings = _names("--settings", args.settings, SETTINGS)
+    cfg.aggregators = _names("--aggregators", args.aggregators, tuple(sorted(AGGREGATORS)), lower=True)
+    return cfg
+
+
+def _configure_file(args: argparse.Namespace, cfg: ComparisonConfig) -> ComparisonConfig:
+    """``--problem FILE``: one setting, the file's data problem (partition, model, batch size)."""
+    from fedsde.aggregators import AGGREGATORS
+    from fedsde.report.aggregator_comparison import load_data_problem
+
+    for opt, given in (("--settings", args.settings != ",".join(SETTINGS)), ("--clients", args.clients is not None),
+                       ("--data-seed", args.data_seed != 0)):
+        if given:
+            raise FedsdeInputError(f"{opt}: not used with --problem (the file fixes the data, its partition and "
+                                   "its seed)")
+    problem = load_data_problem(args.problem)
+    if cfg.participation > problem.Q:
+        raise FedsdeInputError(f"--participation={cfg.participation}: cannot exceed the number of clients of "
+                               f"--problem ({problem.Q})")
+    cfg.problem_file = str(args.problem)
+    cfg.n_clients = problem.Q
+    cfg.batch_size = int(problem.batch_size)
+    cfg.l2, cfg.test_fraction = problem.l2, float(problem.info.get("test_fraction", cfg.test_fraction))
+    cfg.settings = (Path(args.problem).stem,)
     cfg.aggregators = _names("--aggregators", args.aggregators, tuple(sorted(AGGREGATORS)), lower=True)
     return cfg
 

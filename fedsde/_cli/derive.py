@@ -84,13 +84,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _numeric(args: argparse.Namespace) -> int:
-    from fedsde.problems import load_problem
+    from fedsde.problems import load_problem, require_quadratic
     from fedsde.symbolic.numeric import sde_coefficients_numeric
 
     if args.eta is None:
         raise FedsdeInputError("--eta: required with --problem FILE")
     E = _local_steps(args.local_steps, required=True)
     problem = load_problem(args.problem)
+    require_quadratic(problem, "derive --problem", "the symbolic one-round map and the SDE's drift and "
+                       "diffusion are closed forms for quadratic losses only")
     sde = sde_coefficients_numeric(problem, args.eta, E, args.server_lr, args.h, variant=args.variant)
     result = sde.to_dict()
     st = result["stationary"]

@@ -13,13 +13,15 @@ from fedsde._cli.common import (
     check_aggregator_problem,
     emit,
     fmt_array,
+    known_divergence,
     local_steps_from_args,
     parse_vector,
+    warn,
 )
 from fedsde.aggregators import AGGREGATORS
 from fedsde.errors import NoStationaryLawError
 from fedsde.exact import aggregator_round_weights, round_law, stationary_law, transient_moments
-from fedsde.problems import load_problem
+from fedsde.problems import load_problem, require_quadratic
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -44,6 +46,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     problem = load_problem(args.problem)
+    require_quadratic(problem, "exact", "the exact law of the discrete chain is a closed form for quadratic "
+                       "losses only; sample FedAvg with `fedsde simulate` or test the SDE with `fedsde validity`")
     steps = local_steps_from_args(args, problem.Q)
     w0 = parse_vector("--w0", args.w0, problem.d)
     agg = getattr(args, "aggregator", "fedavg")
@@ -53,6 +57,9 @@ def run(args: argparse.Namespace) -> int:
         warnings.simplefilter("always")
         law = round_law(problem, args.eta, steps, args.server_lr, participation=args.participation, weights=omega)
     notes = [str(w.message) for w in caught]
+    for why in known_divergence(problem, args.eta, steps, args.server_lr, aggregator=agg,
+                                participation=args.participation):
+        warn(f"the algorithm diverges with these settings: {why}")
     try:
         st = stationary_law(problem, args.eta, steps, args.server_lr, participation=args.participation,
                             weights=omega)

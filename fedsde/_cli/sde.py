@@ -13,8 +13,9 @@ from fedsde._cli.common import (
     fmt_array,
     local_steps_from_args,
     parse_vector,
+    refuse_known_divergence,
 )
-from fedsde.problems import load_problem
+from fedsde.problems import load_problem, require_quadratic
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -42,6 +43,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="general variant: Monte-Carlo rollouts per path and step")
     p.add_argument("--estimator", choices=ESTIMATORS, default="compensated",
                    help="general variant: diffusion estimator")
+    p.add_argument("--integrator", choices=("mc-euler", "svag"), default="mc-euler",
+                   help="general variant: mc-euler (Euler–Maruyama with Monte-Carlo M̂, V̂ from --inner-samples "
+                   "rollouts per step) or svag (the SVAG chain with parameter --ell: step h/ℓ, two client rounds per "
+                   "step, weak order 1; the cheaper sampler of eq. (2))")
+    p.add_argument("--ell", type=int, default=4, metavar="ℓ",
+                   help="svag integrator: SVAG parameter, ℓ steps of size h/ℓ per round (default 4)")
     p.add_argument("--record-every", type=int, default=None, metavar="m",
                    help="record the moments every m rounds (default: about 100 records)")
     p.add_argument("--device", default="cpu", help="torch device (cpu, cuda, …)")
@@ -59,6 +66,9 @@ def run(args: argparse.Namespace) -> int:
     from fedsde.sde.integrate import simulate_sde
 
     problem = load_problem(args.problem)
+    if args.variant != "general":
+        require_quadratic(problem, f"--variant={args.variant}", "the linear SDE variants have closed-form drift and "
+                          "diffusion for quadratic losses only; use --variant general for a data problem")
     steps = local_steps_from_args(args, problem.Q)
     w0 = parse_vector("--w0", args.w0, problem.d)
     if args.rounds is None or args.rounds < 0:
@@ -69,32 +79,63 @@ def run(args: argparse.Namespace) -> int:
     if every < 1:
         raise FedsdeInputError(f"--record-every={every}: must be an integer >= 1")
     record = sorted(set(range(0, args.rounds + 1, every)) | {args.rounds})
-    res = simulate_sde(
-        problem, eta=args.eta, local_steps=steps, rounds=args.rounds, paths=args.paths, seed=args.seed,
-        variant=args.variant, server_lr=args.server_lr, h=args.h, substeps=args.substeps, w0=w0,
-        method=args.method, inner_samples=args.inner_samples, estimator=args.estimator, device=args.device,
-        dtype=torch.float32 if args.float32 else torch.float64, chunk_size=args.chunk_size, record=record,
-        progress=not args.json,
-    )
-    means, covs = res.mean(), res.cov()
-    mean, cov = means[-1], covs[-1]
+    refuse_known_divergence(problem, args.eta, steps, args.server_lr)
+    general = _general_setup(args, problem, w0)
+    if general is not None:
+        oracle, w0 = general
+    if args.integrator == "svag" and args.variant == "general":
+        from fedsde.sde.svag import simulate_svag
+
+        res = simulate_svag(
+            problem, eta=args.eta, local_steps=steps, rounds=args.rounds, paths=args.paths, seed=args.seed,
+            ell=args.ell, server_lr=args.server_lr, h=args.h, w0=w0, oracle_factory=oracle, record=record,
+            device=args.device, dtype=torch.float32 if args.float32 else torch.float64, progress=not args.json,
+        )
+    else:
+        res = simulate_sde(
+            problem, eta=args.eta, local_steps=steps, rounds=args.rounds, paths=args.paths, seed=args.seed,
+            variant=args.variant, server_lr=args.server_lr, h=args.h, substeps=args.substeps, w0=w0,
+            method=args.method, inner_samples=args.inner_samples, estimator=args.estimator, device=args.device,
+            dtype=torch.float32 if args.float32 else torch.float64, chunk_size=args.chunk_size, record=record,
+            # the linear variants stream moments over path chunks (memory bounded whatever --paths); metrics need paths
+            progress=not args.json, moments_only=general is None,
+            **({} if general is None else {"oracle_factory": oracle}),
+        )
+    if general is None:
+        means, covs = res.mean(), res.cov()
+        mean, cov, trace_cov = means[-1], covs[-1], np.trace(covs, axis1=1, axis2=2)
+    else:  # paths kept: no (T, d, d) covariances (d may be in the thousands for a data problem)
+        means, mean = res.mean(), res.mean()[-1]
+        cov = np.cov(res.weights[-1], rowvar=False).reshape(problem.d, problem.d)
+        trace_cov = res.weights.var(axis=1, ddof=1).sum(-1)
     result: dict = {
         "final": {"mean": mean, "cov": cov, "mean_stderr": np.sqrt(np.diag(cov) / res.replicates),
                   "round": args.rounds, "time": float(res.times[-1])},
         "times": res.times,
         "rounds": res.rounds,
         "mean": means,
-        "trace_cov": np.trace(covs, axis1=1, axis2=2),
+        "trace_cov": trace_cov,
         "paths": res.replicates,
         "config": res.config,
     }
     lines = [
-        f"problem: Q={problem.Q}, d={problem.d}  variant={args.variant}  method={args.method}  "
-        f"eta={args.eta}  server_lr={args.server_lr}  h={res.h}  substeps={args.substeps}",
+        f"problem: Q={problem.Q}, d={problem.d}  variant={args.variant}  "
+        + (f"integrator=svag  ℓ={args.ell}  " if res.config.get("integrator") == "svag" else
+           f"method={args.method}  substeps={args.substeps}  ")
+        + f"eta={args.eta}  server_lr={args.server_lr}  h={res.h}",
         f"paths={res.replicates}  rounds={args.rounds}  (t = n·h = {res.times[-1]:.6g})",
         f"final mean            {fmt_array(mean)}",
         f"final cov             {fmt_array(cov)}",
     ]
+    if general is not None:
+        from fedsde.problems.metrics import evaluate_metrics
+
+        start = np.zeros(problem.d) if w0 is None else np.asarray(w0, dtype=np.float64)
+        vals = evaluate_metrics(problem, res.weights, start)
+        result["metrics"] = {m: {"mean": v.mean(1), "se": v.std(1, ddof=1) / np.sqrt(res.replicates)}
+                             for m, v in vals.items()}
+        lines += [f"E {m} at T".ljust(28) + f"{v['mean'][-1]:.6g} ± {v['se'][-1]:.2g} (s.e.)"
+                  for m, v in result["metrics"].items()]
     if args.variant != "general":
         lin = quadratic_sde_coefficients(problem, args.eta, steps, args.server_lr, res.h, args.variant)
         st = lin.stationary()
@@ -103,3 +144,21 @@ def run(args: argparse.Namespace) -> int:
         if st is not None:
             lines += [f"SDE stationary mean   {fmt_array(st.mean)}", f"SDE stationary cov    {fmt_array(st.cov)}"]
     return emit(args, result, "\n".join(lines))
+
+
+def _general_setup(args: argparse.Namespace, problem, w0):
+    """``(oracle_factory, w0)`` of the general variant (data problems: minibatches of the file's batch size and the
+    problem's initial weights), else ``None``; rejects integrator options that do not apply."""
+    from fedsde.errors import FedsdeInputError
+
+    if args.variant != "general":
+        if args.integrator != "mc-euler":
+            raise FedsdeInputError(f"--integrator={args.integrator}: only for --variant general (the linear variants "
+                                   "are integrated by --method)")
+        return None
+    if args.integrator == "svag" and (args.ell is None or args.ell < 1):
+        raise FedsdeInputError(f"--ell={args.ell}: must be an integer >= 1")
+    from fedsde.sde.svag import default_oracle_factory
+    from fedsde.validity.core import default_start
+
+    return default_oracle_factory(problem), default_start(problem, w0)

@@ -1,9 +1,14 @@
-"""``fedsde simulate``: Monte-Carlo simulation of the discrete algorithm on quadratic clients."""
+"""``fedsde simulate``: Monte-Carlo simulation of the discrete algorithm on quadratic clients or a data problem.
+
+For a data problem (a problem file with ``kind = "classification"``) the run starts from the problem's initial
+weights (``--w0`` overrides) and also reports ``metrics`` over the recorded rounds (:mod:`fedsde.problems.metrics`):
+name → ``{"mean": [...], "se": [...]}`` over replicates, one entry per round in ``metrics_rounds``; its ``final``
+has the mean and its standard errors but no covariance (d is in the hundreds or thousands).
+"""
 
 from __future__ import annotations
 
 import argparse
-import sys
 
 import numpy as np
 
@@ -15,10 +20,12 @@ from fedsde._cli.common import (
     fmt_array,
     local_steps_from_args,
     parse_vector,
+    refuse_known_divergence,
+    warn,
 )
 from fedsde.aggregators import AGGREGATORS
 from fedsde.errors import FedsdeInputError
-from fedsde.problems import load_problem
+from fedsde.problems import is_data_problem, load_problem
 from fedsde.sim import WEIGHTINGS, simulate
 
 
@@ -26,14 +33,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "simulate",
         help="simulate the discrete algorithm (replicates × clients, vectorised)",
-        description="Simulate R independent runs of federated training on quadratic clients and report the "
-        "moments of the server weights after the last round.",
+        description="Simulate R independent runs of federated training on quadratic clients or a data problem "
+        "and report the moments of the server weights after the last round (data problems: also train loss, "
+        "‖∇F‖², test accuracy and ‖w − w0‖ over rounds, mean ± s.e.).",
     )
     add_problem_args(p)
     p.add_argument("--rounds", type=int, required=True, metavar="n")
     p.add_argument("--replicates", type=int, required=True, metavar="R", help="independent runs (>= 2)")
     p.add_argument("--seed", type=int, required=True, metavar="S")
-    p.add_argument("--w0", default=None, metavar="w1,w2,…", help="start point (default zero)")
+    p.add_argument("--w0", default=None, metavar="w1,w2,…",
+                   help="start point (default zero; data problems: the problem's initial weights)")
+    p.add_argument("--record-every", type=int, default=None, metavar="m",
+                   help="data problems: record the metrics every m rounds (default: about 20 records; the last "
+                   "round always)")
     p.add_argument("--participation", type=int, default=None, metavar="m", help="clients sampled per round")
     p.add_argument("--weighting", choices=WEIGHTINGS, default="unbiased",
                    help="how the m clients of --participation are drawn and weighted (no effect without it): "
@@ -61,14 +73,21 @@ def run(args: argparse.Namespace) -> int:
         raise FedsdeInputError(f"--replicates={args.replicates}: must be an integer >= 2 (a covariance needs two "
                                "replicates)")
     if args.weighting != "unbiased" and args.participation is None:
-        sys.stderr.write(f"note: --weighting={args.weighting} only matters with --participation; without it every "
-                         "client takes part each round with weight p_k\n")
+        warn(f"--weighting={args.weighting} only matters with --participation; without it every client takes part "
+             "each round with weight p_k")
+    refuse_known_divergence(problem, args.eta, steps, args.server_lr, aggregator=args.aggregator,
+                            participation=args.participation if args.weighting == "unbiased" else None)
+    if is_data_problem(problem):
+        return _run_data(args, problem, steps, w0)
+    if args.record_every is not None:
+        raise FedsdeInputError("--record-every: only for data problems (quadratic runs report the final moments)")
     res = simulate(
         problem, eta=args.eta, local_steps=steps, rounds=args.rounds, replicates=args.replicates,
         seed=args.seed, server_lr=args.server_lr, w0=w0, participation=args.participation,
         weighting=args.weighting, aggregator=getattr(args, "aggregator", "fedavg"),
         record=[0, args.rounds] if args.rounds else [0], device=args.device,
         dtype=torch.float32 if args.float32 else torch.float64, progress=not args.json,
+        moments_only=True,  # streamed over replicate chunks: memory does not grow with --replicates
     )
     mean, cov = res.mean()[-1], res.cov()[-1]
     se = np.sqrt(np.diag(cov) / res.replicates)
@@ -84,3 +103,41 @@ def run(args: argparse.Namespace) -> int:
         f"final cov   {fmt_array(cov)}",
     ])
     return emit(args, result, human)
+
+
+def _run_data(args: argparse.Namespace, problem, steps, w0) -> int:
+    """A data problem: metrics over the recorded rounds and the final mean of the server weights."""
+    import torch
+
+    from fedsde.problems.metrics import evaluate_metrics, summarise
+
+    n = args.rounds
+    every = args.record_every if args.record_every is not None else max(1, -(-n // 20))
+    if every < 1:
+        raise FedsdeInputError(f"--record-every={every}: must be an integer >= 1")
+    record = sorted(set(range(0, n + 1, every)) | {n})
+    start = problem.initial_weights() if w0 is None else w0
+    res = simulate(
+        problem, eta=args.eta, local_steps=steps, rounds=n, replicates=args.replicates, seed=args.seed,
+        server_lr=args.server_lr, w0=start, participation=args.participation, weighting=args.weighting,
+        aggregator=args.aggregator, record=record, device=args.device,
+        dtype=torch.float32 if args.float32 else torch.float64, progress=not args.json,
+    )
+    metrics = summarise(evaluate_metrics(problem, np.swapaxes(res.weights, 0, 1), start), axis=0)
+    final = res.weights[-1]
+    mean, se = final.mean(0), final.std(0, ddof=1) / np.sqrt(res.replicates)
+    result = {
+        "final": {"mean": mean, "mean_stderr": se, "round": n},
+        "metrics": metrics,
+        "metrics_rounds": record,
+        "replicates": res.replicates,
+        "problem": problem.summary() | {"label_counts": None},
+        "config": {k: v for k, v in res.config.items() if k != "local_steps"} | {
+            "local_steps": np.atleast_1d(steps).tolist()},
+    }
+    lines = [f"{res.replicates} replicates, {n} rounds, seed {args.seed} ({res.config['device']}); "
+             f"{problem.name}: {problem.model}, Q={problem.Q}, d={problem.d}, batch {problem.batch_size}",
+             "round   " + "  ".join(f"{m:>22s}" for m in metrics)]
+    for i, r in enumerate(record):
+        lines.append(f"{r:<7d} " + "  ".join(f"{v['mean'][i]:>12.6g} ± {v['se'][i]:<7.2g}" for v in metrics.values()))
+    return emit(args, result, "\n".join(lines))

@@ -1,9 +1,12 @@
 """Client problems: quadratic clients (seed 002, Assumption 6.1), their I/O and generators; logistic/softmax
-regression clients on real data (scikit-learn's bundled sets) or FedProx's synthetic(α, β), and partitioners."""
+regression and one-hidden-layer MLP clients on real data (scikit-learn's bundled sets) or FedProx's synthetic(α, β),
+data problems from files, partitioners, and metrics of server weights."""
 
+from fedsde.problems.data_files import data_problem_from_dict
 from fedsde.problems.generate import paper_table_problem, random_quadratic_problem
 from fedsde.problems.io import load_problem, problem_from_dict, save_problem
 from fedsde.problems.logistic import ClassificationProblem, federated_classification, load_dataset
+from fedsde.problems.metrics import METRICS, evaluate_metrics, metric_names
 from fedsde.problems.partition import (
     dirichlet_partition,
     iid_partition,
@@ -15,20 +18,46 @@ from fedsde.problems.partition import (
 from fedsde.problems.quadratic import QuadraticProblem
 from fedsde.problems.synthetic import synthetic_problem
 
+
+def is_data_problem(problem) -> bool:
+    """Whether ``problem`` holds per-sample data (a :class:`ClassificationProblem`) rather than quadratic clients."""
+    return isinstance(problem, ClassificationProblem)
+
+
+def require_quadratic(problem, what: str, why: str) -> None:
+    """Raise a one-line :class:`~fedsde.errors.FedsdeInputError` when ``problem`` is a data problem.
+
+    ``what`` names the command or option that needs quadratic clients, ``why`` says what closed form it needs.
+    """
+    if is_data_problem(problem):
+        from fedsde.errors import FedsdeInputError
+
+        raise FedsdeInputError(
+            f"{what}: needs quadratic clients, got a data problem ({problem.name or problem.model}, "
+            f"kind='classification'): {why}"
+        )
+
+
 __all__ = [
+    "METRICS",
     "ClassificationProblem",
     "QuadraticProblem",
+    "data_problem_from_dict",
     "dirichlet_partition",
+    "evaluate_metrics",
     "federated_classification",
     "iid_partition",
+    "is_data_problem",
     "label_histogram",
     "load_dataset",
     "load_problem",
+    "metric_names",
     "niid2_partition",
     "paper_table_problem",
     "problem_from_dict",
     "quantity_skew_partition",
     "random_quadratic_problem",
+    "require_quadratic",
     "save_problem",
     "shard_partition",
     "synthetic_problem",

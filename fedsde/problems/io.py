@@ -1,5 +1,6 @@
-"""Load and save quadratic problems as TOML or JSON (keys ``U``, ``a``, ``Sigma``, ``p``; optional ``name`` and
-``label_distributions``).
+"""Load and save problems as TOML or JSON: quadratic clients (keys ``U``, ``a``, ``Sigma``, ``p``; optional ``name``,
+``label_distributions`` and ``kind = "quadratic"``) or data problems (``kind = "classification"``, see
+:mod:`fedsde.problems.data_files`).
 
 Shapes follow :meth:`fedsde.problems.QuadraticProblem.from_arrays`: full matrices, per-client diagonals,
 or scalars when d = 1.  ``p`` may be omitted (uniform weights).  Example (TOML, Q = 3, d = 1)::
@@ -26,16 +27,28 @@ import tomli_w
 
 from fedsde._atomic import atomic_write_text
 from fedsde.errors import FedsdeInputError
+from fedsde.problems.logistic import ClassificationProblem
 from fedsde.problems.quadratic import QuadraticProblem
 
 _KEYS = ("U", "a", "Sigma", "p", "name", "label_distributions")
+KINDS = ("quadratic", "classification")
 
 
-def problem_from_dict(data: dict, *, source: str = "problem") -> QuadraticProblem:
+def problem_from_dict(data: dict, *, source: str = "problem") -> QuadraticProblem | ClassificationProblem:
     """Build a :class:`QuadraticProblem` from a dict with keys ``U, a, Sigma`` (optional ``p``, ``name``,
-    ``label_distributions``)."""
+    ``label_distributions``, ``kind = "quadratic"``), or a :class:`ClassificationProblem` from a dict with
+    ``kind = "classification"`` (:func:`fedsde.problems.data_files.data_problem_from_dict`)."""
     if not isinstance(data, dict):
         raise FedsdeInputError(f"{source}: must be a table/object with keys U, a, Sigma, p")
+    if "kind" in data:
+        kind = data["kind"]
+        if kind == "classification":
+            from fedsde.problems.data_files import data_problem_from_dict
+
+            return data_problem_from_dict(data, source=source)
+        if kind != "quadratic":
+            raise FedsdeInputError(f"{source}: kind={kind!r}: must be one of {', '.join(KINDS)}")
+        data = {k: v for k, v in data.items() if k != "kind"}
     missing = [k for k in ("U", "a", "Sigma") if k not in data]
     if missing:
         raise FedsdeInputError(f"{source}: missing key(s) {', '.join(missing)} (need U, a, Sigma; p optional)")
@@ -48,8 +61,9 @@ def problem_from_dict(data: dict, *, source: str = "problem") -> QuadraticProble
     )
 
 
-def load_problem(path: str | os.PathLike) -> QuadraticProblem:
-    """Read a problem from a ``.toml`` or ``.json`` file (format chosen by the suffix)."""
+def load_problem(path: str | os.PathLike) -> QuadraticProblem | ClassificationProblem:
+    """Read a problem from a ``.toml`` or ``.json`` file (format chosen by the suffix): quadratic clients, or a
+    data problem when the file has ``kind = "classification"`` (:mod:`fedsde.problems.data_files`)."""
     p = Path(path)
     if not p.is_file():
         raise FedsdeInputError(f"problem file {str(p)!r}: does not exist or is not a file")

@@ -1,4 +1,4 @@
-"""Logistic and softmax regression clients on real (or synthetic) labelled data.
+"""Logistic and softmax regression (and one-hidden-layer tanh network) clients on real or synthetic labelled data.
 
 Client ``k`` holds ``N_k`` training samples ``(x_i, y_i)`` and minimises the regularised empirical risk
 
@@ -10,8 +10,15 @@ Client ``k`` holds ``N_k`` training samples ``(x_i, y_i)`` and minimises the reg
 * ``model="softmax"`` (``C`` classes): ``ℓ = logsumexp(z) − z_y``, ``z = Wᵀx̃``, ``W`` of shape ``(F + 1, C)``
   stored row-major in ``w`` (``d = (F + 1)·C``).
 
+* ``model="mlp"`` (``C`` classes, ``hidden = H``): ``z = (tanh(x̃ᵀW₁), 1) W₂``, ``ℓ = logsumexp(z) − z_y``,
+  ``d = (F + 1)·H + (H + 1)·C`` (non-convex; layout and initialisation in :mod:`fedsde.problems.mlp`).
+
 ``x̃ = (x, 1)`` when ``fit_intercept`` (the intercept is regularised too).  Gradients are
 ``∇ℓ = x̃ ⊗ (σ(z) − y)`` (logistic) and ``x̃ ⊗ (softmax(z) − e_y)`` (softmax).
+
+A problem may carry the minibatch size of its clients (``batch_size``, used by default by
+:func:`fedsde.sim.simulate`) and its starting point (:meth:`ClassificationProblem.initial_weights`: zero for the
+linear models, seeded Glorot weights for the MLP).
 
 The minibatch gradient covariance of seed 002, Sec. 3 (exact for a minibatch of ``S`` samples drawn without
 replacement) is :meth:`ClassificationProblem.minibatch_covariance`:
@@ -24,6 +31,7 @@ test splits.  :func:`federated_classification` builds such a problem from scikit
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -33,8 +41,10 @@ from scipy.special import expit, log_expit, logsumexp, softmax
 
 from fedsde._validate import positive_float, positive_int
 from fedsde.errors import FedsdeInputError
+from fedsde.problems import mlp as _mlp
 
-MODELS = ("logistic", "softmax")
+MODELS = ("logistic", "softmax", "mlp")
+SAMPLINGS = ("minibatch", "epoch")
 
 
 def _segments(sizes: np.ndarray) -> np.ndarray:
@@ -53,7 +63,7 @@ def _segment_sum(a: np.ndarray, sizes: np.ndarray, axis: int) -> np.ndarray:
 
 @dataclass(frozen=True, eq=False)
 class ClassificationProblem:
-    """Q clients fitting a logistic or softmax regression on their own data (see the module docstring).
+    """Q clients fitting a logistic or softmax regression or an MLP on their own data (see the module docstring).
 
     Build with :meth:`from_clients` (validates) or :func:`federated_classification`.
 
@@ -71,7 +81,7 @@ class ClassificationProblem:
         Test samples per client.
     n_classes : int
         ``C``.
-    model : {"logistic", "softmax"}
+    model : {"logistic", "softmax", "mlp"}
     l2 : float
         Ridge coefficient ``λ >= 0``.
     p : ndarray, shape (Q,)
@@ -80,6 +90,15 @@ class ClassificationProblem:
     name : str
     info : dict
         Provenance (data set, partition, seeds, scaling) for records.
+    hidden : int
+        Hidden units ``H`` of the MLP (0 for the linear models).
+    batch_size : int or None
+        Minibatch size ``S`` of every client (capped at ``N_k``), used by the simulator's default gradient
+        oracle; ``None``: none given (pass ``EpochSteps`` or an oracle).
+    sampling : {"minibatch", "epoch"}
+        Minibatches drawn afresh every step, or consecutive batches of a per-epoch permutation.
+    init_seed : int or None
+        Seed of :meth:`initial_weights` for the MLP (``None``: 0).
     """
 
     X: np.ndarray
@@ -95,6 +114,10 @@ class ClassificationProblem:
     fit_intercept: bool = True
     name: str = ""
     info: dict = field(default_factory=dict)
+    hidden: int = 0
+    batch_size: int | None = None
+    sampling: str = "minibatch"
+    init_seed: int | None = None
     _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     # ------------------------------------------------------------------ construction
@@ -113,6 +136,10 @@ class ClassificationProblem:
         fit_intercept: bool = True,
         name: str = "",
         info: dict | None = None,
+        hidden: int | None = None,
+        batch_size: int | None = None,
+        sampling: str = "minibatch",
+        init_seed: int | None = None,
     ) -> ClassificationProblem:
         """A problem from per-client arrays.
 
@@ -122,7 +149,7 @@ class ClassificationProblem:
         y_clients : sequence of Q int arrays, shapes (N_k,)
         X_test_clients, y_test_clients : sequences of Q arrays, optional
             Per-client test splits (default: empty).
-        model : {"logistic", "softmax"}, optional
+        model : {"logistic", "softmax", "mlp"}, optional
             Default: logistic for two classes, softmax otherwise.
         n_classes : int, optional
             Default: ``1 + max label``.
@@ -130,6 +157,10 @@ class ClassificationProblem:
             Ridge coefficient ``λ >= 0`` (with ``λ = 0`` the optimum may not exist on separable data).
         p : array, shape (Q,), optional
             Client weights; default ``N_k / N``.
+        hidden : int, optional
+            Hidden units of the MLP (required for, and only allowed with, ``model="mlp"``).
+        batch_size, sampling, init_seed
+            See the class attributes.
         """
         Q = len(X_clients)
         if Q < 1 or len(y_clients) != Q:
@@ -169,6 +200,18 @@ class ClassificationProblem:
             raise FedsdeInputError(f"model={model!r}: must be one of {', '.join(MODELS)}")
         if model == "logistic" and C != 2:
             raise FedsdeInputError(f"model='logistic': needs binary labels, found n_classes={C}")
+        if model == "mlp":
+            if hidden is None:
+                raise FedsdeInputError("hidden: required for model='mlp' (number of hidden units, an integer >= 1)")
+            hidden = positive_int("hidden", hidden)
+        elif hidden is not None:
+            raise FedsdeInputError(f"hidden={hidden!r}: only allowed with model='mlp' (model={model!r})")
+        if batch_size is not None:
+            batch_size = positive_int("batch_size", batch_size)
+        if sampling not in SAMPLINGS:
+            raise FedsdeInputError(f"sampling={sampling!r}: must be one of {', '.join(SAMPLINGS)}")
+        if init_seed is not None:
+            init_seed = positive_int("init_seed", init_seed, minimum=0)
         l2 = positive_float("l2", l2, allow_zero=True)
         sizes = np.array([x.shape[0] for x in Xs], dtype=np.int64)
         if p is None:
@@ -184,22 +227,45 @@ class ClassificationProblem:
             y_test=np.concatenate(yt).astype(np.int64) if yt else np.zeros(0, np.int64),
             test_sizes=np.array([x.shape[0] for x in Xt], dtype=np.int64),
             n_classes=C, model=model, l2=l2, p=p_arr, fit_intercept=bool(fit_intercept), name=name,
-            info=dict(info or {}),
+            info=dict(info or {}), hidden=int(hidden or 0), batch_size=batch_size, sampling=sampling,
+            init_seed=init_seed,
+        )
+
+    def replace(self, **changes) -> ClassificationProblem:
+        """A validated copy with some of ``model, hidden, l2, p, batch_size, sampling, init_seed, name, info``
+        changed (the data stay)."""
+        allowed = ("model", "hidden", "l2", "p", "batch_size", "sampling", "init_seed", "name", "info")
+        bad = sorted(set(changes) - set(allowed))
+        if bad:
+            raise FedsdeInputError(f"replace: unknown field(s) {', '.join(bad)} (allowed: {', '.join(allowed)})")
+        kw = {"model": self.model, "hidden": self.hidden or None, "l2": self.l2, "p": self.p,
+              "batch_size": self.batch_size, "sampling": self.sampling, "init_seed": self.init_seed,
+              "name": self.name, "info": self.info}
+        if changes.get("model", self.model) != "mlp":
+            kw["hidden"] = None
+        kw |= changes
+        return ClassificationProblem.from_clients(
+            *self.client_data(), *self.client_data("test"), n_classes=self.n_classes,
+            fit_intercept=self.fit_intercept, **kw,
         )
 
     def with_weights(self, p) -> ClassificationProblem:
         """A copy with other client weights (normalised)."""
-        return ClassificationProblem.from_clients(
-            *self.client_data(), *self.client_data("test"), model=self.model, n_classes=self.n_classes,
-            l2=self.l2, p=p, fit_intercept=self.fit_intercept, name=self.name, info=self.info,
-        )
+        return self.replace(p=p)
 
     def with_l2(self, l2: float) -> ClassificationProblem:
         """A copy with another ridge coefficient."""
-        return ClassificationProblem.from_clients(
-            *self.client_data(), *self.client_data("test"), model=self.model, n_classes=self.n_classes,
-            l2=l2, p=self.p, fit_intercept=self.fit_intercept, name=self.name, info=self.info,
-        )
+        return self.replace(l2=l2)
+
+    def initial_weights(self, seed: int | None = None) -> np.ndarray:
+        """Starting weights ``w₀``, shape (d,): zero for the linear models; for the MLP Glorot-normal weights
+        with zero biases drawn from ``seed`` (default :attr:`init_seed`, else 0), see :mod:`fedsde.problems.mlp`.
+        """
+        if self.model != "mlp":
+            return np.zeros(self.d)
+        s = self.init_seed if seed is None else positive_int("seed", seed, minimum=0)
+        return _mlp.init_weights(self.n_features, self.hidden, self.n_classes, 0 if s is None else s,
+                                 intercept=self.fit_intercept)
 
     # ------------------------------------------------------------------ shapes
     @property
@@ -214,12 +280,14 @@ class ClassificationProblem:
 
     @property
     def n_outputs(self) -> int:
-        """Logits per sample: 1 (logistic) or ``C`` (softmax)."""
+        """Logits per sample: 1 (logistic) or ``C`` (softmax, mlp)."""
         return 1 if self.model == "logistic" else int(self.n_classes)
 
     @property
     def d(self) -> int:
-        """Dimension of ``w``: ``n_features · n_outputs``."""
+        """Dimension of ``w``: ``n_features · n_outputs`` (linear) or ``n_features·H + (H + 1)·C`` (mlp)."""
+        if self.model == "mlp":
+            return _mlp.n_params(self.n_features, self.hidden, self.n_outputs)
         return self.n_features * self.n_outputs
 
     @property
@@ -280,14 +348,31 @@ class ClassificationProblem:
         return self._cache["padded"]
 
     # ------------------------------------------------------------------ per-sample pieces
-    def _W(self, w) -> np.ndarray:
+    def _w(self, w) -> np.ndarray:
         w = np.asarray(w, dtype=np.float64)
-        if w.shape[-1] != self.d:
-            raise FedsdeInputError(f"w: last axis has {w.shape[-1]} entries, the problem has d={self.d}")
+        if w.ndim == 0 or w.shape[-1] != self.d:
+            raise FedsdeInputError(f"w: last axis has {w.shape[-1] if w.ndim else 0} entries, the problem has "
+                                   f"d={self.d}")
+        return w
+
+    def _W(self, w) -> np.ndarray:
+        w = self._w(w)
         return w.reshape(*w.shape[:-1], self.n_features, self.n_outputs)
 
     def _logits(self, W: np.ndarray, Xd: np.ndarray) -> np.ndarray:
         return np.einsum("nf,...fk->...nk", Xd, W)
+
+    def _forward(self, w, Xd: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
+        """Hidden activations (mlp; ``None`` otherwise) and logits (..., n, K) of design rows ``Xd``."""
+        if self.model == "mlp":
+            return _mlp.forward(self._w(w), Xd, self.n_features, self.hidden, self.n_outputs)
+        return None, self._logits(self._W(w), Xd)
+
+    def _backward(self, w, Xd: np.ndarray, A: np.ndarray | None, E: np.ndarray) -> np.ndarray:
+        """``Σ_n ∇_w ℓ_n`` for residuals ``E`` (..., n, K) with the sample weights applied, shape (..., d)."""
+        if self.model == "mlp":
+            return _mlp.backward(self._w(w), Xd, A, E, self.n_features, self.hidden, self.n_outputs)
+        return np.einsum("nf,...nk->...fk", Xd, E).reshape(*E.shape[:-2], self.d)
 
     def _sample_losses(self, Z: np.ndarray, y: np.ndarray) -> np.ndarray:
         if self.model == "logistic":
@@ -307,8 +392,7 @@ class ClassificationProblem:
     # ------------------------------------------------------------------ objective
     def client_loss(self, w) -> np.ndarray:
         """``F_k(w)`` for every client; ``w`` of shape (..., d) gives shape (..., Q)."""
-        W = self._W(w)
-        ell = self._sample_losses(self._logits(W, self.design(self.X)), self.y)
+        ell = self._sample_losses(self._forward(w, self.design(self.X))[1], self.y)
         reg = 0.5 * self.l2 * np.sum(np.asarray(w, dtype=np.float64) ** 2, axis=-1)
         return _segment_sum(ell, self.sizes, -1) / self.sizes + np.asarray(reg)[..., None]
 
@@ -319,6 +403,15 @@ class ClassificationProblem:
 
     def client_grad(self, w) -> np.ndarray:
         """``∇F_k(w)`` for every client; ``w`` of shape (..., d) gives shape (..., Q, d)."""
+        if self.model == "mlp":
+            w = self._w(w)
+            Xd = self.design(self.X)
+            A, Z = self._forward(w, Xd)
+            E = self._residuals(Z, self.y)
+            cuts = np.concatenate([[0], np.cumsum(self.sizes)])
+            G = np.stack([self._backward(w, Xd[a:b], A[..., a:b, :], E[..., a:b, :]) / (b - a)
+                          for a, b in itertools.pairwise(cuts)], axis=-2)
+            return G + self.l2 * w[..., None, :]
         W = self._W(w)
         Xd = self.design(self.X)
         E = self._residuals(self._logits(W, Xd), self.y)  # (..., N, K)
@@ -329,20 +422,19 @@ class ClassificationProblem:
 
     def grad(self, w) -> np.ndarray:
         """``∇F(w) = Σ_k p_k ∇F_k(w)``; ``w`` of shape (..., d)."""
-        W = self._W(w)
+        w = self._w(w)
         Xd = self.design(self.X)
         s = np.repeat(self.p / self.sizes, self.sizes)  # per-sample weight p_k / N_k
-        E = self._residuals(self._logits(W, Xd), self.y) * s[:, None]
-        G = np.einsum("nf,...nk->...fk", Xd, E).reshape(*np.shape(w)[:-1], self.d)
-        return G + self.l2 * np.asarray(w, dtype=np.float64)
+        A, Z = self._forward(w, Xd)
+        E = self._residuals(Z, self.y) * s[:, None]
+        return self._backward(w, Xd, A, E) + self.l2 * w
 
     def _loss_and_grad(self, w: np.ndarray) -> tuple[float, np.ndarray]:
-        W = self._W(w)
         Xd = self.design(self.X)
-        Z = self._logits(W, Xd)
+        A, Z = self._forward(w, Xd)
         s = np.repeat(self.p / self.sizes, self.sizes)
         f = float(s @ self._sample_losses(Z, self.y) + 0.5 * self.l2 * w @ w)
-        g = (Xd.T @ (self._residuals(Z, self.y) * s[:, None])).reshape(-1) + self.l2 * w
+        g = self._backward(w, Xd, A, self._residuals(Z, self.y) * s[:, None]) + self.l2 * w
         return f, g
 
     def per_sample_grads(self, w, client: int) -> np.ndarray:
@@ -354,6 +446,9 @@ class ClassificationProblem:
         start = int(_segments(self.sizes)[k])
         Xd = self.design(self.X[start:start + self.sizes[k]])
         yk = self.y[start:start + self.sizes[k]]
+        if self.model == "mlp":
+            E = self._residuals(self._forward(w, Xd)[1], yk)
+            return _mlp.per_sample_grads(w, Xd, E, self.n_features, self.hidden, self.n_outputs) + self.l2 * w
         E = self._residuals(Xd @ self._W(w), yk)
         return np.einsum("nf,nk->nfk", Xd, E).reshape(-1, self.d) + self.l2 * w
 
@@ -401,9 +496,24 @@ class ClassificationProblem:
         Y = (Xd[:, :, None] * P[:, None, :]).reshape(-1, F * K)
         return H.reshape(F * K, F * K) - (Y * s[:, None]).T @ Y
 
+    def _fd_hessian(self, w: np.ndarray, grad) -> np.ndarray:
+        """Central differences of an analytic gradient ``grad`` ((m, d) -> (m, …, d)), symmetrised; MLP only.
+
+        Step ``h = 1e-5·max(1, ‖w‖_∞)``: truncation error O(h²) ≈ 1e-10 relative.
+        """
+        h = 1e-5 * max(1.0, float(np.abs(w).max()))
+        cols = []
+        for a in range(0, self.d, 64):
+            eye = np.eye(self.d)[a:a + 64] * h
+            cols.append((grad(w + eye) - grad(w - eye)) / (2 * h))  # (m, …, d)
+        H = np.moveaxis(np.concatenate(cols, axis=0), 0, -1)
+        return 0.5 * (H + np.swapaxes(H, -1, -2))
+
     def client_hessian(self, w) -> np.ndarray:
-        """``∇²F_k(w)`` for every client, shape (Q, d, d)."""
+        """``∇²F_k(w)`` for every client, shape (Q, d, d) (MLP: central differences of the gradient)."""
         w = np.asarray(w, dtype=np.float64).reshape(self.d)
+        if self.model == "mlp":
+            return self._fd_hessian(w, self.client_grad)
         Xd = self.design(self.X)
         Z = Xd @ self._W(w)
         out = np.empty((self.Q, self.d, self.d))
@@ -413,8 +523,10 @@ class ClassificationProblem:
         return out
 
     def hessian(self, w) -> np.ndarray:
-        """``∇²F(w) = Σ_k p_k ∇²F_k(w)``, shape (d, d)."""
+        """``∇²F(w) = Σ_k p_k ∇²F_k(w)``, shape (d, d) (MLP: central differences of the gradient)."""
         w = np.asarray(w, dtype=np.float64).reshape(self.d)
+        if self.model == "mlp":
+            return self._fd_hessian(w, self.grad)
         Xd = self.design(self.X)
         s = np.repeat(self.p / self.sizes, self.sizes)
         return self._weighted_hessian(Xd, Xd @ self._W(w), s) + self.l2 * np.eye(self.d)
@@ -425,15 +537,17 @@ class ClassificationProblem:
         """``w* = argmin F`` by L-BFGS, polished by Newton steps (``d <= 2000``), shape (d,).
 
         Raises :class:`FedsdeInputError` when the gradient cannot be driven to ``1e-8`` (e.g. ``l2 = 0`` on
-        separable data, where no minimiser exists).
+        separable data, where no minimiser exists).  For the (non-convex) MLP: the local minimiser that L-BFGS
+        reaches from :meth:`initial_weights` (no Newton polish; tolerance ``1e-6``).
         """
         if "optimum" not in self._cache:
+            mlp = self.model == "mlp"
             res = scipy.optimize.minimize(
-                self._loss_and_grad, np.zeros(self.d), jac=True, method="L-BFGS-B",
+                self._loss_and_grad, self.initial_weights(), jac=True, method="L-BFGS-B",
                 options={"maxiter": 20000, "gtol": 1e-12, "ftol": 1e-15, "maxcor": 30},
             )
             w = res.x
-            if self.d <= 2000:
+            if self.d <= 2000 and not mlp:
                 for _ in range(20):
                     g = self.grad(w)
                     if np.linalg.norm(g) < 1e-13:
@@ -443,7 +557,7 @@ class ClassificationProblem:
                     except np.linalg.LinAlgError:
                         break
             gnorm = float(np.linalg.norm(self.grad(w)))
-            if not np.isfinite(gnorm) or gnorm > 1e-8:
+            if not np.isfinite(gnorm) or gnorm > (1e-6 if mlp else 1e-8):
                 raise FedsdeInputError(
                     f"l2={self.l2}: could not find the minimiser of F (|grad F| = {gnorm:.3g} after L-BFGS and "
                     "Newton); with l2 = 0 on separable data none exists, so use l2 > 0"
@@ -459,7 +573,7 @@ class ClassificationProblem:
     # ------------------------------------------------------------------ evaluation
     def predict(self, w, X) -> np.ndarray:
         """Predicted labels for rows of ``X`` (shape (n, F)); ``w`` of shape (..., d) gives (..., n)."""
-        Z = self._logits(self._W(w), self.design(X))
+        Z = self._forward(w, self.design(X))[1]
         if self.model == "logistic":
             return (Z[..., 0] > 0).astype(np.int64)
         return np.argmax(Z, axis=-1)
@@ -485,8 +599,12 @@ class ClassificationProblem:
     def max_curvature(self) -> np.ndarray:
         """Upper bound on the largest Hessian eigenvalue of each ``F_k``, shape (Q,).
 
-        ``c·λ_max((1/N_k) Σ x̃x̃ᵀ) + λ`` with ``c = 1/4`` (logistic) or ``1/2`` (softmax).
+        ``c·λ_max((1/N_k) Σ x̃x̃ᵀ) + λ`` with ``c = 1/4`` (logistic) or ``1/2`` (softmax).  None exists for the
+        MLP (its curvature is unbounded in ``w``): :class:`FedsdeInputError`.
         """
+        if self.model == "mlp":
+            raise FedsdeInputError("model='mlp': no global curvature bound exists for a neural network "
+                                   "(max_curvature is defined for logistic and softmax models)")
         c = 0.25 if self.model == "logistic" else 0.5
         out = np.empty(self.Q)
         for k, Xk in enumerate(self.client_data()[0]):
@@ -497,7 +615,8 @@ class ClassificationProblem:
     def summary(self) -> dict:
         """Sizes, weights and label counts, for records."""
         return {"name": self.name, "model": self.model, "Q": self.Q, "d": self.d, "n_classes": self.n_classes,
-                "l2": self.l2, "sizes": self.sizes.tolist(), "test_sizes": self.test_sizes.tolist(),
+                "l2": self.l2, "hidden": self.hidden, "batch_size": self.batch_size, "sampling": self.sampling,
+                "sizes": self.sizes.tolist(), "test_sizes": self.test_sizes.tolist(),
                 "p": self.p.tolist(), "label_counts": self.label_counts().tolist(), **self.info}
 
 

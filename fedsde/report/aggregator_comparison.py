@@ -11,6 +11,10 @@ minibatches (seed 000 §5, App. C.1; reference/seed-fedaware.md §2.2):
   ``τ_k = E⌈N_k/B⌉`` differs between clients;
 * ``hybrid+``: the hybrid partition with ``E_k ~ U{2..5}`` and ``B_k ~ U{B..N_k − 1}`` redrawn every round.
 
+With ``--problem FILE`` (a data-problem file, :mod:`fedsde.problems.data_files`) the comparison runs on that
+problem instead of the three settings: one setting named after the file, ``E`` epochs of the file's batch size,
+minibatches drawn as the file says (``sampling``).
+
 The partition is fixed by ``--data-seed``; the runs of one rule differ by their random streams (replicates
 ``r = 0..S−1`` of :func:`fedsde.sim.simulate` with ``--seed``; every rule sees the same participants in every
 round).  The table reports the test accuracy of the global model after the last round (mean ± std over runs), the
@@ -52,6 +56,7 @@ class ComparisonConfig:
     l2: float = 1e-4
     test_fraction: float = 0.25
     server_lr: dict = field(default_factory=lambda: {"fedadam": 0.03})
+    problem_file: str | None = None
     params: dict = field(default_factory=lambda: {
         "fedavgm": {"beta": 0.7},
         "fedprox": {"mu": 0.01},
@@ -70,6 +75,8 @@ class ComparisonConfig:
 def _problem(setting: str, cfg: ComparisonConfig):
     from fedsde.problems import federated_classification
 
+    if cfg.problem_file is not None:
+        return load_data_problem(cfg.problem_file)
     if setting == "statistical":
         return federated_classification(
             "digits", n_clients=cfg.n_clients, partition="shards", shards_per_client=cfg.shards_per_client,
@@ -82,9 +89,25 @@ def _problem(setting: str, cfg: ComparisonConfig):
 def _steps(setting: str, problem, cfg: ComparisonConfig):
     from fedsde.sim import EpochSteps
 
+    if cfg.problem_file is not None:
+        return EpochSteps(tuple(problem.sizes), cfg.epochs, problem.batch_size)
     if setting == "hybrid+":
         return EpochSteps(tuple(problem.sizes), cfg.epochs_range, (cfg.batch_size, None))
     return EpochSteps(tuple(problem.sizes), cfg.epochs, cfg.batch_size)
+
+
+def load_data_problem(path: str):
+    """The data problem of ``--problem FILE``; a one-line error for a quadratic file or one without a test set."""
+    from fedsde.problems import is_data_problem, load_problem
+
+    problem = load_problem(path)
+    if not is_data_problem(problem):
+        raise FedsdeInputError(f"--problem={path!r}: compare-aggregators needs a data problem (kind = "
+                               "\"classification\"): it reports test accuracy")
+    if int(np.sum(problem.test_sizes)) == 0:
+        raise FedsdeInputError(f"--problem={path!r}: the problem has no test samples (test_fraction = 0); the "
+                               "comparison reports test accuracy")
+    return problem
 
 
 def run_comparison(cfg: ComparisonConfig, *, progress: bool = True) -> dict:
@@ -98,8 +121,9 @@ def run_comparison(cfg: ComparisonConfig, *, progress: bool = True) -> dict:
     for opt, val in (("--seed", cfg.seed), ("--data-seed", cfg.data_seed)):
         if not isinstance(val, int | np.integer) or val < 0:
             raise FedsdeInputError(f"{opt}={val!r}: must be an integer >= 0")
-    for opt, names, known in (("--settings", cfg.settings, SETTINGS), ("--aggregators", cfg.aggregators,
-                                                                       tuple(sorted(AGGREGATORS)))):
+    settings_known = tuple(cfg.settings[:1]) if cfg.problem_file is not None else SETTINGS  # one, named by the file
+    for opt, names, known in (("--settings", cfg.settings, settings_known), ("--aggregators", cfg.aggregators,
+                                                                             tuple(sorted(AGGREGATORS)))):
         if not names:
             raise FedsdeInputError(f"{opt}: empty; give one or more of {', '.join(known)}")
         for name in names:
@@ -130,7 +154,7 @@ def run_comparison(cfg: ComparisonConfig, *, progress: bool = True) -> dict:
                     problem, eta=cfg.eta, local_steps=steps, rounds=cfg.rounds, replicates=cfg.runs,
                     seed=cfg.seed, server_lr=cfg.server_lr.get(name, 1.0), participation=cfg.participation,
                     weighting="renormalised", aggregator=agg, block_size=1, dtype=torch.float64,
-                    oracle_factory=minibatch_oracle(sampling="epoch"),
+                    oracle_factory=minibatch_oracle(sampling=problem.sampling if cfg.problem_file else "epoch"),
                 )
                 acc = np.asarray(problem.accuracy(res.weights))  # (T, R)
                 entry["rules"][name] = {
@@ -204,7 +228,8 @@ def plot_accuracy(results: dict):
     axes[0, 0].set_ylim(max(0.0, lo - 5), 100)
     axes[0, -1].legend(loc="lower right", fontsize=8, ncol=2)
     cfg = results["config"]
-    fig.suptitle(f"digits softmax regression, Q={cfg['n_clients']} clients, {cfg['participation']} per round, "
+    what = f"{cfg['problem_file']}" if cfg.get("problem_file") else "digits softmax regression"
+    fig.suptitle(f"{what}, Q={cfg['n_clients']} clients, {cfg['participation']} per round, "
                  f"η={cfg['eta']}; mean ± std over {cfg['runs']} runs", fontsize=10)
     fig.tight_layout()
     return fig

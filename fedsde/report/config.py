@@ -91,6 +91,17 @@ SCHEMA: dict[str, dict[str, Field]] = {
     "F10": {"scale": POS},
     "F11": {"rounds": POS_INT, "seeds": POS_INT, "clients": POS_INT},
     "F12": {"eta": POS, "local_steps": POS_INT, "horizon": POS, "levels": POS_INT},
+    "F13": {"clients": POS_INT, "batch_size": POS_INT, "hidden": POS_INT, "rounds": POS_INT,
+            "replicates": Field("int", 2), "ells": POS_INTS, "record_every": POS_INT, "tolerance": POS, "eta": POS,
+            "local_steps": POS_INT, "server_lr": POS, "bad_eta": POS, "bad_local_steps": POS_INT,
+            "bad_server_lr": POS},
+    "F14": {"clients": POS_INT, "batch_size": POS_INT, "eta": POS, "local_steps": POS_INT, "server_lr": POS,
+            "rounds": POS_INT, "replicates": Field("int", 2), "ells": POS_INTS, "mc_substeps": POS_INTS,
+            "inner_samples": POS_INT, "record_every": POS_INT},
+    "F15": {"eta": POS, "local_steps": POS_INT, "server_lr": POS, "rounds": POS_INT, "kappas": POS_FLOATS,
+            "rate_etas": POS_FLOATS, "data_eta": POS, "data_local_steps": POS_INT, "data_rounds": POS_INT,
+            "data_replicates": Field("int", 2), "data_kappa": POS_INT, "data_clients": POS_INT,
+            "data_batch_size": POS_INT, "data_hidden": POS_INT},
 }
 
 FIGURE_IDS = tuple(k for k in SCHEMA if k != "run")
@@ -159,3 +170,103 @@ def parse_only(text: str | None) -> tuple[str, ...]:
         raise FedsdeInputError(f"--only={text!r}: unknown figure id(s) {', '.join(bad) or '(none)'}; "
                                f"choose from {', '.join(FIGURE_IDS)}")
     return ids
+
+
+#: figures computed on the configuration's problem, which must then have quadratic clients
+QUADRATIC_FIGURES = ("F1", "F2", "F3", "F4", "F5", "F6", "F7", "F12")
+#: most rounds a figure's exact path may take (F9: horizon/h, F12: 2^(levels+1)), to refuse a mistyped field
+MAX_FIGURE_ROUNDS = 1_000_000
+
+
+def check_constraints(cfg: dict, only, problem) -> None:
+    """Every cross-field constraint of the figures ``only`` with the configuration's ``problem``, checked before
+    anything runs; the first violation raises a one-line :class:`FedsdeInputError` naming the fields and values.
+
+    * every ``(eta, local_steps[, server_lr])`` a figure runs: local SGD must not expand (``η·λ_max(U_k) < 2``) and
+      the server recursion of the mean must not grow (``ρ(I − s·B) <= 1``; :func:`fedsde._validate.known_divergence`);
+    * F2/F3/F4 need a stationary law at every grid point (``ρ(I − B) < 1``), F5 at one point at least;
+    * F1: the printed and corrected SDEs are integrated by Euler with step ``h = eta``, which must be stable;
+    * covariances need ``replicates``/``paths`` >= 2; F6 needs a diagonal problem; F7's ``Qs`` are multiples of the
+      problem's Q; F9's ``eta_cs`` are checked on its own Section 4 problem; F9 and F12 at most
+      :data:`MAX_FIGURE_ROUNDS` rounds.
+    """
+    import numpy as np
+
+    from fedsde._validate import known_divergence
+
+    def diverges(where: str, pb, eta, E, s=1.0) -> None:
+        why = known_divergence(pb, float(eta), int(E), float(s))
+        if why:
+            raise FedsdeInputError(f"{where}: {why[0]}")
+
+    def stationary(where: str, pb, eta, E, raise_: bool = True) -> bool:
+        from fedsde.exact import round_law
+
+        rho = round_law(pb, float(eta), int(E), 1.0, warn=False).spectral_radius
+        if rho >= 1.0 and raise_:
+            raise FedsdeInputError(f"{where}: the chain has no stationary law (spectral radius of I − B is {rho:.6g} "
+                                   ">= 1 with server step 1), which this figure needs")
+        return rho < 1.0
+
+    from fedsde.problems.quadratic import QuadraticProblem
+
+    for fid in only:
+        t = cfg.get(fid, {})
+        if fid in QUADRATIC_FIGURES and not isinstance(problem, QuadraticProblem):
+            raise FedsdeInputError(f"{fid}: needs quadratic clients, but run.problem={cfg['run']['problem']!r} is a "
+                                   f"data problem; choose the figures with --only (these need a quadratic problem: "
+                                   f"{', '.join(QUADRATIC_FIGURES)})")
+        for key in ("replicates", "paths"):
+            if key in t and t[key] < 2:
+                raise FedsdeInputError(f"{fid}.{key}={t[key]}: must be >= 2 (a covariance needs two samples)")
+        if fid == "F9":
+            from fedsde.theory.problems import sec4_quadratic
+
+            sec4 = sec4_quadratic()
+            for i, eta_c in enumerate(t["eta_cs"]):
+                diverges(f"F9.eta_cs[{i}]={eta_c:g} (Section 4 problem, F9.local_steps={t['local_steps']})", sec4,
+                         eta_c, t["local_steps"])
+            rounds = round(t["horizon"] / t["h"]) + 1
+            if rounds > MAX_FIGURE_ROUNDS:
+                raise FedsdeInputError(f"F9.horizon={t['horizon']:g}, F9.h={t['h']:g}: {rounds} rounds; at most "
+                                       f"{MAX_FIGURE_ROUNDS}")
+            continue
+        if "eta" in t and "local_steps" in t:
+            s = t.get("server_lr", 1.0)
+            diverges(f"{fid}.eta={t['eta']:g}, {fid}.local_steps={t['local_steps']}"
+                     + (f", {fid}.server_lr={s:g}" if "server_lr" in t else ""), problem, t["eta"], t["local_steps"], s)
+        if "etas" in t and "Es" in t:
+            ok = 0
+            for eta in t["etas"]:
+                for E in t["Es"]:
+                    where = f"{fid}.etas ∋ {eta:g}, {fid}.Es ∋ {E}"
+                    diverges(where, problem, eta, E)
+                    ok += stationary(where, problem, eta, E, raise_=fid != "F5")
+            if not ok:
+                raise FedsdeInputError(f"{fid}.etas={t['etas']}, {fid}.Es={t['Es']}: no grid point has a stationary "
+                                       "law; the heatmap would be empty")
+        if fid == "F4":
+            stationary(f"F4.eta={t['eta']:g}, F4.local_steps={t['local_steps']}", problem, t["eta"], t["local_steps"])
+        if fid == "F1":
+            from fedsde.sde.integrate import _check_euler_stability
+
+            for variant in ("paper", "corrected"):
+                try:
+                    _check_euler_stability(problem, variant, t["eta"], t["local_steps"], t["server_lr"], t["eta"], 1)
+                except FedsdeInputError as exc:
+                    raise FedsdeInputError(f"F1.eta={t['eta']:g}, F1.server_lr={t['server_lr']:g}: the {variant} SDE "
+                                           f"is integrated with one Euler step per round (h = eta): {exc}") from None
+        if fid == "F6" and not problem.is_diagonal:
+            raise FedsdeInputError("F6: uses the scalar formulas of Thm 6.3 and needs a diagonal problem (run.problem "
+                                   f"{problem.name or ''!r} has full matrices); leave F6 out with --only")
+        if fid == "F7":
+            bad = [q for q in t["Qs"] if q % problem.Q]
+            if bad:
+                raise FedsdeInputError(f"F7.Qs={t['Qs']}: every Q must be a multiple of the problem's {problem.Q} "
+                                       f"clients (not {bad})")
+        if fid == "F15" and t["data_rounds"] % t["data_kappa"]:
+            raise FedsdeInputError(f"F15.data_rounds={t['data_rounds']}, F15.data_kappa={t['data_kappa']}: the rules "
+                                   "map rounds n → n/κ on digits, so data_rounds must be a multiple of data_kappa")
+        if fid == "F12" and 2 ** (t["levels"] + 1) > MAX_FIGURE_ROUNDS:
+            raise FedsdeInputError(f"F12.levels={t['levels']}: the finest step needs {2 ** (t['levels'] + 1)} rounds; "
+                                   f"at most {MAX_FIGURE_ROUNDS} (levels <= {int(np.log2(MAX_FIGURE_ROUNDS)) - 1})")

@@ -85,6 +85,10 @@ GALLERY: dict[str, FigureSpec] = {
         FigureSpec("F11", "aggregators", "Aggregators under statistical / hybrid / hybrid+ heterogeneity",
                    "f11_aggregators"),
         FigureSpec("F12", "weak_error", "Weak error vs step size", "f12_weak_error"),
+        FigureSpec("F13", "validity", "SVAG validity test: does the SDE track FedAvg on digits?", "f13_validity"),
+        FigureSpec("F14", "general_sde", "The general SDE vs FedAvg on a real loss: weak error and cost",
+                   "f14_general_sde"),
+        FigureSpec("F15", "scaling_rules", "First-order SDE scaling rules: where they hold", "f15_scaling"),
     ]
 }
 

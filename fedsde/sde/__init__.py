@@ -7,7 +7,9 @@ Clock: round ``n`` sits at ``t = n·h``; the actual server step is ``s = h·η�
 * :mod:`fedsde.sde.brownian` — :class:`GridBrownian`, a seeded, chunk-invariant Brownian motion on a fixed grid;
 * :mod:`fedsde.sde.integrate` — :func:`simulate_sde` / :func:`sdeint_rounds` (torchsde Euler–Maruyama on the round
   grid) and exact OU transitions;
-* :mod:`fedsde.sde.schedules` — time-varying rates ``η(t)``, ``s(t)``.
+* :mod:`fedsde.sde.schedules` — time-varying rates ``η(t)``, ``s(t)``;
+* :mod:`fedsde.sde.svag` — the SVAG chain lifted to the server round: a sampler of eq. (2) for any loss
+  (:func:`simulate_svag`, two client rounds per step of size ``h/ℓ``) and its exact law on quadratic clients.
 """
 
 from fedsde.sde.brownian import GridBrownian
@@ -15,6 +17,7 @@ from fedsde.sde.coefficients import VARIANTS, GaussianLaw, LinearSDE, psd_sqrt, 
 from fedsde.sde.integrate import METHODS, MODELS, SDEPaths, sdeint_rounds, simulate_sde, time_grid
 from fedsde.sde.models import ESTIMATORS, ClientProblem, FedAvgSDE, QuadraticSDE
 from fedsde.sde.schedules import RateSchedule, as_schedule
+from fedsde.sde.svag import simulate_svag, svag_chain
 
 __all__ = [
     "ESTIMATORS",
@@ -34,5 +37,7 @@ __all__ = [
     "quadratic_sde_coefficients",
     "sdeint_rounds",
     "simulate_sde",
+    "simulate_svag",
+    "svag_chain",
     "time_grid",
 ]

@@ -1,9 +1,9 @@
 """Gradient oracles for clients with real data (:class:`~fedsde.problems.logistic.ClassificationProblem`).
 
-Shapes follow :mod:`fedsde.sim.oracles`: ``x`` of shape ``(nb, Q, B, d)`` (blocks × clients × replicates per
-block × dimension).  Client data sit in a padded layout ``(Q, N_max, n_features)``.  Every random draw fills
-whole blocks from their own stream and every tensor has a shape fixed by the run's configuration (not by the
-draws), which keeps results bit-identical and independent of how replicates are chunked.
+Shapes follow :mod:`fedsde.sim.oracles`: ``x`` of shape ``(nb, S, B, d)`` (blocks × client slots × replicates per
+block × dimension).  Every random draw fills whole blocks from their own stream and every tensor has a shape
+fixed by the run's configuration (not by the draws), which keeps results bit-identical and independent of how
+replicates are chunked.  Models: logistic, softmax and the one-hidden-layer tanh MLP (:mod:`fedsde.problems.mlp`).
 
 * :class:`MinibatchOracle` — true minibatch SGD: the mean gradient of ``S_k`` samples drawn without replacement,
   either independently at every step (``sampling="minibatch"``) or as consecutive batches of a fresh random
@@ -14,6 +14,18 @@ draws), which keeps results bit-identical and independent of how replicates are 
   data): ``ξ = √((1/S − 1/N_k)/(N_k − 1)) Σ_i (z_i − z̄) ∇ℓ_i(w)`` with ``z_i ~ N(0, 1)`` has exactly that
   covariance;
 * :class:`FullGradientOracle` — the exact client gradient (deterministic local GD).
+
+How the work is laid out (results are the same up to rounding; the choice depends on the configuration only):
+
+* *shared rows* — every slot holds its own client (no participation sampling): the client's rows ``X_k`` are
+  shared by all replicates, so one matmul ``X_k (N_k × F) @ W (F × replicates·K)`` per client does the forward
+  pass and one ``X_kᵀ @ E`` the backward pass; a minibatch is a 0/1 weight per row.  Used when the padded
+  client length ``N_max`` is at most twice the batch (or for full / Gaussian gradients), so the work stays
+  O(batch) per step.
+* *gathered rows* — otherwise each replicate's minibatch rows are gathered (``index_select``) and batched
+  matmuls of shape ``(batch × F) @ (F × K)`` run per replicate.  Minibatches of at most :data:`FLOYD_MAX` rows
+  are drawn with Floyd's algorithm (``S`` uniform draws per slot and step: O(batch) randomness and O(batch²)
+  work whatever ``N_k``); larger ones keep the ``S`` smallest of ``N_max`` uniform keys.
 
 Batch sizes are fixed (``batch_size=``) or handed over every round by the simulator from
 :class:`~fedsde.sim.steps.EpochSteps` through ``begin_round(batch, max_batch)``.
@@ -29,9 +41,14 @@ from fedsde.sim.streams import ReplicateStreams
 
 SAMPLINGS = ("minibatch", "epoch")
 
+#: use shared client rows with 0/1 weights while N_max <= DENSE_FACTOR · batch (else gather the batch rows)
+DENSE_FACTOR = 2
+#: largest batch drawn with Floyd's algorithm (its work grows as batch²)
+FLOYD_MAX = 32
+
 
 class _DataOracle:
-    """Shared set-up: padded data, targets, batch sizes and the clients held by each slot."""
+    """Shared set-up: data layouts, batch sizes, the clients held by each slot, and the model's gradients."""
 
     #: the simulator may hand over only the round's participants (``clients`` in :meth:`begin_round`)
     participants_only = True
@@ -46,8 +63,10 @@ class _DataOracle:
         self.Q, self.n_max, self.F = Xp.shape
         self.K = problem.n_outputs
         self.logistic = problem.model == "logistic"
+        self.H = int(problem.hidden) if problem.model == "mlp" else 0
         self.l2 = float(problem.l2)
         self.X = torch.as_tensor(Xp, dtype=dtype, device=device)  # (Q, N, F)
+        self.Xt = self.X.transpose(1, 2).contiguous()  # (Q, F, N)
         y = torch.as_tensor(yp, device=device)
         if self.logistic:
             self.Y = y.to(dtype).unsqueeze(-1)  # (Q, N, 1)
@@ -61,6 +80,11 @@ class _DataOracle:
         self.max_batch = None
         self.clients = None
         self.step = 0
+        self._rows = None
+        self._rep = None
+        self._bufs: dict[str, torch.Tensor] = {}
+        self._from_fixed = True
+        self._mean_w = None
 
     def begin_round(self, batch: torch.Tensor | None = None, max_batch: int | None = None,
                     clients: torch.Tensor | None = None) -> None:
@@ -77,12 +101,15 @@ class _DataOracle:
         """
         self.step = 0
         self.clients = clients
+        self._rows = None
+        self._mean_w = None
         if clients is None:
             sizes = self.sizes.view(1, self.Q, 1, 1)
         else:
             sizes = self.sizes[clients].unsqueeze(-1)  # (nb, S, B, 1)
         self._slot_sizes = sizes
         self._pad = self.pos >= sizes  # (…, N)
+        self._from_fixed = batch is None  # batch sizes from the fixed batch_size (not handed over by EpochSteps)
         if batch is None:
             if self.fixed_batch is None:
                 raise FedsdeInputError(
@@ -94,30 +121,163 @@ class _DataOracle:
             self.max_batch = int(max_batch) if max_batch is not None else int(batch.max())
             self.batch = batch  # (R, S); viewed block-major at the first step
 
+    def _mean_weights(self) -> torch.Tensor:
+        """``1/N_k`` on every real row of each slot's client (0 on padding), shape (1|nb, S, 1|B, N); per round."""
+        if self._mean_w is None:
+            self._mean_w = (1.0 / self._slot_sizes.to(self.dtype)).masked_fill(self._pad, 0.0)
+        return self._mean_w
+
     def _batch_view(self, nb: int, S: int, B: int) -> torch.Tensor:
         if self.batch.dim() == 2:
             self.batch = self.batch.view(nb, B, S).transpose(1, 2).unsqueeze(-1)
         return self.batch
 
-    def _slot_data(self):
-        """Design rows and targets of every slot's client: (1|nb, S, 1|B, N, F) and (…, N, K)."""
-        if self.clients is None:
-            return self.X.unsqueeze(0).unsqueeze(2), self.Y.unsqueeze(0).unsqueeze(2)
-        return self.X[self.clients], self.Y[self.clients]
-
-    def _grad(self, x: torch.Tensor, Xb: torch.Tensor, Yb: torch.Tensor, wts: torch.Tensor) -> torch.Tensor:
-        """``Σ_s wts_s ∇ℓ_s(x) + λx`` for samples ``Xb`` (nb, S, B, n, F), targets ``Yb`` and weights (…, n)."""
-        nb, S, B, d = x.shape
-        W = x.view(nb, S, B, self.F, self.K)
-        Z = torch.matmul(Xb, W)  # (nb, S, B, n, K)
+    # ------------------------------------------------------------------ gradients
+    def _residual(self, Z: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
+        """``∂ℓ/∂z``: ``σ(z) − y`` or ``softmax(z) − e_y`` (``Y`` broadcast against ``Z``)."""
         if self.logistic:
-            P = torch.sigmoid(Z)
+            return torch.sigmoid(Z).sub_(Y)
+        P = torch.exp(Z - Z.amax(-1, keepdim=True))
+        return P.div_(P.sum(-1, keepdim=True)).sub_(Y)
+
+    def _grad_dense(self, x: torch.Tensor, wts: torch.Tensor) -> torch.Tensor:
+        """``Σ_i wts_i ∇ℓ_i(x) + λx`` over all (padded) rows of every slot's client; ``wts`` (nb, S, B, N)."""
+        if self.clients is None:
+            return self._grad_shared(x, wts)
+        if self._rows is None:  # the slots' client rows, gathered once per round
+            Xr = self.X[self.clients].flatten(0, 2)  # (M, N, F)
+            self._rows = (Xr, Xr.transpose(1, 2).contiguous(), self.Y[self.clients].flatten(0, 2))
+        g = self._grad_rows(x, *self._rows, wts)
+        return g.add_(x, alpha=self.l2) if self.l2 else g
+
+    def _buf(self, name: str, shape: tuple[int, ...]) -> torch.Tensor:
+        """A work buffer reused across steps (fresh large allocations cost page faults on every step)."""
+        b = self._bufs.get(name)
+        if b is None or b.shape != shape:
+            b = self._bufs[name] = torch.empty(shape, dtype=self.dtype, device=self.device)
+        return b
+
+    def _shared_rows(self, nb: int):
+        """Client rows ``X`` (nb·S, N, F), ``Xᵀ`` (nb·S, F, N), targets ``Yᵀ`` (nb·S, 1, K, N), repeated per block."""
+        if self._rep is None or self._rep[0] != nb:
+            S, N, F = self.X.shape
+            Yt = self.Y.transpose(1, 2)
+            self._rep = (nb, self.X.expand(nb, S, N, F).reshape(nb * S, N, F),
+                         self.Xt.expand(nb, S, F, N).reshape(nb * S, F, N),
+                         Yt.expand(nb, S, *Yt.shape[1:]).reshape(nb * S, 1, *Yt.shape[1:]))
+        return self._rep[1:]
+
+    def _softmax_residual_(self, Z: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
+        """In place: ``Z`` (…, K) of logits becomes ``softmax(Z) − Y``."""
+        Z.sub_(Z.amax(-1, keepdim=True)).exp_()
+        return Z.div_(Z.sum(-1, keepdim=True)).sub_(Y)
+
+    def _softmax_residual_t(self, Z: torch.Tensor, Yt: torch.Tensor) -> torch.Tensor:
+        """In place: ``Z`` (…, K, N) of logits becomes ``softmax over K − Yᵀ`` (``σ − y`` for logistic)."""
+        if self.logistic:
+            return Z.sigmoid_().sub_(Yt)
+        Z.sub_(Z.amax(-2, keepdim=True)).exp_()
+        return Z.div_(Z.sum(-2, keepdim=True)).sub_(Yt)
+
+    def _grad_shared(self, x: torch.Tensor, wts: torch.Tensor) -> torch.Tensor:
+        """Slot ``k`` holds client ``k``: per (block, client), all ``B`` replicates in one matmul with the client's
+        rows — logits ``(N × F) @ (F × B·K)`` (linear) or hidden pre-activations ``(B·H × F) @ (F × N)`` (MLP) — so
+        that only small per-replicate transposes of ``W`` are needed; ridge term included."""
+        nb, S, B, d = x.shape
+        F, K, H, N = self.F, self.K, self.H, self.n_max
+        M = nb * S
+        Xr, Xtr, Ytr = self._shared_rows(nb)
+        xs = x.view(M, B, d)
+        wts = wts.expand(nb, S, wts.shape[2], N)  # B axis may be 1 (weights shared by the replicates)
+        out = torch.empty_like(x)
+        o = out.view(M, B, d)
+        if not H:
+            Wt = self._buf("Wt", (M, B, K, F))
+            Wt.copy_(xs.view(M, B, F, K).transpose(2, 3))
+            Wt3 = Wt.view(M, B * K, F)
+            Yr4 = self.Y.unsqueeze(0).expand(nb, *self.Y.shape).reshape(M, N, 1, -1)
+            # logits of every row and replicate: Z = X Wᵀᵀ, shape (M, N, B·K), classes contiguous
+            Z = torch.bmm(Xr, Wt3.transpose(1, 2), out=self._buf("Z", (M, N, B * K))).view(M, N, B, K)
+            E = self._residual(Z, Yr4) if self.logistic else self._softmax_residual_(Z, Yr4)
+            E.mul_(wts.reshape(M, -1, N).transpose(1, 2).unsqueeze(-1))
+            # G = Eᵀ X + λ·Wᵀ, in place in the Wᵀ buffer (one pass), then transposed back per replicate
+            G = torch.baddbmm(Wt3, E.view(M, N, B * K).transpose(1, 2), Xr, beta=self.l2, out=Wt3)
+            o.view(M, B, F, K).copy_(G.view(M, B, K, F).transpose(2, 3))
+            return out
+        cut = F * H
+        W1t = self._buf("W1t", (M, B, H, F))
+        W1t.copy_(xs[..., :cut].reshape(M, B, F, H).transpose(2, 3))
+        A = torch.bmm(W1t.view(M, B * H, F), Xtr, out=self._buf("A", (M, B * H, N))).tanh_()  # (M, B·H, N)
+        A = A.view(M * B, H, N)
+        W2 = xs[..., cut:].reshape(M * B, H + 1, K)
+        Z = torch.baddbmm(W2[:, H:].transpose(1, 2), W2[:, :H].transpose(1, 2), A)  # (M·B, K, N)
+        E = self._softmax_residual_t(Z.view(M, B, K, N), Ytr).mul_(wts.reshape(M, -1, 1, N)).view(M * B, K, N)
+        g2 = o[..., cut:].view(M * B, H + 1, K)
+        g2[:, :H].copy_(torch.baddbmm(W2[:, :H], A, E.transpose(1, 2), beta=self.l2))  # contiguous, then placed
+        torch.add(E.sum(-1), W2[:, H], alpha=self.l2, out=g2[:, H])
+        D = torch.bmm(W2[:, :H], E).mul_(1.0 - A * A)  # (M·B, H, N)
+        G = torch.baddbmm(W1t.view(M, B * H, F), D.view(M, B * H, N), Xr, beta=self.l2, out=W1t.view(M, B * H, F))
+        o[..., :cut].unflatten(-1, (F, H)).copy_(G.view(M, B, H, F).transpose(2, 3))
+        return out
+
+    def _grad_rows(self, x: torch.Tensor, Xr: torch.Tensor, Xrt: torch.Tensor, Yr: torch.Tensor,
+                   wts: torch.Tensor) -> torch.Tensor:
+        """``Σ_i wts_i ∇ℓ_i(x)`` with each replicate's own rows ``Xr`` (M, n, F), ``Xrt = Xrᵀ`` (M, F, n),
+        targets ``Yr`` (M, n, K) and weights ``wts`` (nb, S, B, n); ``M = nb·S·B`` (no ridge term)."""
+        nb, S, B, d = x.shape
+        M = nb * S * B
+        F, K, H = self.F, self.K, self.H
+        w8 = wts.expand(nb, S, B, -1).reshape(M, -1, 1)
+        if not H:
+            Z = torch.bmm(Xr, x.reshape(M, F, K))
+            E = self._residual(Z, Yr).mul_(w8)
+            return torch.bmm(Xrt, E).view(nb, S, B, d)
+        cut = F * H
+        xf = x.reshape(M, d)
+        W2 = xf[:, cut:].reshape(M, H + 1, K)
+        A = torch.tanh(torch.bmm(Xr, xf[:, :cut].reshape(M, F, H)))  # (M, n, H)
+        Z = torch.baddbmm(W2[:, H:], A, W2[:, :H])
+        E = self._residual(Z, Yr).mul_(w8)
+        g2 = torch.cat([torch.bmm(A.transpose(1, 2), E), E.sum(1, keepdim=True)], dim=1)
+        D = torch.bmm(E, W2[:, :H].transpose(1, 2)).mul_(1.0 - A * A)
+        g1 = torch.bmm(Xrt, D)
+        return torch.cat([g1.view(M, cut), g2.view(M, -1)], dim=1).view(nb, S, B, d)
+
+    def _gather(self, idx: torch.Tensor):
+        """Rows ``idx`` (nb, S, B, n) of every slot's client: (M, n, F), its transpose and targets (M, n, K)."""
+        nb, S, B, n = idx.shape
+        if self.clients is None:
+            base = (torch.arange(self.Q, device=self.device) * self.n_max).view(1, S, 1, 1)
         else:
-            P = torch.exp(Z - Z.amax(-1, keepdim=True))
-            P = P / P.sum(-1, keepdim=True)
-        E = (P - Yb).mul_(wts.unsqueeze(-1))
-        G = torch.matmul(Xb.transpose(-1, -2), E).reshape(nb, S, B, d)
-        return G.add_(x, alpha=self.l2) if self.l2 else G
+            base = (self.clients * self.n_max).unsqueeze(-1)
+        flat = (idx + base).reshape(-1)
+        M = nb * S * B
+        Xb = self.X.view(-1, self.F).index_select(0, flat).view(M, n, self.F)
+        Yb = self.Y.view(-1, self.Y.shape[-1]).index_select(0, flat).view(M, n, -1)
+        return Xb, Xb.transpose(1, 2).contiguous(), Yb
+
+
+def floyd_sample(u: torch.Tensor, n: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Uniform ``b``-subsets of ``{0, …, n − 1}`` from uniforms ``u`` (…, cap) by Floyd's algorithm.
+
+    For ``t = 0 … b − 1``: ``j = n − b + t``, ``r = ⌊u_t (j + 1)⌋``; take ``r`` unless already taken, else ``j``
+    (Floyd, "A sample of brilliance", CACM 1987).  ``n``, ``b`` broadcast against ``u[..., 0]`` with
+    ``1 <= b <= n``; entries ``t >= b`` are 0 (mask them with ``t < b``).  Work O(cap²) per slot, independent of n.
+
+    Returns
+    -------
+    Tensor of int64, shape of ``u``
+    """
+    cap = u.shape[-1]
+    idx = torch.zeros(u.shape, dtype=torch.int64, device=u.device)
+    nb = (n - b).to(torch.int64)
+    for t in range(cap):
+        j = nb + t  # (…,) largest index allowed at this draw
+        r = torch.minimum(torch.floor(u[..., t] * (j + 1).to(u.dtype)).to(torch.int64), j)
+        if t:
+            r = torch.where((idx[..., :t] == r.unsqueeze(-1)).any(-1), j, r)
+        idx[..., t] = torch.where(t < b, r, 0)
+    return idx
 
 
 class MinibatchOracle(_DataOracle):
@@ -139,38 +299,54 @@ class MinibatchOracle(_DataOracle):
         if sampling not in SAMPLINGS:
             raise FedsdeInputError(f"sampling={sampling!r}: must be one of {', '.join(SAMPLINGS)}")
         self.sampling = sampling
-        self._keys = None
+        self._u = None
         self._perm = None
+        # every slot's batch covers all its rows: the minibatch is the whole client (no randomness needed)
+        self._whole = batch_size is not None and batch_size >= self.n_max
+
+    def _buffer(self, shape: tuple[int, ...]) -> torch.Tensor:
+        if self._u is None or self._u.shape != shape:
+            self._u = torch.empty(shape, dtype=torch.float64, device=self.device)
+        return self._u
 
     def sample(self, x: torch.Tensor, streams: ReplicateStreams) -> torch.Tensor:
         nb, S, B, _ = x.shape
         cap = self.max_batch
         batch = self._batch_view(nb, S, B)  # (nb|1, S, B|1, 1)
-        if self._keys is None or self._keys.shape[:3] != (nb, S, B):
-            self._keys = torch.empty((nb, S, B, self.n_max), dtype=torch.float64, device=self.device)
-        keys = streams.uniform_(self._keys).masked_fill(self._pad, 2.0)  # padding sorts last
-        ar = torch.arange(cap, device=self.device)
-        if self.sampling == "minibatch":
-            idx = torch.topk(keys, cap, dim=-1, largest=False, sorted=True).indices  # (nb, S, B, cap)
-            valid = ar < batch
-        else:
-            sizes = self._slot_sizes
-            j = self.step % (-(-sizes // batch))  # batch index within the epoch
+        sizes = self._slot_sizes
+        step = self.step
+        self.step += 1
+        if self._whole and self._from_fixed:
+            return self._grad_dense(x, self._mean_weights())
+        if self.sampling == "epoch":
+            keys = streams.uniform_(self._buffer((nb, S, B, self.n_max))).masked_fill(self._pad, 2.0)
+            ar = torch.arange(cap, device=self.device)
+            j = step % (-(-sizes // batch))  # batch index within the epoch
             fresh = torch.argsort(keys, dim=-1)
-            self._perm = fresh if self.step == 0 else torch.where(j == 0, fresh, self._perm)
+            self._perm = fresh if step == 0 else torch.where(j == 0, fresh, self._perm)
             pos = j * batch + ar
             valid = (ar < batch) & (pos < sizes)
             idx = self._perm.gather(-1, pos.clamp(max=self.n_max - 1).expand(nb, S, B, cap))
-        self.step += 1
-        if self.clients is None:
-            base = (torch.arange(self.Q, device=self.device) * self.n_max).view(1, S, 1, 1)
-        else:
-            base = (self.clients * self.n_max).unsqueeze(-1)
-        flat = (idx + base).reshape(-1)
-        Xb = self.X.view(-1, self.F).index_select(0, flat).view(nb, S, B, cap, self.F)
-        Yb = self.Y.view(-1, self.K).index_select(0, flat).view(nb, S, B, cap, self.K)
+        elif self.n_max <= DENSE_FACTOR * cap:  # draw over all rows, keep the `batch` smallest keys
+            keys = streams.uniform_(self._buffer((nb, S, B, self.n_max))).masked_fill(self._pad, 2.0)
+            kth = torch.topk(keys, cap, dim=-1, largest=False, sorted=True).values
+            thr = kth.gather(-1, (batch.expand(nb, S, B, 1) - 1).clamp(min=0))
+            chosen = (keys <= thr) & ~self._pad
+            count = torch.clamp(batch, min=1).to(self.dtype)
+            return self._grad_dense(x, chosen.to(self.dtype) / count)
+        elif cap > FLOYD_MAX:  # the `batch` smallest of N_max keys
+            keys = streams.uniform_(self._buffer((nb, S, B, self.n_max))).masked_fill(self._pad, 2.0)
+            idx = torch.topk(keys, cap, dim=-1, largest=False, sorted=True).indices
+            valid = torch.arange(cap, device=self.device) < batch
+        else:  # Floyd: O(batch) draws per slot
+            u = streams.uniform_(self._buffer((nb, S, B, cap)))
+            b = batch.expand(nb, S, B, 1)[..., 0]
+            idx = floyd_sample(u, sizes.expand(nb, S, B, 1)[..., 0], b)
+            valid = torch.arange(cap, device=self.device) < batch
+        valid = valid.expand(nb, S, B, cap)
         count = valid.sum(-1, keepdim=True).clamp(min=1).to(self.dtype)
-        return self._grad(x, Xb, Yb, valid.to(self.dtype) / count)
+        g = self._grad_rows(x, *self._gather(idx), valid.to(self.dtype) / count)
+        return g.add_(x, alpha=self.l2) if self.l2 else g
 
 
 class GaussianMinibatchOracle(_DataOracle):
@@ -193,8 +369,7 @@ class GaussianMinibatchOracle(_DataOracle):
         zc = (z - z.sum(-1, keepdim=True) / n).masked_fill(self._pad, 0.0)
         scale = torch.sqrt(torch.clamp(1.0 / batch - 1.0 / n, min=0.0) / torch.clamp(n - 1.0, min=1.0))
         wts = (1.0 / n).masked_fill(self._pad, 0.0) + scale * zc  # (nb, S, B, N)
-        Xb, Yb = self._slot_data()
-        return self._grad(x, Xb, Yb, wts)
+        return self._grad_dense(x, wts)
 
 
 class FullGradientOracle(_DataOracle):
@@ -207,9 +382,7 @@ class FullGradientOracle(_DataOracle):
         super().begin_round(None, None, clients)
 
     def sample(self, x: torch.Tensor, streams: ReplicateStreams) -> torch.Tensor:
-        wts = (1.0 / self._slot_sizes.to(self.dtype)).masked_fill(self._pad, 0.0)
-        Xb, Yb = self._slot_data()
-        return self._grad(x, Xb, Yb, wts)
+        return self._grad_dense(x, self._mean_weights())
 
 
 def minibatch_oracle(batch_size: int | None = None, sampling: str = "minibatch"):

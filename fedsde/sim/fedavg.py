@@ -23,6 +23,7 @@ chunked.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -33,12 +34,13 @@ import torch
 from tqdm.auto import tqdm
 
 from fedsde._samples import ReplicateMoments
-from fedsde._validate import device_dtype, positive_int, schedule, start_point
+from fedsde._validate import available_memory, device_dtype, positive_int, schedule, start_point
 from fedsde.errors import FedsdeInputError, SimulationDivergedError
 from fedsde.problems.quadratic import QuadraticProblem
+from fedsde.sim.moments import BlowUpWatch, StreamingMoments, plan_chunks, problem_scale
 from fedsde.sim.oracles import GaussianQuadraticOracle
 from fedsde.sim.steps import EpochSteps, RandomSteps, normalise_steps
-from fedsde.sim.streams import BLOCK, ReplicateStreams, resolve_seed, split_chunks
+from fedsde.sim.streams import BLOCK, ReplicateStreams, resolve_block_size, resolve_seed, split_chunks
 
 if TYPE_CHECKING:  # the aggregators import the local solvers from this package: import them lazily
     from fedsde.aggregators import Aggregator
@@ -67,13 +69,32 @@ class SimulationResult(ReplicateMoments):
         client's ``τ_k`` repeat its final value.
     config : dict
         The arguments of the run (for records).
+    streamed : StreamingMoments or None
+        With ``moments_only=True``: the moments accumulated over chunks (``weights`` is then None).
     """
 
     rounds: np.ndarray
-    weights: np.ndarray
+    weights: np.ndarray | None
     drift_rounds: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     drift: np.ndarray | None = None
     config: dict = field(default_factory=dict)
+    streamed: StreamingMoments | None = None
+
+    @property
+    def replicates(self) -> int:
+        return int(self.config["replicates"]) if self.weights is None else int(self.weights.shape[1])
+
+    def mean(self) -> np.ndarray:
+        return super().mean() if self.weights is not None else self.streamed.mean()
+
+    def cov(self) -> np.ndarray:
+        return super().cov() if self.weights is not None else self.streamed.cov()
+
+    @property
+    def final(self) -> np.ndarray:
+        if self.weights is None:
+            raise FedsdeInputError("final: the run kept moments only (moments_only=True); no samples to return")
+        return self.weights[-1]
 
 
 def _record_set(name: str, record, rounds: int, default_all: bool) -> np.ndarray:
@@ -108,7 +129,9 @@ def simulate(
     chunk_size: int | None = None,
     progress: bool = False,
     oracle_factory=None,
-    block_size: int = BLOCK,
+    block_size: int | None = None,
+    moments_only: bool = False,
+    memory_limit: int | str | None = None,
 ) -> SimulationResult:
     """Simulate ``replicates`` independent runs of a federated algorithm on ``problem``.
 
@@ -150,17 +173,34 @@ def simulate(
         Show a progress bar.
     oracle_factory : callable, optional
         ``(problem, nblocks, device, dtype) -> oracle`` (see :mod:`fedsde.sim.oracles`), replacing the
-        Gaussian quadratic oracle.
+        Gaussian quadratic oracle.  Default for data problems: minibatches of the problem's ``batch_size``.
+    block_size : int, optional
+        Replicates per random stream; default ``min(replicates, BLOCK)``, so a run never computes replicates it
+        did not ask for below one block (see :mod:`fedsde.sim.streams` for the prefix property).
+    moments_only : bool
+        Keep only the mean and covariance at the recorded rounds, accumulated chunk by chunk
+        (:class:`fedsde.sim.moments.StreamingMoments`, bit-identical however chunked): memory does not grow with
+        ``replicates``.  ``weights`` of the result is then None.
+    memory_limit : int or str, optional
+        Bytes the run may plan for (default: what is free; see :func:`fedsde._validate.available_memory`).  Without
+        ``chunk_size`` the replicates are chunked to fit; a run whose stored samples alone cannot fit is refused up
+        front with the estimate.
 
     Returns
     -------
     SimulationResult
+
+    Notes
+    -----
+    A run whose largest ``|w|`` exceeds ``1e6 ×`` the problem's scale (start, optimum, client optima, noise) issues
+    one :class:`fedsde.errors.DivergenceWarning` and goes on; NaN/inf raises
+    :class:`fedsde.errors.SimulationDivergedError`.
     """
     from fedsde.aggregators import get_aggregator
 
     rounds = positive_int("rounds", rounds, minimum=0)
     replicates = positive_int("replicates", replicates)
-    block_size = positive_int("block_size", block_size)
+    block_size = resolve_block_size(block_size, replicates)  # default min(replicates, BLOCK)
     base_seed = resolve_seed(seed)
     etas = schedule("eta", eta, rounds) if rounds else np.zeros(0)
     lrs = schedule("server_lr", server_lr, rounds) if rounds else np.zeros(0)
@@ -182,17 +222,22 @@ def simulate(
     w_start = start_point(w0, d)
     make_oracle = oracle_factory or _default_oracle(problem, steps)
 
-    chunks = split_chunks(replicates, chunk_size, block_size)
-    out_w = np.empty((keep.size, replicates, d))
     max_steps = steps.max_steps() if isinstance(steps, RandomSteps | EpochSteps) else int(steps.max())
+    if moments_only and drift_keep.size:
+        raise FedsdeInputError("record_drift: needs the samples; not available with moments_only=True")
+    chunk_size = _plan_chunks(replicates, chunk_size, block_size, Q, d, keep.size, drift_keep.size * max_steps,
+                              moments_only, dev, dtype, memory_limit)
+    chunks = split_chunks(replicates, chunk_size, block_size)
+    out_w = StreamingMoments(keep.size, d, block_size) if moments_only else np.empty((keep.size, replicates, d))
     out_drift = np.empty((drift_keep.size, max_steps, replicates, Q)) if drift_keep.size else None
+    watch = BlowUpWatch(problem_scale(problem, w_start), "the simulation")
     bar = tqdm(total=rounds * len(chunks), desc="simulate", unit="round", disable=not progress, leave=False)
     try:
         for start, stop in chunks:
             _run_chunk(
                 problem, agg, make_oracle, base_seed, start, stop - start, dev, dtype, etas, lrs, steps,
                 participation, weighting, w_start, keep, drift_keep, out_w, out_drift, bar, block_size,
-                replicates,
+                replicates, watch,
             )
     finally:
         bar.close()
@@ -205,21 +250,42 @@ def simulate(
         "device": str(dev), "dtype": str(dtype).replace("torch.", ""), "block_size": block_size,
         "aggregator_config": agg.describe(),
         "oracle": getattr(make_oracle, "describe", getattr(make_oracle, "__name__", repr(make_oracle))),
+        "chunk_size": chunk_size, "moments_only": bool(moments_only),
     }
+    if moments_only:
+        return SimulationResult(rounds=keep, weights=None, config=config, streamed=out_w)
     return SimulationResult(rounds=keep, weights=out_w, drift_rounds=drift_keep, drift=out_drift, config=config)
 
 
+def _plan_chunks(R, chunk_size, block, Q, d, T, drift_cols, moments_only, dev, dtype, memory_limit) -> int | None:
+    """Chunk size that fits (``chunk_size`` if given) or a one-line error; per replicate: about ten (Q, d) tensors
+    of the local round, the aggregator's state, a copy of the weights and the per-block moment sums (d² per block);
+    stored: weights (T, R, d) and drift (T_d, S, R, Q)."""
+    item = torch.finfo(dtype).bits // 8
+    per_rep = item * (10 * Q * d + 6 * Q + 4 * d) + 16 * d + (16 * d * d // block + 8 * d if moments_only else 0)
+    stored = 0 if moments_only else 8 * R * (T * d + drift_cols * Q)
+    hint = ("keep moments only (moments_only=True; the simulate command does), record fewer rounds, or use fewer "
+            "replicates") if not moments_only else "use a smaller problem or another device"
+    return plan_chunks(f"replicates={R}", R, chunk_size, block, per_rep, stored, available_memory(dev, memory_limit),
+                       hint)
+
+
 def _default_oracle(problem, steps):
+    """Quadratic clients: Gaussian gradient noise; data problems: minibatch SGD with the problem's
+    ``batch_size`` and ``sampling`` (batch sizes from :class:`EpochSteps` when given)."""
     if isinstance(problem, QuadraticProblem):
         return GaussianQuadraticOracle
     from fedsde.sim.data_oracles import minibatch_oracle
 
-    if not isinstance(steps, EpochSteps):
+    sampling = getattr(problem, "sampling", "minibatch")
+    if isinstance(steps, EpochSteps):
+        return minibatch_oracle(sampling=sampling)
+    if getattr(problem, "batch_size", None) is None:
         raise FedsdeInputError(
-            "oracle_factory: a data problem needs a gradient oracle; pass local_steps=EpochSteps(...) (batch sizes) "
-            "or oracle_factory=fedsde.sim.minibatch_oracle(batch_size=...)"
+            "oracle_factory: a data problem needs a gradient oracle; give the problem a batch_size, pass "
+            "local_steps=EpochSteps(...) (batch sizes) or oracle_factory=fedsde.sim.minibatch_oracle(batch_size=...)"
         )
-    return minibatch_oracle()
+    return minibatch_oracle(problem.batch_size, sampling=sampling)
 
 
 def _participation(
@@ -251,7 +317,7 @@ def _participation(
 
 
 def _run_chunk(problem, agg, make_oracle, seed, start, R, dev, dtype, etas, lrs, steps, m, weighting,
-               w_start, keep, drift_keep, out_w, out_drift, bar, block=BLOCK, total=None):
+               w_start, keep, drift_keep, out_w, out_drift, bar, block=BLOCK, total=None, watch=None):
     """Simulate replicates ``[start, start + R)`` (``start`` a multiple of the block), padded to whole blocks.
 
     Shapes that decide how many random numbers are drawn (local steps per round, padded batch length) are the
@@ -285,7 +351,7 @@ def _run_chunk(problem, agg, make_oracle, seed, start, R, dev, dtype, etas, lrs,
     keep_idx = {int(k): i for i, k in enumerate(keep)}
     drift_idx = {int(k): i for i, k in enumerate(drift_keep)}
     if 0 in keep_idx:
-        out_w[keep_idx[0], start:start + R] = w[:R].cpu().numpy()
+        _store(out_w, keep_idx[0], start, w[:R])
     batch_fixed, max_batch, uniform_steps = None, None, False
     if epoch_steps:
         max_batch = steps.max_batch()
@@ -367,11 +433,23 @@ def _run_chunk(problem, agg, make_oracle, seed, start, R, dev, dtype, etas, lrs,
         ctx = RoundContext(round=n, server_lr=s, eta=eta, local_steps=tau, participating=mask, p=p,
                            norms=norms, first_grads=g0)
         w, state = agg.apply(w, delta, weights, state, ctx)
-        if not bool(torch.isfinite(w[:R]).all()):
+        biggest = float(w[:R].abs().amax())  # NaN propagates: one reduction for both checks
+        if not math.isfinite(biggest):
             _raise_diverged(n, start, delta[:R], w[:R])
+        if watch is not None and biggest > watch.limit:
+            r = int(torch.nonzero(w[:R].abs().amax(-1) > watch.limit)[0, 0])
+            watch.check(biggest, f"round {n + 1} (replicate {start + r})")
         if n + 1 in keep_idx:
-            out_w[keep_idx[n + 1], start:start + R] = w[:R].cpu().numpy()
+            _store(out_w, keep_idx[n + 1], start, w[:R])
         bar.update(1)
+
+
+def _store(out_w, t: int, start: int, w: torch.Tensor) -> None:
+    """Keep the server weights of rows ``[start, start + len(w))`` at recorded index ``t`` (samples or moments)."""
+    if isinstance(out_w, StreamingMoments):
+        out_w.add(t, start, w)
+    else:
+        out_w[t, start:start + w.shape[0]] = w.cpu().numpy()
 
 
 def _record_drift(out_drift, rec, i, x, *, wb, start, R, Rp, Q):

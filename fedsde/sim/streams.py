@@ -1,11 +1,17 @@
 """Chunk-invariant random streams for batches of replicates.
 
-Replicates are grouped in fixed blocks of :data:`BLOCK` consecutive indices; block ``b`` draws from its own
+Replicates are grouped in fixed blocks of ``block`` consecutive indices; block ``b`` draws from its own
 ``torch.Generator`` seeded from ``(seed, b)`` through ``numpy.random.SeedSequence``.  Every block is
 drawn in full (replicates past ``R`` are padding) and the simulator computes block by block with the same
 tensor shapes whatever the batch, so simulating replicates ``[0, R)`` in one batch or in chunks gives
-bit-identical numbers on the same device, and the first ``R'`` replicates of a run with ``R > R'`` equal a run
-with ``R'`` replicates.
+bit-identical numbers on the same device.
+
+Block size.  :func:`resolve_block_size` picks ``block = min(R, BLOCK)`` by default, so a run of ``R < BLOCK``
+replicates computes exactly ``R`` (never a padded block of :data:`BLOCK`).  Prefix property: the first ``R'``
+replicates of a run with ``R > R'`` replicates equal a run with ``R'`` replicates whenever both use the same
+block size — always when ``R' >= BLOCK`` (both use :data:`BLOCK`); a run with ``R' < BLOCK`` uses its own
+streams (its block size ``R'`` enters the seed, see :func:`block_seed`).  Pass an explicit ``block_size`` to
+share streams across such runs.
 No global RNG is touched.
 """
 
@@ -89,6 +95,18 @@ class ReplicateStreams:
         return torch.stack(
             [torch.randint(low, high, shape, generator=g, device=self.device) for g in self._gens]
         )
+
+
+def resolve_block_size(block_size: int | None, replicates: int) -> int:
+    """Replicates per random stream: ``block_size`` if given, else ``min(replicates, BLOCK)`` (see the module
+    docstring: a run never computes more than ``max(R, BLOCK·⌈R/BLOCK⌉)`` replicates, and none past ``R`` when
+    ``R <= BLOCK``)."""
+    if block_size is None:
+        return max(1, min(int(replicates), BLOCK))
+    if isinstance(block_size, bool) or not isinstance(block_size, int | np.integer) or block_size < 1:
+        raise FedsdeInputError(f"block_size={block_size!r}: must be an integer >= 1 (or None: min(replicates, "
+                               f"{BLOCK}))")
+    return int(block_size)
 
 
 def split_chunks(R: int, chunk_size: int | None, block: int = BLOCK) -> list[tuple[int, int]]:

@@ -1,0 +1,209 @@
+"""Data problems described in problem files (TOML/JSON), read by :func:`fedsde.problems.load_problem`.
+
+A data-problem file has ``kind = "classification"``; it names a data set, a model, a partition among clients and
+the clients' minibatch size, and builds a :class:`~fedsde.problems.logistic.ClassificationProblem`.  Example
+(``examples/problems/digits_softmax.toml``)::
+
+    kind = "classification"
+    dataset = "digits"          # digits | breast_cancer | synthetic (FedProx synthetic(α, β))
+    model = "softmax"           # logistic | softmax | mlp
+    clients = 10
+    partition = "dirichlet"     # iid | dirichlet | shards | quantity | niid2
+    alpha = 0.5
+    batch_size = 16
+    seed = 0
+
+Keys (every other key is an error):
+
+| key | meaning (default) |
+|---|---|
+| ``kind`` | ``"classification"`` (required) |
+| ``dataset`` | ``digits`` (1797 images, 10 classes), ``breast_cancer`` (569, 2 classes), ``synthetic`` (required) |
+| ``model`` | ``logistic`` (two classes only), ``softmax``, ``mlp`` (default: logistic for breast_cancer, softmax) |
+| ``hidden`` | hidden units of the mlp (required with ``model = "mlp"``, refused otherwise) |
+| ``batch_size`` | minibatch size of every client, capped at its sample count (required) |
+| ``seed`` | seed of the partition, the train/test split and the synthetic data (required) |
+| ``init_seed`` | seed of the MLP's initial weights (default: ``seed``) |
+| ``clients`` | number of clients ``Q`` (10; synthetic 30; niid2: ``n_biased + n_uniform``) |
+| ``l2`` | ridge coefficient ``λ >= 0`` (1e-3) |
+| ``test_fraction`` | held-out fraction of every client's samples, in [0, 1) (0.25; synthetic 0.1) |
+| ``weights`` | client weights ``size`` (``p_k = N_k/N``) or ``uniform`` (``size``) |
+| ``sampling`` | ``minibatch`` (fresh batch every step) or ``epoch`` (per-epoch permutation) |
+| ``name`` | free text |
+| ``partition`` | digits/breast_cancer: ``iid``, ``dirichlet``, ``shards``, ``quantity``, ``niid2`` (``dirichlet``) |
+| ``alpha`` | dirichlet: concentration α > 0 (0.5); synthetic: model heterogeneity α >= 0 (1.0) |
+| ``min_size`` | dirichlet/quantity: least samples per client (10) |
+| ``shards_per_client`` | shards: shards per client (2) |
+| ``quantity_beta`` | quantity: Dirichlet concentration of the client sizes (1.0) |
+| ``n_biased``, ``n_uniform`` | niid2: clients with C/5 classes and with all classes (5, 1) |
+| ``standardise`` | digits/breast_cancer: standardise with the pooled training statistics (true) |
+| ``beta`` | synthetic: data heterogeneity β >= 0 (1.0) |
+| ``iid`` | synthetic: the IID variant (false) |
+| ``dim``, ``n_classes`` | synthetic: features (60) and classes (10) |
+| ``max_samples`` | synthetic: cap on a client's sample count (none) |
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fedsde._validate import positive_float, positive_int
+from fedsde.errors import FedsdeInputError
+from fedsde.problems.logistic import MODELS, SAMPLINGS, ClassificationProblem, federated_classification
+
+DATASETS = ("digits", "breast_cancer", "synthetic")
+PARTITIONS = ("iid", "dirichlet", "shards", "quantity", "niid2")
+_COMMON = ("kind", "dataset", "model", "hidden", "batch_size", "seed", "init_seed", "clients", "l2",
+           "test_fraction", "weights", "sampling", "name")
+_PARTITION_KEYS = {"dirichlet": ("alpha", "min_size"), "quantity": ("quantity_beta", "min_size"),
+                   "shards": ("shards_per_client",), "niid2": ("n_biased", "n_uniform"), "iid": ()}
+_SKLEARN = ("partition", "alpha", "min_size", "shards_per_client", "quantity_beta", "n_biased", "n_uniform",
+            "standardise")
+_SYNTHETIC = ("alpha", "beta", "iid", "dim", "n_classes", "max_samples")
+_N_CLASSES = {"digits": 10, "breast_cancer": 2}
+
+
+class _Keys:
+    """Typed access to the keys of one file; errors name the file, the key, the value and the constraint."""
+
+    def __init__(self, data: dict, source: str):
+        self.data, self.source = data, source
+
+    def fail(self, msg: str) -> FedsdeInputError:
+        return FedsdeInputError(f"{self.source}: {msg}")
+
+    def has(self, key: str) -> bool:
+        return key in self.data
+
+    def choice(self, key: str, choices: tuple[str, ...], default: str | None = None) -> str:
+        if key not in self.data:
+            if default is None:
+                raise self.fail(f"missing key {key!r} (one of {', '.join(choices)})")
+            return default
+        v = self.data[key]
+        if not isinstance(v, str) or v not in choices:
+            raise self.fail(f"{key}={v!r}: must be one of {', '.join(choices)}")
+        return v
+
+    def integer(self, key: str, default: int | None = None, *, minimum: int = 1, required: bool = False) -> Any:
+        if key not in self.data:
+            if required:
+                raise self.fail(f"missing key {key!r} (an integer >= {minimum})")
+            return default
+        v = self.data[key]
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise self.fail(f"{key}={v!r}: must be an integer >= {minimum}")
+        try:
+            return positive_int(key, v, minimum=minimum)
+        except FedsdeInputError as exc:
+            raise self.fail(str(exc)) from None
+
+    def number(self, key: str, default: float, *, allow_zero: bool = False) -> float:
+        if key not in self.data:
+            return default
+        v = self.data[key]
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise self.fail(f"{key}={v!r}: must be a number {'>= 0' if allow_zero else '> 0'}")
+        try:
+            return positive_float(key, v, allow_zero=allow_zero)
+        except FedsdeInputError as exc:
+            raise self.fail(str(exc)) from None
+
+    def boolean(self, key: str, default: bool) -> bool:
+        v = self.data.get(key, default)
+        if not isinstance(v, bool):
+            raise self.fail(f"{key}={v!r}: must be true or false")
+        return v
+
+
+def data_problem_from_dict(data: dict, *, source: str = "problem") -> ClassificationProblem:
+    """Build a :class:`ClassificationProblem` from the keys of a data-problem file (see the module docstring).
+
+    Raises :class:`FedsdeInputError` (one line naming the key, its value and the constraint) for unknown keys,
+    bad values, keys that do not apply to the chosen data set / partition / model, and model–data mismatches.
+    """
+    k = _Keys(data, source)
+    if data.get("kind") != "classification":
+        raise k.fail(f"kind={data.get('kind')!r}: must be 'classification' for a data problem")
+    dataset = k.choice("dataset", DATASETS)
+    synthetic = dataset == "synthetic"
+    allowed = set(_COMMON) | set(_SYNTHETIC if synthetic else _SKLEARN)
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        why = (f"dataset={dataset!r} has no key(s) {', '.join(unknown)}" if set(unknown) & set(_SKLEARN + _SYNTHETIC)
+               else f"unknown key(s) {', '.join(unknown)}")
+        raise k.fail(f"{why} (allowed: {', '.join(sorted(allowed))})")
+
+    seed = k.integer("seed", minimum=0, required=True)
+    batch_size = k.integer("batch_size", required=True)
+    n_classes = k.integer("n_classes", 10, minimum=2) if synthetic else _N_CLASSES[dataset]
+    model = k.choice("model", MODELS, "logistic" if n_classes == 2 else "softmax")
+    if model == "logistic" and n_classes != 2:
+        raise k.fail(f"model='logistic': needs two classes, dataset={dataset!r} has {n_classes} (use 'softmax' "
+                     "or 'mlp')")
+    if model == "mlp":
+        hidden = k.integer("hidden", required=True)
+    elif k.has("hidden"):
+        raise k.fail(f"hidden={data['hidden']!r}: only used with model='mlp' (model={model!r})")
+    else:
+        hidden = None
+    init_seed = k.integer("init_seed", seed, minimum=0)
+    if k.has("init_seed") and model != "mlp":
+        raise k.fail(f"init_seed={data['init_seed']!r}: only used with model='mlp' (linear models start at zero)")
+    l2 = k.number("l2", 1e-3, allow_zero=True)
+    test_fraction = k.number("test_fraction", 0.1 if synthetic else 0.25, allow_zero=True)
+    if test_fraction >= 1.0:
+        raise k.fail(f"test_fraction={test_fraction!r}: must lie in [0, 1)")
+    weights = k.choice("weights", ("size", "uniform"), "size")
+    sampling = k.choice("sampling", SAMPLINGS, "minibatch")
+
+    try:
+        if synthetic:
+            problem = _synthetic(k, seed, n_classes, test_fraction, l2)
+            if weights == "uniform":
+                problem = problem.with_weights([1.0] * problem.Q)
+        else:
+            problem = _sklearn(k, dataset, seed, test_fraction, l2, weights)
+        problem = problem.replace(
+            model=model, hidden=hidden, batch_size=batch_size, sampling=sampling,
+            init_seed=init_seed if model == "mlp" else None,
+            name=str(data.get("name", problem.name)),
+            info=problem.info | {"model": model, "batch_size": batch_size, "sampling": sampling}
+            | ({"hidden": hidden, "init_seed": init_seed} if model == "mlp" else {}),
+        )
+    except FedsdeInputError as exc:
+        msg = str(exc)
+        raise FedsdeInputError(msg if msg.startswith(source) else f"{source}: {msg}") from None
+    return problem
+
+
+def _sklearn(k: _Keys, dataset: str, seed: int, test_fraction: float, l2: float,
+             weights: str) -> ClassificationProblem:
+    partition = k.choice("partition", PARTITIONS, "dirichlet")
+    own = _PARTITION_KEYS[partition]
+    for key in ("alpha", "min_size", "shards_per_client", "quantity_beta", "n_biased", "n_uniform"):
+        if k.has(key) and key not in own:
+            raise k.fail(f"{key}={k.data[key]!r}: not used by partition={partition!r} "
+                         f"(its keys: {', '.join(own) or 'none'})")
+    if partition == "niid2" and k.has("clients"):
+        raise k.fail("clients: not used by partition='niid2' (it has n_biased + n_uniform clients)")
+    return federated_classification(
+        dataset, n_clients=k.integer("clients", 10), partition=partition, seed=seed,
+        alpha=k.number("alpha", 0.5), shards_per_client=k.integer("shards_per_client", 2),
+        quantity_beta=k.number("quantity_beta", 1.0), n_biased=k.integer("n_biased", 5),
+        n_uniform=k.integer("n_uniform", 1, minimum=0), min_size=k.integer("min_size", 10, minimum=0),
+        test_fraction=test_fraction, model="logistic" if dataset == "breast_cancer" else "softmax", l2=l2,
+        standardise=k.boolean("standardise", True), weights=weights,
+    )
+
+
+def _synthetic(k: _Keys, seed: int, n_classes: int, test_fraction: float, l2: float) -> ClassificationProblem:
+    from fedsde.problems.synthetic import synthetic_problem
+
+    pb = synthetic_problem(
+        k.number("alpha", 1.0, allow_zero=True), k.number("beta", 1.0, allow_zero=True), seed=seed,
+        n_clients=k.integer("clients", 30), dim=k.integer("dim", 60), n_classes=n_classes,
+        iid=k.boolean("iid", False), test_fraction=test_fraction,
+        max_samples=k.integer("max_samples", None, minimum=2), l2=l2,
+    )
+    return pb

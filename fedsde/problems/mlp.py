@@ -1,0 +1,93 @@
+"""A one-hidden-layer tanh network (``model="mlp"`` of :class:`~fedsde.problems.logistic.ClassificationProblem`).
+
+For a design row ``x̃ = (x, 1)`` (``n_features = F + 1`` entries) and ``H`` hidden units:
+
+    a = tanh(x̃ W₁),   z = (a, 1) W₂,   ℓ = logsumexp(z) − z_y,
+
+with ``W₁`` of shape ``(n_features, H)`` (its last row is the hidden bias) and ``W₂`` of shape ``(H + 1, C)`` (its
+last row is the output bias).  **Layout of the parameter vector** ``w`` (length ``d = n_features·H + (H + 1)·C``):
+
+    w = [ vec(W₁) (row-major, n_features·H entries) , vec(W₂) (row-major, (H + 1)·C entries) ].
+
+Gradients (backpropagation) for residuals ``e = softmax(z) − e_y`` (already multiplied by sample weights):
+
+    ∂/∂W₂ = (a, 1)ᵀ e,   δ = (e W₂[:H]ᵀ) ⊙ (1 − a²),   ∂/∂W₁ = x̃ᵀ δ.
+
+Initialisation (:func:`init_weights`): Glorot/Xavier normal weights ``N(0, 2/(fan_in + fan_out))`` and zero
+biases, from a seed.  Zero weights are a degenerate start for this model (the hidden layer never learns: the
+gradient of ``W₁`` vanishes while ``W₂[:H] = 0`` and that of ``W₂[:H]`` vanishes while ``a = 0``).
+
+All functions take ``w`` with leading batch axes ``(..., d)`` and are vectorised over them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.special import softmax
+
+
+def n_params(n_features: int, hidden: int, n_classes: int) -> int:
+    """``d = n_features·H + (H + 1)·C``."""
+    return n_features * hidden + (hidden + 1) * n_classes
+
+
+def unpack(w: np.ndarray, n_features: int, hidden: int, n_classes: int) -> tuple[np.ndarray, np.ndarray]:
+    """``W₁`` (..., n_features, H) and ``W₂`` (..., H + 1, C) as views of ``w`` (..., d)."""
+    w = np.asarray(w, dtype=np.float64)
+    cut = n_features * hidden
+    lead = w.shape[:-1]
+    return (w[..., :cut].reshape(*lead, n_features, hidden),
+            w[..., cut:].reshape(*lead, hidden + 1, n_classes))
+
+
+def forward(w: np.ndarray, Xd: np.ndarray, n_features: int, hidden: int, n_classes: int):
+    """Hidden activations ``a`` (..., n, H) and logits ``z`` (..., n, C) for design rows ``Xd`` (n, n_features)."""
+    W1, W2 = unpack(w, n_features, hidden, n_classes)
+    A = np.tanh(np.einsum("nf,...fh->...nh", Xd, W1))
+    Z = A @ W2[..., :hidden, :] + W2[..., hidden:, :]
+    return A, Z
+
+
+def backward(w: np.ndarray, Xd: np.ndarray, A: np.ndarray, E: np.ndarray, n_features: int, hidden: int,
+             n_classes: int) -> np.ndarray:
+    """``Σ_n ∇_w ℓ_n`` for residuals ``E`` (..., n, C) (weights already applied), shape (..., d)."""
+    _, W2 = unpack(w, n_features, hidden, n_classes)
+    g2 = np.concatenate([np.swapaxes(A, -1, -2) @ E, E.sum(-2, keepdims=True)], axis=-2)  # (..., H+1, C)
+    D = (E @ np.swapaxes(W2[..., :hidden, :], -1, -2)) * (1.0 - A * A)  # (..., n, H)
+    g1 = np.einsum("nf,...nh->...fh", Xd, D)
+    lead = g1.shape[:-2]
+    return np.concatenate([g1.reshape(*lead, -1), g2.reshape(*lead, -1)], axis=-1)
+
+
+def per_sample_grads(w: np.ndarray, Xd: np.ndarray, E: np.ndarray, n_features: int, hidden: int,
+                     n_classes: int) -> np.ndarray:
+    """``∇_w ℓ_n`` of every sample, shape (n, d), for one ``w`` (d,) and residuals ``E`` (n, C)."""
+    W1, W2 = unpack(w, n_features, hidden, n_classes)
+    A = np.tanh(Xd @ W1)
+    D = (E @ W2[:hidden].T) * (1.0 - A * A)
+    A1 = np.hstack([A, np.ones((A.shape[0], 1))])
+    g1 = (Xd[:, :, None] * D[:, None, :]).reshape(Xd.shape[0], -1)
+    g2 = (A1[:, :, None] * E[:, None, :]).reshape(Xd.shape[0], -1)
+    return np.hstack([g1, g2])
+
+
+def residuals(Z: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """``softmax(z) − e_y``, shape of ``Z`` (..., n, C)."""
+    R = softmax(Z, axis=-1)
+    R[..., np.arange(y.size), y] -= 1.0
+    return R
+
+
+def init_weights(n_features: int, hidden: int, n_classes: int, seed: int, *, intercept: bool = True) -> np.ndarray:
+    """Glorot-normal weights with zero biases (see the module docstring), shape (d,).
+
+    ``intercept``: whether the last design column is the constant 1 (then the last row of ``W₁`` is a bias).
+    """
+    rng = np.random.default_rng(np.random.SeedSequence([int(seed), 0x6D6C70]))
+    F, H, C = n_features, hidden, n_classes
+    W1 = rng.standard_normal((F, H)) * np.sqrt(2.0 / (F - int(intercept) + H))
+    if intercept:
+        W1[-1] = 0.0  # hidden bias
+    W2 = rng.standard_normal((H + 1, C)) * np.sqrt(2.0 / (H + C))
+    W2[-1] = 0.0  # output bias
+    return np.concatenate([W1.reshape(-1), W2.reshape(-1)])
