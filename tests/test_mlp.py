@@ -192,3 +192,12 @@ def test_mlp_validation(net):
         net.replace(model="softmax", hidden=4)
     with pytest.raises(FedsdeInputError, match="no global curvature bound"):
         net.max_curvature()
+
+
+def test_simulate_starts_a_data_problem_at_its_initial_weights(net):
+    """``w0=None`` on a data problem is the problem's seeded start (the MLP's zero point is a saddle), not zero."""
+    kw = dict(eta=0.1, local_steps=1, rounds=1, replicates=2, seed=0, record=[0])
+    start = simulate(net, **kw).weights[0, 0]
+    np.testing.assert_array_equal(start, net.initial_weights())
+    assert np.abs(start).max() > 0
+    np.testing.assert_array_equal(simulate(net, w0=np.zeros(net.d), **kw).weights[0, 0], np.zeros(net.d))

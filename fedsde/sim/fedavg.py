@@ -152,7 +152,8 @@ def simulate(
     server_lr : float or array, shape (rounds,)
         Actual server step ``s`` per round (``h·η₀`` in seed 002's notation).
     w0 : array, shape (d,), optional
-        Starting server weights (default zero).
+        Starting server weights (default zero; for a data problem its ``initial_weights()``: zero for the linear
+        models, the seeded Glorot start for the MLP, whose zero point is a saddle that never trains).
     participation : int, optional
         ``m``: clients sampled uniformly without replacement each round (default: all).
     weighting : {"unbiased", "renormalised", "multinomial"}
@@ -219,7 +220,10 @@ def simulate(
     dev, dtype = device_dtype(device, dtype)
     keep = _record_set("record", record, rounds, default_all=True)
     drift_keep = _record_set("record_drift", record_drift, rounds, default_all=False)
-    w_start = start_point(w0, d)
+    if w0 is None and hasattr(problem, "initial_weights"):
+        w_start = problem.initial_weights()  # data problems: zero for linear models, seeded Glorot for the MLP
+    else:
+        w_start = start_point(w0, d)
     make_oracle = oracle_factory or _default_oracle(problem, steps)
 
     max_steps = steps.max_steps() if isinstance(steps, RandomSteps | EpochSteps) else int(steps.max())
