@@ -73,21 +73,8 @@ class SDEPaths(ReplicateMoments):
     config: dict = field(default_factory=dict)
     streamed: StreamingMoments | None = None
 
-    @property
-    def replicates(self) -> int:
-        return int(self.config["paths"]) if self.weights is None else int(self.weights.shape[1])
-
-    def mean(self) -> np.ndarray:
-        return super().mean() if self.weights is not None else self.streamed.mean()
-
-    def cov(self) -> np.ndarray:
-        return super().cov() if self.weights is not None else self.streamed.cov()
-
-    @property
-    def final(self) -> np.ndarray:
-        if self.weights is None:
-            raise FedsdeInputError("final: the run kept moments only (moments_only=True); no paths to return")
-        return self.weights[-1]
+    _count_key = "paths"
+    _noun = "paths"
 
 
 def time_grid(h: float, rounds: int, substeps: int = 1, t0: float = 0.0) -> np.ndarray:

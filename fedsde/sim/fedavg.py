@@ -80,22 +80,6 @@ class SimulationResult(ReplicateMoments):
     config: dict = field(default_factory=dict)
     streamed: StreamingMoments | None = None
 
-    @property
-    def replicates(self) -> int:
-        return int(self.config["replicates"]) if self.weights is None else int(self.weights.shape[1])
-
-    def mean(self) -> np.ndarray:
-        return super().mean() if self.weights is not None else self.streamed.mean()
-
-    def cov(self) -> np.ndarray:
-        return super().cov() if self.weights is not None else self.streamed.cov()
-
-    @property
-    def final(self) -> np.ndarray:
-        if self.weights is None:
-            raise FedsdeInputError("final: the run kept moments only (moments_only=True); no samples to return")
-        return self.weights[-1]
-
 
 def _record_set(name: str, record, rounds: int, default_all: bool) -> np.ndarray:
     if record is None or record is True:
