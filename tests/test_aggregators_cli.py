@@ -95,7 +95,7 @@ def test_simulate_with_aggregator(capsys):
     (["--aggregators", ""], "--aggregators='': empty"),
     (["--aggregators", "fedavg,fedmagic"], "'fedmagic' is not one of"),
     (["--clients", "4", "--participation", "5"], "--participation=5: cannot exceed --clients=4"),
-    (["--clients", "3"], "--clients=3: too small for --participation=5 (the default with --quick"),
+    (["--epochs", "0"], "--epochs=0: must be an integer >= 1"),
     (["--participation", "11"], "--participation=11: cannot exceed --clients=10 (the default with --quick)"),
     (["--clients", "0"], "--clients=0: must be an integer >= 1"),
     (["--participation", "0"], "--participation=0: must be an integer >= 1"),
@@ -163,3 +163,42 @@ def test_compare_aggregators_small_run(tmp_path, capsys):
     acc = np.asarray(rec["settings"]["hybrid+"]["rules"]["fedaware"]["accuracy"])
     assert acc.shape == (2, 3) and np.all((acc >= 0) & (acc <= 1))
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+FOUR_CLIENTS = """\
+kind = "classification"
+dataset = "digits"
+model = "softmax"
+clients = 4
+partition = "dirichlet"
+alpha = 0.5
+batch_size = 16
+seed = 7
+"""
+
+
+def test_compare_aggregators_problem_file_defaults_and_config(tmp_path, capsys):
+    path = tmp_path / "four.toml"
+    path.write_text(FOUR_CLIENTS)
+    base = ["compare-aggregators", "--problem", str(path), "--rounds", "1", "--runs", "2", "--aggregators", "fedavg",
+            "--no-plot", "--out", str(tmp_path / "res")]
+    # the default participation (5) adapts to the file's 4 clients; --epochs sets the local epochs
+    assert main([*base, "--epochs", "2", "--json"]) == 0
+    cfg = _json(capsys)["config"]
+    assert cfg["participation"] == 4 and cfg["n_clients"] == 4 and cfg["epochs"] == 2
+    # the file's partition is echoed, not the built-in settings' Dirichlet(0.1) / 2 shards
+    assert cfg["partition"] == {"dataset": "digits", "partition": "dirichlet", "alpha": 0.5, "min_size": 10,
+                                "seed": 7}
+    assert cfg["data_seed"] == 7
+    assert not {"dirichlet_alpha", "shards_per_client", "epochs_range"} & set(cfg)
+    # an explicit value larger than the file's clients is refused
+    assert main([*base, "--participation", "5"]) == 2
+    err = capsys.readouterr().err
+    assert "--participation=5: cannot exceed the number of clients of --problem (4)" in err and err.count("\n") == 1
+
+
+def test_compare_aggregators_default_participation_adapts_to_clients(tmp_path, capsys):
+    assert main(["compare-aggregators", "--quick", "--clients", "3", "--rounds", "1", "--runs", "2", "--settings",
+                 "statistical", "--aggregators", "fedavg", "--no-plot", "--out", str(tmp_path), "--json"]) == 0
+    cfg = _json(capsys)["config"]
+    assert cfg["participation"] == 3 and cfg["dirichlet_alpha"] == 0.1 and "partition" not in cfg

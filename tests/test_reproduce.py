@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
 import csv
 import json
+from pathlib import Path
 
 import pytest
 
@@ -25,6 +27,10 @@ def test_reproduce_stationary_figures(tmp_path, capsys):
         assert (out / "figures" / f"{name}.pdf").exists()
     assert (out / "report.html").exists() and (out / "report.md").exists()
     assert not list(out.glob(".partial-*"))
+    for fid in ("F2", "F3"):  # the reported files are the final ones, not the scratch copies
+        files = obj["figures"][fid]["files"]
+        assert len(files) >= 3 and all(".partial-" not in f for f in files)
+        assert all(Path(f).is_file() and Path(f).parent.parent == out for f in files), files
     with open(out / "data" / "F3_stationary_scan.csv") as fh:
         rows = list(csv.DictReader(fh))
     assert len(rows) == 15
@@ -96,3 +102,13 @@ def test_cli_errors(tmp_path, capsys):
     assert main(["reproduce", "--quick", "--config", str(tmp_path / "nope.toml")]) == 2
     assert "does not exist" in capsys.readouterr().err
     assert parse_only("f3, F5") == ("F3", "F5")
+
+
+def test_help_names_the_whole_gallery():
+    from fedsde._cli import reproduce
+    from fedsde.report.gallery import GALLERY
+
+    parser = argparse.ArgumentParser(prog="fedsde")
+    reproduce.register(parser.add_subparsers())
+    ids = list(GALLERY)
+    assert f"gallery {ids[0]}–{ids[-1]}" in parser.format_help()

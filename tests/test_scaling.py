@@ -172,3 +172,13 @@ def test_discrepancy_vanishes_linearly_in_eta(het, rule, s):
         assert np.polyfit(np.log(etas), np.log(M), 1)[0] == pytest.approx(0.5, abs=0.03)
     else:  # the clients rule keeps η and E: the fixed point does not move
         assert max(M) < 1e-9
+
+
+def test_f15_caption_sentences_never_say_none():
+    from fedsde.report.figures.f15_scaling import _holds_sentence
+
+    rows = [["p", "clients", k, d] for k, d in ((1.0, 0.0), (2.0, 0.01), (4.0, 0.2))]
+    assert _holds_sentence(rows, "clients") == "clients holds within 5% at κ = 2 and fails at κ = 4"
+    assert _holds_sentence(rows[:2], "clients") == "clients holds within 5% at every κ tried (2)"
+    assert _holds_sentence([rows[0], rows[2]], "clients") == "clients fails (beyond 5%) at every κ tried (4)"
+    assert _holds_sentence(rows[:1], "clients") == "clients applies at no κ ≠ 1 of the grid"

@@ -50,6 +50,11 @@ def test_kappa_list_gives_discrepancy_vs_kappa(capsys):
     assert curve["max_rel"][1] == 0.0  # κ = 1 is the base itself
     assert all(d > 0 for i, d in enumerate(curve["max_rel"]) if i != 1)
     assert len(obj["cells"]) == 4 and obj["cells"][2]["scaled"]["eta"] == pytest.approx(0.025)
+    ref = compare_quadratic(paper_table_problem(), FedAvgConfig(eta=0.05, local_steps=4, server_lr=1.0, rounds=8),
+                            "server-client", 2, w0=[2.0])
+    cell = obj["cells"][2]["scaled"]  # every cell carries the exact moments of its scaled end
+    for key in ("stationary_mean", "stationary_cov", "transient_mean", "transient_cov"):
+        np.testing.assert_allclose(cell[key], getattr(ref.scaled, key), rtol=1e-12)
 
 
 def test_human_output(capsys):
@@ -91,6 +96,19 @@ def test_data_problem_contract(capsys):
     assert obj["invariants"]["horizon_rel_change"] < 1e-12
     # the minibatch covariance ∝ 1/b − 1/N_k keeps the temperature only roughly
     assert obj["invariants"]["temperature_rel_change"] < 0.2
+    assert obj["invariants"]["temperature_rel_change"] > 0.05
+    assert len(obj["notes"]) == 1 and "1/b − 1/N_k, not 1/b" in obj["notes"][0]
+
+
+def test_data_kappa_one_has_no_discrepancy(capsys):
+    argv = ["scaling", "--problem", DIGITS, "--eta", "0.05", "--local-steps", "1", "--rounds", "2", "--rule", "clients",
+            "--kappa", "1", "--replicates", "3", "--points", "1"]
+    obj = run_json(capsys, [*argv, "--json"])
+    assert obj["notes"] == [] and obj["first_separation_tau"] is None
+    for d in obj["discrepancy"].values():
+        assert d["max_abs_diff"] == 0.0 and d["final_se"] == 0.0
+    assert main([*argv, "--rule", "batch", "--kappa", "2"]) == 0
+    assert "note: the temperature" in capsys.readouterr().out
 
 
 @pytest.mark.slow

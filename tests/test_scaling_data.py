@@ -8,7 +8,7 @@ import pytest
 from fedsde.errors import FedsdeInputError
 from fedsde.problems.data_files import data_problem_from_dict
 from fedsde.scaling import FedAvgConfig, compare_data, split_clients, temperature_trace
-from fedsde.scaling.data import MetricCurves, separation, tau_grid
+from fedsde.scaling.data import TEMPERATURE_TOL, MetricCurves, paired_difference, separation, tau_grid
 
 
 @pytest.fixture(scope="module")
@@ -85,3 +85,47 @@ def test_compare_data_small_run(cancer):
         compare_data(cancer, cfg, "clients", 0.5)
     with pytest.raises(FedsdeInputError, match=">= 2: local SGD diverges"):
         compare_data(cancer, FedAvgConfig(eta=50.0, local_steps=1, server_lr=1.0, rounds=4), "batch", 2)
+
+
+def test_kappa_one_is_the_base_exactly(cancer):
+    """Common random numbers: both ends use the same seed and per-replicate streams, so κ = 1 changes nothing."""
+    cfg = FedAvgConfig(eta=0.05, local_steps=2, server_lr=1.0, rounds=4)
+    for rule in ("batch", "clients", "local-steps"):
+        res = compare_data(cancer, cfg, rule, 1, replicates=3, seed=5, points=2)
+        _, diff, se = paired_difference(res.base, res.scaled)
+        for name in res.base.mean:
+            np.testing.assert_array_equal(res.base.values[name], res.scaled.values[name])
+            assert np.all(diff[name] == 0) and np.all(se[name] == 0)
+        assert set(res.separation.values()) == {None} and res.notes == []
+
+
+def test_paired_standard_error_is_that_of_the_differences():
+    rng = np.random.default_rng(0)
+    common = rng.normal(size=(3, 50))  # shared by both ends: cancels in the paired difference
+    vb = 1.0 + common + 0.01 * rng.normal(size=(3, 50))
+    vs = 1.0 + common + 0.01 * rng.normal(size=(3, 50)) + np.array([[0.0], [0.02], [0.04]])
+
+    def curves(v):
+        c = _curves([0, 1, 2], v.mean(1), v.std(1, ddof=1) / np.sqrt(50))
+        return MetricCurves(c.config, c.tau, c.rounds, c.mean, c.se, 0.0, [], {"m": v})
+
+    b, s = curves(vb), curves(vs)
+    _, diff, se = paired_difference(b, s)
+    D = vs - vb
+    np.testing.assert_allclose(diff["m"], D.mean(1), rtol=1e-12)
+    np.testing.assert_allclose(se["m"], D.std(1, ddof=1) / np.sqrt(50), rtol=1e-12)
+    # paired: the shift of 0.02 is ≈ 14 standard errors of the difference; unpaired it hides in the common noise
+    assert separation(b, s, z=3.5) == {"m": 1.0}
+    unpaired = MetricCurves(s.config, s.tau, s.rounds, s.mean, s.se, 0.0)
+    assert separation(b, unpaired, z=3.5) == {"m": None}
+
+
+def test_temperature_change_beyond_tolerance_is_noted(cancer):
+    cfg = FedAvgConfig(eta=0.05, local_steps=1, server_lr=1.0, rounds=2)
+    res = compare_data(cancer, cfg, "batch", 2, replicates=2, seed=0, points=1)
+    rel = res.scaled.temperature_trace / res.base.temperature_trace - 1
+    assert abs(rel) > TEMPERATURE_TOL and len(res.notes) == 1
+    note = res.notes[0]
+    assert f"{rel:+.1%}" in note and "1/b − 1/N_k, not 1/b" in note and "b = 8 → 16" in note
+    N = cancer.sizes.mean()
+    assert f"{(1 - 16 / N) / (1 - 8 / N) - 1:+.1%}" in note  # the finite-population prediction

@@ -21,6 +21,7 @@ from fedsde.report.aggregator_comparison import (
     DEFAULT_AGGREGATORS,
     SETTINGS,
     ComparisonConfig,
+    file_partition,
     plot_accuracy,
     run_comparison,
     summary_rows,
@@ -81,14 +82,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rounds", type=int, default=None, metavar="n")
     p.add_argument("--problem", default=None, metavar="FILE",
                    help="a data-problem file (kind = \"classification\") to compare the rules on, instead of the "
-                   "three digits settings (its partition, model and batch size; --epochs local epochs per round)")
+                   "three digits settings (its partition, model and batch size, with --epochs local epochs per "
+                   "round)")
     p.add_argument("--runs", type=int, default=None, metavar="S", help="runs (seeds) per rule, >= 2 (default 3)")
     p.add_argument("--seed", type=int, default=0, metavar="SEED", help="seed of the runs' random streams")
     p.add_argument("--data-seed", type=int, default=0, metavar="SEED", help="seed of the partition and split")
     p.add_argument("--clients", type=int, default=None, metavar="Q", help="number of clients (default 20; --quick 10)")
     p.add_argument("--participation", type=int, default=None, metavar="m",
-                   help="clients sampled per round, <= --clients (default 5)")
+                   help="clients sampled per round, <= --clients (default 5, or every client when there are "
+                   "fewer)")
     p.add_argument("--eta", type=float, default=None, metavar="η", help="client learning rate")
+    p.add_argument("--epochs", type=int, default=None, metavar="E",
+                   help="local epochs per round (default 3; hybrid+ draws E_k from 2..5 every round instead)")
     p.add_argument("--settings", default=",".join(SETTINGS), metavar="S1,S2,…",
                    help=f"subset of {','.join(SETTINGS)}")
     p.add_argument("--aggregators", default=",".join(DEFAULT_AGGREGATORS), metavar="A1,A2,…",
@@ -130,17 +135,17 @@ def _configure(args: argparse.Namespace) -> ComparisonConfig:
         raise FedsdeInputError(f"--clients={args.clients}: must be an integer >= 1")
     if args.participation is not None and args.participation < 1:
         raise FedsdeInputError(f"--participation={args.participation}: must be an integer >= 1")
+    epochs = getattr(args, "epochs", None)
+    if epochs is not None and epochs < 1:
+        raise FedsdeInputError(f"--epochs={epochs}: must be an integer >= 1")
     for attr, val in (("rounds", args.rounds), ("runs", args.runs), ("n_clients", args.clients),
-                      ("participation", args.participation), ("eta", args.eta)):
+                      ("participation", args.participation), ("eta", args.eta), ("epochs", epochs)):
         if val is not None:
             setattr(cfg, attr, val)
+    if args.participation is None:  # the default adapts to fewer clients; only an explicit value is refused
+        cfg.participation = min(cfg.participation, cfg.n_clients)
     if cfg.participation > cfg.n_clients and getattr(args, "problem", None) is None:
         default = "the default with --quick" if args.quick else "the default"
-        if args.participation is None:
-            raise FedsdeInputError(
-                f"--clients={cfg.n_clients}: too small for --participation={cfg.participation} ({default}; clients "
-                f"sampled per round); pass --participation <= {cfg.n_clients} or more clients"
-            )
         if args.clients is None:
             raise FedsdeInputError(f"--participation={cfg.participation}: cannot exceed --clients={cfg.n_clients} "
                                    f"({default}); pass more --clients")
@@ -164,11 +169,15 @@ def _configure_file(args: argparse.Namespace, cfg: ComparisonConfig) -> Comparis
             raise FedsdeInputError(f"{opt}: not used with --problem (the file fixes the data, its partition and "
                                    "its seed)")
     problem = load_data_problem(args.problem)
-    if cfg.participation > problem.Q:
+    if args.participation is None:
+        cfg.participation = min(cfg.participation, problem.Q)
+    elif cfg.participation > problem.Q:
         raise FedsdeInputError(f"--participation={cfg.participation}: cannot exceed the number of clients of "
                                f"--problem ({problem.Q})")
     cfg.problem_file = str(args.problem)
     cfg.n_clients = problem.Q
+    cfg.data_seed = int(problem.info.get("seed", cfg.data_seed))
+    cfg.partition = file_partition(problem)
     cfg.batch_size = int(problem.batch_size)
     cfg.l2, cfg.test_fraction = problem.l2, float(problem.info.get("test_fraction", cfg.test_fraction))
     cfg.settings = (Path(args.problem).stem,)

@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         return emit(args, out, _human_single(out))
     rows = []
     for res in results:
-        rows.append({"kappa": res.kappa, "scaled": _end(res.scaled, keep, moments=False),
+        rows.append({"kappa": res.kappa, "scaled": _end(res.scaled, keep),
                      "invariants": _invariants(res.base, res.scaled),
                      "discrepancy": {"stationary": res.stationary, "transient": res.transient,
                                      "max_rel": res.max_rel}})
@@ -107,14 +107,12 @@ def _is_data(problem) -> bool:
     return bool(is_data_problem(problem))
 
 
-def _end(end, keep: tuple[str, ...], *, moments: bool = True) -> dict:
+def _end(end, keep: tuple[str, ...]) -> dict:
     d = end.config.as_dict(keep=keep)
-    d |= {"temperature": end.temperature, "horizon": end.config.horizon,
-          "tau_per_round": end.config.tau_per_round, "spectral_radius": end.spectral_radius}
-    if moments:
-        d |= {"stationary_mean": end.stationary_mean, "stationary_cov": end.stationary_cov,
-              "transient_mean": end.transient_mean, "transient_cov": end.transient_cov}
-    return d
+    return d | {"temperature": end.temperature, "horizon": end.config.horizon,
+                "tau_per_round": end.config.tau_per_round, "spectral_radius": end.spectral_radius,
+                "stationary_mean": end.stationary_mean, "stationary_cov": end.stationary_cov,
+                "transient_mean": end.transient_mean, "transient_cov": end.transient_cov}
 
 
 def _invariants(base, scaled) -> dict:
@@ -171,12 +169,13 @@ def _data_end(c, keep: tuple[str, ...]) -> dict:
 
 
 def _data_single(res, keep) -> dict:
+    from fedsde.scaling.data import paired_difference
+
     taus = [t for t in res.separation.values() if t is not None]
     disc = {}
-    ib, is_ = np.nonzero(np.isclose(res.base.tau[:, None], res.scaled.tau[None, :], rtol=1e-9, atol=1e-12))
+    _, diffs, ses = paired_difference(res.base, res.scaled)  # paired replicates (common random numbers)
     for name in res.base.mean:
-        diff = res.scaled.mean[name][is_] - res.base.mean[name][ib]
-        se = np.sqrt(res.base.se[name][ib] ** 2 + res.scaled.se[name][is_] ** 2)
+        diff, se = diffs[name], ses[name]
         with np.errstate(divide="ignore", invalid="ignore"):
             zs = np.where(se > 0, np.abs(diff) / se, 0.0)
         disc[name] = {"max_abs_diff": float(np.max(np.abs(diff))), "max_z": float(np.max(zs)),
@@ -188,7 +187,7 @@ def _data_single(res, keep) -> dict:
                            "horizon_rel_change": abs(res.scaled.config.horizon - res.base.config.horizon)
                            / res.base.config.horizon},
             "separation": res.separation, "first_separation_tau": min(taus) if taus else None, "z": res.z,
-            "discrepancy": disc}
+            "discrepancy": disc, "notes": list(res.notes)}
 
 
 def _run_data(args, problem, rule, kappas: list[float], single: bool) -> int:
@@ -213,7 +212,7 @@ def _run_data(args, problem, rule, kappas: list[float], single: bool) -> int:
     out = {"rule": rule.name, "change": rule.change, "keeps": list(rule.keeps), "base": cells[0]["base"],
            "cells": [{"kappa": c["kappa"], "scaled": c["scaled"], "invariants": c["invariants"],
                       "separation": c["separation"], "first_separation_tau": c["first_separation_tau"],
-                      "discrepancy": c["discrepancy"]} for c in cells],
+                      "discrepancy": c["discrepancy"], "notes": c.get("notes", [])} for c in cells],
            "discrepancy_vs_kappa": curve}
     return emit(args, out, _human_data_list(out))
 
@@ -255,6 +254,7 @@ def _human_data(out: dict) -> str:
         sep = out["separation"][name]
         lines.append(f"{name:20s} final diff {d['final_diff']:+.4g} ± {d['final_se']:.2g}  max z {d['max_z']:.2f}  "
                      f"separates at tau={'never' if sep is None else f'{sep:.4g}'}")
+    lines += [f"note: {n}" for n in out.get("notes", [])]
     return "\n".join(lines)
 
 
@@ -264,4 +264,5 @@ def _human_data_list(out: dict) -> str:
              f"{'kappa':>8s} {'first separation tau':>22s}"]
     for k, t in zip(c["kappa"], c["first_separation_tau"], strict=True):
         lines.append(f"{k:8.4g} {'never' if t is None else f'{t:.4g}':>22s}")
+    lines += [f"note (κ = {c['kappa']:g}): {n}" for c in out["cells"] for n in c.get("notes", [])]
     return "\n".join(lines)

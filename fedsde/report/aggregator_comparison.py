@@ -57,6 +57,7 @@ class ComparisonConfig:
     test_fraction: float = 0.25
     server_lr: dict = field(default_factory=lambda: {"fedadam": 0.03})
     problem_file: str | None = None
+    partition: dict | None = None
     params: dict = field(default_factory=lambda: {
         "fedavgm": {"beta": 0.7},
         "fedprox": {"mu": 0.01},
@@ -110,6 +111,29 @@ def load_data_problem(path: str):
     return problem
 
 
+#: keys of a data problem's ``info`` that describe its data set and partition
+_PARTITION_INFO = ("dataset", "partition", "alpha", "beta", "iid", "min_size", "shards_per_client", "quantity_beta",
+                   "n_biased", "n_uniform", "seed")
+
+
+def file_partition(problem) -> dict:
+    """The data set and partition settings of a problem file (those it was built with), e.g. ``{"dataset":
+    "digits", "partition": "dirichlet", "alpha": 0.5, "min_size": 10, "seed": 0}``."""
+    return {k: problem.info[k] for k in _PARTITION_INFO if k in problem.info}
+
+
+def _config_record(cfg: ComparisonConfig) -> dict:
+    """``cfg`` as recorded with the results: with a problem file, its own partition settings replace the built-in
+    settings' (``dirichlet_alpha``, ``shards_per_client``, ``epochs_range``), which it does not use."""
+    rec = asdict(cfg)
+    if cfg.problem_file is None:
+        rec.pop("partition")
+    else:
+        for key in ("dirichlet_alpha", "shards_per_client", "epochs_range"):
+            rec.pop(key)
+    return rec
+
+
 def run_comparison(cfg: ComparisonConfig, *, progress: bool = True) -> dict:
     """Run every (setting, rule) pair; returns accuracies per round and run, and the summary."""
     import torch
@@ -140,7 +164,7 @@ def run_comparison(cfg: ComparisonConfig, *, progress: bool = True) -> dict:
         if int(np.sum(problem.test_sizes)) == 0:
             raise FedsdeInputError(f"--clients={cfg.n_clients}: the {setting!r} partition leaves no test samples "
                                    "(too many clients for the data); use fewer clients")
-    results: dict = {"config": asdict(cfg), "settings": {}}
+    results: dict = {"config": _config_record(cfg), "settings": {}}
     bar = tqdm(total=len(cfg.settings) * len(aggs), desc="compare-aggregators", unit="run", disable=not progress)
     try:
         for setting in cfg.settings:

@@ -128,6 +128,8 @@ def reproduce(cfg: dict, only: Sequence[str], out: Path, *, quick: bool, progres
                 target = out / f.relative_to(scratch)
                 target.parent.mkdir(parents=True, exist_ok=True)
                 f.replace(target)
+        for r in records:  # report where the files are now, not where they were written
+            r.files = [out / Path(f).relative_to(scratch) for f in r.files]
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return ReproduceResult(out, records, claims, errata, meta, wall)

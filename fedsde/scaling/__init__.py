@@ -18,10 +18,21 @@ the O(η) term is explicit (:func:`first_order_correction`), which gives the rat
 vanishes as ``η → 0``.
 
 Mapping: :func:`apply_rule` (``FedAvgConfig`` × ``κ`` → ``FedAvgConfig``).  Exact checks on quadratic clients:
-:func:`compare_quadratic`.  Simulation checks on data problems: :func:`compare_data`.
+:func:`compare_quadratic`.  Simulation checks on data problems: :func:`compare_data`
+(common random numbers with paired standard errors; notes when a measured invariant moves beyond
+:data:`TEMPERATURE_TOL`).
 """
 
-from fedsde.scaling.data import DataScaling, MetricCurves, compare_data, split_clients, temperature_trace
+from fedsde.scaling.data import (
+    TEMPERATURE_TOL,
+    DataScaling,
+    MetricCurves,
+    compare_data,
+    invariant_notes,
+    paired_difference,
+    split_clients,
+    temperature_trace,
+)
 from fedsde.scaling.quadratic import (
     EndLaw,
     QuadraticScaling,
@@ -38,6 +49,7 @@ from fedsde.scaling.rules import NAIVE, RULES, FedAvgConfig, ScalingRule, apply_
 __all__ = [
     "NAIVE",
     "RULES",
+    "TEMPERATURE_TOL",
     "DataScaling",
     "EndLaw",
     "FedAvgConfig",
@@ -51,7 +63,9 @@ __all__ = [
     "first_order_coefficients",
     "first_order_correction",
     "get_rule",
+    "invariant_notes",
     "law_discrepancy",
+    "paired_difference",
     "scaled_problem",
     "split_clients",
     "temperature_matrix",

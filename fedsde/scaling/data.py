@@ -3,13 +3,20 @@
 The two ends run the discrete simulator (:func:`fedsde.sim.simulate`, minibatch SGD clients) from the same start;
 their server weights are recorded at common values of the SDE clock ``τ = n·s·η·E`` and evaluated on the *base*
 problem's data (:func:`fedsde.problems.metrics.evaluate_metrics`), so both ends are measured on the same training
-objective and the same test set.  Each metric curve carries its standard error over replicates; the ends
-*separate* at the first ``τ`` where ``|mean_s − mean_b| > z·√(se_b² + se_s²)``.
+objective and the same test set.  Each metric curve carries its standard error over replicates.
+
+Common random numbers: both ends run with the same seed and one random stream per replicate (``block_size=1`` of
+:func:`fedsde.sim.simulate`), so replicate ``r`` of the base and replicate ``r`` of the scaled end form a pair, the
+pairs are independent across ``r``, and ``κ = 1`` reproduces the base exactly (zero discrepancy).  The difference
+of the ends is estimated from the per-replicate differences ``D_r = X_r^s − X_r^b``: mean ``D̄`` and standard error
+``sd(D)/√R`` (:func:`paired_difference`); the ends *separate* at the first ``τ`` where ``|D̄| > z·se(D̄)``.
 
 The ``clients`` rule splits every client's training samples at random into ``κ`` clients of (nearly) equal size
 with weight ``p_k/κ`` each (:func:`split_clients`; each client's test samples stay with the first of its parts); the
 ``batch`` rule sets the minibatch size to ``κ·b``.  On data the temperature ``s·η·Σ_k p_k² Σ_k(w)`` is kept only
-approximately (``Σ_k ∝ 1/b − 1/N_k``): :func:`temperature_trace` measures it at both ends.
+approximately (``Σ_k ∝ 1/b − 1/N_k``, so one client's temperature changes by the factor
+``(1 − κb/N_k)/(1 − b/N_k)`` instead of 1): :func:`temperature_trace` measures it at both ends, and
+:func:`invariant_notes` says when the two ends differ by more than :data:`TEMPERATURE_TOL`.
 """
 
 from __future__ import annotations
@@ -22,6 +29,9 @@ import numpy as np
 from fedsde._validate import positive_int
 from fedsde.errors import FedsdeInputError
 from fedsde.scaling.rules import FedAvgConfig, ScalingRule, check_client_step, get_rule
+
+#: relative change of the measured temperature between the two ends above which a note is issued
+TEMPERATURE_TOL = 0.05
 
 
 def split_clients(problem, parts: int, *, seed: int = 0):
@@ -121,7 +131,11 @@ def tau_grid(base: FedAvgConfig, scaled: FedAvgConfig, points: int) -> tuple[np.
 
 @dataclass(frozen=True)
 class MetricCurves:
-    """Metric curves of one end: ``mean[name]`` and ``se[name]`` of shape (K + 1,) at ``tau``."""
+    """Metric curves of one end: ``mean[name]`` and ``se[name]`` of shape (K + 1,) at ``tau``.
+
+    ``values[name]`` (shape (K + 1, R)) keeps the per-replicate values for paired comparisons (``None`` if not
+    kept).
+    """
 
     config: FedAvgConfig
     tau: np.ndarray
@@ -130,6 +144,7 @@ class MetricCurves:
     se: dict
     temperature_trace: float
     notes: list = field(default_factory=list)
+    values: dict | None = field(default=None, repr=False)
 
 
 def simulate_end(problem, eval_problem, config: FedAvgConfig, rounds=None, *, replicates: int, seed: int,
@@ -145,7 +160,8 @@ def simulate_end(problem, eval_problem, config: FedAvgConfig, rounds=None, *, re
     from fedsde.sim import simulate
 
     res = simulate(problem, eta=config.eta, local_steps=config.local_steps, rounds=config.rounds,
-                   replicates=replicates, seed=seed, server_lr=config.server_lr, w0=w0, record=rounds.tolist())
+                   replicates=replicates, seed=seed, server_lr=config.server_lr, w0=w0, record=rounds.tolist(),
+                   block_size=1)  # one stream per replicate: replicate r pairs with replicate r of the other end
     vals = evaluate_metrics(eval_problem, res.weights, w0, names=metrics)
     mean = {k: v.mean(-1) for k, v in vals.items()}
     se = {k: v.std(-1, ddof=1) / np.sqrt(v.shape[-1]) if v.shape[-1] > 1 else np.full(v.shape[0], np.inf)
@@ -155,23 +171,78 @@ def simulate_end(problem, eval_problem, config: FedAvgConfig, rounds=None, *, re
         n = int(np.sum(problem.sizes <= problem.batch_size))
         notes.append(f"{n} of {problem.Q} clients have no more samples than batch_size={problem.batch_size}: "
                      "their local steps are full-gradient steps (no noise)")
-    return MetricCurves(config, tau, rounds, mean, se, temperature_trace(problem, config, w0), notes)
+    return MetricCurves(config, tau, rounds, mean, se, temperature_trace(problem, config, w0), notes, vals)
+
+
+def paired_difference(base: MetricCurves, scaled: MetricCurves) -> tuple[np.ndarray, dict, dict]:
+    """Mean difference ``scaled − base`` of each metric and its standard error, at the ``τ`` both ends reach.
+
+    Returns ``(tau, diff, se)`` with ``diff[name]``, ``se[name]`` of shape (K',).  When both ends kept their
+    per-replicate values with the same ``R`` (paired replicates, module docstring) the standard error is that of
+    the per-replicate differences, ``sd(D)/√R``; otherwise the ends are treated as independent,
+    ``√(se_b² + se_s²)``.
+    """
+    ib, is_ = np.nonzero(np.isclose(base.tau[:, None], scaled.tau[None, :], rtol=1e-9, atol=1e-12))
+    diff, se = {}, {}
+    for name in base.mean:
+        vb = None if base.values is None else base.values.get(name)
+        vs = None if scaled.values is None else scaled.values.get(name)
+        if vb is not None and vs is not None and vb.shape[-1] == vs.shape[-1]:
+            D = vs[is_] - vb[ib]
+            R = D.shape[-1]
+            diff[name] = D.mean(-1)
+            se[name] = D.std(-1, ddof=1) / np.sqrt(R) if R > 1 else np.full(D.shape[0], np.inf)
+        else:
+            diff[name] = scaled.mean[name][is_] - base.mean[name][ib]
+            se[name] = np.sqrt(base.se[name][ib] ** 2 + scaled.se[name][is_] ** 2)
+    return base.tau[ib], diff, se
 
 
 def separation(base: MetricCurves, scaled: MetricCurves, z: float = 3.5) -> dict:
-    """First ``τ`` at which each metric's curves differ by more than ``z`` combined standard errors (or ``None``).
+    """First ``τ`` at which each metric's ends differ by more than ``z`` standard errors of the difference (or
+    ``None``); the standard error is the paired one when both ends kept their replicates
+    (:func:`paired_difference`).
 
     Only the values of ``τ`` that both curves reach (to rounding) are compared.
     """
-    ib, is_ = np.nonzero(np.isclose(base.tau[:, None], scaled.tau[None, :], rtol=1e-9, atol=1e-12))
+    tau, diffs, ses = paired_difference(base, scaled)
     out = {}
     for name in base.mean:
-        diff = np.abs(scaled.mean[name][is_] - base.mean[name][ib])
-        se = np.sqrt(base.se[name][ib] ** 2 + scaled.se[name][is_] ** 2)
+        diff, se = np.abs(diffs[name]), ses[name]
         scale = max(1.0, float(np.max(np.abs(base.mean[name]))))
         hit = np.flatnonzero(np.where(se > 0, diff > z * se, diff > 1e-12 * scale))
-        out[name] = float(base.tau[ib[hit[0]]]) if hit.size else None
+        out[name] = float(tau[hit[0]]) if hit.size else None
     return out
+
+
+def invariant_notes(rule: ScalingRule, kappa: float, problem, other, base: MetricCurves, scaled: MetricCurves,
+                    tol: float = TEMPERATURE_TOL) -> list[str]:
+    """Notes for first-order invariants that the rule should keep but the measured ends do not (to within ``tol``).
+
+    The temperature traces of the two ends are measured at the start point.  For rules that change the batch size
+    or split the clients the note gives the reason: the minibatch covariance is ``∝ 1/b − 1/N_k``, not ``1/b``, so
+    a client's temperature changes by ``(1 − κb/N_k)/(1 − b/N_k)``, evaluated at the mean client size.
+    """
+    Tb, Ts = base.temperature_trace, scaled.temperature_trace
+    if not Tb > 0 or "temperature" not in rule.keeps:
+        return []
+    rel = (Ts - Tb) / Tb
+    if abs(rel) <= tol:
+        return []
+    note = (f"the temperature Tr(s·η·Σ_k p_k²Σ_k) at the start changes by {rel:+.1%} between the ends ({Tb:.4g} → "
+            f"{Ts:.4g}), more than the {tol:.0%} tolerance, although rule {rule.name!r} keeps it to first order")
+    b, bs = base.config.batch_size, scaled.config.batch_size
+    if rule.name in ("batch", "clients") and b is not None:
+        N = float(np.mean(problem.sizes))
+        Ns = float(np.mean(other.sizes))
+        f_b = max(0.0, 1.0 / b - 1.0 / N)
+        pred = max(0.0, 1.0 - kappa * b / N) / (1.0 - b / N) if N > b else float("nan")
+        note += (f": the minibatch covariance is ∝ 1/b − 1/N_k, not 1/b (b = {b} → {bs}, mean N_k = {N:.4g} → "
+                 f"{Ns:.4g}; 1/b − 1/N_k = {f_b:.4g} at the base), so each client's temperature changes by "
+                 f"(1 − κb/N_k)/(1 − b/N_k) = {pred - 1:+.1%} at the mean N_k; the rule holds only while κ·b ≪ N_k")
+        if rule.name == "clients":
+            note += " (the split also changes each client's gradient spread)"
+    return [note]
 
 
 @dataclass(frozen=True)
@@ -184,6 +255,7 @@ class DataScaling:
     scaled: MetricCurves
     separation: dict
     z: float
+    notes: list = field(default_factory=list)
 
 
 def compare_data(problem, config: FedAvgConfig, rule: str | ScalingRule, kappa: float, *, replicates: int = 16,
@@ -191,15 +263,17 @@ def compare_data(problem, config: FedAvgConfig, rule: str | ScalingRule, kappa: 
     """Simulate both ends of ``rule`` with factor ``kappa`` on a data problem (module docstring).
 
     ``config.clients``/``config.batch_size`` default to the problem's; ``w0`` to ``problem.initial_weights()``.
-    The base end uses ``seed``, the scaled end ``seed + 1`` (independent noise).
+    Both ends use ``seed`` with one stream per replicate (common random numbers, paired replicates: ``κ = 1``
+    gives exactly the base).
     """
     rule = get_rule(rule)
     config, new, other = prepare_end(problem, config, rule, kappa, split_seed=seed)
     w_start = problem.initial_weights() if w0 is None else np.asarray(w0, dtype=np.float64)
     _, rb, rs = tau_grid(config, new, points)
     base = simulate_end(problem, problem, config, rb, replicates=replicates, seed=seed, w0=w_start)
-    scaled = simulate_end(other, problem, new, rs, replicates=replicates, seed=seed + 1, w0=w_start)
-    return DataScaling(rule, float(kappa), base, scaled, separation(base, scaled, z), z)
+    scaled = simulate_end(other, problem, new, rs, replicates=replicates, seed=seed, w0=w_start)
+    notes = invariant_notes(rule, float(kappa), problem, other, base, scaled)
+    return DataScaling(rule, float(kappa), base, scaled, separation(base, scaled, z), z, notes)
 
 
 def prepare_end(problem, config: FedAvgConfig, rule: str | ScalingRule, kappa: float, *, split_seed: int = 0,

@@ -9,7 +9,7 @@ from fedsde.problems.quadratic import QuadraticProblem
 from fedsde.report.figures.common import loglog_slope, subplots
 from fedsde.report.gallery import FigureOutput, RunContext
 from fedsde.scaling import NAIVE, RULES, FedAvgConfig, compare_quadratic
-from fedsde.scaling.data import prepare_end, simulate_end
+from fedsde.scaling.data import paired_difference, prepare_end, simulate_end
 
 QUAD_RULES = ("local-steps", "server-client", "clients")  # a quadratic problem has no minibatch
 COLORS = {"local-steps": "C0", "server-client": "C1", "clients": "C2", "batch": "C3"}
@@ -46,7 +46,20 @@ def _holds(rows: list[list], rule: str, tol: float = 0.05) -> tuple[list[float],
 
 
 def _kappa_text(ks: list[float]) -> str:
-    return "none" if not ks else ", ".join(f"{k:g}" for k in ks)
+    return ", ".join(f"{k:g}" for k in ks)
+
+
+def _holds_sentence(rows: list[list], rule: str, tol: float = 0.05) -> str:
+    """Where ``rule`` holds within ``tol`` and where it fails, as a clause (empty sets worded, not "none")."""
+    ok, bad = _holds(rows, rule, tol)
+    pct = f"{100 * tol:g}%"
+    if ok and bad:
+        return f"{rule} holds within {pct} at κ = {_kappa_text(ok)} and fails at κ = {_kappa_text(bad)}"
+    if ok:
+        return f"{rule} holds within {pct} at every κ tried ({_kappa_text(ok)})"
+    if bad:
+        return f"{rule} fails (beyond {pct}) at every κ tried ({_kappa_text(bad)})"
+    return f"{rule} applies at no κ ≠ 1 of the grid"
 
 
 def _rate_rows(problem: QuadraticProblem, cfg: dict, w0: np.ndarray) -> list[list]:
@@ -92,10 +105,11 @@ def _data_runs(cfg: dict, seed: int, model: str) -> tuple[dict, list[list]]:
     R, kappa, w0 = cfg["data_replicates"], cfg["data_kappa"], problem.initial_weights()
     b = simulate_end(problem, problem, base, replicates=R, seed=seed, w0=w0, metrics=METRICS)
     curves, built = {"base": b}, {(problem.Q, problem.batch_size, seed): problem}
-    for i, rule in enumerate(RULES):
-        for j, (label, r) in enumerate((("rule", RULES[rule]), ("naive", NAIVE[rule]))):
+    for rule in RULES:
+        for label, r in (("rule", RULES[rule]), ("naive", NAIVE[rule])):
             _, new, other = prepare_end(problem, base, r, kappa, split_seed=seed, cache=built)
-            curves[(rule, label)] = simulate_end(other, problem, new, replicates=R, seed=seed + 1 + 2 * i + j, w0=w0,
+            # common random numbers: every end uses the base's seed (paired replicates)
+            curves[(rule, label)] = simulate_end(other, problem, new, replicates=R, seed=seed, w0=w0,
                                                   metrics=METRICS)
     rows = []
     for key, c in curves.items():
@@ -108,10 +122,9 @@ def _data_runs(cfg: dict, seed: int, model: str) -> tuple[dict, list[list]]:
 
 
 def _delta(base, other, metric: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    ib, io = np.nonzero(np.isclose(base.tau[:, None], other.tau[None, :], rtol=1e-9, atol=1e-12))
-    d = other.mean[metric][io] - base.mean[metric][ib]
-    se = np.sqrt(base.se[metric][ib] ** 2 + other.se[metric][io] ** 2)
-    return base.tau[ib], d, se
+    """``τ``, mean change ``other − base`` of ``metric`` and its paired standard error."""
+    tau, diff, se = paired_difference(base, other)
+    return tau, diff[metric], se[metric]
 
 
 def _plot_kappa(ax, rows, title):
@@ -193,20 +206,32 @@ def make(cfg: dict, ctx: RunContext) -> FigureOutput:
     parts = []
     for name in ("homogeneous", "heterogeneous"):
         rows = [r for r in q_rows if r[0] == name]
-        parts.append(name + ": " + "; ".join(
-            f"{rule} holds within 5% at κ = {_kappa_text(_holds(rows, rule)[0])}, fails at κ = "
-            f"{_kappa_text(_holds(rows, rule)[1])}" for rule in QUAD_RULES))
+        parts.append(f"{name.capitalize()} clients: " + "; ".join(_holds_sentence(rows, rule) for rule in QUAD_RULES))
     data_txt, within, beyond = [], [], []
     for model in ("softmax", "mlp"):
         bits = []
         for rule in RULES:
             dr, sr, L = summary[(model, rule, "rule")]
             dn = summary[(model, rule, "naive")][0]
-            bits.append(f"{rule} {100 * dr / L:+.1f}% ± {100 * sr / L:.1f}% (naive {100 * dn / L:+.1f}%)")
+            bits.append(f"{rule} {100 * dr / L:+.1f}% ± {100 * sr / L:.2g}% (naive {100 * dn / L:+.1f}%)")
             (within if abs(dr) <= 0.05 * L else beyond).append(f"{rule}/{model}")
         data_txt.append(f"digits {model} (final train loss {L:.3f}): " + ", ".join(bits))
     closer = sum(abs(summary[(m, r, "rule")][0]) < abs(summary[(m, r, "naive")][0])
                  for m in ("softmax", "mlp") for r in RULES)
+    cases = len(summary) // 2
+    if not beyond:
+        within_txt = f"Every rule ends within 5% of the base loss on both models ({cases} of {cases} cases)"
+    elif not within:
+        within_txt = f"No rule ends within 5% of the base loss ({', '.join(beyond)} are beyond)"
+    else:
+        within_txt = f"Within 5% of the base loss: {', '.join(within)}; beyond: {', '.join(beyond)}"
+    if 2 * closer < cases:
+        closer_txt = (f"The rule ends closer to the base than its naive change in only {closer} of {cases} cases: "
+                      "on digits over this horizon the temperature moves the loss by no more than the O(η) drift "
+                      "terms that the rules ignore.")
+    else:
+        closer_txt = (f"The rule ends closer to the base than its naive change in {closer} of {cases} cases: there "
+                      "the temperature the rules keep matters more than the O(η) drift terms they ignore.")
     caption = (
         "Scaling rules that keep the first-order SDE (temperature s·η·Σp_k²Σ_k and horizon τ = n·s·η·E). Top: "
         "exact largest relative discrepancy (stationary and horizon excess loss and covariance) between the base "
@@ -221,10 +246,8 @@ def make(cfg: dict, ctx: RunContext) -> FigureOutput:
         f"Q = {cfg['data_clients']}, b = {cfg['data_batch_size']}, η = {cfg['data_eta']:g}, "
         f"E = {cfg['data_local_steps']}, n = {cfg['data_rounds']}, {cfg['data_replicates']} runs per end): change of "
         "the final train loss relative to the base, rule vs naive change (same τ, temperature / κ): "
-        + "; ".join(data_txt) + f". Within 5% of the base loss: {', '.join(within) or 'none'}; beyond: "
-        f"{', '.join(beyond) or 'none'}. The rule ends closer to the base than its naive change in {closer} of "
-        f"{len(summary) // 2} cases: on digits over this horizon the temperature moves the loss by no more than the "
-        "O(η) drift terms that the rules ignore."
+        + "; ".join(data_txt) + f". {within_txt}. {closer_txt} Standard errors are those of the paired "
+        "per-replicate differences (both ends use the same seed: common random numbers)."
     )
     tables = {
         "quadratic_vs_kappa": (["problem", "rule", "kappa", "max_rel", "stationary_excess_loss_rel",
