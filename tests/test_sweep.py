@@ -23,7 +23,7 @@ def small_spec(**grid) -> dict:
 
 
 @pytest.mark.parametrize(("spec", "match"), [
-    ({"run": {"command": "nosuch", "seed": 1}}, r"run.command='nosuch': unknown command; available: .*simulate"),
+    ({"run": {"command": "nosuch", "seed": 1}}, r"run.command='nosuch': unknown command; cell commands: .*simulate"),
     ({"run": {"seed": 1}}, r"run.command=None: required"),
     ({"run": {"command": "simulate", "seed": -1}}, r"run.seed=-1: must be an integer >= 0"),
     ({"run": {"command": "simulate", "seed": 1}, "base": {"problem": PROBLEM, "bogus": 3}},

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from fedsde._cli.common import add_json_flag, emit, writable_folder
+from fedsde._cli.common import add_json_flag, emit, warn, writable_folder
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -27,6 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="continue the sweep in --out: skip finished cells, run missing and failed ones (the spec "
                    "must be the stored one)")
     add_json_flag(p)
+    p.epilog = ("Exit status: 0 when the sweep ran (failed cells are stored with their error, counted in the "
+                "summary and reported as a warning); 2 when the sweep was refused (spec, --out, cluster), or under "
+                "--strict when any cell failed or carries warnings.")
     p.set_defaults(func=run)
 
 
@@ -40,4 +43,9 @@ def run(args: argparse.Namespace) -> int:
              f"(finished earlier), {summary['failed']} failed, {summary['warned']} with warnings "
              f"({summary['wall_s']:.1f} s)"]
     lines += [f"  failed {f['coords']}: {f['error']}" for f in summary["failures"][:10]]
+    if summary["failed"]:
+        warn(f"{summary['failed']} of {summary['cells']} cells failed; their errors are in "
+             f"fedsde.sweep.load({str(summary['out'])!r}).error; rerun them with --resume")
+    if args.strict and summary["warned"]:
+        warn(f"{summary['warned']} of {summary['cells']} cells carry warnings (--strict)")
     return emit(args, summary, "\n".join(lines))

@@ -6,7 +6,8 @@ flags are parsed by it and its handler runs in this process with stdout captured
 the cell's result.  The mapping from exceptions to outcomes follows the ``fedsde`` entry point: a user mistake or a
 diverged simulation (the CLI's exit status 2, one line on stderr) becomes a failed cell carrying that line; any
 other exception a failed cell carrying the exception text.  ``fedsde.cli`` itself is not imported (nothing imports
-it), so every command present under ``fedsde/_cli/`` is available to sweeps, including ones added later.
+it), so every command present under ``fedsde/_cli/`` is available to sweeps, including ones added later, but
+``sweep`` itself and the commands that write files of their own (:data:`_NOT_CELL_COMMANDS`).
 """
 
 from __future__ import annotations
@@ -26,8 +27,13 @@ from typing import Any
 
 from fedsde.errors import FedsdeInputError, SimulationDivergedError
 
-#: modules under fedsde._cli that are not commands a cell can run
-_NOT_CELL_COMMANDS = frozenset({"common", "sweep"})
+#: modules under fedsde._cli that are not commands a cell can run: helpers, and commands that write files of
+#: their own outside the sweep folder or run sweeps themselves
+_NOT_CELL_COMMANDS = frozenset({"common", "sweep", "reproduce", "compare_aggregators"})
+#: options of cell commands that a spec may not set (they write outside the sweep folder or start clusters)
+NOT_CELL_OPTIONS = {"out": "writes files outside the sweep folder", "figures": "writes files outside the sweep folder",
+                    "sweep_out": "writes files outside the sweep folder",
+                    "workers": "starts worker processes of its own (the sweep's --workers spreads the cells)"}
 #: exceptions the ``fedsde`` entry point turns into a one-line message and exit status 2
 _EXIT2 = (FedsdeInputError, SimulationDivergedError, FileNotFoundError, IsADirectoryError, PermissionError)
 #: a cell swaps sys.stdout/sys.stderr and torch's thread count, which are per process: one cell at a time
@@ -72,7 +78,9 @@ def command_info(command: str) -> CommandInfo:
     module = str(command).replace("-", "_")
     known = available_commands()
     if module.replace("_", "-") not in known:
-        raise FedsdeInputError(f"run.command={command!r}: unknown command; available: {', '.join(known)}")
+        what = ("not a command a sweep cell can run (it writes files outside the sweep folder or runs sweeps)"
+                if module in _NOT_CELL_COMMANDS and module != "common" else "unknown command")
+        raise FedsdeInputError(f"run.command={command!r}: {what}; cell commands: {', '.join(known)}")
     mod = importlib.import_module(f"fedsde._cli.{module}")
     root = _Parser(prog="fedsde")
     sub = root.add_subparsers(dest="command", parser_class=_Parser)

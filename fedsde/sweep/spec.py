@@ -2,7 +2,8 @@
 
 A spec is a TOML file (or the equivalent dict) with the tables
 
-* ``[run]``: ``command`` (any ``fedsde`` subcommand that has ``--json``) and ``seed`` (an integer >= 0; required
+* ``[run]``: ``command`` (a cell command: a ``fedsde`` subcommand whose whole output is its ``--json`` object,
+  see :func:`fedsde.sweep.command.available_commands`) and ``seed`` (an integer >= 0; required
   when the command takes ``--seed``);
 * ``[base]``: the command's options shared by every cell, named like its long flags (``local-steps`` or
   ``local_steps``); switches take ``true``/``false``, vectors a list or a comma-separated string;
@@ -246,7 +247,7 @@ def load_spec(spec: str | os.PathLike | Mapping | SweepSpec) -> SweepSpec:
     """
     if isinstance(spec, SweepSpec):
         return spec
-    from fedsde.sweep.command import command_info
+    from fedsde.sweep.command import NOT_CELL_OPTIONS, command_info
 
     data, root = _read(spec)
     parsed = parse_structure(data)
@@ -263,9 +264,12 @@ def load_spec(spec: str | os.PathLike | Mapping | SweepSpec) -> SweepSpec:
                 continue
             if key in _RESERVED:
                 raise FedsdeInputError(f"{where}.{key}: --{key} {_RESERVED[key]}")
+            if key in NOT_CELL_OPTIONS and key in info.options:
+                raise FedsdeInputError(f"{where}.{key}: --{key.replace('_', '-')} {NOT_CELL_OPTIONS[key]}; "
+                                       "not allowed in a sweep cell")
             if key not in info.options:
                 flags = ", ".join(sorted("--" + k.replace("_", "-") for k in info.options
-                                         if k not in ("seed", *_RESERVED)))
+                                         if k not in ("seed", *_RESERVED, *NOT_CELL_OPTIONS)))
                 raise FedsdeInputError(f"{where}.{key}: unknown option of fedsde {info.name}; its options: {flags}")
     if info.takes_seed and "seed" not in {k.replace("-", "_") for k in _table(data, "run")}:
         raise FedsdeInputError(f"run.seed: required, fedsde {info.name} takes --seed (cell seeds derive from it)")

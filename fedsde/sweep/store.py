@@ -84,6 +84,9 @@ class Store:
         self.spec = spec
         self.resume = resume
         self._lock_fd: int | None = None
+        self._made: list[Path] = []  # folders this run created, outermost first
+        self._fresh = False  # this run wrote the spec (the folder held no sweep)
+        self._written = 0  # cells stored by this run
 
     def __enter__(self) -> Store:
         out = self.out
@@ -93,24 +96,49 @@ class Store:
         if out.is_dir() and not has_spec and any(p.name != LOCK_FILE for p in out.iterdir()):
             raise FedsdeInputError(f"--out={str(out)!r}: exists, is not empty and holds no sweep; choose another "
                                    "folder")
-        out.mkdir(parents=True, exist_ok=True)
-        self._lock()
+        self._made = [p for p in [*reversed(out.absolute().parents), out.absolute()] if not p.exists()]
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            self._lock()
+        except OSError as exc:
+            self._remove_created()
+            raise FedsdeInputError(f"--out={str(out)!r}: cannot create the sweep folder there "
+                                   f"({exc.strerror or type(exc).__name__})") from None
         try:
             if has_spec:
                 self._check_stored()
             else:
+                self._fresh = True
                 atomic_write_text(out / SPEC_FILE, tomli_w.dumps(self.spec.to_dict()))
                 atomic_write_text(out / HASH_FILE, self.spec.sha256 + "\n")
             (out / CELLS_DIR).mkdir(exist_ok=True)
             for tmp in (out / CELLS_DIR).glob(".*.tmp"):  # left by a killed run; we hold the lock
                 tmp.unlink(missing_ok=True)
-        except BaseException:
-            self._unlock()
+        except BaseException as exc:
+            self.__exit__(type(exc), exc, None)
+            if isinstance(exc, OSError):
+                raise FedsdeInputError(f"--out={str(out)!r}: cannot write the sweep folder "
+                                       f"({exc.strerror or type(exc).__name__})") from None
             raise
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, *exc) -> None:
+        """Unlock; when this run stops on an error before storing any cell, remove what it created."""
+        if exc_type is not None and (self._fresh or self._made) and self._written == 0 and not read_cells(self.out):
+            self._remove_created()
         self._unlock()
+
+    def _remove_created(self) -> None:
+        if not (self._fresh or self._made):
+            return
+        for name in (SPEC_FILE, HASH_FILE, LOCK_FILE):
+            with contextlib.suppress(OSError):
+                (self.out / name).unlink()
+        with contextlib.suppress(OSError):
+            (self.out / CELLS_DIR).rmdir()
+        for folder in reversed(self._made):
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # only when empty
 
     def _lock(self) -> None:
         fd = os.open(self.out / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o666)
@@ -151,7 +179,9 @@ class Store:
     def write(self, record: dict[str, Any]) -> Path:
         """Store one cell atomically (replacing an earlier record of the same cell)."""
         text = json.dumps(record, allow_nan=True)
-        return atomic_write_text(self.out / CELLS_DIR / f"{record['id']}.json", text)
+        path = atomic_write_text(self.out / CELLS_DIR / f"{record['id']}.json", text)
+        self._written += 1
+        return path
 
 
 def iter_records(out: str | os.PathLike, spec: SweepSpec) -> Iterator[tuple[Any, dict[str, Any] | None]]:
