@@ -4,15 +4,16 @@ Digits softmax (d = 650, Dirichlet(0.5) over Q clients, batch 16), η, E, s fixe
 
 (a) FedAvg (the SVAG chain at ℓ = 1) — the unit of cost;
 (b) the SVAG integrator at ℓ = 2, 4, 8, 16 (step h/ℓ, two client rounds per step: nominal cost 2ℓ);
-(c) Euler–Maruyama with Monte-Carlo coefficients (S rollouts per path and step, k substeps: nominal cost S·k,
-    and paths are padded to whole blocks of 128).
+(c) Euler–Maruyama with Monte-Carlo coefficients (S rollouts per path and step, k substeps: nominal cost S·k;
+    rollouts in blocks of min(R, 128) paths, as the simulator).
 
 Weak error of E F(w_T) (and of the test accuracy) against the Richardson limit of the two finest SVAG chains, with
-95 % intervals; the target weak error is half of FedAvg's own distance from the SDE (what order 1 gives at half the
-step).  Cost = wall time of one run (best of ``--repeats`` over a few rounds, same R) relative to FedAvg's; the target
-is met by the cheapest step whose error is within its 95 % interval of the target or below (also reported: by the
-point estimate alone).  All ratios come
-from one run of this script; the thread count is pinned and printed.
+95 % intervals; the slopes are fitted on the steps independent of that reference (FedAvg and the other SVAG chains;
+every Monte-Carlo Euler run).  The target weak error is half of FedAvg's own distance from the SDE (what order 1
+gives at half the step).  Cost = wall time of one run (best of ``--repeats`` over a few rounds, same R) relative
+to FedAvg's; the target is met by the cheapest step whose error is within its 95 % interval of the target or below
+(also reported: by the point estimate alone).  All ratios come from one run of this script; the thread count is
+pinned and printed.
 
 Usage: ``python benchmarks/bench_general_sde.py [--quick] [--threads 1] [--device cuda]``
 """

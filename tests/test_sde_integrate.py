@@ -64,10 +64,34 @@ def test_same_seed_same_paths_whatever_the_chunks_and_progress():
         a = simulate_sde(pb, variant=variant, **kw, **extra)
         b = simulate_sde(pb, variant=variant, chunk_size=128, progress=True, **kw, **extra)
         np.testing.assert_array_equal(a.weights, b.weights)
-        c = simulate_sde(pb, variant=variant, **(kw | {"paths": 100}), **extra)
-        np.testing.assert_array_equal(a.weights[:, :100], c.weights)
+        # prefix property for runs using the same block: the general SDE's rollouts use blocks of min(paths, 128)
+        # paths (as the simulator), so its prefix run has 128 paths; the linear variants' Brownian blocks are fixed
+        m = 128 if variant == "general" else 100
+        c = simulate_sde(pb, variant=variant, **(kw | {"paths": m}), **extra)
+        np.testing.assert_array_equal(a.weights[:, :m], c.weights)
     d = simulate_sde(pb, variant="paper", **(kw | {"seed": 5}))
     assert not np.allclose(a.weights[-1], d.weights[-1])
+
+
+def test_general_sde_block_is_sized_to_the_paths(monkeypatch):
+    """Monte-Carlo Euler never pays for paths it was not asked for: the rollouts of a 2-path run are 2 paths wide."""
+    from fedsde.sde.models import FedAvgSDE
+
+    pb = paper_table_problem()
+    kw = {"eta": 0.05, "local_steps": 2, "rounds": 2, "seed": 4, "variant": "general", "inner_samples": 2}
+    assert simulate_sde(pb, paths=2, **kw).config["block_size"] == 2
+    assert simulate_sde(pb, paths=300, **kw).config["block_size"] == 128
+    seen = []
+    orig = FedAvgSDE.rollouts
+
+    def spy(self, t, y):
+        out = orig(self, t, y)
+        seen.append(self._nb * self.block)
+        return out
+
+    monkeypatch.setattr(FedAvgSDE, "rollouts", spy)
+    simulate_sde(pb, paths=3, **kw)
+    assert seen and max(seen) == 3
 
 
 def test_global_rng_is_left_alone():

@@ -54,9 +54,12 @@ def add_strict_flag(p: argparse.ArgumentParser) -> None:
                        "one line on stderr, nothing on stdout, exit 2")
 
 
-def add_problem_args(p: argparse.ArgumentParser, *, steps: bool = True) -> None:
-    """``--problem FILE --eta η --local-steps E --server-lr s [--client-steps τ1,τ2,…]``."""
-    p.add_argument("--problem", required=True, metavar="FILE", help="quadratic problem (.toml or .json)")
+def add_problem_args(p: argparse.ArgumentParser, *, steps: bool = True, data: bool = True) -> None:
+    """``--problem FILE --eta η --local-steps E --server-lr s [--client-steps τ1,τ2,…]``; ``data=False`` for
+    commands that take quadratic clients only."""
+    p.add_argument("--problem", required=True, metavar="FILE",
+                   help="problem file (.toml/.json): quadratic clients or a data problem (kind = \"classification\")"
+                   if data else "quadratic problem (.toml or .json)")
     p.add_argument("--eta", required=True, type=float, metavar="η", help="client learning rate")
     if steps:
         p.add_argument("--local-steps", type=int, default=None, metavar="E", help="local SGD steps per round")

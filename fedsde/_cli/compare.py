@@ -38,7 +38,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--variant", choices=VARIANTS, default="corrected", help="SDE variant (default corrected)")
     p.add_argument("--h", type=float, default=None, metavar="h", help="time step of one round (default η)")
     p.add_argument("--rounds", type=int, required=True, metavar="n", help="compare up to round n (t = n·h)")
-    p.add_argument("--w0", default=None, metavar="w1,w2,…", help="start point (default zero)")
+    p.add_argument("--w0", default=None, metavar="w1,w2,…",
+                   help="start point (default: zero for quadratic clients, the problem's initial weights for a data "
+                   "problem)")
     p.add_argument("--record-every", type=int, default=None, metavar="m",
                    help="report the moments every m rounds (default: about 20 records)")
     p.add_argument("--steps", default=None, metavar="h1,h2,…",

@@ -31,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Exact one-round law, stationary law and (with --rounds) transient law of FedAvg on "
         "quadratic clients. Clock: rounds n (t = n·h in the SDE's notation).",
     )
-    add_problem_args(p)
+    add_problem_args(p, data=False)
     p.add_argument("--rounds", type=int, default=None, metavar="n", help="also give the law after n rounds")
     p.add_argument("--w0", default=None, metavar="w1,w2,…", help="start point (default zero)")
     p.add_argument("--participation", type=int, default=None, metavar="m",

@@ -38,16 +38,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--substeps", type=int, default=1, metavar="k", help="Euler steps per round (dt = h/k)")
     p.add_argument("--method", choices=METHODS, default="euler",
                    help="euler (torchsde) or exact (OU transitions; linear variants)")
-    p.add_argument("--w0", default=None, metavar="w1,w2,…", help="start point (default zero)")
-    p.add_argument("--inner-samples", type=int, default=16, metavar="S",
-                   help="general variant: Monte-Carlo rollouts per path and step")
+    p.add_argument("--w0", default=None, metavar="w1,w2,…",
+                   help="start point (default: zero for quadratic clients, the problem's initial weights for a data "
+                   "problem)")
+    p.add_argument("--inner-samples", type=int, default=None, metavar="S",
+                   help="general variant, mc-euler integrator: Monte-Carlo rollouts per path and step (default 16)")
     p.add_argument("--estimator", choices=ESTIMATORS, default="compensated",
                    help="general variant: diffusion estimator")
     p.add_argument("--integrator", choices=("mc-euler", "svag"), default="mc-euler",
                    help="general variant: mc-euler (Euler–Maruyama with Monte-Carlo M̂, V̂ from --inner-samples "
                    "rollouts per step) or svag (the SVAG chain with parameter --ell: step h/ℓ, two client rounds per "
                    "step, weak order 1; the cheaper sampler of eq. (2))")
-    p.add_argument("--ell", type=int, default=4, metavar="ℓ",
+    p.add_argument("--ell", type=int, default=None, metavar="ℓ",
                    help="svag integrator: SVAG parameter, ℓ steps of size h/ℓ per round (default 4)")
     p.add_argument("--record-every", type=int, default=None, metavar="m",
                    help="record the moments every m rounds (default: about 100 records)")
@@ -95,7 +97,8 @@ def run(args: argparse.Namespace) -> int:
         res = simulate_sde(
             problem, eta=args.eta, local_steps=steps, rounds=args.rounds, paths=args.paths, seed=args.seed,
             variant=args.variant, server_lr=args.server_lr, h=args.h, substeps=args.substeps, w0=w0,
-            method=args.method, inner_samples=args.inner_samples, estimator=args.estimator, device=args.device,
+            method=args.method, inner_samples=16 if args.inner_samples is None else args.inner_samples,
+            estimator=args.estimator, device=args.device,
             dtype=torch.float32 if args.float32 else torch.float64, chunk_size=args.chunk_size, record=record,
             # the linear variants stream moments over path chunks (memory bounded whatever --paths); metrics need paths
             progress=not args.json, moments_only=general is None,
@@ -151,13 +154,28 @@ def _general_setup(args: argparse.Namespace, problem, w0):
     problem's initial weights), else ``None``; rejects integrator options that do not apply."""
     from fedsde.errors import FedsdeInputError
 
+    svag = args.variant == "general" and args.integrator == "svag"
+    if args.ell is not None and not svag:
+        raise FedsdeInputError(f"--ell={args.ell}: applies only to --variant general --integrator svag")
+    if args.inner_samples is not None and not (args.variant == "general" and args.integrator == "mc-euler"):
+        raise FedsdeInputError(f"--inner-samples={args.inner_samples}: applies only to --variant general with the "
+                               "mc-euler integrator (the SVAG chain and the linear variants draw no inner rollouts)")
     if args.variant != "general":
         if args.integrator != "mc-euler":
             raise FedsdeInputError(f"--integrator={args.integrator}: only for --variant general (the linear variants "
                                    "are integrated by --method)")
         return None
-    if args.integrator == "svag" and (args.ell is None or args.ell < 1):
-        raise FedsdeInputError(f"--ell={args.ell}: must be an integer >= 1")
+    if svag:
+        if args.method != "euler":
+            raise FedsdeInputError(f"--method={args.method}: does not apply to --integrator svag (the SVAG chain is "
+                                   "its own scheme, step h/ℓ)")
+        if args.substeps != 1:
+            raise FedsdeInputError(f"--substeps={args.substeps}: does not apply to --integrator svag (its step is "
+                                   "h/ℓ: use --ell)")
+        if args.ell is None:
+            args.ell = 4
+        if args.ell < 1:
+            raise FedsdeInputError(f"--ell={args.ell}: must be an integer >= 1")
     from fedsde.sde.svag import default_oracle_factory
     from fedsde.validity.core import default_start
 

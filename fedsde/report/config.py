@@ -186,6 +186,8 @@ def check_constraints(cfg: dict, only, problem) -> None:
       the server recursion of the mean must not grow (``ρ(I − s·B) <= 1``; :func:`fedsde._validate.known_divergence`);
     * F2/F3/F4 need a stationary law at every grid point (``ρ(I − B) < 1``), F5 at one point at least;
     * F1: the printed and corrected SDEs are integrated by Euler with step ``h = eta``, which must be stable;
+    * F13/F14: ``ells`` strictly increasing, starting at 1 (FedAvg) with at least one (F13) or two (F14: the
+      reference is the Richardson limit of the two largest) larger values; ``record_every <= rounds``;
     * covariances need ``replicates``/``paths`` >= 2; F6 needs a diagonal problem; F7's ``Qs`` are multiples of the
       problem's Q; F9's ``eta_cs`` are checked on its own Section 4 problem; F9 and F12 at most
       :data:`MAX_FIGURE_ROUNDS` rounds.
@@ -267,6 +269,24 @@ def check_constraints(cfg: dict, only, problem) -> None:
         if fid == "F15" and t["data_rounds"] % t["data_kappa"]:
             raise FedsdeInputError(f"F15.data_rounds={t['data_rounds']}, F15.data_kappa={t['data_kappa']}: the rules "
                                    "map rounds n → n/κ on digits, so data_rounds must be a multiple of data_kappa")
+        if fid in ("F13", "F14"):
+            _check_svag_ells(fid, t)
         if fid == "F12" and 2 ** (t["levels"] + 1) > MAX_FIGURE_ROUNDS:
             raise FedsdeInputError(f"F12.levels={t['levels']}: the finest step needs {2 ** (t['levels'] + 1)} rounds; "
                                    f"at most {MAX_FIGURE_ROUNDS} (levels <= {int(np.log2(MAX_FIGURE_ROUNDS)) - 1})")
+
+
+def _check_svag_ells(fid: str, t: dict) -> None:
+    """F13/F14: the SVAG parameters and the recording grid (see :func:`check_constraints`)."""
+    import itertools
+
+    ells = [int(e) for e in t.get("ells", [])]
+    need = 2 if fid == "F13" else 3
+    why = ("the verdict compares successive ℓ and FedAvg is ℓ = 1" if fid == "F13" else
+           "ℓ = 1 is FedAvg and the SDE reference is the Richardson limit of the two largest ℓ")
+    if len(ells) < need or ells[0] != 1 or any(b <= a for a, b in itertools.pairwise(ells)):
+        raise FedsdeInputError(f"{fid}.ells={ells}: must be strictly increasing, start at 1 and have at least {need} "
+                               f"values ({why}), e.g. [1, 2, 4, 8]")
+    if "record_every" in t and "rounds" in t and t["record_every"] > t["rounds"]:
+        raise FedsdeInputError(f"{fid}.record_every={t['record_every']}, {fid}.rounds={t['rounds']}: record_every "
+                               "must be at most rounds")

@@ -38,7 +38,7 @@ from fedsde.sde.models import ClientProblem, FedAvgSDE, QuadraticSDE
 from fedsde.sde.schedules import RateLike
 from fedsde.sim.moments import BlowUpWatch, StreamingMoments, plan_chunks, problem_scale
 from fedsde.sim.oracles import GradientOracle
-from fedsde.sim.streams import BLOCK, resolve_seed, split_chunks
+from fedsde.sim.streams import BLOCK, resolve_block_size, resolve_seed, split_chunks
 
 #: what :func:`simulate_sde` can integrate: the quadratic variants and the general (Monte-Carlo) SDE
 MODELS = (*VARIANTS, "general")
@@ -188,10 +188,11 @@ def _shifted_call(fn, offset, t, *rest):
 
 
 def _build_module(problem, model, eta, local_steps, server_lr, h, dev, dtype, *, inner_samples, estimator, seed,
-                  first_block, oracle_factory):
+                  first_block, oracle_factory, block_size=None):
     if model == "general":
         return FedAvgSDE(problem, eta, local_steps, server_lr, h, inner_samples=inner_samples, estimator=estimator,
-                         seed=seed, first_block=first_block, oracle_factory=oracle_factory, device=dev, dtype=dtype)
+                         seed=seed, first_block=first_block, oracle_factory=oracle_factory, device=dev, dtype=dtype,
+                         block_size=block_size)
     return QuadraticSDE(problem, eta, local_steps, server_lr, h, model, device=dev, dtype=dtype)
 
 
@@ -302,9 +303,12 @@ def simulate_sde(
     start = start_point(w0, d)
     if method == "euler":
         _check_euler_stability(problem, variant, eta, local_steps, server_lr, h, substeps)
+    # the general SDE's rollout streams: blocks of min(paths, BLOCK) paths, as in the simulator (a run of few paths
+    # never computes a padded block of BLOCK); above BLOCK paths the block is BLOCK, the chunks' unit
+    block = resolve_block_size(None, paths)
     proto = _build_module(problem, variant, eta, local_steps, server_lr, h, dev, dtype,
                           inner_samples=inner_samples, estimator=estimator, seed=base_seed, first_block=0,
-                          oracle_factory=oracle_factory)
+                          oracle_factory=oracle_factory, block_size=block)
     hh = proto.h
     for sched in (proto.eta, proto.server_lr):
         if sched.rounds is not None and sched.rounds < rounds:
@@ -330,7 +334,8 @@ def simulate_sde(
             first_block = a // BLOCK
             module = proto if a == 0 else _build_module(
                 problem, variant, eta, local_steps, server_lr, h, dev, dtype, inner_samples=inner_samples,
-                estimator=estimator, seed=base_seed, first_block=first_block, oracle_factory=oracle_factory)
+                estimator=estimator, seed=base_seed, first_block=first_block, oracle_factory=oracle_factory,
+                block_size=block)
             y = torch.as_tensor(start, dtype=dtype, device=dev).expand(b - a, d).clone()
             if method == "exact":
                 res = _exact_chunk(module, y, base_seed, first_block, rounds, keep, bar, watch)
@@ -352,7 +357,8 @@ def simulate_sde(
         "seed": base_seed, "substeps": substeps, "device": str(dev), "dtype": str(dtype).replace("torch.", ""),
     }
     if variant == "general":
-        config |= {"inner_samples": inner_samples, "estimator": estimator}
+        config |= {"integrator": "mc-euler", "inner_samples": inner_samples, "estimator": estimator,
+                   "block_size": block}
     config["chunk_size"] = chunk_size
     if moments_only:
         return SDEPaths(rounds=keep, times=keep * hh, weights=None, h=hh, config=config, streamed=out)

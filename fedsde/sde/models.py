@@ -34,7 +34,7 @@ from fedsde.problems.quadratic import QuadraticProblem
 from fedsde.sde.coefficients import VARIANTS, LinearSDE, quadratic_sde_coefficients
 from fedsde.sde.schedules import RateLike, as_schedule
 from fedsde.sim.oracles import GaussianQuadraticOracle, GradientOracle
-from fedsde.sim.streams import BLOCK, ReplicateStreams, resolve_seed
+from fedsde.sim.streams import BLOCK, ReplicateStreams, resolve_block_size, resolve_seed
 
 #: estimators of the diffusion of :class:`FedAvgSDE`
 ESTIMATORS = ("compensated", "unbiased")
@@ -241,11 +241,16 @@ class FedAvgSDE(torch.nn.Module):
         ``(problem, nblocks, device, dtype) -> GradientOracle``; default the Gaussian quadratic oracle.
     device, dtype
         Of the state.
+    block_size : int, optional
+        Paths per random stream (default :data:`~fedsde.sim.streams.BLOCK`);
+        :func:`fedsde.sde.integrate.simulate_sde` passes ``min(paths, BLOCK)`` as the simulator does
+        (:func:`fedsde.sim.streams.resolve_block_size`), so a run of few paths never computes a padded block.
 
     Notes
     -----
-    Rollouts run on whole blocks of paths (the batch is padded to a multiple of ``BLOCK``), so a path's
-    coefficients do not depend on how many paths are integrated next to it.  The last ``(t, y)`` is cached:
+    Rollouts run on whole blocks of paths (the batch is padded to a multiple of the block size), so a path's
+    coefficients do not depend on how many paths are integrated next to it (for the same block size: the block
+    size enters the streams' seeds).  The last ``(t, y)`` is cached:
     torchsde's contract check and the first step share one rollout.
     """
 
@@ -267,8 +272,10 @@ class FedAvgSDE(torch.nn.Module):
         oracle_factory: Callable[..., GradientOracle] | None = None,
         device: str | torch.device = "cpu",
         dtype: torch.dtype = torch.float64,
+        block_size: int | None = None,
     ):
         super().__init__()
+        self.block = resolve_block_size(block_size, BLOCK)
         if estimator not in ESTIMATORS:
             raise FedsdeInputError(f"estimator={estimator!r}: must be one of {', '.join(ESTIMATORS)}")
         self.S = positive_int("inner_samples", inner_samples)
@@ -314,19 +321,21 @@ class FedAvgSDE(torch.nn.Module):
         if nb != self._nb:
             nbi = nb * self.S
             self._oracle = self.oracle_factory(self.problem, nbi, self.device_, self.dtype_)
-            self._streams = ReplicateStreams(self.seed, self.first_block * self.S, nbi, self.device_, _INNER)
+            self._streams = ReplicateStreams(self.seed, self.first_block * self.S, nbi, self.device_, _INNER,
+                                             self.block)
             self._nb = nb
 
     def rollouts(self, t: float, y: torch.Tensor) -> torch.Tensor:
         """Displacements ``Â_j(w)`` of ``S`` independent rounds from every path, shape (paths, S, d)."""
         R, d = y.shape
-        nb = -(-R // BLOCK)
+        B = self.block
+        nb = -(-R // B)
         self._setup(nb)
         S, Q = self.S, self.problem.Q
-        if nb * BLOCK != R:
-            y = torch.cat([y, y.new_zeros((nb * BLOCK - R, d))])
-        wb = y.view(nb, 1, 1, BLOCK, d)
-        x = wb.expand(nb, S, Q, BLOCK, d).contiguous().view(nb * S, Q, BLOCK, d)
+        if nb * B != R:
+            y = torch.cat([y, y.new_zeros((nb * B - R, d))])
+        wb = y.view(nb, 1, 1, B, d)
+        x = wb.expand(nb, S, Q, B, d).contiguous().view(nb * S, Q, B, d)
         eta = self.eta(t)
         begin_round = getattr(self._oracle, "begin_round", None)
         if begin_round is not None:  # data oracles (fedsde.sim.data_oracles) reset per round; fixed batch size
@@ -337,9 +346,9 @@ class FedAvgSDE(torch.nn.Module):
                 x.sub_(g, alpha=eta)
             else:
                 x.sub_(g * self._masks[i], alpha=eta)
-        disp = x.view(nb, S, Q, BLOCK, d) - wb
-        A = torch.einsum("q,nsqbd->nbsd", self._p, disp)  # (nb, BLOCK, S, d)
-        return A.reshape(nb * BLOCK, S, d)[:R]
+        disp = x.view(nb, S, Q, B, d) - wb
+        A = torch.einsum("q,nsqbd->nbsd", self._p, disp)  # (nb, B, S, d)
+        return A.reshape(nb * B, S, d)[:R]
 
     def moments(self, t, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``M̂`` (paths, d) and the factor ``D`` (paths, S, d) at ``(t, y)`` (cached for the last pair)."""

@@ -40,6 +40,7 @@ from tqdm.auto import tqdm
 from fedsde._validate import client_steps, device_dtype, positive_float, positive_int, schedule, start_point
 from fedsde.errors import FedsdeInputError, SimulationDivergedError
 from fedsde.problems.quadratic import QuadraticProblem
+from fedsde.sim.moments import BlowUpWatch, problem_scale
 from fedsde.sim.oracles import GaussianQuadraticOracle
 from fedsde.sim.streams import ReplicateStreams, resolve_block_size, resolve_seed
 
@@ -127,6 +128,7 @@ def svag_chain(
     dtype: torch.dtype = torch.float64,
     block_size: int | None = None,
     bar=None,
+    what: str | None = None,
 ) -> SVAGPaths:
     """Run the SVAG chain with parameter ``ell`` for ``rounds`` base rounds (``ell·rounds`` SVAG steps).
 
@@ -165,6 +167,13 @@ def svag_chain(
         to whole blocks.  Equal ``seed`` and block size give ``ℓ = 1`` the simulator's numbers.
     bar : tqdm, optional
         Progress bar advanced by one per SVAG step.
+    what : str, optional
+        Name of the run in the blow-up warning (default ``"the SVAG chain (ell=ℓ)"``).
+
+    NaN/inf weights raise :class:`~fedsde.errors.SimulationDivergedError` naming the base round, step and
+    replicate; growth of ``max |w|`` far beyond the problem's scale issues one
+    :class:`~fedsde.errors.DivergenceWarning` per chain (:class:`fedsde.sim.moments.BlowUpWatch`, as in the
+    simulator).
 
     Returns
     -------
@@ -213,7 +222,9 @@ def svag_chain(
     n_steps = int(steps.max())
     c1, c2 = svag_coefficients(ell)
     coef = torch.tensor([c1, c2], dtype=dtype, device=dev).view(1, 2, 1, 1)
-    w = torch.as_tensor(start_point(w0, d), dtype=dtype, device=dev).expand(Rp, d).clone()
+    w_start = start_point(w0, d)
+    w = torch.as_tensor(w_start, dtype=dtype, device=dev).expand(Rp, d).clone()
+    watch = BlowUpWatch(problem_scale(problem, w_start), what or f"the SVAG chain (ell={ell})")
     weights_p = p.expand(Rp, Q)
 
     def emit(n: int) -> None:
@@ -247,12 +258,16 @@ def svag_chain(
                 disp = x.view(nb, 2, Q, block, d) - wb
                 A = torch.einsum("q,njqbd->njbd", p, disp)  # (nb, 2, B, d)
                 w = w + s * (A * coef).sum(1).reshape(Rp, d)
-            if not bool(torch.isfinite(w[:R]).all()):
+            biggest = float(w[:R].abs().amax())  # NaN propagates: one reduction for both checks
+            if not math.isfinite(biggest):
                 r = int(torch.nonzero(~torch.isfinite(w[:R]).all(-1))[0, 0])
                 raise SimulationDivergedError(
                     f"SVAG chain (ell={ell}) produced NaN/inf at base round {n}, step {j} (replicate {r}); "
                     "reduce eta or server_lr"
                 )
+            if biggest > watch.limit:
+                r = int(torch.nonzero(w[:R].abs().amax(-1) > watch.limit)[0, 0])
+                watch.check(biggest, f"base round {n + 1}, step {j} (replicate {r})")
             if bar is not None:
                 bar.update(1)
         emit(n + 1)
@@ -283,10 +298,11 @@ def simulate_svag(problem, *, eta, local_steps, rounds: int, paths: int, seed, e
     try:
         res = svag_chain(problem, eta=eta, local_steps=local_steps, rounds=rounds, ell=ell, replicates=paths,
                          seed=seed, server_lr=server_lr, h=h, w0=w0, oracle_factory=oracle_factory, record=keep,
-                         device=device, dtype=dtype, bar=bar)
+                         device=device, dtype=dtype, bar=bar, what=f"the SDE (general, svag ell={ell})")
     finally:
         bar.close()
-    config = res.config | {"variant": "general", "integrator": "svag"}
+    config = {("paths" if k == "replicates" else k): v for k, v in res.config.items()}  # the keys of mc-euler's
+    config |= {"variant": "general", "integrator": "svag"}
     return SDEPaths(rounds=res.rounds, times=res.times, weights=res.weights, h=res.h, config=config)
 
 

@@ -9,14 +9,17 @@ Two samplers of SDE (2) for a loss without closed forms:
 
 The SDE's value ``E φ(w(T))`` is unknown; :func:`general_sde_study` takes the order-1 Richardson extrapolation of
 the two finest SVAG chains as reference (its standard error included) and reports, for every scheme and step,
-``E_scheme φ(w_T) − E_ref`` with a 95 % confidence interval, the fitted log–log slope against the step, and the
-wall-clock cost per path relative to one FedAvg run (``ℓ = 1``) with the same replicates.  ``φ`` ranges over the
-metrics of :mod:`fedsde.problems.metrics` (train loss, test accuracy, …).
+``E_scheme φ(w_T) − E_ref`` with a 95 % confidence interval, the fitted log–log slope against the step (on the
+points independent of the reference: the two chains that define it are left out, their errors being in a fixed
+ratio by construction), and the cost per path relative to one FedAvg run (``ℓ = 1``) with the same replicates
+(per base round, each scheme's the minimum over a few one-round runs after a warm-up: :data:`TIMING`).  ``φ``
+ranges over the metrics of :mod:`fedsde.problems.metrics` (train loss, test accuracy, …).
 """
 
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -30,6 +33,44 @@ from fedsde.validity.core import default_start, parse_ells
 from fedsde.validity.verdict import richardson_limit
 
 Z95 = 1.959963984540054
+#: runs of FedAvg (ℓ = 1) timed; the minimum is the denominator of the cost ratios
+TIMING_REPEATS = 3
+TIMING = (f"cost_ratio: wall time of one base round of the scheme over FedAvg's (same replicates), each the minimum "
+          f"over {TIMING_REPEATS} one-round runs after a warm-up run of every code path; seconds: wall time of the "
+          "measured run")
+
+
+def _best_time(fn: Callable[[int], None], arg: int) -> float:
+    """Minimum wall time of ``fn(arg)`` over :data:`TIMING_REPEATS` calls."""
+    best = np.inf
+    for _ in range(TIMING_REPEATS):
+        tic = time.perf_counter()
+        fn(arg)
+        best = min(best, time.perf_counter() - tic)
+    return float(best)
+SLOPE_POINTS = ("steps independent of the reference: SVAG chains other than the two largest ℓ (which define the "
+                "Richardson reference) and every Monte-Carlo Euler run; only errors beyond 2 s.e.; null with fewer "
+                "than 2 such points")
+
+
+def weak_error_slopes(rows: Sequence[SchemeRow], names: Sequence[str], reference_ells: Sequence[int]) -> dict:
+    """scheme → metric → log–log slope of ``|error|`` vs step, fitted on points independent of the reference.
+
+    The reference is the Richardson limit of the SVAG chains ``reference_ells``; their own errors are then
+    ``E_a − E_ref = −ℓ_b(E_b − E_a)/(ℓ_b − ℓ_a)`` and ``E_b − E_ref = −ℓ_a(E_b − E_a)/(ℓ_b − ℓ_a)``, in exact ratio
+    ``ℓ_b/ℓ_a`` whatever the data (a slope of 1 by construction), so they are left out.  Only errors beyond 2 s.e.
+    enter; ``nan`` (JSON null) with fewer than two points.
+    """
+    ref = {int(e) for e in reference_ells}
+    slopes: dict = {}
+    for scheme in ("svag", "mc-euler"):
+        sel = [r for r in rows if r.scheme == scheme and not (scheme == "svag" and int(r.param) in ref)]
+        slopes[scheme] = {}
+        for m in names:
+            ok = [r for r in sel if abs(r.error[m]) > 2 * r.error_se[m]]
+            slopes[scheme][m] = (float(np.polyfit(np.log([r.step for r in ok]), np.log([abs(r.error[m]) for r in ok]),
+                                                  1)[0]) if len(ok) >= 2 else float("nan"))
+    return slopes
 
 
 @dataclass
@@ -64,8 +105,9 @@ class GeneralSDEStudy:
     reference : dict
         metric → ``{"mean", "se"}``: Richardson limit of the two finest SVAG chains at ``T``.
     slopes : dict
-        scheme → metric → fitted log–log slope of ``|error|`` vs step (steps below FedAvg's; ``nan`` when fewer
-        than two errors are resolved, i.e. exceed 2 s.e.).
+        scheme → metric → fitted log–log slope of ``|error|`` vs step on the points independent of the reference
+        (:func:`weak_error_slopes`: not the two largest ``ℓ``; ``nan`` when fewer than two such errors are resolved,
+        i.e. exceed 2 s.e.).
     times : ndarray (T_grid,)
     moments : dict
         metric → ``{"fedavg": {"mean", "se", "std"}, "sde": {"mean", "se", "std"}}`` over the grid: the SDE's mean
@@ -138,8 +180,26 @@ def general_sde_study(
     common = dict(eta=eta, local_steps=local_steps, rounds=rounds, server_lr=server_lr, h=h, w0=start,
                   oracle_factory=oracle_factory, device=device, dtype=dtype)
 
-    # warm-up (one-time costs of the first run must not enter the cost ratios)
-    svag_chain(problem, ell=2, replicates=2, seed=seed, **(common | {"rounds": 1}))
+    # cost per base round of every scheme: wall time of one-round runs with the same replicates, the minimum over
+    # TIMING_REPEATS after a warm-up run of every code path (one-time costs and other work on shared cores must not
+    # enter the ratios); the measured runs below are timed too (``seconds``) but not used for the ratios
+    one = common | {"rounds": 1}
+
+    def svag_once(ell: int) -> None:
+        svag_chain(problem, ell=ell, replicates=R, seed=seed, **one)
+
+    def mc_once(k: int) -> None:
+        simulate_sde(problem, variant="general", paths=R, seed=seed + 1, substeps=k, inner_samples=inner_samples,
+                     record=[1], **one)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the measured runs below report their own warnings
+        svag_once(1)
+        svag_once(2)
+        if subs:
+            mc_once(subs[0])
+        per_round = {("svag", ell): _best_time(svag_once, ell) for ell in ells}
+        per_round |= {("mc-euler", k): _best_time(mc_once, k) for k in subs}
     runs = []  # (scheme, param, step, seconds, values (T, R) per metric)
     hh = None
     for ell in ells:
@@ -161,24 +221,17 @@ def general_sde_study(
     svag_ses = np.stack([[_summary(v)[1][m] for m in names] for s, _, _, _, v in runs if s == "svag"])
     ref_m, ref_s = richardson_limit(ells, svag_means, svag_ses)  # (M, T)
     reference = {m: {"mean": float(ref_m[i, -1]), "se": float(ref_s[i, -1])} for i, m in enumerate(names)}
-    base_sec = runs[0][3]
+    base = per_round[("svag", 1)] if 1 in ells else np.nan
     rows = []
     for scheme, param, step, sec, vals in runs:
         mean, se = _summary(vals)
         rows.append(SchemeRow(
-            scheme=scheme, param=param, step=step, seconds=sec, cost_ratio=sec / base_sec,
+            scheme=scheme, param=param, step=step, seconds=sec, cost_ratio=per_round[(scheme, param)] / base,
             mean={m: float(mean[m][-1]) for m in names}, se={m: float(se[m][-1]) for m in names},
             error={m: float(mean[m][-1] - reference[m]["mean"]) for m in names},
             error_se={m: float(np.hypot(se[m][-1], reference[m]["se"])) for m in names},
         ))
-    slopes: dict = {}
-    for scheme in ("svag", "mc-euler"):
-        sel = [r for r in rows if r.scheme == scheme]
-        slopes[scheme] = {}
-        for m in names:
-            ok = [r for r in sel if abs(r.error[m]) > 2 * r.error_se[m]]
-            slopes[scheme][m] = (float(np.polyfit(np.log([r.step for r in ok]), np.log([abs(r.error[m]) for r in ok]),
-                                                  1)[0]) if len(ok) >= 2 else float("nan"))
+    slopes = weak_error_slopes(rows, names, reference_ells=ells[-2:])
     fed_m, fed_s = _summary(runs[0][4])
     finest = [v for s, _, _, _, v in runs if s == "svag"][-1]
     moments = {m: {"fedavg": {"mean": fed_m[m], "se": fed_s[m], "std": runs[0][4][m].std(-1, ddof=1)},
@@ -186,7 +239,8 @@ def general_sde_study(
                for i, m in enumerate(names)}
     config = {"eta": float(eta), "local_steps": np.atleast_1d(local_steps).tolist(), "server_lr": float(server_lr),
               "h": hh, "rounds": rounds, "replicates": R, "seed": seed, "ells": ells, "mc_substeps": subs,
-              "inner_samples": inner_samples, "metrics": names, "threads": torch.get_num_threads()}
+              "inner_samples": inner_samples, "metrics": names, "threads": torch.get_num_threads(),
+              "timing": TIMING, "slope_points": SLOPE_POINTS}
     return GeneralSDEStudy(rows=rows, reference=reference, slopes=slopes, times=grid * hh, moments=moments,
                            config=config)
 
