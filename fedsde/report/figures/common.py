@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -34,3 +37,20 @@ def loglog_slope(x, y) -> float:
 
 def fmt(x: float) -> str:
     return f"{x:.3g}"
+
+
+@contextmanager
+def one_torch_thread() -> Iterator[None]:
+    """Run a block on one torch thread and restore the setting after.
+
+    The figures' batched tensors are small (replicates × clients ≤ a few hundred rows): intra-op threads only add
+    overhead there, and on a busy machine contention multiplies the wall time.
+    """
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)

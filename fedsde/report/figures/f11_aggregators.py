@@ -6,22 +6,18 @@ from __future__ import annotations
 import numpy as np
 
 from fedsde.report.aggregator_comparison import ComparisonConfig, plot_accuracy, run_comparison, summary_rows
+from fedsde.report.figures.common import one_torch_thread
 from fedsde.report.gallery import FigureOutput, RunContext
 
 
 def make(cfg: dict, ctx: RunContext) -> FigureOutput:
-    import torch
 
     base = ComparisonConfig.quick() if ctx.quick else ComparisonConfig()
     base.rounds, base.runs, base.n_clients = cfg["rounds"], cfg["seeds"], cfg["clients"]
     base.participation = min(base.participation, base.n_clients)
     base.seed = base.data_seed = ctx.seed
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny tensors: one thread is fastest
-    try:
+    with one_torch_thread():
         results = run_comparison(base, progress=False)
-    finally:
-        torch.set_num_threads(threads)
     fig = plot_accuracy(results)
     rows = summary_rows(results)
     best = {}

@@ -4,7 +4,7 @@ where it does not (:func:`fedsde.validity.validity_test`)."""
 
 from __future__ import annotations
 
-from fedsde.report.figures.common import colors, subplots
+from fedsde.report.figures.common import colors, one_torch_thread, subplots
 from fedsde.report.gallery import FigureOutput, RunContext
 
 METRICS = (("train_loss", "train loss F(w)"), ("test_accuracy", "test accuracy"))
@@ -27,16 +27,8 @@ def settings(cfg: dict) -> dict:
 
 
 def make(cfg: dict, ctx: RunContext) -> FigureOutput:
-    import torch
-
-    # small batched tensors (R·Q ≤ a few hundred rows): intra-op threads only add overhead, and contention on a
-    # busy machine multiplies the wall time; the figure runs on one thread and restores the setting
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with one_torch_thread():
         return _make(cfg, ctx)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _make(cfg: dict, ctx: RunContext) -> FigureOutput:

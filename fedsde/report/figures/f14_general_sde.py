@@ -6,23 +6,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedsde.report.figures.common import subplots
+from fedsde.report.figures.common import one_torch_thread, subplots
 from fedsde.report.gallery import FigureOutput, RunContext
 
 STYLE = {"svag": ("C0", "o-", "SVAG (step h/ℓ)"), "mc-euler": ("C3", "s--", "MC-coefficient Euler (step h/k)")}
 
 
 def make(cfg: dict, ctx: RunContext) -> FigureOutput:
-    import torch
-
-    # small batched tensors (R·Q ≤ a few hundred rows): intra-op threads only add overhead, and contention on a
-    # busy machine multiplies the wall time; the figure runs on one thread and restores the setting
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with one_torch_thread():
         return _make(cfg, ctx)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _make(cfg: dict, ctx: RunContext) -> FigureOutput:
