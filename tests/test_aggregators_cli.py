@@ -88,6 +88,40 @@ def test_simulate_with_aggregator(capsys):
     assert np.isfinite(out["final"]["mean"][0])
 
 
+
+def test_aggregator_options_reach_the_variants(capsys):
+    """``--aggregator-option`` builds the rule with its parameters: the same numbers as the Python API."""
+    from fedsde.aggregators import FedAdam
+
+    argv = ["simulate", "--problem", TABLE, "--eta", "0.05", "--local-steps", "2", "--rounds", "4", "--replicates",
+            "16", "--seed", "3", "--aggregator", "fedadam", "--json"]
+    assert main([*argv, "--aggregator-option", "variant=flower", "--aggregator-option", "beta1=0.8"]) == 0
+    out = _json(capsys)
+    assert out["config"]["aggregator_options"] == {"variant": "flower", "beta1": 0.8}
+    ref = simulate(load_problem(TABLE), eta=0.05, local_steps=2, rounds=4, replicates=16, seed=3,
+                   aggregator=FedAdam(variant="flower", beta1=0.8), record=[4])
+    np.testing.assert_array_equal(out["final"]["mean"], ref.mean()[-1])
+    assert main(argv) == 0 and _json(capsys)["final"]["mean"] != out["final"]["mean"]  # the option mattered
+    assert main(["exact", "--problem", TABLE, "--eta", "0.1", "--local-steps", "2", "--aggregator", "fednova",
+                 "--aggregator-option", "tau_eff=3", "--json"]) == 0
+    np.testing.assert_allclose(_json(capsys)["weights"], np.full(3, 1 / 3) * 3 / 2)  # ω_k = p_k τ_eff / τ_k
+
+
+@pytest.mark.parametrize(("option", "match"), [
+    ("variant", "must be KEY=VALUE"),
+    ("bogus=1", "bad parameters \\['bogus'\\]"),
+    ("variant=nope", "variant='nope': must be one of"),
+    ("beta1=NaN", "not a finite number"),
+])
+def test_bad_aggregator_options_are_one_line_errors(option, match, capsys):
+    rc = main(["simulate", "--problem", TABLE, "--eta", "0.05", "--local-steps", "2", "--rounds", "2",
+               "--replicates", "4", "--seed", "0", "--aggregator", "fedadam", "--aggregator-option", option, "--json"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "--aggregator-option" in err
+    import re
+
+    assert re.search(match, err), err
+
 @pytest.mark.parametrize(("bad", "match"), [
     (["--runs", "1"], "--runs=1"),
     (["--settings", "hybrid,extreme"], "'extreme' is not one of"),

@@ -85,6 +85,52 @@ def local_steps_from_args(args: argparse.Namespace, Q: int) -> int | np.ndarray:
     return int(args.local_steps)
 
 
+def add_aggregator_option(p: argparse.ArgumentParser) -> None:
+    """``--aggregator-option KEY=VALUE`` (repeatable): a constructor parameter of the ``--aggregator`` rule."""
+    p.add_argument("--aggregator-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a parameter of the --aggregator rule, repeatable: e.g. variant=flower (FedAdam as Flower "
+                   "runs it), variant=official (FedNova's momentum + prox loop as the official code), "
+                   "warm_start=fedavg (FedAWARE), beta1=0.9; values are read as JSON numbers, booleans or lists, "
+                   "anything else as a string (the parameters are those of the classes in fedsde.aggregators)")
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not a finite number")
+
+
+def aggregator_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``--aggregator-option KEY=VALUE`` pairs as keyword arguments (``-`` in keys read as ``_``)."""
+    opts: dict[str, Any] = {}
+    for item in getattr(args, "aggregator_option", None) or ():
+        key, sep, text = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key.isidentifier():
+            raise FedsdeInputError(f"--aggregator-option={item!r}: must be KEY=VALUE (e.g. variant=flower)")
+        try:
+            value = json.loads(text, parse_constant=_reject_constant)
+        except ValueError as exc:
+            if "finite" in str(exc):
+                raise FedsdeInputError(f"--aggregator-option={item!r}: {exc}") from None
+            value = text.strip()
+        opts[key] = value
+    return opts
+
+
+def aggregator_from_args(args: argparse.Namespace):
+    """``--aggregator`` as a registry name, or an instance when ``--aggregator-option`` gives parameters."""
+    from fedsde.aggregators import get_aggregator
+
+    opts = aggregator_options(args)
+    if not opts:
+        return args.aggregator
+    try:
+        return get_aggregator(args.aggregator, **opts)
+    except FedsdeInputError as exc:
+        raise FedsdeInputError(f"--aggregator-option: {exc}") from None
+    except (TypeError, ValueError) as exc:
+        raise FedsdeInputError(f"--aggregator-option {opts}: {exc}") from None
+
+
 def check_aggregator_problem(aggregator: str, problem, path: str) -> None:
     """One-line error when ``--aggregator`` needs data the problem file does not carry (FedDisco: labels)."""
     if aggregator == "feddisco" and getattr(problem, "label_distributions", None) is None:

@@ -8,8 +8,11 @@ import warnings
 import numpy as np
 
 from fedsde._cli.common import (
+    add_aggregator_option,
     add_json_flag,
     add_problem_args,
+    aggregator_from_args,
+    aggregator_options,
     check_aggregator_problem,
     emit,
     fmt_array,
@@ -40,6 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="server rule: exact laws exist for the rules linear in the client displacements, fedavg, "
                    "fednova and feddisco (feddisco reads label_distributions from the problem file; fednova and "
                    "feddisco only under full participation); the others give an error")
+    add_aggregator_option(p)
     add_json_flag(p)
     p.set_defaults(func=run)
 
@@ -50,8 +54,8 @@ def run(args: argparse.Namespace) -> int:
                        "losses only; sample FedAvg with `fedsde simulate` or test the SDE with `fedsde validity`")
     steps = local_steps_from_args(args, problem.Q)
     w0 = parse_vector("--w0", args.w0, problem.d)
-    agg = getattr(args, "aggregator", "fedavg")
-    check_aggregator_problem(agg, problem, args.problem)
+    check_aggregator_problem(args.aggregator, problem, args.problem)
+    agg = aggregator_from_args(args)
     omega = aggregator_round_weights(problem, agg, steps, participation=args.participation)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -68,7 +72,8 @@ def run(args: argparse.Namespace) -> int:
         stationary = None
         notes.append(str(exc))
     result: dict = {
-        "aggregator": agg,
+        "aggregator": args.aggregator,
+        "aggregator_options": aggregator_options(args),
         "weights": omega,
         "optimum": problem.optimum,
         "round_law": {"B": law.B, "c": law.c, "noise_cov": law.noise_cov,
@@ -83,7 +88,8 @@ def run(args: argparse.Namespace) -> int:
         result["transient"] = {"rounds": args.rounds, "mean": tr.final_mean, "cov": tr.final_cov}
     lines = [
         f"problem: Q={problem.Q}, d={problem.d}  eta={args.eta}  server_lr={args.server_lr}  "
-        f"local steps={np.atleast_1d(steps).tolist()}  aggregator={agg}",
+        f"local steps={np.atleast_1d(steps).tolist()}  aggregator={args.aggregator}"
+        + "".join(f" {k}={v}" for k, v in aggregator_options(args).items()),
         f"aggregation weights   {fmt_array(omega)}",
         f"optimum w*            {fmt_array(problem.optimum)}",
         f"round law B           {fmt_array(law.B)}",

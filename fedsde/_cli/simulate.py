@@ -13,8 +13,11 @@ import argparse
 import numpy as np
 
 from fedsde._cli.common import (
+    add_aggregator_option,
     add_json_flag,
     add_problem_args,
+    aggregator_from_args,
+    aggregator_options,
     check_aggregator_problem,
     emit,
     fmt_array,
@@ -56,6 +59,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--aggregator", default="fedavg", choices=sorted(AGGREGATORS), metavar="NAME",
                    help=f"server rule with its default settings ({', '.join(sorted(AGGREGATORS))}; feddisco reads "
                    "label_distributions from the problem file)")
+    add_aggregator_option(p)
     p.add_argument("--device", default="cpu", help="torch device (cpu, cuda, cuda:1, …)")
     p.add_argument("--float32", action="store_true", help="simulate in float32 (default float64)")
     add_json_flag(p)
@@ -69,22 +73,23 @@ def run(args: argparse.Namespace) -> int:
     steps = local_steps_from_args(args, problem.Q)
     w0 = parse_vector("--w0", args.w0, problem.d)
     check_aggregator_problem(args.aggregator, problem, args.problem)
+    agg = aggregator_from_args(args)
     if args.replicates is None or args.replicates < 2:
         raise FedsdeInputError(f"--replicates={args.replicates}: must be an integer >= 2 (a covariance needs two "
                                "replicates)")
     if args.weighting != "unbiased" and args.participation is None:
         warn(f"--weighting={args.weighting} only matters with --participation; without it every client takes part "
              "each round with weight p_k")
-    refuse_known_divergence(problem, args.eta, steps, args.server_lr, aggregator=args.aggregator,
+    refuse_known_divergence(problem, args.eta, steps, args.server_lr, aggregator=agg,
                             participation=args.participation if args.weighting == "unbiased" else None)
     if is_data_problem(problem):
-        return _run_data(args, problem, steps, w0)
+        return _run_data(args, problem, steps, w0, agg)
     if args.record_every is not None:
         raise FedsdeInputError("--record-every: only for data problems (quadratic runs report the final moments)")
     res = simulate(
         problem, eta=args.eta, local_steps=steps, rounds=args.rounds, replicates=args.replicates,
         seed=args.seed, server_lr=args.server_lr, w0=w0, participation=args.participation,
-        weighting=args.weighting, aggregator=getattr(args, "aggregator", "fedavg"),
+        weighting=args.weighting, aggregator=agg,
         record=[0, args.rounds] if args.rounds else [0], device=args.device,
         dtype=torch.float32 if args.float32 else torch.float64, progress=not args.json,
         moments_only=True,  # streamed over replicate chunks: memory does not grow with --replicates
@@ -95,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
         "final": {"mean": mean, "cov": cov, "mean_stderr": se, "round": args.rounds},
         "replicates": res.replicates,
         "config": {k: v for k, v in res.config.items() if k != "local_steps"} | {
+            "aggregator_options": aggregator_options(args),
             "local_steps": np.atleast_1d(steps).tolist()},
     }
     human = "\n".join([
@@ -105,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
     return emit(args, result, human)
 
 
-def _run_data(args: argparse.Namespace, problem, steps, w0) -> int:
+def _run_data(args: argparse.Namespace, problem, steps, w0, agg) -> int:
     """A data problem: metrics over the recorded rounds and the final mean of the server weights."""
     import torch
 
@@ -120,7 +126,7 @@ def _run_data(args: argparse.Namespace, problem, steps, w0) -> int:
     res = simulate(
         problem, eta=args.eta, local_steps=steps, rounds=n, replicates=args.replicates, seed=args.seed,
         server_lr=args.server_lr, w0=start, participation=args.participation, weighting=args.weighting,
-        aggregator=args.aggregator, record=record, device=args.device,
+        aggregator=agg, record=record, device=args.device,
         dtype=torch.float32 if args.float32 else torch.float64, progress=not args.json,
     )
     metrics = summarise(evaluate_metrics(problem, np.swapaxes(res.weights, 0, 1), start), axis=0)
@@ -133,6 +139,7 @@ def _run_data(args: argparse.Namespace, problem, steps, w0) -> int:
         "replicates": res.replicates,
         "problem": problem.summary() | {"label_counts": None},
         "config": {k: v for k, v in res.config.items() if k != "local_steps"} | {
+            "aggregator_options": aggregator_options(args),
             "local_steps": np.atleast_1d(steps).tolist()},
     }
     lines = [f"{res.replicates} replicates, {n} rounds, seed {args.seed} ({res.config['device']}); "
