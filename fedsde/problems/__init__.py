@@ -3,9 +3,10 @@ regression and one-hidden-layer MLP clients on real data (scikit-learn's bundled
 data problems from files, partitioners, and metrics of server weights."""
 
 from fedsde.problems.data_files import data_problem_from_dict
+from fedsde.problems.datasets import federated_classification, load_dataset
 from fedsde.problems.generate import paper_table_problem, random_quadratic_problem
 from fedsde.problems.io import load_problem, problem_from_dict, save_problem
-from fedsde.problems.logistic import ClassificationProblem, federated_classification, load_dataset
+from fedsde.problems.logistic import ClassificationProblem
 from fedsde.problems.metrics import METRICS, evaluate_metrics, metric_names
 from fedsde.problems.partition import (
     dirichlet_partition,

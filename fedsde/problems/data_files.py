@@ -49,7 +49,8 @@ from typing import Any
 
 from fedsde._validate import positive_float, positive_int
 from fedsde.errors import FedsdeInputError
-from fedsde.problems.logistic import MODELS, SAMPLINGS, ClassificationProblem, federated_classification
+from fedsde.problems.datasets import federated_classification
+from fedsde.problems.logistic import MODELS, SAMPLINGS, ClassificationProblem
 
 DATASETS = ("digits", "breast_cancer", "synthetic")
 PARTITIONS = ("iid", "dirichlet", "shards", "quantity", "niid2")
