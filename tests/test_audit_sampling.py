@@ -150,3 +150,16 @@ def test_round_law_step_equals_brute_force_at_server_lr_not_one():
         fm, fP = brute_step(pb, brute_round(pb, 0.15, steps, s), s, st.mean, st.cov)
         np.testing.assert_allclose(fm, st.mean, rtol=1e-10, atol=1e-12)
         np.testing.assert_allclose(fP, st.cov, rtol=1e-9, atol=1e-13)
+
+
+@pytest.mark.parametrize("weighting", ["unbiased", "renormalised", "multinomial"])
+def test_weighting_distribution_normalises_the_client_weights(weighting):
+    from fedsde.theory.sampling import weighting_distribution
+
+    omega, prob = weighting_distribution([1.0, 1.0, 2.0], 2, weighting)
+    ref_omega, ref_prob = weighting_distribution([0.25, 0.25, 0.5], 2, weighting)
+    assert prob.sum() == pytest.approx(1.0)
+    np.testing.assert_allclose(prob, ref_prob)
+    np.testing.assert_allclose(omega, ref_omega)
+    with pytest.raises(FedsdeInputError, match="client weights"):
+        weighting_distribution([1.0, -1.0, 2.0], 2, weighting)

@@ -111,7 +111,6 @@ def test_data_kappa_one_has_no_discrepancy(capsys):
     assert "note: the temperature" in capsys.readouterr().out
 
 
-@pytest.mark.slow
 def test_data_kappa_list_runs_through_sweep(capsys, tmp_path):
     out = tmp_path / "sweep"
     argv = ["scaling", "--problem", DIGITS, "--eta", "0.05", "--local-steps", "1", "--rounds", "4", "--rule", "batch",
@@ -123,6 +122,9 @@ def test_data_kappa_list_runs_through_sweep(capsys, tmp_path):
     assert (out / "spec.toml").exists()
     again = run_json(capsys, argv)  # the stored sweep is resumed: same cells, same numbers
     assert again["discrepancy_vs_kappa"] == curve
+    # every κ runs with --seed itself (shared seeds): the list's κ = 2 cell is the single run with --kappa 2
+    single = run_json(capsys, [a if a != "1,2" else "2" for a in argv[:-3]] + ["--json"])
+    assert obj["cells"][1]["discrepancy"] == single["discrepancy"] and obj["base"] == single["base"]
 
 
 def test_diverging_scaled_chain_is_a_warning(capsys):

@@ -224,3 +224,20 @@ def test_zip_axes_share_one_dimension_when_loaded(tmp_path):
     law = stationary_law(load_problem(PROBLEM), 0.04, 2, server_lr=0.5)
     got = ds.stationary_cov.sel(server_lr=0.5).isel(zip=1, d=0, d2=0)
     assert float(got) == pytest.approx(float(np.asarray(law.cov).ravel()[0]), rel=1e-12)
+
+
+def test_shared_seeds_give_every_cell_the_spec_seed():
+    """``seeds = "shared"``: common random numbers (every cell gets the spec's seed); the default derives one per
+    cell, and a spec without the key keeps its hash."""
+    base = {"run": {"command": "simulate", "seed": 11}, "base": {"problem": PROBLEM, "local-steps": 2,
+            "rounds": 2, "replicates": 4}, "grid": {"eta": [0.01, 0.02, 0.05]}}
+    derived = load_spec(base)
+    shared = load_spec({**base, "run": {**base["run"], "seeds": "shared"}})
+    assert len({c.seed for c in derived.cells()}) == 3
+    assert {c.seed for c in shared.cells()} == {11}
+    assert "seeds" not in derived.to_dict()["run"] and shared.to_dict()["run"]["seeds"] == "shared"
+    assert derived.sha256 != shared.sha256
+    with pytest.raises(FedsdeInputError, match=r"run\.seeds='same'"):
+        load_spec({**base, "run": {**base["run"], "seeds": "same"}})
+    with pytest.raises(FedsdeInputError, match=r"grid\.seed: with run\.seeds = 'shared'"):
+        load_spec({**base, "run": {**base["run"], "seeds": "shared"}, "grid": {"eta": [0.01], "seed": [0, 1]}})

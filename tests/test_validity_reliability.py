@@ -191,6 +191,13 @@ def test_study_cost_ratios_and_slopes_on_data(data_file):
     assert "minimum" in st.config["timing"] and "independent" in st.config["slope_points"]
     # ℓ = 2 does 4× FedAvg's client work (two rollouts, two steps per round): its cost cannot be below FedAvg's
     assert st.row("svag", 2).cost_ratio > 1.0
+    # standard errors of the errors: the reference chains are coupled to E_ref = 2·E_4 − E_2 (not independent of it)
+    m = "train_loss"
+    se1, se2, se4 = (st.row("svag", ell).se[m] for ell in (1, 2, 4))
+    assert st.reference[m]["se"] == pytest.approx(np.hypot(2 * se4, se2))
+    assert st.row("svag", 1).error_se[m] == pytest.approx(np.hypot(se1, st.reference[m]["se"]))
+    assert st.row("svag", 2).error_se[m] == pytest.approx(2 * np.hypot(se2, se4))  # E_2 − E_ref = −2(E_4 − E_2)
+    assert st.row("svag", 4).error_se[m] == pytest.approx(np.hypot(se2, se4))  # E_4 − E_ref = −(E_4 − E_2)
 
 
 # ---------------------------------------------------------------- reproduce --config: F13/F14 checked up front
@@ -236,3 +243,39 @@ def test_claim_eq_2_model_texts(monkeypatch):
     n_ok = sum(v["margin"] > 0 for v in table.values())
     assert f"({n_ok} of {len(table)} settings track)" in res.printed.reason, res.printed.reason
     assert res.details["ells"] == {"table": [1, 2, 4, 8], "digits": [1, 2, 4]}
+
+
+# ---------------------------------------------------------------- verdict inputs, seeds, labels
+@pytest.mark.parametrize("kw", [{"alpha": float("nan")}, {"tolerance": float("nan")}, {"alpha": 1.5},
+                                {"verdict_metrics": ["grad_norm_sq"], "metrics": ["train_loss"]}])
+def test_verdict_inputs_are_checked_before_any_chain_runs(kw, monkeypatch):
+    import fedsde.validity.core as core
+    from fedsde.problems import paper_table_problem
+
+    def no_chain(*a, **k):
+        raise AssertionError("a chain ran before the verdict's inputs were checked")
+
+    monkeypatch.setattr(core, "svag_chain", no_chain)
+    with pytest.raises(FedsdeInputError):
+        core.validity_test(paper_table_problem(), eta=0.05, local_steps=2, rounds=3, replicates=4, seed=0,
+                           ells=(1, 2), **kw)
+
+
+def test_a_generator_seed_is_drawn_once_for_every_ell_and_recorded():
+    import torch
+
+    from fedsde.problems import paper_table_problem
+    from fedsde.validity import validity_test
+
+    kw = dict(eta=0.05, local_steps=2, rounds=3, replicates=8, ells=(1, 2))
+    res = validity_test(paper_table_problem(), seed=torch.Generator().manual_seed(5), **kw)
+    again = validity_test(paper_table_problem(), seed=res.config["seed"], **kw)  # the recorded seed reproduces it
+    np.testing.assert_array_equal(res.values["train_loss"], again.values["train_loss"])
+
+
+def test_human_output_names_the_smallest_ell_when_fedavg_is_not_run(capsys):
+    table = str(Path(__file__).resolve().parents[1] / "examples" / "problems" / "paper_table.toml")
+    assert main(["validity", "--problem", table, "--eta", "0.05", "--local-steps", "2", "--rounds", "3",
+                 "--replicates", "8", "--seed", "1", "--ells", "2,4"]) == 0
+    out = capsys.readouterr().out
+    assert "ℓ=2 − SDE at T" in out and "the ℓ=2 chain" in out and "FedAvg" not in out

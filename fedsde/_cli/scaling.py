@@ -230,7 +230,10 @@ def _sweep_kappas(args, kappas: list[float]) -> list[dict]:
             "replicates": args.replicates, "points": args.points, "z": args.z}
     if args.w0 is not None:
         base["w0"] = args.w0
-    spec = {"run": {"command": "scaling", "seed": args.seed}, "base": base, "grid": {"kappa": kappas}}
+    # every κ runs with --seed itself (shared seeds): the same base run and client split in every cell, and each
+    # cell equal to `fedsde scaling --kappa κ` alone
+    spec = {"run": {"command": "scaling", "seed": args.seed, "seeds": "shared"}, "base": base,
+            "grid": {"kappa": kappas}}
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(args.sweep_out) if args.sweep_out else Path(tmp) / "sweep"
         resume = bool(args.sweep_out) and out.exists()

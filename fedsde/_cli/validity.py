@@ -143,9 +143,11 @@ def run(args: argparse.Namespace) -> int:
                                                                           strict=True))
         lines.append(f"{name:22s}{cells}")
     if res.verdict is not None:
-        lines.append(("TRACKS: " if res.verdict.tracks else "DOES NOT TRACK: ") + res.verdict.sentence())
+        base = "FedAvg" if res.ells[0] == 1 else f"the ℓ={res.ells[0]} chain"
+        lines.append(("TRACKS: " if res.verdict.tracks else "DOES NOT TRACK: ") + res.verdict.sentence(base))
         gap = {m: float(res.metrics[m]["mean"][0, -1] - res.extrapolated[m]["mean"][-1]) for m in res.metrics}
-        lines.append("FedAvg − SDE at T (Richardson from the two largest ℓ): "
+        first = "FedAvg" if res.ells[0] == 1 else f"ℓ={res.ells[0]}"
+        lines.append(f"{first} − SDE at T (Richardson from the two largest ℓ): "
                      + ", ".join(f"{m} {v:+.3g}" for m, v in gap.items()))
     else:
         lines.append("(one ℓ: no verdict; give --ells with at least two values)")

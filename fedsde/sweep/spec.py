@@ -3,8 +3,8 @@
 A spec is a TOML file (or the equivalent dict) with the tables
 
 * ``[run]``: ``command`` (a cell command: a ``fedsde`` subcommand whose whole output is its ``--json`` object,
-  see :func:`fedsde.sweep.command.available_commands`) and ``seed`` (an integer >= 0; required
-  when the command takes ``--seed``);
+  see :func:`fedsde.sweep.command.available_commands`), ``seed`` (an integer >= 0; required
+  when the command takes ``--seed``) and optionally ``seeds = "derived"`` (default) or ``"shared"``;
 * ``[base]``: the command's options shared by every cell, named like its long flags (``local-steps`` or
   ``local_steps``); switches take ``true``/``false``, vectors a list or a comma-separated string;
 * ``[grid]``: axes, each a non-empty list of values; the cells are their Cartesian product;
@@ -15,6 +15,9 @@ A cell is identified by its coordinates (axis name → value).  Its seed is deri
 coordinates only (:func:`cell_seed`), so it does not depend on the order cells run in, on the number of workers
 or on which cells ran before.  A grid axis called ``seed`` labels independent replicates of the whole grid: its
 values enter the coordinates (hence the derived seed); they are not passed to ``--seed`` as they are.
+With ``seeds = "shared"`` every cell gets the spec's seed itself: common random numbers across the grid (cells that
+differ in one option are then paired, which makes their differences less noisy; use it only where cells are
+compared with each other, never to pool cells as independent samples).
 """
 
 from __future__ import annotations
@@ -82,6 +85,7 @@ class SweepSpec:
     grid: dict[str, list]
     zips: dict[str, dict[str, list]]
     root: Path = field(default_factory=Path.cwd, compare=False)  # folder that relative file paths start from
+    seeds: str = "derived"  # "derived": cell_seed(seed, coordinates); "shared": every cell gets ``seed``
 
     @property
     def dims(self) -> dict[str, int]:
@@ -108,15 +112,18 @@ class SweepSpec:
         axes = self.axes
         for index in itertools.product(*(range(n) for n in self.dims.values())):
             coords = {a: self.axis_values(a)[i] for dim, i in zip(axes, index, strict=True) for a in axes[dim]}
-            yield Cell(index, coords, cell_id(coords), cell_seed(self.seed, coords))
+            seed = self.seed if self.seeds == "shared" else cell_seed(self.seed, coords)
+            yield Cell(index, coords, cell_id(coords), seed)
 
     def to_dict(self) -> dict[str, Any]:
         """The spec as a plain dict (the content of the stored ``spec.toml``)."""
         zips: dict[str, Any] = dict(self.zips)
         if list(zips) == ["zip"]:
             zips = zips["zip"]
-        out: dict[str, Any] = {"run": {"command": self.command, "seed": self.seed}, "base": self.base,
-                               "grid": self.grid}
+        run: dict[str, Any] = {"command": self.command, "seed": self.seed}
+        if self.seeds != "derived":  # only when set: the hash of a spec without it stays as it was
+            run["seeds"] = self.seeds
+        out: dict[str, Any] = {"run": run, "base": self.base, "grid": self.grid}
         if zips:
             out["zip"] = zips
         return out
@@ -187,9 +194,13 @@ def parse_structure(data: Mapping) -> SweepSpec:
     if unknown:
         raise FedsdeInputError(f"[{unknown[0]}]: unknown table; a spec has {', '.join(f'[{t}]' for t in TABLES)}")
     run = _table(data, "run")
-    bad = sorted(set(run) - {"command", "seed"})
+    bad = sorted(set(run) - {"command", "seed", "seeds"})
     if bad:
-        raise FedsdeInputError(f"run.{bad[0]}: unknown key; [run] has command and seed")
+        raise FedsdeInputError(f"run.{bad[0]}: unknown key; [run] has command, seed and seeds")
+    seeds = run.get("seeds", "derived")
+    if seeds not in ("derived", "shared"):
+        raise FedsdeInputError(f"run.seeds={seeds!r}: must be 'derived' (a seed per cell from the spec's seed and "
+                               "the cell's coordinates) or 'shared' (every cell gets the spec's seed)")
     command = run.get("command")
     if not isinstance(command, str) or not command:
         raise FedsdeInputError(f"run.command={command!r}: required, the name of a fedsde command (e.g. 'simulate')")
@@ -230,7 +241,7 @@ def parse_structure(data: Mapping) -> SweepSpec:
             if key in places:
                 raise FedsdeInputError(f"{key}: given in both {places[key]} and [zip]; give it in one place")
             places[key] = "[zip]"
-    return SweepSpec(command=command, seed=seed, base=base, grid=grid, zips=zips)
+    return SweepSpec(command=command, seed=seed, base=base, grid=grid, zips=zips, seeds=seeds)
 
 
 def load_spec(spec: str | os.PathLike | Mapping | SweepSpec) -> SweepSpec:
@@ -261,6 +272,9 @@ def load_spec(spec: str | os.PathLike | Mapping | SweepSpec) -> SweepSpec:
                 if not info.takes_seed:
                     raise FedsdeInputError(f"{where}.seed: fedsde {info.name} takes no --seed, so a seed axis "
                                            "would repeat the same cell")
+                if parsed.seeds == "shared":
+                    raise FedsdeInputError(f"{where}.seed: with run.seeds = 'shared' every cell gets the same seed, "
+                                           "so a seed axis would repeat the same cell; use seeds = 'derived'")
                 continue
             if key in _RESERVED:
                 raise FedsdeInputError(f"{where}.{key}: --{key} {_RESERVED[key]}")
@@ -273,7 +287,8 @@ def load_spec(spec: str | os.PathLike | Mapping | SweepSpec) -> SweepSpec:
                 raise FedsdeInputError(f"{where}.{key}: unknown option of fedsde {info.name}; its options: {flags}")
     if info.takes_seed and "seed" not in {k.replace("-", "_") for k in _table(data, "run")}:
         raise FedsdeInputError(f"run.seed: required, fedsde {info.name} takes --seed (cell seeds derive from it)")
-    spec_obj = SweepSpec(parsed.command, parsed.seed, parsed.base, parsed.grid, parsed.zips, root=root)
+    spec_obj = SweepSpec(parsed.command, parsed.seed, parsed.base, parsed.grid, parsed.zips, root=root,
+                         seeds=parsed.seeds)
     from fedsde.sweep.command import ArgumentError, parse_cell_args
 
     for cell in spec_obj.cells():

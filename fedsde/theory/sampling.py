@@ -36,9 +36,13 @@ WEIGHTINGS = ("unbiased", "renormalised", "multinomial")
 def weighting_distribution(p, m: int, weighting: str) -> tuple[np.ndarray, np.ndarray]:
     """Support and probabilities of the aggregation weights ``ω`` of one round.
 
-    Returns ``(omega, prob)`` with ``omega`` of shape (K, Q) and ``prob`` (K,) summing to 1.
+    ``p`` are the client weights, normalised here to sum to 1 (as every problem's ``p`` is). Returns
+    ``(omega, prob)`` with ``omega`` of shape (K, Q) and ``prob`` (K,) summing to 1.
     """
-    p = np.asarray(p, dtype=np.float64)
+    p = np.asarray(p, dtype=np.float64).reshape(-1)
+    if p.size == 0 or not np.all(np.isfinite(p)) or np.any(p < 0) or p.sum() <= 0:
+        raise FedsdeInputError(f"p={p.tolist()}: client weights must be finite, >= 0 and not all zero")
+    p = p / p.sum()
     Q = p.size
     m = positive_int("participation", m)
     if m > Q and weighting != "multinomial":

@@ -10,10 +10,11 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from fedsde._validate import positive_int, start_point
+from fedsde._validate import positive_float, positive_int, start_point
 from fedsde.errors import FedsdeInputError
 from fedsde.problems.metrics import evaluate_metrics, metric_names
 from fedsde.sde.svag import default_oracle_factory, svag_chain
+from fedsde.sim.streams import resolve_seed
 from fedsde.validity.verdict import ValidityVerdict, richardson_limit, validity_verdict
 
 
@@ -142,6 +143,15 @@ def validity_test(
     bad = [m for m in names if m not in available]
     if bad:
         raise FedsdeInputError(f"metrics={bad}: not available for this problem (available: {', '.join(available)})")
+    # the verdict's inputs are checked before any chain runs (a typo must not cost the whole run)
+    tolerance = positive_float("tolerance", tolerance, allow_zero=True)
+    alpha = float(alpha)
+    if not 0.0 < alpha < 1.0:
+        raise FedsdeInputError(f"alpha={alpha!r}: must lie in (0, 1)")
+    unknown = [m for m in (verdict_metrics or ()) if m not in names]
+    if unknown:
+        raise FedsdeInputError(f"verdict_metrics={unknown}: not recorded (recorded: {', '.join(names)})")
+    seed = resolve_seed(seed)  # one base seed for every ℓ (a Generator is drawn from once), recorded in config
     if oracle_factory is None:
         oracle_factory = default_oracle_factory(problem)
     start = default_start(problem, w0)
@@ -183,7 +193,7 @@ def validity_test(
             em, es = richardson_limit(ells, s["mean"], s["se"])
             extrapolated[m] = {"mean": em, "se": es}
     config = {"eta": float(eta), "local_steps": np.atleast_1d(local_steps).tolist(), "server_lr": float(server_lr),
-              "h": hh, "rounds": rounds, "replicates": R, "seed": res.config["seed"], "ells": ells,
+              "h": hh, "rounds": rounds, "replicates": R, "seed": seed, "ells": ells,
               "tolerance": tolerance, "alpha": alpha, "record_every": every, "device": res.config["device"],
               "dtype": res.config["dtype"], "oracle": res.config["oracle"],
               "seconds": seconds}

@@ -222,14 +222,23 @@ def general_sde_study(
     ref_m, ref_s = richardson_limit(ells, svag_means, svag_ses)  # (M, T)
     reference = {m: {"mean": float(ref_m[i, -1]), "se": float(ref_s[i, -1])} for i, m in enumerate(names)}
     base = per_round[("svag", 1)] if 1 in ells else np.nan
+    # the two chains that define the reference are not independent of it: E_a − E_ref = −b/(b−a)·(E_b − E_a) and
+    # E_b − E_ref = −a/(b−a)·(E_b − E_a), whose s.e. is that factor times hypot(se_a, se_b); other rows are independent
+    a, b = float(ells[-2]), float(ells[-1])
+    pair_se = {m: np.hypot(svag_ses[-2, i, -1], svag_ses[-1, i, -1]) for i, m in enumerate(names)}
+    coupled = {ells[-2]: b / (b - a), ells[-1]: a / (b - a)}
     rows = []
     for scheme, param, step, sec, vals in runs:
         mean, se = _summary(vals)
+        if scheme == "svag" and param in coupled:
+            err_se = {m: float(coupled[param] * pair_se[m]) for m in names}
+        else:
+            err_se = {m: float(np.hypot(se[m][-1], reference[m]["se"])) for m in names}
         rows.append(SchemeRow(
             scheme=scheme, param=param, step=step, seconds=sec, cost_ratio=per_round[(scheme, param)] / base,
             mean={m: float(mean[m][-1]) for m in names}, se={m: float(se[m][-1]) for m in names},
             error={m: float(mean[m][-1] - reference[m]["mean"]) for m in names},
-            error_se={m: float(np.hypot(se[m][-1], reference[m]["se"])) for m in names},
+            error_se=err_se,
         ))
     slopes = weak_error_slopes(rows, names, reference_ells=ells[-2:])
     fed_m, fed_s = _summary(runs[0][4])

@@ -57,10 +57,12 @@ class ValidityVerdict:
     def to_dict(self) -> dict:
         return asdict(self)
 
-    def sentence(self) -> str:
+    def sentence(self, base: str = "FedAvg") -> str:
+        """One line: the verdict, its worst comparison and margin; ``base`` names the smallest ℓ's chain (FedAvg
+        when ℓ = 1 is among the values, else e.g. "the ℓ = 2 chain")."""
         w = self.worst
         what = "tracks" if self.tracks else "does not track"
-        return (f"the SDE {what} FedAvg on [0, T] (worst: {w['metric']} at t={w['time']:.4g}, ℓ={w['ells'][0]} vs "
+        return (f"the SDE {what} {base} on [0, T] (worst: {w['metric']} at t={w['time']:.4g}, ℓ={w['ells'][0]} vs "
                 f"{w['ells'][1]}: gap {w['gap']:.3g} vs allowed {w['allowed']:.3g} = "
                 f"{self.tolerance:g}·{w['scale']:.3g} + {self.z:.2f}·{w['se']:.2g}; margin {self.margin:+.3g}); "
                 f"holds up to t = {self.horizon:.4g}")
