@@ -12,7 +12,8 @@ from fedsde.errors import FedsdeInputError, SimulationDivergedError
 from fedsde.exact import transient_moments
 from fedsde.problems import paper_table_problem, random_quadratic_problem
 from fedsde.sde import quadratic_sde_coefficients
-from fedsde.sde.integrate import simulate_sde, time_grid
+from fedsde.sde.integrate import simulate_sde
+from fedsde.sde.segments import time_grid
 
 
 def test_corrected_sde_stationary_covariance_matches_continuous_lyapunov():

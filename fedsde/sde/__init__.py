@@ -5,8 +5,10 @@ Clock: round ``n`` sits at ``t = n·h``; the actual server step is ``s = h·η�
 * :mod:`fedsde.sde.coefficients` — drift and diffusion of the linear variants ``paper | corrected | matched``;
 * :mod:`fedsde.sde.models` — torchsde modules: :class:`QuadraticSDE` and the Monte-Carlo :class:`FedAvgSDE`;
 * :mod:`fedsde.sde.brownian` — :class:`GridBrownian`, a seeded, chunk-invariant Brownian motion on a fixed grid;
-* :mod:`fedsde.sde.integrate` — :func:`simulate_sde` / :func:`sdeint_rounds` (torchsde Euler–Maruyama on the round
-  grid) and exact OU transitions;
+* :mod:`fedsde.sde.integrate` — :func:`simulate_sde` (torchsde Euler–Maruyama on the round grid, or exact OU
+  transitions);
+* :mod:`fedsde.sde.segments` — :func:`sdeint_rounds`: one torchsde run on the round grid, cut into segments on
+  restarted clocks so that any number of steps stays on the grid;
 * :mod:`fedsde.sde.schedules` — time-varying rates ``η(t)``, ``s(t)``;
 * :mod:`fedsde.sde.svag` — the SVAG chain lifted to the server round: a sampler of eq. (2) for any loss
   (:func:`simulate_svag`, two client rounds per step of size ``h/ℓ``) and its exact law on quadratic clients.
@@ -14,9 +16,10 @@ Clock: round ``n`` sits at ``t = n·h``; the actual server step is ``s = h·η�
 
 from fedsde.sde.brownian import GridBrownian
 from fedsde.sde.coefficients import VARIANTS, GaussianLaw, LinearSDE, psd_sqrt, quadratic_sde_coefficients
-from fedsde.sde.integrate import METHODS, MODELS, SDEPaths, sdeint_rounds, simulate_sde, time_grid
+from fedsde.sde.integrate import METHODS, MODELS, SDEPaths, simulate_sde
 from fedsde.sde.models import ESTIMATORS, ClientProblem, FedAvgSDE, QuadraticSDE
 from fedsde.sde.schedules import RateSchedule, as_schedule
+from fedsde.sde.segments import sdeint_rounds, time_grid
 from fedsde.sde.svag import simulate_svag, svag_chain
 
 __all__ = [

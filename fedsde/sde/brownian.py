@@ -10,8 +10,8 @@ block ``b`` (:data:`fedsde.sim.streams.BLOCK` paths) is drawn from its own ``tor
   increments (every block is drawn in full; paths past ``R`` are padding);
 * one window of all paths is held in memory at a time;
 * a time is mapped to its step by ``round((t − t0)/dt)`` on a clock that never runs long: the integrator
-  (:func:`fedsde.sde.integrate.sdeint_rounds`) restarts the clock at every segment of at most
-  :data:`fedsde.sde.integrate.SEGMENT_STEPS` steps and asks :meth:`GridBrownian.view` for the increments from the
+  (:func:`fedsde.sde.segments.sdeint_rounds`) restarts the clock at every segment of at most
+  :data:`fedsde.sde.segments.SEGMENT_STEPS` steps and asks :meth:`GridBrownian.view` for the increments from the
   segment's first step on (an integer), so no float time is accumulated over the whole run and any number of steps
   stays on the grid.
 
