@@ -130,6 +130,11 @@ def test_library_warns_once_and_not_on_stable_runs():
         ("[F9]\neta_cs = [0.025, 5.0]\n", "F9.eta_cs[1]=5"),
         ("[F12]\nlevels = 30\n", "F12.levels=30"),
         ("[F1]\npaths = 1\n", "F1.paths=1: must be >= 2"),
+        ("[F14]\nells = [2, 4]\n", "F14.ells=[2, 4]"),
+        ("[F14]\nells = [1, 4]\n", "at least 3 values"),
+        ("[F13]\nells = [1]\n", "F13.ells=[1]"),
+        ("[F13]\nells = [1, 4, 2]\n", "strictly increasing"),
+        ("[F14]\nrecord_every = 1000\n", "F14.record_every=1000"),
     ],
 )
 def test_reproduce_config_refused_before_anything_runs(tmp_path, capsys, toml, needle):
