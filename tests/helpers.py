@@ -163,3 +163,19 @@ def brute_step(problem, clients, server_lr, mean, cov, participation=None, weigh
     mu = means.mean(0)
     between = (means - mu).T @ (means - mu) / len(subsets)
     return mu, np.mean(covs, 0) + between
+
+
+def run_cli(capsys, argv: list[str]) -> tuple[int, str, str]:
+    """Run ``fedsde ARGV`` in-process: (exit status, stdout, stderr)."""
+    from fedsde.cli import main
+
+    code = main(argv)
+    cap = capsys.readouterr()
+    return code, cap.out, cap.err
+
+
+def one_line_error(code: int, out: str, err: str, *needles: str) -> None:
+    """Exit status 2, nothing on stdout, exactly one line on stderr (no traceback) containing every needle."""
+    assert code == 2 and out == "" and err.count("\n") == 1 and "Traceback" not in err, (code, out, err)
+    for n in needles:
+        assert n in err, err

@@ -12,8 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import one_line_error
+from helpers import run_cli as run
 
-from fedsde.cli import main
 from fedsde.errors import DivergenceWarning, FedsdeInputError
 from fedsde.problems import QuadraticProblem, paper_table_problem, random_quadratic_problem
 from fedsde.sde.brownian import GridBrownian
@@ -24,18 +25,6 @@ from fedsde.sim.moments import StreamingMoments, plan_chunks
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = str(ROOT / "examples" / "problems" / "paper_table.toml")
 SIM = ["simulate", "--problem", PAPER, "--local-steps", "5", "--replicates", "10", "--seed", "0", "--json"]
-
-
-def run(capsys, argv):
-    code = main(argv)
-    cap = capsys.readouterr()
-    return code, cap.out, cap.err
-
-
-def one_line_error(code, out, err, *needles):
-    assert code == 2 and out == "" and err.count("\n") == 1 and "Traceback" not in err, (code, out, err)
-    for n in needles:
-        assert n in err, err
 
 
 # ---------------------------------------------------------------- divergence known up front

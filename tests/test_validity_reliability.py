@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import one_line_error
+from helpers import run_cli as run
 
 from fedsde.cli import main
 from fedsde.errors import DivergenceWarning, FedsdeInputError
@@ -35,18 +37,6 @@ def data_file(tmp_path_factory) -> str:
     path = tmp_path_factory.mktemp("pb") / "digits3.toml"
     path.write_text(DATA_TOML)
     return str(path)
-
-
-def run(capsys, argv):
-    code = main(argv)
-    cap = capsys.readouterr()
-    return code, cap.out, cap.err
-
-
-def one_line_error(code, out, err, *needles):
-    assert code == 2 and out == "" and err.count("\n") == 1 and "Traceback" not in err, (code, out, err)
-    for n in needles:
-        assert n in err, err
 
 
 # ---------------------------------------------------------------- divergence on data problems: the blow-up watch
