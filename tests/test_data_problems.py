@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from fedsde.clients.streams import resolve_block_size
 from fedsde.errors import FedsdeInputError
 from fedsde.problems import (
     ClassificationProblem,
@@ -22,7 +23,6 @@ from fedsde.problems import (
 )
 from fedsde.problems.metrics import summarise
 from fedsde.sim import BLOCK, GaussianQuadraticOracle, minibatch_oracle, simulate
-from fedsde.sim.streams import resolve_block_size
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "problems"
 BASE = {"kind": "classification", "dataset": "digits", "clients": 5, "partition": "iid", "batch_size": 8, "seed": 0}
@@ -183,8 +183,8 @@ def test_float32_and_epoch_sampling_run():
 
 
 def test_batches_handed_over_by_epoch_steps_override_a_whole_batch_oracle():
+    from fedsde.clients.data_oracles import MinibatchOracle
     from fedsde.sim import ReplicateStreams
-    from fedsde.sim.data_oracles import MinibatchOracle
 
     pb = load_problem(EXAMPLES / "digits_softmax.toml")
     orc = MinibatchOracle(pb, 1, "cpu", torch.float64, batch_size=10**6)

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 
+from fedsde.clients.data_oracles import FullGradientOracle, GaussianMinibatchOracle, MinibatchOracle, floyd_sample
 from fedsde.errors import FedsdeInputError
 from fedsde.problems import federated_classification, mlp
 from fedsde.sim import ReplicateStreams, full_gradient_oracle, gaussian_oracle, simulate
-from fedsde.sim.data_oracles import FullGradientOracle, GaussianMinibatchOracle, MinibatchOracle, floyd_sample
 from tests.helpers import assert_within_se
 
 D = torch.float64

@@ -7,9 +7,9 @@ import pytest
 import torch
 import torchsde
 
+from fedsde.clients.streams import BLOCK
 from fedsde.errors import FedsdeInputError
 from fedsde.sde.brownian import STEPS_PER_WINDOW, GridBrownian
-from fedsde.sim.streams import BLOCK
 
 
 def _increments(bm: GridBrownian, steps: int) -> np.ndarray:

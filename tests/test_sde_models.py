@@ -9,6 +9,8 @@ import pytest
 import torch
 from helpers import assert_within_se
 
+from fedsde.clients import data_oracles
+from fedsde.clients.streams import BLOCK
 from fedsde.errors import FedsdeInputError
 from fedsde.exact import round_law
 from fedsde.problems import QuadraticProblem, paper_table_problem, random_quadratic_problem, synthetic
@@ -17,8 +19,6 @@ from fedsde.sde.brownian import GridBrownian
 from fedsde.sde.coefficients import psd_sqrt
 from fedsde.sde.integrate import sdeint_rounds
 from fedsde.sde.models import FedAvgSDE, QuadraticSDE
-from fedsde.sim import data_oracles
-from fedsde.sim.streams import BLOCK
 
 
 def test_one_euler_step_of_eq2_is_one_round_of_eq1():

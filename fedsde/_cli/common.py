@@ -14,8 +14,8 @@ What every command uses:
   recursion of the mean with spectral radius ``ρ(I − sB) > 1`` (server momentum included); :func:`known_divergence`
   (home: :mod:`fedsde._validate`) returns the same messages
   for commands that only compute laws (they go to :func:`warn`);
-* memory: :func:`fedsde._validate.available_memory` (free memory, cgroup and ``RLIMIT_AS`` limits, capped by the
-  environment variable ``FEDSDE_MEMORY_LIMIT``, e.g. ``6G``) and :func:`fedsde._validate.memory_fits` (a one-line
+* memory: :func:`fedsde._memory.available_memory` (free memory, cgroup and ``RLIMIT_AS`` limits, capped by the
+  environment variable ``FEDSDE_MEMORY_LIMIT``, e.g. ``6G``) and :func:`fedsde._memory.memory_fits` (a one-line
   error with the estimate); the simulator and the SDE integrator use them to chunk or refuse a run up front.
 
 ``fedsde.cli.main`` also turns operating-system errors, running out of memory and numeric overflow into the
@@ -36,8 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from fedsde._validate import known_divergence
 from fedsde.errors import FedsdeInputError
+from fedsde.exact.stability import known_divergence
 
 
 def add_json_flag(p: argparse.ArgumentParser) -> None:

@@ -15,7 +15,7 @@ Shapes: ``R`` replicates, ``Q`` clients, ``d`` dimension.
 
 Besides the server rule, an aggregator declares what the clients do (the simulator reads these):
 
-* ``local_solver`` — a :class:`fedsde.sim.solvers.LocalSolver` (plain SGD unless the algorithm changes it, e.g.
+* ``local_solver`` — a :class:`fedsde.clients.solvers.LocalSolver` (plain SGD unless the algorithm changes it, e.g.
   FedProx's proximal term);
 * ``correction(state)`` — a constant per-round gradient correction of shape (R, Q, d) (SCAFFOLD's ``c − c_k``)
   or ``None``;
@@ -34,7 +34,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from fedsde.sim.solvers import SGD, LocalSolver
+from fedsde.clients.solvers import SGD, LocalSolver
 
 
 @dataclass(frozen=True)

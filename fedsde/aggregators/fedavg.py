@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from fedsde.aggregators.base import Aggregator, RoundContext, weighted_mean
-from fedsde.sim.solvers import LocalSolver
+from fedsde.clients.solvers import LocalSolver
 
 
 class FedAvg(Aggregator):

@@ -3,7 +3,7 @@
 Notes
 -----
 Each client's change is divided by the ``‖a_k‖₁`` of its local solver (the accumulation vector, seed 003
-Remark 1; :mod:`fedsde.sim.solvers`), and rescaled by ``τ_eff``:
+Remark 1; :mod:`fedsde.clients.solvers`), and rescaled by ``τ_eff``:
 
     w_{n+1} = w_n + s · τ_eff · Σ_k ω_k Δ_k / ‖a_k‖₁,
 
@@ -22,7 +22,7 @@ A server learning rate only multiplies ``τ_eff``.  Local solvers (``momentum=ρ
 Variants (they differ only when the clients use both local momentum and a proximal term):
 
 * ``variant="paper"`` (default; the paper's definition, eq. (20)): ``‖a_k‖₁`` is the true accumulation norm of
-  the local solver (:mod:`fedsde.sim.solvers`), whose proximal term is a separate step outside the momentum buffer;
+  the local solver (:mod:`fedsde.clients.solvers`), whose proximal term is a separate step outside the momentum buffer;
 * ``variant="official"`` reproduces seed 003's code (JYWa/FedNova, ``distoptim/FedNova.py``) exactly: the
   clients add ``μ(x − w_n)`` into the momentum buffer (``LocalSolver(prox_in_buffer=True)``), and the normaliser is
   the code's recursion ``c ← ρc + 1``, ``s ← (1 − ημ)(s + c) + 1`` (2 − ημ after one step).  It is inconsistent
@@ -54,8 +54,8 @@ import torch
 
 from fedsde._validate import positive_float
 from fedsde.aggregators.base import Aggregator, RoundContext, weighted_mean
+from fedsde.clients.solvers import LocalSolver
 from fedsde.errors import FedsdeInputError
-from fedsde.sim.solvers import LocalSolver
 
 TAU_EFF = ("auto", "solver", "steps", "full")
 VARIANTS = ("paper", "official")

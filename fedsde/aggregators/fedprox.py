@@ -2,7 +2,7 @@
 
 Notes
 -----
-Client step (proximal SGD, :class:`fedsde.sim.solvers.LocalSolver` with ``prox=μ``):
+Client step (proximal SGD, :class:`fedsde.clients.solvers.LocalSolver` with ``prox=μ``):
 ``x ← x − η (g + μ (x − w_n))``; server step as FedAvg, ``w_{n+1} = w_n + s Σ_k ω_k Δ_k``.
 Its accumulation vector is ``a_k = [(1 − α)^{τ−1}, …, 1 − α, 1]`` with ``α = ημ`` (seed 003 §IV-B), so FedProx
 weights clients by ``p_k (1 − (1 − α)^{τ_k})`` instead of ``p_k τ_k``.  Needs ``ημ <= 1``.  ``μ = 0`` is FedAvg.
@@ -11,7 +11,7 @@ Defaults: ``μ = 0.01`` (tuned value in seeds 000 and 004).
 With local momentum ``ρ`` the proximal term is, by default, a separate step outside the momentum buffer,
 ``v ← ρv + g``, ``x ← x − η (v + μ (x − w_n))``.  Seed 003's code (JYWa/FedNova, ``distoptim/FedProx.py``) instead
 adds ``μ (x − w_n)`` in place into the momentum buffer, so it is carried into later steps (heavy ball on the
-proximal objective); ``prox_in_buffer=True`` reproduces that (:mod:`fedsde.sim.solvers`).  The two agree when
+proximal objective); ``prox_in_buffer=True`` reproduces that (:mod:`fedsde.clients.solvers`).  The two agree when
 ``ρ = 0`` or ``μ = 0``.
 """
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from fedsde._validate import positive_float
 from fedsde.aggregators.fedavg import FedAvg
-from fedsde.sim.solvers import LocalSolver
+from fedsde.clients.solvers import LocalSolver
 
 
 class FedProx(FedAvg):

@@ -24,8 +24,8 @@ from typing import Any
 import torch
 
 from fedsde.aggregators.base import Aggregator, RoundContext, weighted_mean
+from fedsde.clients.solvers import LocalSolver
 from fedsde.errors import FedsdeInputError
-from fedsde.sim.solvers import LocalSolver
 
 OPTIONS = ("I", "II")
 CONTROLS = ("uniform", "weighted")

@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from fedsde._validate import client_steps
+from fedsde.aggregators import get_aggregator
 from fedsde.errors import FedsdeInputError
 from fedsde.exact.moments import StationaryLaw, stationary_law, transient_moments
 from fedsde.exact.round_law import RoundLaw, round_law
@@ -33,8 +34,6 @@ class NoExactLawError(FedsdeInputError):
 
 
 def _resolve(aggregator):
-    from fedsde.aggregators import get_aggregator
-
     return get_aggregator(aggregator)
 
 

@@ -183,7 +183,8 @@ def check_constraints(cfg: dict, only, problem) -> None:
     anything runs; the first violation raises a one-line :class:`FedsdeInputError` naming the fields and values.
 
     * every ``(eta, local_steps[, server_lr])`` a figure runs: local SGD must not expand (``η·λ_max(U_k) < 2``) and
-      the server recursion of the mean must not grow (``ρ(I − s·B) <= 1``; :func:`fedsde._validate.known_divergence`);
+      the server recursion of the mean must not grow (``ρ(I − s·B) <= 1``;
+      :func:`fedsde.exact.stability.known_divergence`);
     * F2/F3/F4 need a stationary law at every grid point (``ρ(I − B) < 1``), F5 at one point at least;
     * F1: the printed and corrected SDEs are integrated by Euler with step ``h = eta``, which must be stable;
     * F13/F14: ``ells`` strictly increasing, starting at 1 (FedAvg) with at least one (F13) or two (F14: the
@@ -194,7 +195,7 @@ def check_constraints(cfg: dict, only, problem) -> None:
     """
     import numpy as np
 
-    from fedsde._validate import known_divergence
+    from fedsde.exact.stability import known_divergence
 
     def diverges(where: str, pb, eta, E, s=1.0) -> None:
         why = known_divergence(pb, float(eta), int(E), float(s))

@@ -2,8 +2,8 @@
 
 :class:`GridBrownian` answers ``W(ta, tb)`` for grid-aligned times ``ta = t0 + i·dt``, ``tb = t0 + j·dt``.  The
 increments over the grid steps are drawn in windows of :data:`STEPS_PER_WINDOW` steps; window ``w`` of replicate
-block ``b`` (:data:`fedsde.sim.streams.BLOCK` paths) is drawn from its own ``torch.Generator`` seeded from
-``(seed, b, w)`` through :class:`fedsde.sim.streams.ReplicateStreams`.  Hence
+block ``b`` (:data:`fedsde.clients.streams.BLOCK` paths) is drawn from its own ``torch.Generator`` seeded from
+``(seed, b, w)`` through :class:`fedsde.clients.streams.ReplicateStreams`.  Hence
 
 * the same seed gives the same path, whatever order the increments are asked for in;
 * simulating paths ``[0, R)`` in one batch or in chunks that start on block boundaries gives the same
@@ -29,8 +29,8 @@ import math
 import torch
 import torchsde
 
+from fedsde.clients.streams import BLOCK, ReplicateStreams, resolve_seed
 from fedsde.errors import FedsdeInputError
-from fedsde.sim.streams import BLOCK, ReplicateStreams, resolve_seed
 
 #: grid steps drawn together (per block) — part of the definition of the path for a given seed
 STEPS_PER_WINDOW = 32

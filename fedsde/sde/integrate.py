@@ -5,7 +5,7 @@ With ``substeps = k`` the solver step is ``dt = h/k``.  Time is kept by integer 
 on the grid: the torchsde calls are cut into segments on restarted clocks (:mod:`fedsde.sde.segments`).
 
 Randomness: the Brownian increments come from :class:`~fedsde.sde.brownian.GridBrownian` and the general SDE's
-rollouts from their own streams, both per block of :data:`~fedsde.sim.streams.BLOCK` paths, so the same seed gives
+rollouts from their own streams, both per block of :data:`~fedsde.clients.streams.BLOCK` paths, so the same seed gives
 the same paths whatever ``chunk_size``.  torchsde's contract check draws one random tensor from the global RNG;
 it runs under ``torch.random.fork_rng`` so the caller's global RNG state is left unchanged.
 """
@@ -21,8 +21,11 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from fedsde._memory import available_memory
 from fedsde._samples import ReplicateMoments
-from fedsde._validate import available_memory, device_dtype, positive_int, start_point
+from fedsde._validate import device_dtype, positive_int, start_point
+from fedsde.clients.oracles import GradientOracle
+from fedsde.clients.streams import BLOCK, resolve_block_size, resolve_seed, split_chunks
 from fedsde.errors import FedsdeInputError, SimulationDivergedError
 from fedsde.problems.quadratic import QuadraticProblem
 from fedsde.sde.brownian import GridBrownian
@@ -31,8 +34,6 @@ from fedsde.sde.models import ClientProblem, FedAvgSDE, QuadraticSDE
 from fedsde.sde.schedules import RateLike
 from fedsde.sde.segments import SEGMENT_STEPS, ShiftedClock, sdeint_rounds
 from fedsde.sim.moments import BlowUpWatch, StreamingMoments, plan_chunks, problem_scale
-from fedsde.sim.oracles import GradientOracle
-from fedsde.sim.streams import BLOCK, resolve_block_size, resolve_seed, split_chunks
 
 #: what :func:`simulate_sde` can integrate: the quadratic variants and the general (Monte-Carlo) SDE
 MODELS = (*VARIANTS, "general")

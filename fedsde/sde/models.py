@@ -29,12 +29,12 @@ import numpy as np
 import torch
 
 from fedsde._validate import client_steps, device_dtype, positive_float, positive_int
+from fedsde.clients.oracles import GaussianQuadraticOracle, GradientOracle
+from fedsde.clients.streams import BLOCK, ReplicateStreams, resolve_block_size, resolve_seed
 from fedsde.errors import FedsdeInputError
 from fedsde.problems.quadratic import QuadraticProblem
 from fedsde.sde.coefficients import VARIANTS, LinearSDE, quadratic_sde_coefficients
 from fedsde.sde.schedules import RateLike, as_schedule
-from fedsde.sim.oracles import GaussianQuadraticOracle, GradientOracle
-from fedsde.sim.streams import BLOCK, ReplicateStreams, resolve_block_size, resolve_seed
 
 #: estimators of the diffusion of :class:`FedAvgSDE`
 ESTIMATORS = ("compensated", "unbiased")
@@ -48,7 +48,7 @@ _CACHE_MAX = 4096
 class ClientProblem(Protocol):
     """What :class:`FedAvgSDE` needs from a problem: ``Q`` clients, dimension ``d``, weights ``p`` (Q,).
 
-    Stochastic gradients come from a gradient oracle (:class:`fedsde.sim.oracles.GradientOracle`) built by
+    Stochastic gradients come from a gradient oracle (:class:`fedsde.clients.oracles.GradientOracle`) built by
     ``oracle_factory(problem, nblocks, device, dtype)``; :class:`~fedsde.problems.QuadraticProblem` has a default.
     """
 
@@ -234,7 +234,7 @@ class FedAvgSDE(torch.nn.Module):
         ``paths · S · Σ_k τ_k`` stochastic gradients.
     estimator : {"compensated", "unbiased"}
     seed : int or torch.Generator
-        Seed of the rollouts' noise (per block of :data:`~fedsde.sim.streams.BLOCK` paths: chunk-invariant).
+        Seed of the rollouts' noise (per block of :data:`~fedsde.clients.streams.BLOCK` paths: chunk-invariant).
     first_block : int
         Global index of the first block of paths (for chunked runs).
     oracle_factory : callable, optional
@@ -242,9 +242,9 @@ class FedAvgSDE(torch.nn.Module):
     device, dtype
         Of the state.
     block_size : int, optional
-        Paths per random stream (default :data:`~fedsde.sim.streams.BLOCK`);
+        Paths per random stream (default :data:`~fedsde.clients.streams.BLOCK`);
         :func:`fedsde.sde.integrate.simulate_sde` passes ``min(paths, BLOCK)`` as the simulator does
-        (:func:`fedsde.sim.streams.resolve_block_size`), so a run of few paths never computes a padded block.
+        (:func:`fedsde.clients.streams.resolve_block_size`), so a run of few paths never computes a padded block.
 
     Notes
     -----
@@ -338,7 +338,7 @@ class FedAvgSDE(torch.nn.Module):
         x = wb.expand(nb, S, Q, B, d).contiguous().view(nb * S, Q, B, d)
         eta = self.eta(t)
         begin_round = getattr(self._oracle, "begin_round", None)
-        if begin_round is not None:  # data oracles (fedsde.sim.data_oracles) reset per round; fixed batch size
+        if begin_round is not None:  # data oracles (fedsde.clients.data_oracles) reset per round; fixed batch size
             begin_round()
         for i in range(int(self.steps.max())):
             g = self._oracle.sample(x, self._streams)

@@ -38,11 +38,11 @@ import torch
 from tqdm.auto import tqdm
 
 from fedsde._validate import client_steps, device_dtype, positive_float, positive_int, schedule, start_point
+from fedsde.clients.oracles import GaussianQuadraticOracle
+from fedsde.clients.streams import ReplicateStreams, resolve_block_size, resolve_seed
 from fedsde.errors import FedsdeInputError, SimulationDivergedError
 from fedsde.problems.quadratic import QuadraticProblem
 from fedsde.sim.moments import BlowUpWatch, problem_scale
-from fedsde.sim.oracles import GaussianQuadraticOracle
-from fedsde.sim.streams import ReplicateStreams, resolve_block_size, resolve_seed
 
 #: stream family of the SVAG rollouts: purpose = _SVAG + ℓ (disjoint from the simulator's 0, 1, 2, the general
 #: SDE's 1 << 19 and the Brownian motion's 1 << 20 + window)
@@ -71,7 +71,7 @@ def default_oracle_factory(problem) -> Callable | None:
             f"problem: a {type(problem).__name__} needs a batch size for its minibatch gradients (batch_size in the "
             "problem file, or pass oracle_factory=fedsde.sim.minibatch_oracle(batch_size=...))"
         )
-    from fedsde.sim.data_oracles import minibatch_oracle
+    from fedsde.clients.data_oracles import minibatch_oracle
 
     return minibatch_oracle(batch_size=int(batch), sampling=getattr(problem, "sampling", None) or "minibatch")
 
@@ -154,7 +154,7 @@ def svag_chain(
     w0 : array, shape (d,), optional
         Start (default zero).
     oracle_factory : callable, optional
-        ``(problem, nblocks, device, dtype) -> oracle`` (:mod:`fedsde.sim.oracles`); default the Gaussian
+        ``(problem, nblocks, device, dtype) -> oracle`` (:mod:`fedsde.clients.oracles`); default the Gaussian
         quadratic oracle.  Data oracles must have a fixed batch size.
     record : sequence of int, optional
         Base rounds (0..rounds) whose weights are kept (memory ``O(T·R·d)``); default none.

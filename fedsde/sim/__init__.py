@@ -1,6 +1,6 @@
 """The discrete federated simulator, vectorised over replicates × clients."""
 
-from fedsde.sim.data_oracles import (
+from fedsde.clients.data_oracles import (
     FullGradientOracle,
     GaussianMinibatchOracle,
     MinibatchOracle,
@@ -8,11 +8,11 @@ from fedsde.sim.data_oracles import (
     gaussian_oracle,
     minibatch_oracle,
 )
+from fedsde.clients.oracles import GaussianQuadraticOracle, GradientOracle
+from fedsde.clients.solvers import SGD, LocalSolver, momentum_solver, prox_solver
+from fedsde.clients.steps import EpochSteps, RandomSteps
+from fedsde.clients.streams import BLOCK, ReplicateStreams, resolve_seed
 from fedsde.sim.fedavg import WEIGHTINGS, SimulationResult, simulate
-from fedsde.sim.oracles import GaussianQuadraticOracle, GradientOracle
-from fedsde.sim.solvers import SGD, LocalSolver, momentum_solver, prox_solver
-from fedsde.sim.steps import EpochSteps, RandomSteps
-from fedsde.sim.streams import BLOCK, ReplicateStreams, resolve_seed
 
 __all__ = [
     "BLOCK",

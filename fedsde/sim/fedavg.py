@@ -8,16 +8,16 @@ One round (seed 002, Sec. 3; FedAvg when the server rule is :class:`~fedsde.aggr
 3. the server rule receives the displacements ``Δ_k = w_k^{(τ_k)} − w_n`` and the participation weights and
    returns ``w_{n+1}``.
 
-The server rule also fixes the clients' local solver (SGD, momentum, prox; :mod:`fedsde.sim.solvers`), an
+The server rule also fixes the clients' local solver (SGD, momentum, prox; :mod:`fedsde.clients.solvers`), an
 optional per-round gradient correction (SCAFFOLD) and whether the first round runs with every client (FedAWARE);
 see :mod:`fedsde.aggregators.base`.  Local steps may be fixed per client, redrawn every round
-(:class:`~fedsde.sim.steps.RandomSteps`) or derived from epochs and (redrawn) batch sizes
-(:class:`~fedsde.sim.steps.EpochSteps`, whose batch sizes reach the gradient oracle).  Problems with data
-(:class:`~fedsde.problems.logistic.ClassificationProblem`) use the oracles of :mod:`fedsde.sim.data_oracles`.
+(:class:`~fedsde.clients.steps.RandomSteps`) or derived from epochs and (redrawn) batch sizes
+(:class:`~fedsde.clients.steps.EpochSteps`, whose batch sizes reach the gradient oracle).  Problems with data
+(:class:`~fedsde.problems.logistic.ClassificationProblem`) use the oracles of :mod:`fedsde.clients.data_oracles`.
 
 All ``R`` replicates and ``Q`` clients advance together: one batched tensor operation per local step, no
 Python loop over clients or replicates.  Randomness comes from per-block streams
-(:mod:`fedsde.sim.streams`): the same seed gives bit-identical results on CPU, however the replicates are
+(:mod:`fedsde.clients.streams`): the same seed gives bit-identical results on CPU, however the replicates are
 chunked.
 """
 
@@ -33,14 +33,15 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from fedsde._memory import available_memory
 from fedsde._samples import ReplicateMoments
-from fedsde._validate import available_memory, device_dtype, positive_int, schedule, start_point
+from fedsde._validate import device_dtype, positive_int, schedule, start_point
+from fedsde.clients.oracles import GaussianQuadraticOracle
+from fedsde.clients.steps import EpochSteps, RandomSteps, normalise_steps
+from fedsde.clients.streams import BLOCK, ReplicateStreams, resolve_block_size, resolve_seed, split_chunks
 from fedsde.errors import FedsdeInputError, SimulationDivergedError
 from fedsde.problems.quadratic import QuadraticProblem
 from fedsde.sim.moments import BlowUpWatch, StreamingMoments, plan_chunks, problem_scale
-from fedsde.sim.oracles import GaussianQuadraticOracle
-from fedsde.sim.steps import EpochSteps, RandomSteps, normalise_steps
-from fedsde.sim.streams import BLOCK, ReplicateStreams, resolve_block_size, resolve_seed, split_chunks
 
 if TYPE_CHECKING:  # the aggregators import the local solvers from this package: import them lazily
     from fedsde.aggregators import Aggregator
@@ -153,21 +154,21 @@ def simulate(
         Torch device (``"cpu"``, ``"cuda"``) and precision (float64 by default).
     chunk_size : int, optional
         Simulate at most this many replicates at once (rounded up to a multiple of
-        :data:`fedsde.sim.streams.BLOCK`); results do not depend on it.
+        :data:`fedsde.clients.streams.BLOCK`); results do not depend on it.
     progress : bool
         Show a progress bar.
     oracle_factory : callable, optional
-        ``(problem, nblocks, device, dtype) -> oracle`` (see :mod:`fedsde.sim.oracles`), replacing the
+        ``(problem, nblocks, device, dtype) -> oracle`` (see :mod:`fedsde.clients.oracles`), replacing the
         Gaussian quadratic oracle.  Default for data problems: minibatches of the problem's ``batch_size``.
     block_size : int, optional
         Replicates per random stream; default ``min(replicates, BLOCK)``, so a run never computes replicates it
-        did not ask for below one block (see :mod:`fedsde.sim.streams` for the prefix property).
+        did not ask for below one block (see :mod:`fedsde.clients.streams` for the prefix property).
     moments_only : bool
         Keep only the mean and covariance at the recorded rounds, accumulated chunk by chunk
         (:class:`fedsde.sim.moments.StreamingMoments`, bit-identical however chunked): memory does not grow with
         ``replicates``.  ``weights`` of the result is then None.
     memory_limit : int or str, optional
-        Bytes the run may plan for (default: what is free; see :func:`fedsde._validate.available_memory`).  Without
+        Bytes the run may plan for (default: what is free; see :func:`fedsde._memory.available_memory`).  Without
         ``chunk_size`` the replicates are chunked to fit; a run whose stored samples alone cannot fit is refused up
         front with the estimate.
 
@@ -263,7 +264,7 @@ def _default_oracle(problem, steps):
     ``batch_size`` and ``sampling`` (batch sizes from :class:`EpochSteps` when given)."""
     if isinstance(problem, QuadraticProblem):
         return GaussianQuadraticOracle
-    from fedsde.sim.data_oracles import minibatch_oracle
+    from fedsde.clients.data_oracles import minibatch_oracle
 
     sampling = getattr(problem, "sampling", "minibatch")
     if isinstance(steps, EpochSteps):

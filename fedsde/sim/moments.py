@@ -20,7 +20,7 @@ import warnings
 import numpy as np
 import torch
 
-from fedsde._validate import memory_fits
+from fedsde._memory import memory_fits
 from fedsde.errors import DivergenceWarning
 
 #: a run is "blowing up" when max |w| exceeds this many times the problem's scale (see problem_scale)

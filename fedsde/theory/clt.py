@@ -25,9 +25,9 @@ from scipy import stats
 
 from fedsde._validate import positive_int
 from fedsde.aggregators import FedAvg
+from fedsde.clients.streams import BLOCK, ReplicateStreams
 from fedsde.errors import FedsdeInputError
 from fedsde.problems.quadratic import QuadraticProblem
-from fedsde.sim.streams import BLOCK, ReplicateStreams
 
 
 class SkewedQuadraticOracle:
@@ -35,7 +35,7 @@ class SkewedQuadraticOracle:
 
     ``e`` has i.i.d. Exp(1) coordinates (drawn as ``−log(1 − u)`` from the replicate streams), so the noise
     has mean 0 and covariance ``L_k L_kᵀ = Σ_k`` like the Gaussian oracle, but skewness 2 and excess kurtosis 6
-    per coordinate.  Follows the oracle protocol of :mod:`fedsde.sim.oracles` (``x`` of shape (nb, Q, B, d)).
+    per coordinate.  Follows the oracle protocol of :mod:`fedsde.clients.oracles` (``x`` of shape (nb, Q, B, d)).
     """
 
     def __init__(self, problem: QuadraticProblem, nblocks: int, device: torch.device, dtype: torch.dtype):

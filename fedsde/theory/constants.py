@@ -210,7 +210,7 @@ def classification_constants(
     seed : int
         Seed of the Monte-Carlo rounds for ``V*``.
     """
-    from fedsde.sim.data_oracles import minibatch_oracle
+    from fedsde.clients.data_oracles import minibatch_oracle
     from fedsde.theory.clt import client_update_samples
     from fedsde.theory.results import MONTE_CARLO, OPTIMISATION
 

@@ -11,10 +11,10 @@ import torch
 from tqdm.auto import tqdm
 
 from fedsde._validate import positive_float, positive_int, start_point
+from fedsde.clients.streams import resolve_seed
 from fedsde.errors import FedsdeInputError
 from fedsde.problems.metrics import evaluate_metrics, metric_names
 from fedsde.sde.svag import default_oracle_factory, svag_chain
-from fedsde.sim.streams import resolve_seed
 from fedsde.validity.verdict import ValidityVerdict, richardson_limit, validity_verdict
 
 

@@ -91,7 +91,7 @@ def _random_sec4_cases(seed: int, scale: float, b: float, n: int, server: bool =
 @lru_cache(maxsize=4)
 def _logistic_case(seed: int, scale: float):
     """Reference §3g: logistic d=2, Q=3 non-IID, E=5, S=5 of N_k=50, h=0.5, η(t) = 0.5/(1+t), w₀ = (3, 3)."""
-    from fedsde.sim.data_oracles import minibatch_oracle
+    from fedsde.clients.data_oracles import minibatch_oracle
 
     problem = synthetic_logistic(3, 50, kind="noniid", seed=2)
     sched = PowerSchedule(0.5, 1.0)
@@ -321,7 +321,7 @@ def check_thm_5_4(opt: CheckOptions) -> ClaimResult:
         lambda Q: base.replicated(Q // 3), [3, 12, 48, 192], eta=0.1, local_steps=E,
         replicates=opt.replicates(12800), seed=opt.seed + 41, oracle_factory=SkewedQuadraticOracle)
     try:
-        from fedsde.sim.data_oracles import minibatch_oracle
+        from fedsde.clients.data_oracles import minibatch_oracle
 
         for kind in ("noniid", "iid"):
             base_l = synthetic_logistic(3, 20, kind=kind, seed=3)

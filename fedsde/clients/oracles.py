@@ -1,9 +1,9 @@
 """Stochastic-gradient oracles used by the local-training loop.
 
 The simulator keeps client weights in block-major layout ``x`` of shape ``(nb, Q, B, d)``: ``nb`` blocks of
-``B`` (= :data:`fedsde.sim.streams.BLOCK`) replicates, ``Q`` clients, dimension ``d``.  An oracle is built for
+``B`` (= :data:`fedsde.clients.streams.BLOCK`) replicates, ``Q`` clients, dimension ``d``.  An oracle is built for
 one chunk of blocks on one device and answers ``sample(x, streams) -> g`` (same shape) with
-``g = ∇F_k(x) + ξ``.  Randomness comes only from the :class:`~fedsde.sim.streams.ReplicateStreams` it is
+``g = ∇F_k(x) + ξ``.  Randomness comes only from the :class:`~fedsde.clients.streams.ReplicateStreams` it is
 handed; all arithmetic is per block with fixed shapes, which keeps results independent of chunking.
 """
 
@@ -13,18 +13,18 @@ from typing import Protocol
 
 import torch
 
+from fedsde.clients.streams import BLOCK, ReplicateStreams
 from fedsde.problems.quadratic import QuadraticProblem
-from fedsde.sim.streams import BLOCK, ReplicateStreams
 
 
 class GradientOracle(Protocol):
     """Protocol of gradient oracles (see the module docstring).
 
     Optional extensions read by the simulator: ``begin_round(batch, max_batch[, clients=…])`` is called at
-    the start of every round with the round's batch sizes (from :class:`~fedsde.sim.steps.EpochSteps`, else
+    the start of every round with the round's batch sizes (from :class:`~fedsde.clients.steps.EpochSteps`, else
     ``None``); an oracle with ``participants_only = True`` accepts ``clients`` of shape ``(nb, S, B)`` naming the
     client held by each of the ``S`` slots of ``x`` (the simulator then trains only the round's participants).
-    See :mod:`fedsde.sim.data_oracles`.
+    See :mod:`fedsde.clients.data_oracles`.
     """
 
     def sample(self, x: torch.Tensor, streams: ReplicateStreams) -> torch.Tensor: ...

@@ -1,6 +1,6 @@
 """Gradient oracles for clients with real data (:class:`~fedsde.problems.logistic.ClassificationProblem`).
 
-Shapes follow :mod:`fedsde.sim.oracles`: ``x`` of shape ``(nb, S, B, d)`` (blocks × client slots × replicates per
+Shapes follow :mod:`fedsde.clients.oracles`: ``x`` of shape ``(nb, S, B, d)`` (blocks × client slots × replicates per
 block × dimension).  Every random draw fills whole blocks from their own stream and every tensor has a shape
 fixed by the run's configuration (not by the draws), which keeps results bit-identical and independent of how
 replicates are chunked.  Models: logistic, softmax and the one-hidden-layer tanh MLP (:mod:`fedsde.problems.mlp`).
@@ -28,7 +28,7 @@ How the work is laid out (results are the same up to rounding; the choice depend
   work whatever ``N_k``); larger ones keep the ``S`` smallest of ``N_max`` uniform keys.
 
 Batch sizes are fixed (``batch_size=``) or handed over every round by the simulator from
-:class:`~fedsde.sim.steps.EpochSteps` through ``begin_round(batch, max_batch)``.
+:class:`~fedsde.clients.steps.EpochSteps` through ``begin_round(batch, max_batch)``.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ from __future__ import annotations
 import torch
 
 from fedsde._validate import positive_int
+from fedsde.clients.streams import ReplicateStreams
 from fedsde.errors import FedsdeInputError
-from fedsde.sim.streams import ReplicateStreams
 
 SAMPLINGS = ("minibatch", "epoch")
 

@@ -8,8 +8,8 @@ import numpy as np
 import torch
 
 from fedsde._validate import client_steps, positive_int
+from fedsde.clients.streams import BLOCK, ReplicateStreams
 from fedsde.errors import FedsdeInputError
-from fedsde.sim.streams import BLOCK, ReplicateStreams
 
 
 @dataclass(frozen=True)
