@@ -18,7 +18,7 @@ def test_mkdocs_build_strict(tmp_path):
     if not Path(mkdocs).exists():
         pytest.skip("mkdocs is not installed")
     out = subprocess.run([mkdocs, "build", "--strict", "-q", "-d", str(tmp_path / "site")], cwd=ROOT,
-                         capture_output=True, text=True, timeout=300,
+                         capture_output=True, text=True, timeout=900,  # hang guard
                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     errata = (tmp_path / "site" / "errata" / "index.html").read_text()

@@ -456,7 +456,8 @@ def test_fuzz_sweep_cli(tmp_path_factory, spec):
     ],
 )
 def test_subprocess_cases(argv):
-    res = subprocess.run([sys.executable, "-m", "fedsde.cli", *argv], capture_output=True, text=True, timeout=120)
+    res = subprocess.run([sys.executable, "-m", "fedsde.cli", *argv], capture_output=True, text=True,
+                         timeout=600)  # hang guard
     assert "Traceback" not in res.stderr
     if res.returncode == 0:
         obj = json.loads(res.stdout, parse_constant=_no_constant)

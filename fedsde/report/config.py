@@ -16,6 +16,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from fedsde._io import read_text
 from fedsde.errors import FedsdeInputError
 
 
@@ -109,8 +110,7 @@ FIGURE_IDS = tuple(k for k in SCHEMA if k != "run")
 
 def _load_toml(path: Path, source: str) -> dict:
     try:
-        with open(path, "rb") as fh:
-            return tomllib.load(fh)
+        return tomllib.loads(read_text(path, f"{source}: config"))
     except FileNotFoundError:
         raise FedsdeInputError(f"{source}: file {str(path)!r} does not exist") from None
     except tomllib.TOMLDecodeError as exc:

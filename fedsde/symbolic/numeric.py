@@ -7,10 +7,11 @@ The sympy expressions of :mod:`fedsde.symbolic.local_sgd`, :mod:`fedsde.symbolic
 * **one-client** callables act elementwise, so arrays of shape (Q,) evaluate every client and arrays of shape
   (Q, d) every coordinate of a **diagonal** d-dimensional problem (the coordinates decouple);
 * the sums over clients (``β = Σ_k p_k β_k`` etc.) are weighted sums over the client axis;
-* **full-matrix** problems go through :func:`fedsde.exact.round_law` (``B``, ``c``, ``Cov ε``), with the same
-  variant formulas lifted to matrices (``sβ/h → (s/h)B``, ``ln → logm``, ``b_p² → b_p b_pᵀ`` with
-  ``b_p = E·I + Σ_k p_k Σ_k^{1/2} S_k`` symmetrised, ``S_k`` from the scalar closed form on the eigenvalues of
-  ``U_k`` — an extrapolation of the scalar eq. (4)).
+* **full-matrix** problems go through :func:`fedsde.sde.coefficients.quadratic_sde_coefficients` (the one
+  numeric home of the variants on matrices: :func:`fedsde.exact.round_law`'s ``B``, ``c``, ``Cov ε`` with the same
+  variant formulas lifted to matrices, ``sβ/h → (s/h)B``, ``ln → logm``, ``b_p² → b_p b_pᵀ`` with
+  ``b_p = E·I + Σ_k p_k Σ_k^{1/2} S_k`` symmetrised — an extrapolation of the scalar eq. (4)).  The tests check
+  the two paths against each other on diagonal problems and on rotated diagonal problems.
 
 Clock of every returned coefficient: ``t = n·h`` (round ``n`` at time ``n·h``); ``h`` defaults to ``η``.
 """
@@ -270,39 +271,13 @@ def _diagonal(problem, eta, E, s, h, variant) -> NumericSDE:
     return NumericSDE(np.diag(A), c, np.diag(b2), variant, h, s, eta, E, "symbolic-diagonal", st)
 
 
-def _sym_fun(U: np.ndarray, fun) -> np.ndarray:
-    """``V diag(fun(λ)) Vᵀ`` for a symmetric ``U = V diag(λ) Vᵀ``."""
-    lam, V = np.linalg.eigh(U)
-    return (V * fun(lam)) @ V.T
-
-
 def _matrix(problem, eta, E, s, h, variant) -> NumericSDE:
-    from fedsde.exact import round_law
+    """Full matrices: the coefficients of :func:`fedsde.sde.coefficients.quadratic_sde_coefficients`, the one
+    numeric home of the matrix lift (``sβ/h → (s/h)B``, ``ln → logm``, ``b_p² → b_p b_pᵀ``)."""
+    from fedsde.sde.coefficients import quadratic_sde_coefficients
 
-    law = round_law(problem, eta, E, s)
-    B, c, noise = law.B, law.c, law.noise_cov
-    Bs = 0.5 * (B + B.T)
-    if variant == "corrected":
-        A, diff = (s / h) * Bs, (s**2 / h) * noise
-    elif variant == "paper":
-        f = client_functions("numpy")
-        b_p = E * np.eye(problem.d)
-        for k in range(problem.Q):
-            with np.errstate(all="ignore"):
-                Sk = _sym_fun(problem.U[k], lambda x: np.asarray(f.S(eta, x, E), dtype=np.float64) * np.ones_like(x))
-            root = _sym_fun(problem.Sigma[k], lambda x: np.sqrt(np.clip(x, 0.0, None)))
-            b_p = b_p + problem.p[k] * root @ Sk
-        b_p = 0.5 * (b_p + b_p.T)
-        A, diff = (s / h) * Bs, (s**2 * eta**2 / h) * (b_p @ b_p.T)
-    else:  # matched, in the eigenbasis of the symmetric transition T = I − sB
-        rho, V = np.linalg.eigh(np.eye(problem.d) - s * Bs)
-        _matched_check(rho, eta, E, s)
-        theta = -np.log(rho) / h
-        A = (V * theta) @ V.T
-        N = V.T @ (s**2 * noise) @ V
-        P = N / (1.0 - np.outer(rho, rho))  # discrete Lyapunov in the eigenbasis
-        diff = V @ ((theta[:, None] + theta[None, :]) * P) @ V.T
-    return NumericSDE(A, c, 0.5 * (diff + diff.T), variant, h, s, eta, E, "exact-matrix")
+    sde = quadratic_sde_coefficients(problem, eta, E, s, h, variant)
+    return NumericSDE(sde.A, sde.c, sde.diffusion_cov, variant, h, s, eta, E, "exact-matrix")
 
 
 __all__ = [

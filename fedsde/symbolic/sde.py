@@ -31,10 +31,9 @@ from functools import cache
 
 import sympy as sp
 
+from fedsde.sde.coefficients import VARIANTS  # the variants' one home (their numeric coefficients live there too)
 from fedsde.symbolic import symbols as S
 from fedsde.symbolic.local_sgd import server_law
-
-VARIANTS = ("paper", "corrected", "matched")
 
 CLOCK = (
     "t = n·h: round n of the chain sits at time t = n·h, one round advances time by h; the actual server "

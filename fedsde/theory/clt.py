@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from scipy import stats
 
+from fedsde._stats import loglog_slope
 from fedsde._validate import positive_int
 from fedsde.aggregators import FedAvg
 from fedsde.clients.streams import BLOCK, ReplicateStreams
@@ -233,5 +234,5 @@ def clt_study(
             "mardia_kurt_p": diag["mardia"]["kurt_p"],
         })
     lyap = np.array([r["lyapunov"] for r in rows])
-    slope = float(np.polyfit(np.log(Qs), np.log(lyap), 1)[0])
+    slope = loglog_slope(Qs, lyap)
     return CLTStudy(Qs, rows, slope, label)

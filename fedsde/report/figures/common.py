@@ -12,6 +12,8 @@ import matplotlib.pyplot as plt
 import matplotlib.ticker
 import numpy as np
 
+from fedsde._stats import loglog_slope  # noqa: F401
+
 
 def subplots(ncols: int = 1, nrows: int = 1, width: float = 5.6, height: float = 4.3, **kw):
     fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), **kw)
@@ -28,11 +30,6 @@ def integer_log_ticks(ax, values, axis: str = "x") -> None:
     target = ax.xaxis if axis == "x" else ax.yaxis
     (ax.set_xticks if axis == "x" else ax.set_yticks)(vals, [str(v) for v in vals])
     target.set_minor_locator(matplotlib.ticker.NullLocator())
-
-
-def loglog_slope(x, y) -> float:
-    """Least-squares slope of log y against log x."""
-    return float(np.polyfit(np.log(np.asarray(x, float)), np.log(np.asarray(y, float)), 1)[0])
 
 
 def fmt(x: float) -> str:

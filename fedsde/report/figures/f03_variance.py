@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedsde.report.figures.common import colors, integer_log_ticks, loglog_slope, subplots
+from fedsde._stats import loglog_slope
+from fedsde.report.figures.common import colors, integer_log_ticks, subplots
 from fedsde.report.figures.f02_bias import scan
 from fedsde.report.gallery import FigureOutput, RunContext
 from fedsde.report.stationary import COLUMNS

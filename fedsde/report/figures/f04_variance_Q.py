@@ -6,8 +6,9 @@ import math
 
 import numpy as np
 
+from fedsde._stats import loglog_slope
 from fedsde.exact import stationary_law
-from fedsde.report.figures.common import integer_log_ticks, loglog_slope, subplots
+from fedsde.report.figures.common import integer_log_ticks, subplots
 from fedsde.report.gallery import FigureOutput, RunContext
 from fedsde.report.stationary import burn_in_rounds
 from fedsde.sim import simulate

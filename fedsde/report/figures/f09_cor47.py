@@ -6,7 +6,8 @@ from __future__ import annotations
 import matplotlib.ticker
 import numpy as np
 
-from fedsde.report.figures.common import colors, loglog_slope, subplots
+from fedsde._stats import loglog_slope
+from fedsde.report.figures.common import colors, subplots
 from fedsde.report.gallery import FigureOutput, RunContext
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from fedsde._stats import loglog_slope
 from fedsde.theory.results import FAILS, HOLDS, NOT_APPLICABLE, Estimate, Verdict, compare_bound, worst
 
 
@@ -105,11 +106,6 @@ def family_verdict(name: str, members: Iterable[Member], margin_note: str, reaso
     fill = {"worst": wm.label, "params": wm.params, "fraction": f"{frac:.3g}", "size": len(members),
             "failing": f"{int(np.sum(~(margins > 0)))} of {len(members)}"}
     return predicate(float(wm.margin), margin_note, nums, reason_ok.format(**fill), reason_fail.format(**fill), fam)
-
-
-def loglog_slope(x, y) -> float:
-    """Least-squares slope of ``log y`` against ``log x``."""
-    return float(np.polyfit(np.log(np.asarray(x, float)), np.log(np.asarray(y, float)), 1)[0])
 
 
 def random_scalar_problems(n: int, seed: int, *, clients: int = 3, u_range=(0.2, 4.0), a_sd: float = 2.0,
