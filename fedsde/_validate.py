@@ -124,3 +124,63 @@ def distributions(name: str, value, Q: int | None = None) -> np.ndarray:
     if empty.size:
         raise FedsdeInputError(f"{name}[{int(empty[0])}]: sums to 0; every row (client) needs a sum > 0")
     return D / D.sum(1, keepdims=True)
+
+
+def client_weights(name: str, value, Q: int | None = None, *, normalise: bool = True) -> np.ndarray:
+    """Client weights as a float vector, shape (Q,): readable as numbers, one per client when ``Q`` is given,
+    every entry finite and >= 0 (the first bad entry named), not all zero; divided by their sum when
+    ``normalise``."""
+    try:
+        arr = np.asarray(value, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError):
+        raise FedsdeInputError(f"{name}: could not be read as an array of numbers") from None
+    if Q is not None and arr.shape != (Q,):
+        raise FedsdeInputError(f"{name}: shape {np.shape(value)} must be ({Q},), one weight per client")
+    bad = ~np.isfinite(arr) | (arr < 0)
+    if bad.any():
+        k = int(np.argmax(bad))
+        raise FedsdeInputError(f"{name}[{k}]={float(arr[k])!r}: weights must be finite and >= 0")
+    total = float(arr.sum())
+    if arr.size == 0 or total <= 0:
+        raise FedsdeInputError(f"{name}: all weights are zero; at least one must be > 0")
+    return arr / total if normalise else arr
+
+
+def record_rounds(name: str, value, rounds: int, *, default_all: bool = True, first: int = 0) -> np.ndarray:
+    """Sorted unique round indices in ``[first, rounds]`` (int64): ``None``/``True`` → every round (``first`` to
+    ``rounds`` when ``default_all``, else none), ``False`` → none, or a sequence of integers."""
+    if value is None or value is True:
+        return np.arange(first, rounds + 1, dtype=np.int64) if default_all else np.zeros(0, np.int64)
+    if value is False:
+        return np.zeros(0, np.int64)
+    try:
+        raw = np.asarray(value, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError):
+        raise FedsdeInputError(f"{name}: must be a sequence of round indices") from None
+    if raw.size and (not np.all(np.isfinite(raw)) or np.any(raw != np.round(raw))):
+        raise FedsdeInputError(f"{name}: round indices must be integers")
+    arr = np.unique(raw.astype(np.int64))
+    if arr.size and (arr.min() < first or arr.max() > rounds):
+        raise FedsdeInputError(f"{name}: rounds must lie in [{first}, {rounds}]")
+    return arr
+
+
+def unit_interval(name: str, value: float, *, closed_right: bool = False, open_left: bool = False) -> float:
+    """``value`` as a float in ``[0, 1)`` (``[0, 1]`` with ``closed_right``; ``(0, …`` with ``open_left``)."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise FedsdeInputError(f"{name}={value!r}: must be a number") from None
+    lo_ok = v > 0 if open_left else v >= 0
+    hi_ok = v <= 1 if closed_right else v < 1
+    if not (math.isfinite(v) and lo_ok and hi_ok):
+        interval = ("(0" if open_left else "[0") + (", 1]" if closed_right else ", 1)")
+        raise FedsdeInputError(f"{name}={value!r}: must lie in {interval}")
+    return v
+
+
+def choice(name: str, value, allowed: Sequence[str]) -> str:
+    """``value`` if it is one of ``allowed`` (a variant, a method, a scheme), else a one-line error listing them."""
+    if not isinstance(value, str) or value not in allowed:
+        raise FedsdeInputError(f"{name}={value!r}: must be one of {', '.join(map(str, allowed))}")
+    return value
