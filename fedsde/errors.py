@@ -12,6 +12,15 @@ class FedsdeInputError(ValueError):
     """Bad input at a public boundary (argument, value and constraint are named in the message)."""
 
 
+class NoExactLawError(FedsdeInputError):
+    """The server rule has no exact one-round law of the form ``round_law(..., weights=ω)`` (quadratic clients).
+
+    Raised by :meth:`fedsde.aggregators.Aggregator.exact_weights` and the functions of :mod:`fedsde.exact` built on
+    it; the message names the rule and why (server state, a local solver other than plain SGD, weights that depend
+    on the sampled clients, or a rule not linear in the client displacements).
+    """
+
+
 class NoStationaryLawError(FedsdeInputError):
     """The chain (or SDE) has no stationary law for the given parameters."""
 

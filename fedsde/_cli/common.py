@@ -132,12 +132,11 @@ def aggregator_from_args(args: argparse.Namespace):
 
 
 def check_aggregator_problem(aggregator: str, problem, path: str) -> None:
-    """One-line error when ``--aggregator`` needs data the problem file does not carry (FedDisco: labels)."""
-    if aggregator == "feddisco" and getattr(problem, "label_distributions", None) is None:
-        raise FedsdeInputError(
-            f"--aggregator=feddisco: the problem file {path!r} has no label_distributions; add the key "
-            f"label_distributions (Q={problem.Q} rows of non-negative label frequencies, one per client)"
-        )
+    """One-line error when ``--aggregator`` needs data the problem file does not carry (the rule's own
+    :meth:`~fedsde.aggregators.Aggregator.check_problem`, e.g. FedDisco's label distributions)."""
+    from fedsde.aggregators import get_aggregator
+
+    get_aggregator(aggregator).check_problem(problem, path)
 
 
 def parse_vector(name: str, text: str | None, d: int | None = None) -> np.ndarray | None:

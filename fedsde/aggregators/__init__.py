@@ -10,11 +10,15 @@
 | ``fednova`` | normalised averaging | seed 003 |
 | ``feddisco`` | discrepancy-aware weights for a base rule | seed 004 |
 | ``fedaware`` | per-client momenta, min-norm weights | seeds 000/001 |
+
+Each rule declares what it can do (:class:`~fedsde.aggregators.base.Aggregator`: ``exact_weights``,
+``server_recursion``, ``stateful``, ``check_problem`` …); :mod:`fedsde.exact` and :mod:`fedsde.theory` read these
+and never compare names.  :mod:`fedsde.aggregators.registry` maps names to classes.
 """
 
 from __future__ import annotations
 
-from fedsde.aggregators.base import Aggregator, RoundContext
+from fedsde.aggregators.base import Aggregator, RoundContext, ServerRecursion, linear_recursion
 from fedsde.aggregators.fedadagrad import FedAdagrad
 from fedsde.aggregators.fedadam import FedAdam
 from fedsde.aggregators.fedavg import FedAvg
@@ -25,39 +29,8 @@ from fedsde.aggregators.fednova import FedNova
 from fedsde.aggregators.fedprox import FedProx
 from fedsde.aggregators.fedyogi import FedYogi
 from fedsde.aggregators.min_norm import min_norm_weights
+from fedsde.aggregators.registry import AGGREGATORS, get_aggregator, register
 from fedsde.aggregators.scaffold import Scaffold
-from fedsde.errors import FedsdeInputError
-
-#: registry of server rules by name
-AGGREGATORS: dict[str, type[Aggregator]] = {
-    "fedavg": FedAvg,
-    "fedavgm": FedAvgM,
-    "fedadam": FedAdam,
-    "fedyogi": FedYogi,
-    "fedadagrad": FedAdagrad,
-    "fedprox": FedProx,
-    "scaffold": Scaffold,
-    "fednova": FedNova,
-    "feddisco": FedDisco,
-    "fedaware": FedAWARE,
-}
-
-
-def get_aggregator(spec: str | Aggregator | type[Aggregator], **kwargs) -> Aggregator:
-    """An aggregator instance from a registry name, a class, or an instance (returned as is)."""
-    if isinstance(spec, Aggregator):
-        return spec
-    if isinstance(spec, type) and issubclass(spec, Aggregator):
-        cls = spec
-    else:
-        cls = AGGREGATORS.get(str(spec).lower())
-        if cls is None:
-            raise FedsdeInputError(f"aggregator={spec!r}: unknown; choose one of {', '.join(sorted(AGGREGATORS))}")
-    try:
-        return cls(**kwargs)
-    except TypeError as exc:
-        raise FedsdeInputError(f"aggregator={spec!r}: bad parameters {sorted(kwargs)} ({exc})") from None
-
 
 __all__ = [
     "AGGREGATORS",
@@ -73,9 +46,12 @@ __all__ = [
     "FedYogi",
     "RoundContext",
     "Scaffold",
+    "ServerRecursion",
     "disco_weights_from_discrepancy",
     "discrepancies",
     "feddisco_weights",
     "get_aggregator",
+    "linear_recursion",
     "min_norm_weights",
+    "register",
 ]

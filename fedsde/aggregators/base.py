@@ -24,6 +24,22 @@ Besides the server rule, an aggregator declares what the clients do (the simulat
   step's oracle draw) in ``ctx.first_grads`` (SCAFFOLD option I);
 * ``warm_start_rounds`` — rounds run with full participation whatever the sampling (FedAWARE's start);
 * ``bind(problem)`` — called once before ``init`` with the problem (e.g. FedDisco reads label distributions).
+
+And what it is, for the exact laws, the stability checks and the theory (quadratic clients; callers read these and
+never compare names):
+
+* ``stateful`` — keeps state across rounds (no one-round law of the weights alone);
+* ``linear_weights(weights, norms, local_steps)`` — the weights ``ω`` that make the server step
+  ``w + s Σ_k ω_k Δ_k`` (rules linear in the client displacements; the base raises :class:`NoExactLawError`);
+* ``exact_weights(problem, local_steps, participation=)`` — those weights for plain local SGD on a problem, after
+  the checks that an exact law exists (the weights of :func:`fedsde.exact.round_law`);
+* ``generalised_weights(weights, norms, local_steps)`` — the weights of seed 003's generalised update (6);
+* ``server_recursion(B, server_lr)`` — the linear recursion of the server mean (:class:`ServerRecursion`), or
+  ``None``;
+* ``check_problem(problem, source)`` — a one-line error when the rule needs data the problem does not carry.
+
+A new rule that is linear in the displacements implements ``apply`` and ``linear_weights``; the exact laws, the
+stability check and the theory functions then apply to it unchanged.
 """
 
 from __future__ import annotations
@@ -32,9 +48,12 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 
+from fedsde._validate import client_steps
 from fedsde.clients.solvers import SGD, LocalSolver
+from fedsde.errors import NoExactLawError
 
 
 @dataclass(frozen=True)
@@ -71,21 +90,76 @@ class RoundContext:
     first_grads: torch.Tensor | None = None
 
 
+@dataclass(frozen=True)
+class ServerRecursion:
+    """The linear recursion of the server mean over one round on quadratic clients (for stability checks).
+
+    Attributes
+    ----------
+    matrix : ndarray, shape (n, n)
+        Transition of the state (``w − c``, and the server's buffers, if any) from one round to the next; the mean
+        grows geometrically when its spectral radius exceeds one.
+    description : str
+        How messages name the recursion.
+    symbol : str
+        Notation of its spectral radius in messages (empty when there is none).
+    max_server_lr : float, optional
+        The largest stable server step where it has a closed form.
+    """
+
+    matrix: np.ndarray
+    description: str
+    symbol: str = ""
+    max_server_lr: float | None = None
+
+
+def linear_recursion(B: np.ndarray, server_lr: float) -> ServerRecursion:
+    """``w − c ← (I − s·B)(w − c)``: the mean of a rule ``w + s Σ_k ω_k Δ_k`` with ``Σ_k ω_k E Δ_k = −B(w − c)``
+    (seed 002, one-round map of the mean); stable iff ``s·β_i < 2`` for the eigenvalues ``β_i`` of ``B``."""
+    beta_max = float(np.max(np.abs(np.linalg.eigvals(B))))
+    return ServerRecursion(np.eye(B.shape[0]) - server_lr * B,
+                           "the server recursion of the mean, w ← w − s·B(w − c)", "rho(I − s·B)",
+                           2.0 / beta_max if beta_max > 0 else None)
+
+
 class Aggregator(ABC):
     """Base class of server rules (see the module docstring for the contract and shapes).
 
-    Class attributes declare what the rule is and needs: ``name`` (registry key), ``paper`` (source),
-    ``stateful`` (keeps state across rounds).
+    Class attributes declare what the rule is: ``name`` (registry key) and ``paper`` (source).  The flags
+    ``stateful``, ``needs_norms``, ``needs_first_grads``, ``warm_start_rounds`` and ``exact_under_sampling`` are
+    read-only properties here; a rule declares a constant one as a class attribute (``stateful = True``) and one
+    that depends on its parameters or on a wrapped rule as a property.
     """
 
     name: ClassVar[str] = ""
     paper: ClassVar[str] = ""
-    stateful: ClassVar[bool] = False
-    #: True when the server update is ``w + s Σ_k ω_k Δ_k`` with ``ω`` fixed by the round (exact laws apply)
-    linear: ClassVar[bool] = False
-    needs_norms: ClassVar[bool] = False
-    needs_first_grads: ClassVar[bool] = False
-    warm_start_rounds: int = 0
+
+    @property
+    def stateful(self) -> bool:
+        """Keeps state across rounds (so the chain of the weights alone has no one-round law)."""
+        return False
+
+    @property
+    def needs_norms(self) -> bool:
+        """The simulator passes ``‖a_k‖₁`` of the local solver in ``ctx.norms``."""
+        return False
+
+    @property
+    def needs_first_grads(self) -> bool:
+        """The simulator passes the first local step's stochastic gradient in ``ctx.first_grads``."""
+        return False
+
+    @property
+    def warm_start_rounds(self) -> int:
+        """Rounds run with full participation whatever the sampling."""
+        return 0
+
+    @property
+    def exact_under_sampling(self) -> bool:
+        """The weights of :meth:`linear_weights` are the participation scheme's own, so the exact law holds under
+        client sampling too (``round_law(..., participation=m, weights=ω)``); False where they depend on which
+        clients are sampled."""
+        return False
 
     @property
     def local_solver(self) -> LocalSolver:
@@ -96,6 +170,14 @@ class Aggregator(ABC):
         """Read what the rule needs from the problem before :meth:`init` (default: nothing)."""
         return None
 
+    def check_problem(self, problem: Any, source: str) -> None:
+        """Raise a one-line :class:`FedsdeInputError` when the rule needs data ``problem`` does not carry.
+
+        ``source`` names where the problem came from (a file path or a name) for the message.  Default: nothing
+        is needed.
+        """
+        return None
+
     def init(self, w0: torch.Tensor) -> Any:
         """Initial server state for weights ``w0`` of shape (R, d) (``None`` for stateless rules)."""
         return None
@@ -103,6 +185,107 @@ class Aggregator(ABC):
     def correction(self, state: Any) -> torch.Tensor | None:
         """Constant gradient correction of every client this round, shape (R, Q, d), or ``None``."""
         return None
+
+    # ---------------------------------------------------------------- what the theory reads
+    def linear_weights(self, weights: np.ndarray, norms: np.ndarray, local_steps: np.ndarray, *,
+                       p: np.ndarray | None = None) -> np.ndarray:
+        """The weights ``ω`` that make this rule's server step ``w + s Σ_k ω_k Δ_k``.
+
+        Parameters
+        ----------
+        weights : ndarray, shape (Q,)
+            The round's aggregation weights from the participation scheme (``p`` under full participation).
+        norms : ndarray, shape (Q,)
+            ``‖a_k‖₁`` of each client's local solver (``τ_k`` for plain SGD).
+        local_steps : ndarray, shape (Q,)
+            ``τ_k``.
+        p : ndarray, shape (Q,), optional
+            The problem's client weights (default ``weights``).
+
+        Returns
+        -------
+        ndarray, shape (Q,)
+
+        Raises
+        ------
+        NoExactLawError
+            The default: the rule is not linear in the client displacements with weights fixed by the round.
+        """
+        raise NoExactLawError(f"aggregator={self._label!r}: no exact law (exact laws exist for fedavg, fednova, "
+                              "feddisco)")
+
+    def generalised_weights(self, weights: np.ndarray, norms: np.ndarray, local_steps: np.ndarray) -> np.ndarray:
+        """The weights ``w_k`` (summing to one) of seed 003's generalised update, eq. (6),
+        ``x⁺ = x − τ_eff Σ_k w_k η d_k`` with normalised gradients ``d_k = G_k a_k/‖a_k‖₁``.
+
+        Default: ``w_k ∝ ω_k ‖a_k‖₁`` with ``ω`` of :meth:`linear_weights` (``Σ_k ω_k Δ_k = −η Σ_k ω_k ‖a_k‖₁ d_k``);
+        FedAvg's is eq. (7), ``w_k = p_k‖a_k‖₁/Σ_j p_j‖a_j‖₁``.  Arguments and shapes as :meth:`linear_weights`.
+        """
+        lw = self.linear_weights(weights, norms, local_steps) * norms
+        return lw / np.sum(lw)
+
+    def exact_weights(self, problem: Any, local_steps: int | np.ndarray, *,
+                      participation: int | None = None) -> np.ndarray:
+        """The weights ``ω`` that make the rule ``w + s Σ_k ω_k Δ_k`` for clients running plain local SGD on
+        ``problem``: :func:`fedsde.exact.round_law` with ``weights=ω`` is then its exact one-round law.
+
+        Parameters
+        ----------
+        problem : QuadraticProblem
+        local_steps : int or array of int, shape (Q,)
+            Fixed ``τ_k``.
+        participation : int, optional
+            Clients sampled per round.
+
+        Returns
+        -------
+        ndarray, shape (Q,)
+            :meth:`linear_weights` with the problem's weights ``p`` and ``‖a_k‖₁ = τ_k``, after :meth:`bind`.
+
+        Raises
+        ------
+        NoExactLawError
+            The rule keeps server state, its clients run another local solver, its weights depend on the sampled
+            clients (``participation < Q`` unless :attr:`exact_under_sampling`), or it is not linear.
+        """
+        tau = client_steps("local_steps", local_steps, problem.Q).astype(np.float64)
+        if self.stateful:
+            raise NoExactLawError(
+                f"aggregator={self._label!r}: keeps server state across rounds, so the chain of the weights alone has "
+                "no one-round law (exact laws exist for fedavg, fednova and feddisco)"
+            )
+        if not self.local_solver.plain:
+            raise NoExactLawError(
+                f"aggregator={self._label!r}: its clients run {self.local_solver.name} local steps; the exact laws "
+                "assume plain local SGD"
+            )
+        if participation is not None and participation < problem.Q and not self.exact_under_sampling:
+            raise NoExactLawError(
+                f"aggregator={self._label!r}, participation={participation}: the weights depend on which clients are "
+                "sampled, so there is no exact law under client sampling"
+            )
+        self.bind(problem)
+        return self.linear_weights(problem.p, tau, tau, p=problem.p)
+
+    def server_recursion(self, B: np.ndarray, server_lr: float) -> ServerRecursion | None:
+        """The linear recursion of the server mean, or ``None`` where there is none.
+
+        Parameters
+        ----------
+        B : ndarray, shape (d, d)
+            The mean map of the averaged displacement, ``Σ_k ω_k E Δ_k = −B(w − c)`` (:func:`fedsde.exact.round_law`'s
+            ``B``), with ``ω`` of :meth:`exact_weights` for stateless rules and the participation scheme's weights
+            ``p`` for rules with server state.
+        server_lr : float
+            Server step ``s``.
+
+        Default: :func:`linear_recursion` (``I − s·B``) for stateless rules, ``None`` for rules with server state.
+        """
+        return None if self.stateful else linear_recursion(B, server_lr)
+
+    @property
+    def _label(self) -> str:
+        return self.name or type(self).__name__
 
     def describe(self) -> dict:
         """Name, source and parameters, for records."""

@@ -9,8 +9,10 @@ from __future__ import annotations
 import torch
 
 from fedsde.aggregators._adaptive import AdaptiveServer
+from fedsde.aggregators.registry import register
 
 
+@register
 class FedAdagrad(AdaptiveServer):
     """Adagrad on the server (formula, defaults and variants: :mod:`fedsde.aggregators._adaptive`)."""
 

@@ -10,8 +10,10 @@ from __future__ import annotations
 import torch
 
 from fedsde.aggregators._adaptive import AdaptiveServer
+from fedsde.aggregators.registry import register
 
 
+@register
 class FedAdam(AdaptiveServer):
     """Adam on the server (formula, defaults and the variants paper / bias_corrected / flower:
     :mod:`fedsde.aggregators._adaptive`)."""

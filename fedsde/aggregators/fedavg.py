@@ -6,18 +6,24 @@ Notes
 (``s = 1`` is plain FedAvg; seed 002 writes ``s = η̂₀ = h·η₀``) and weights ``ω_k`` from the participation
 scheme (``p_k`` under full participation).  The clients run plain SGD unless another ``local_solver`` is given
 (e.g. local momentum, as in seed 003's "FedAvg with momentum" column).
+
+Its exact-law weights are the scheme's own, ``ω = p`` (any per-client ``τ_k``, and under client sampling:
+:meth:`FedAvg.linear_weights`); its fixed point is biased towards clients with more steps (seed 003 §III, Lemma 1).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 
 from fedsde.aggregators.base import Aggregator, RoundContext, weighted_mean
+from fedsde.aggregators.registry import register
 from fedsde.clients.solvers import LocalSolver
 
 
+@register
 class FedAvg(Aggregator):
     """``w ← w + s Σ_k ω_k Δ_k`` (see module docstring).
 
@@ -29,11 +35,15 @@ class FedAvg(Aggregator):
 
     name = "fedavg"
     paper = "McMahan et al. 2017; seed 002 eq. (1)"
-    stateful = False
-    linear = True
+    exact_under_sampling = True
 
     def __init__(self, *, local_solver: LocalSolver | None = None):
         self._local_solver = local_solver
+
+    def linear_weights(self, weights: np.ndarray, norms: np.ndarray, local_steps: np.ndarray, *,
+                       p: np.ndarray | None = None) -> np.ndarray:
+        """``ω = weights``: the step is the weighted mean itself (seed 002 eq. (1); shapes as the base's)."""
+        return np.array(weights, dtype=np.float64)
 
     def apply(
         self, w: torch.Tensor, updates: torch.Tensor, weights: torch.Tensor, state: Any, ctx: RoundContext

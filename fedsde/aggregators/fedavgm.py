@@ -10,6 +10,9 @@ With ``Δ̄_n = Σ_k ω_k Δ_k`` (the averaged model change, i.e. minus the pseu
 
 ``δ`` is the dampening (0 by default; seed 004's code uses ``δ = β``, an exponential moving average).
 Defaults ``β = 0.9``; the seeds tune ``β ∈ {0.5, 0.7}``.
+
+On quadratic clients the mean follows a linear recursion on ``(w − c, v)`` (:meth:`FedAvgM.server_recursion`);
+the heavy ball is stable iff ``s(1 − δ)β_i < 2(1 + β)`` for the eigenvalues ``β_i`` of ``B``.
 """
 
 from __future__ import annotations
@@ -17,10 +20,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from fedsde._validate import positive_float
-from fedsde.aggregators.base import Aggregator, RoundContext, weighted_mean
+from fedsde.aggregators.base import Aggregator, RoundContext, ServerRecursion, weighted_mean
+from fedsde.aggregators.registry import register
 from fedsde.errors import FedsdeInputError
 
 VARIANTS = ("heavy_ball", "nesterov")
@@ -33,6 +38,7 @@ class MomentumState:
     v: torch.Tensor
 
 
+@register
 class FedAvgM(Aggregator):
     """Server heavy-ball or Nesterov momentum (see module docstring).
 
@@ -59,6 +65,19 @@ class FedAvgM(Aggregator):
         self.dampening = positive_float("dampening", dampening, allow_zero=True)
         if self.dampening > 1:
             raise FedsdeInputError(f"dampening={dampening!r}: must lie in [0, 1]")
+
+    def server_recursion(self, B: np.ndarray, server_lr: float) -> ServerRecursion:
+        """The mean recursion on ``(w − c, v)``, shape (2d, 2d), with ``Σ_k p_k E Δ_k = −B(w − c)`` and
+        ``g = 1 − δ``: ``v' = βv − gB(w − c)``; heavy ball ``w' = w + s v'``, Nesterov ``w' = w + s(βv' − gB(w − c))``
+        (module docstring; arguments as :meth:`Aggregator.server_recursion`)."""
+        s, beta, g, eye = float(server_lr), float(self.beta), 1.0 - float(self.dampening), np.eye(B.shape[0])
+        if self.variant == "heavy_ball":
+            top = np.hstack([eye - s * g * B, s * beta * eye])
+        else:
+            top = np.hstack([eye - s * g * (1.0 + beta) * B, s * beta * beta * eye])
+        M = np.vstack([top, np.hstack([-g * B, beta * eye])])
+        return ServerRecursion(M, f"the server momentum recursion of the mean ({self.name} {self.variant}, "
+                                  f"beta={beta:g})")
 
     def init(self, w0: torch.Tensor) -> MomentumState:
         return MomentumState(v=torch.zeros_like(w0))

@@ -42,6 +42,7 @@ import torch
 from fedsde._validate import positive_float, positive_int
 from fedsde.aggregators.base import Aggregator, RoundContext
 from fedsde.aggregators.min_norm import min_norm_gram
+from fedsde.aggregators.registry import register
 from fedsde.errors import FedsdeInputError
 
 VARIANTS = ("normalized", "literal")
@@ -59,6 +60,7 @@ class AwareState:
     seen: torch.Tensor | None = None
 
 
+@register
 class FedAWARE(Aggregator):
     """Per-client server momenta and min-norm weights (see module docstring).
 
@@ -77,6 +79,7 @@ class FedAWARE(Aggregator):
     name = "fedaware"
     paper = "Zeng et al. (seeds 000/001), Algorithm 1"
     stateful = True
+    warm_start_rounds = 0  # set per instance from ``warm_start``
 
     def __init__(self, alpha: float = 0.5, *, variant: str = "normalized", warm_start: bool | str = True,
                  max_iter: int = 100):

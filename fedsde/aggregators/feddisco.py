@@ -16,6 +16,9 @@ discrepancies are used raw (``normalize="none"``), and then ``a`` must be re-tun
 Composition (seed 004 §5.2, reference §1.6): only the weights of the model average change.  FedAvg/FedProx use
 ``Σ p_k Δ_k``; SCAFFOLD's control-variate update stays uniform; FedNova uses the Disco weights inside
 ``τ_eff = Σ p_k τ_k`` and the coefficients ``p_k τ_eff/τ_k`` ("re-weighting before normalisation").
+So FedDisco's exact-law weights are its base rule's with ``p`` replaced by the Disco weights
+(:meth:`FedDisco.linear_weights`): ``p^Disco`` over FedAvg, ``p^D_k τ_eff^D/τ_k`` over FedNova.  Under client
+sampling they depend on the sample, so there is no exact law then.
 """
 
 from __future__ import annotations
@@ -27,7 +30,9 @@ import torch
 
 from fedsde._validate import distributions, positive_float
 from fedsde.aggregators.base import Aggregator, RoundContext
-from fedsde.errors import FedsdeInputError
+from fedsde.aggregators.registry import get_aggregator, register
+from fedsde.clients.solvers import LocalSolver
+from fedsde.errors import FedsdeInputError, NoExactLawError
 
 METRICS = ("kl", "l2", "l1", "cosine")
 BASES = ("fedavg", "fedprox", "scaffold", "fednova")
@@ -139,6 +144,7 @@ def feddisco_weights(sizes, label_distributions, target=None, a: float = 0.5, b:
     return disco_weights_from_discrepancy(sizes, d, a, b)
 
 
+@register
 class FedDisco(Aggregator):
     """Disco weights for a base server rule (see module docstring).
 
@@ -164,8 +170,6 @@ class FedDisco(Aggregator):
     def __init__(self, base: str | Aggregator = "fedavg", *, a: float = 0.5, b: float = 0.1,
                  label_distributions=None, sizes=None, target=None, metric: str = "kl",
                  normalize: str | None = None, **base_kwargs):
-        from fedsde.aggregators import get_aggregator
-
         if isinstance(base, str) and base.lower() not in BASES:
             raise FedsdeInputError(f"base={base!r}: must be one of {', '.join(BASES)} (or an Aggregator)")
         self._base = get_aggregator(base, **base_kwargs)
@@ -185,29 +189,26 @@ class FedDisco(Aggregator):
             raise FedsdeInputError(f"sizes: shape {self._sizes.shape} must be ({self._raw.size},), one per client "
                                    "of label_distributions")
 
-    # delegation to the base rule
+    # delegation to the base rule (whether the Disco weights under sampling keep an exact law is FedDisco's own:
+    # they depend on the sample, so ``exact_under_sampling`` stays False)
     @property
-    def local_solver(self):  # type: ignore[override]
+    def local_solver(self) -> LocalSolver:
         return self._base.local_solver
 
     @property
-    def needs_norms(self) -> bool:  # type: ignore[override]
+    def needs_norms(self) -> bool:
         return self._base.needs_norms
 
     @property
-    def needs_first_grads(self) -> bool:  # type: ignore[override]
+    def needs_first_grads(self) -> bool:
         return self._base.needs_first_grads
 
     @property
-    def stateful(self) -> bool:  # type: ignore[override]
+    def stateful(self) -> bool:
         return self._base.stateful
 
     @property
-    def linear(self) -> bool:  # type: ignore[override]
-        return self._base.linear
-
-    @property
-    def warm_start_rounds(self) -> int:  # type: ignore[override]
+    def warm_start_rounds(self) -> int:
         return self._base.warm_start_rounds
 
     @property
@@ -241,6 +242,29 @@ class FedDisco(Aggregator):
                 f"{self._raw.shape[0]} and {self._sizes.shape[0]}"
             )
         self._base.bind(problem)
+
+    def check_problem(self, problem: Any, source: str) -> None:
+        """One-line error when neither this rule nor ``problem`` carries label distributions."""
+        if self._raw is None and getattr(problem, "label_distributions", None) is None:
+            raise FedsdeInputError(
+                f"aggregator={self.name!r}: the problem {source!r} has no label_distributions; add the key "
+                f"label_distributions (Q={problem.Q} rows of non-negative label frequencies, one per client)"
+            )
+
+    def linear_weights(self, weights: np.ndarray, norms: np.ndarray, local_steps: np.ndarray, *,
+                       p: np.ndarray | None = None) -> np.ndarray:
+        """The base rule's weights with the Disco weights (:meth:`static_weights`, full participation) in place of
+        ``weights``; ``p`` stays the problem's (FedNova's ``τ_eff="full"``).  Shapes as the base's."""
+        try:
+            return self._base.linear_weights(self.static_weights(), norms, local_steps,
+                                             p=weights if p is None else p)
+        except NoExactLawError:
+            raise NoExactLawError(f"aggregator={self.name!r} over {self.base!r}: no exact law (base rule not "
+                                  "linear)") from None
+
+    def generalised_weights(self, weights: np.ndarray, norms: np.ndarray, local_steps: np.ndarray) -> np.ndarray:
+        """The base rule's generalised weights (seed 003 eq. (6)) with the Disco weights in place of ``weights``."""
+        return self._base.generalised_weights(self.static_weights(), norms, local_steps)
 
     def static_weights(self) -> np.ndarray:
         """Weights under full participation (needs ``bind`` or explicit distributions and sizes), shape (Q,)."""

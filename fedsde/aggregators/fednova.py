@@ -41,8 +41,15 @@ the paper's analysis (``q`` draws with replacement ∝ ``p``, equal weights ``1/
 ``τ_eff = (1/q) Σ_j ‖a_{l_j}‖₁``, update ``τ_eff (1/q) Σ_j Δ_{l_j}/‖a_{l_j}‖₁``); ``"unbiased"`` uses the
 weights ``p_k Q/m`` of uniform sampling.
 
-FedNova is consistent only as ``η → 0``: at finite ``ητ`` its fixed point on quadratics is biased towards clients
-with few steps (reference §2.3); :func:`fedsde.exact.aggregator_round_law` gives the exact law.
+As a rule linear in the displacements (no server momentum), FedNova is ``w + s Σ_k ω_k Δ_k`` with
+
+    ω_k = p_k τ_eff / ‖a_k‖₁          (seed 003, eq. (20); ``‖a_k‖₁ = τ_k`` for plain SGD)
+
+(:meth:`FedNova.linear_weights`); in seed 003's generalised update (6) its weights are ``w_k = p_k``.
+
+FedNova is consistent only as ``η → 0``: at finite ``ητ`` its fixed point on quadratics,
+``(Σ_k p_k M_k/τ_k)⁻¹ Σ_k p_k M_k a_k/τ_k``, is biased towards clients with few steps (reference §2.3);
+:func:`fedsde.exact.aggregator_round_law` gives the exact law.
 """
 
 from __future__ import annotations
@@ -50,10 +57,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from fedsde._validate import positive_float
 from fedsde.aggregators.base import Aggregator, RoundContext, weighted_mean
+from fedsde.aggregators.registry import register
 from fedsde.clients.solvers import LocalSolver
 from fedsde.errors import FedsdeInputError
 
@@ -87,6 +96,7 @@ class NovaState:
     b: torch.Tensor | None
 
 
+@register
 class FedNova(Aggregator):
     """Normalised averaging (see module docstring).
 
@@ -131,12 +141,29 @@ class FedNova(Aggregator):
             raise FedsdeInputError(f"server_momentum={server_momentum!r}: must lie in [0, 1)")
 
     @property
-    def stateful(self) -> bool:  # type: ignore[override]
+    def stateful(self) -> bool:
+        """True with server momentum (its buffer is server state)."""
         return self.server_momentum > 0
 
-    @property
-    def linear(self) -> bool:  # type: ignore[override]
-        return self.server_momentum == 0 and self.local_solver.plain
+    def linear_weights(self, weights: np.ndarray, norms: np.ndarray, local_steps: np.ndarray, *,
+                       p: np.ndarray | None = None) -> np.ndarray:
+        """``ω_k = weights_k · τ_eff / ‖a_k‖₁`` (seed 003, eq. (20)) with ``τ_eff`` of :attr:`tau_eff`:
+        ``Σ_k weights_k ‖a_k‖₁`` (``"solver"``), ``Σ_k weights_k τ_k`` (``"steps"``), ``Σ_k p_k ‖a_k‖₁``
+        (``"full"``) or the fixed number (shapes as the base's)."""
+        weights = np.asarray(weights, dtype=np.float64)
+        if self.tau_eff == "solver":
+            te = float(np.sum(weights * norms))
+        elif self.tau_eff == "steps":
+            te = float(np.sum(weights * local_steps))
+        elif self.tau_eff == "full":
+            te = float(np.sum((weights if p is None else np.asarray(p, dtype=np.float64)) * norms))
+        else:
+            te = float(self.tau_eff)
+        return weights * te / norms
+
+    def generalised_weights(self, weights: np.ndarray, norms: np.ndarray, local_steps: np.ndarray) -> np.ndarray:
+        """``w_k = weights_k``: FedNova's definition in seed 003's generalised update (6), eq. (20)."""
+        return np.array(weights, dtype=np.float64)
 
     def init(self, w0: torch.Tensor) -> NovaState:
         return NovaState(b=torch.zeros_like(w0) if self.server_momentum else None)

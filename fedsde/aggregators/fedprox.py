@@ -19,9 +19,11 @@ from __future__ import annotations
 
 from fedsde._validate import positive_float
 from fedsde.aggregators.fedavg import FedAvg
+from fedsde.aggregators.registry import register
 from fedsde.clients.solvers import LocalSolver
 
 
+@register
 class FedProx(FedAvg):
     """FedAvg with the proximal local solver (see module docstring).
 
@@ -37,7 +39,6 @@ class FedProx(FedAvg):
 
     name = "fedprox"
     paper = "Li et al. 2020 (FedProx); seed 003 §IV-B"
-    linear = False  # the local map is not plain SGD's
 
     def __init__(self, mu: float = 0.01, *, momentum: float = 0.0, prox_in_buffer: bool = False):
         self.mu = positive_float("mu", mu, allow_zero=True)

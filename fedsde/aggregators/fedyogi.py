@@ -9,8 +9,10 @@ from __future__ import annotations
 import torch
 
 from fedsde.aggregators._adaptive import AdaptiveServer
+from fedsde.aggregators.registry import register
 
 
+@register
 class FedYogi(AdaptiveServer):
     """Yogi on the server (formula, defaults and bias-correction variants: :mod:`fedsde.aggregators._adaptive`)."""
 

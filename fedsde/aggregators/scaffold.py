@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from fedsde.aggregators.base import Aggregator, RoundContext, weighted_mean
+from fedsde.aggregators.registry import register
 from fedsde.clients.solvers import LocalSolver
 from fedsde.errors import FedsdeInputError
 
@@ -39,6 +40,7 @@ class ScaffoldState:
     c_clients: torch.Tensor | None
 
 
+@register
 class Scaffold(Aggregator):
     """SCAFFOLD (see module docstring).
 
@@ -65,7 +67,8 @@ class Scaffold(Aggregator):
         self._local_solver = local_solver
 
     @property
-    def needs_first_grads(self) -> bool:  # type: ignore[override]
+    def needs_first_grads(self) -> bool:
+        """Option I reads the stochastic gradient at the server weights."""
         return self.option == "I"
 
     def init(self, w0: torch.Tensor) -> ScaffoldState:

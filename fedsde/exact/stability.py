@@ -21,12 +21,15 @@ def known_divergence(problem, eta: float, steps, server_lr: float = 1.0, *, aggr
     * the local solver expands on a client: the linear map of one local step on the direction of ``λ_max(U_k)``
       has spectral radius >= 1 (plain SGD: ``η·λ_max(U_k) >= 2``; heavy-ball momentum ``ρ`` and proximal ``μ``
       are included, :mod:`fedsde.clients.solvers`);
-    * the server recursion of the mean, ``w ← w − s·B(w − c)`` (rules linear in the client displacements: fedavg,
-      fednova, feddisco), has spectral radius ``ρ(I − s·B) > 1``: the mean grows geometrically; for fedavgm the
-      recursion on ``(w − c, v)`` with the server momentum ``v`` (heavy ball: stable iff ``s·β_i < 2(1 + β)``).
+    * the server recursion of the mean has spectral radius above one: the mean grows geometrically.  Each rule
+      declares its recursion (:meth:`fedsde.aggregators.Aggregator.server_recursion`): ``w ← w − s·B(w − c)``,
+      ``ρ(I − s·B) > 1``, for rules linear in the client displacements (fedavg, fednova, feddisco; ``B`` with
+      their exact-law weights), the recursion on ``(w − c, v)`` with the server momentum ``v`` for fedavgm (heavy
+      ball: stable iff ``s·β_i < 2(1 + β)``; ``B`` with the weights ``p``).
 
     Rules without a linear mean recursion (FedAdam, FedYogi, SCAFFOLD, FedAWARE, …) are left to the blow-up
-    watch of the simulator (:class:`fedsde.sim.moments.BlowUpWatch`).
+    watch of the simulator (:class:`fedsde.sim.moments.BlowUpWatch`); so are local solvers other than plain SGD
+    (the recursion's ``B`` is plain SGD's).
 
     Problems without quadratic clients (data problems) return an empty list.
     """
@@ -54,47 +57,32 @@ def known_divergence(problem, eta: float, steps, server_lr: float = 1.0, *, aggr
                     f"radius {rho[k]:.6g} >= 1 at max_eig(U_{k}) = {lam[k]:.6g} with eta={eta:g}: local training "
                     "diverges")
         return [what]
-    if agg is None or not (np.isfinite(server_lr) and server_lr > 0):
+    if agg is None or not (np.isfinite(server_lr) and server_lr > 0) or not agg.local_solver.plain:
         return []
-    if getattr(agg, "name", "") == "fedavgm":
-        return _momentum_server_divergence(problem, eta, steps, float(server_lr), agg)
+    return _server_divergence(problem, eta, steps, float(server_lr), agg, participation)
 
+
+def _server_divergence(problem, eta: float, steps, s: float, agg, participation: int | None) -> list[str]:
+    """The rule's mean recursion (:meth:`~fedsde.aggregators.Aggregator.server_recursion`) with ``B`` of its exact
+    weights (stateless rules) or of the scheme's weights ``p`` (rules with server state)."""
     try:
-        omega = aggregator_round_weights(problem, agg, steps, participation=participation)
+        omega = None if agg.stateful else aggregator_round_weights(problem, agg, steps, participation=participation)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            law = round_law(problem, eta, steps, server_lr, participation=participation, weights=omega)
+            B = round_law(problem, eta, steps, s, participation=participation, weights=omega, warn=False).B
     except FedsdeInputError:  # no exact law for this rule (or settings refused elsewhere with their own message)
-        return []
-    if law.spectral_radius > 1.0 + 1e-9:
-        beta_max = float(np.max(np.abs(np.linalg.eigvals(law.B)))) if np.all(np.isfinite(law.B)) else 0.0
-        need = f"; need server_lr < {2.0 / beta_max:.6g}" if beta_max > 0 else ""
-        return [f"server_lr={server_lr:g}: the server recursion of the mean, w ← w − s·B(w − c), has spectral radius "
-                f"rho(I − s·B) = {law.spectral_radius:.6g} > 1 (eta={eta:g}): the chain diverges{need}"]
-    return []
-
-
-def _momentum_server_divergence(problem, eta: float, steps, s: float, agg) -> list[str]:
-    """FedAvgM: the mean recursion on ``(w − c, v)`` with ``Σ p_k Δ_k = −B(w − c)`` and ``g = 1 − dampening``:
-    ``v' = βv − gB(w − c)``; heavy ball ``w' = w + s v'``, Nesterov ``w' = w + s(βv' − gB(w − c))``."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            B = round_law(problem, eta, steps, 1.0, warn=False).B
-    except FedsdeInputError:
         return []
     if not np.all(np.isfinite(B)):
         return []
-    beta, g, eye = float(agg.beta), 1.0 - float(agg.dampening), np.eye(B.shape[0])
-    if agg.variant == "heavy_ball":
-        top = np.hstack([eye - s * g * B, s * beta * eye])
-    else:
-        top = np.hstack([eye - s * g * (1.0 + beta) * B, s * beta * beta * eye])
-    M = np.vstack([top, np.hstack([-g * B, beta * eye])])
-    rho = float(np.max(np.abs(np.linalg.eigvals(M))))
+    rec = agg.server_recursion(B, s)
+    if rec is None:
+        return []
+    rho = float(np.max(np.abs(np.linalg.eigvals(rec.matrix))))
     if rho > 1.0 + 1e-9:
-        return [f"server_lr={s:g}: the server momentum recursion of the mean (fedavgm {agg.variant}, beta={beta:g}) "
-                f"has spectral radius {rho:.6g} > 1 (eta={eta:g}): the chain diverges"]
+        radius = f"{rec.symbol} = {rho:.6g}" if rec.symbol else f"{rho:.6g}"
+        need = f"; need server_lr < {rec.max_server_lr:.6g}" if rec.max_server_lr is not None else ""
+        return [f"server_lr={s:g}: {rec.description} has spectral radius {radius} > 1 (eta={eta:g}): the chain "
+                f"diverges{need}"]
     return []
 
 

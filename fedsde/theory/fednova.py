@@ -19,6 +19,7 @@ import numpy as np
 from scipy import optimize
 
 from fedsde._validate import positive_float, positive_int
+from fedsde.aggregators import Aggregator, get_aggregator
 from fedsde.errors import FedsdeInputError
 from fedsde.exact import round_law
 from fedsde.problems.quadratic import QuadraticProblem
@@ -81,7 +82,8 @@ class FedNovaQuantities:
                                               "chi2", "tau_bar", "slowdown")}
 
 
-def fednova_quantities(p, a_vectors, *, aggregator: str = "fedavg", tau_eff: float | None = None) -> FedNovaQuantities:
+def fednova_quantities(p, a_vectors, *, aggregator: str | Aggregator = "fedavg",
+                       tau_eff: float | None = None) -> FedNovaQuantities:
     """Quantities of eqs. (10)–(12) for FedAvg-type (``w ∝ p‖a‖₁``) or FedNova (``w = p``) aggregation.
 
     Parameters
@@ -90,7 +92,9 @@ def fednova_quantities(p, a_vectors, *, aggregator: str = "fedavg", tau_eff: flo
         Client weights (normalised here).
     a_vectors : sequence of arrays
         Accumulation vector of each client (:func:`accumulation_vector`).
-    aggregator : {"fedavg", "fednova"}
+    aggregator : {"fedavg", "fednova"} or Aggregator
+        A rule linear in the client displacements; its weights ``w`` of the generalised update (6) are
+        :meth:`~fedsde.aggregators.Aggregator.generalised_weights`.
     tau_eff : float, optional
         Effective steps; default ``Σ p_i ‖a_i‖₁`` for both.
     """
@@ -106,12 +110,7 @@ def fednova_quantities(p, a_vectors, *, aggregator: str = "fedavg", tau_eff: flo
     a2sq = np.array([np.sum(a**2) for a in avs])
     Lam = float(max(a.max() for a in avs))
     teff = float(np.sum(p * a1)) if tau_eff is None else positive_float("tau_eff", tau_eff)
-    if aggregator == "fedavg":
-        w = p * a1 / np.sum(p * a1)
-    elif aggregator == "fednova":
-        w = p.copy()
-    else:
-        raise FedsdeInputError(f"aggregator={aggregator!r}: must be 'fedavg' or 'fednova'")
+    w = get_aggregator(aggregator).generalised_weights(p, a1, tau)
     m = p.shape[0]
     pos = w > 0
     A = m * teff * float(np.sum(w**2 * a2sq / a1**2))
@@ -263,44 +262,43 @@ def lemma5_constants(tau1: int, tau2: int, a: float = 1.0, *, variant: str = "co
             "actual_kappa2": actual_kappa2, "actual_chi2": actual_chi2}
 
 
-def fixed_point(problem: QuadraticProblem, eta: float, local_steps, *, aggregator: str = "fedavg") -> np.ndarray:
-    """Stationary mean of FedAvg or FedNova (vanilla SGD, ``τ_eff = Σ p_i τ_i``) on quadratic clients.
+def fixed_point(problem: QuadraticProblem, eta: float, local_steps, *,
+                aggregator: str | Aggregator = "fedavg") -> np.ndarray:
+    """Stationary mean of FedAvg, FedNova (vanilla SGD, ``τ_eff = Σ p_i τ_i``) or another rule linear in the
+    client displacements, on quadratic clients.
 
-    FedNova's round is linear in the displacements with weights ``ω_i = p_i τ_eff/τ_i``, so the exact round law
-    with those weights gives its fixed point (:func:`fedsde.exact.round_law`).
+    The round is linear in the displacements with the rule's weights ``ω`` (FedNova: ``ω_i = p_i τ_eff/τ_i``,
+    :meth:`fedsde.aggregators.FedNova.linear_weights`), so the exact round law with those weights gives its fixed
+    point (:func:`fedsde.exact.round_law`).
     """
-    law = round_law(problem, eta, local_steps, weights=_weights(problem, local_steps, aggregator), warn=False)
+    law = round_law(problem, eta, local_steps, weights=aggregation_weights(problem, local_steps, aggregator),
+                    warn=False)
     return law.c
 
 
-def _weights(problem: QuadraticProblem, local_steps, aggregator: str):
-    if aggregator == "fedavg":
-        return None
-    if aggregator == "fednova":
-        tau = np.broadcast_to(np.asarray(local_steps, dtype=np.float64), (problem.Q,))
-        return problem.p * float(np.sum(problem.p * tau)) / tau
-    raise FedsdeInputError(f"aggregator={aggregator!r}: must be 'fedavg' or 'fednova'")
-
-
-def aggregation_weights(problem: QuadraticProblem, local_steps, aggregator: str = "fedavg") -> np.ndarray | None:
-    """Weights ``ω_i`` of the server rule as a linear map of the displacements (``None``: ``p``)."""
-    return _weights(problem, local_steps, aggregator)
+def aggregation_weights(problem: QuadraticProblem, local_steps, aggregator: str | Aggregator = "fedavg"
+                        ) -> np.ndarray:
+    """Weights ``ω_i`` of the server rule as a linear map of the displacements, shape (Q,) (``p`` for FedAvg;
+    :meth:`fedsde.aggregators.Aggregator.exact_weights`)."""
+    return get_aggregator(aggregator).exact_weights(problem, local_steps)
 
 
 def objective_inconsistency_gap(problem: QuadraticProblem, eta: float, local_steps, *,
-                                aggregator: str = "fedavg") -> dict:
+                                aggregator: str | Aggregator = "fedavg") -> dict:
     """Where the algorithm converges vs the true optimum (seed 003, Sec. III, Lemma 1).
 
     Returns ``fixed_point``, ``optimum``, ``distance`` ``‖x̃ − x*‖``, ``loss_gap`` ``F(x̃) − F*`` and
-    ``grad_sq`` ``‖∇F(x̃)‖²`` of the deterministic limit (the stationary mean), plus, for FedAvg, the
-    small-η limit ``Σ p_i τ_i a_i/Σ p_i τ_i`` of eq. (5) when every ``U_i`` is the same multiple of ``I``.
+    ``grad_sq`` ``‖∇F(x̃)‖²`` of the deterministic limit (the stationary mean), plus, when every ``U_i`` is the
+    same multiple of ``I``, the small-η limit ``Σ ω_i τ_i a_i/Σ ω_i τ_i`` (``ω``: the rule's weights; eq. (5)
+    for FedAvg, ``ω_i τ_i ∝ p_i``, the true optimum, for FedNova).
     """
-    x = fixed_point(problem, eta, local_steps, aggregator=aggregator)
+    omega = aggregation_weights(problem, local_steps, aggregator)
+    law = round_law(problem, eta, local_steps, weights=omega, warn=False)
+    x = law.c
     xs = problem.optimum
     out = {"fixed_point": x, "optimum": xs, "distance": float(np.linalg.norm(x - xs)),
            "loss_gap": float(problem.loss(x) - problem.min_loss), "grad_sq": float(np.sum(problem.grad(x) ** 2))}
-    tau = np.broadcast_to(np.asarray(local_steps, dtype=np.float64), (problem.Q,))
-    if aggregator == "fedavg" and np.allclose(problem.U, problem.U[0, 0, 0] * np.eye(problem.d)[None]):
-        wt = problem.p * tau
+    if np.allclose(problem.U, problem.U[0, 0, 0] * np.eye(problem.d)[None]):
+        wt = omega * law.local_steps
         out["small_eta_limit"] = (wt / wt.sum()) @ problem.a
     return out

@@ -92,7 +92,7 @@ def _thm1_family(opt: CheckOptions, aggregator: str, objective: str):
         q, beta2, kappa2, L, sigma2, _, F0 = _common(prob, aggregator, tau)
         if objective == "true":
             F0 = float(prob.loss(X0) - prob.min_loss)
-        w = None if aggregator == "fedavg" else aggregation_weights(prob, tau, aggregator)
+        w = aggregation_weights(prob, tau, aggregator)
         emp = _avg(_grad_sq_path(prob, w, q.w if objective == "surrogate" else prob.p, T, tau=tau), HORIZONS)
         kw = dict(eta=ETA, L=L, sigma2=sigma2, beta2=beta2, kappa2=kappa2.value, F0_gap=F0)
         out, curves = {}, {}
