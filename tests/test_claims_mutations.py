@@ -14,6 +14,8 @@ import fedsde.theory.claims.claims_002 as c002
 import fedsde.theory.claims.claims_003 as c003
 import fedsde.theory.claims.claims_004 as c004
 import fedsde.theory.claims.families_002 as f002
+import fedsde.theory.claims.sec4_002 as s4
+import fedsde.theory.claims.sec56_002 as s56
 from fedsde.theory.claims import CheckOptions, all_claims, get_claim
 from fedsde.theory.results import FAILS, HOLDS, NOT_APPLICABLE
 
@@ -22,7 +24,7 @@ FAST = CheckOptions(seed=0, scale=0.5)
 
 #: modules whose claims this file covers by default (claims added in other modules run in the slow test below and
 #: bring their own mutation tests)
-MODULES = {m.__name__ for m in (c000, c002, c003, c004, f002)}
+MODULES = {m.__name__ for m in (c000, c002, c003, c004, f002, s4, s56)}
 
 
 def _ours():
@@ -155,12 +157,12 @@ def _thm41_valid(fn):
 
 
 SCALE_DOWN = [  # bounds divided by 1000: every corrected (or holding) bound must then fail
-    ("002/thm-4.5", [(c002, "thm_4_5")], "corrected"),
-    ("002/cor-4.6", [(c002, "cor_4_6")], "corrected"),
-    ("002/cor-4.7", [(c002, "cor_4_7")], "corrected"),
-    ("002/thm-4.9", [(c002, "thm_4_9")], "corrected"),
-    ("002/cor-4.10", [(c002, "cor_4_10")], "corrected"),
-    ("002/lemma-a.1", [(c002, "lemma_a_1")], "corrected"),
+    ("002/thm-4.5", [(s4, "thm_4_5")], "corrected"),
+    ("002/cor-4.6", [(s4, "cor_4_6")], "corrected"),
+    ("002/cor-4.7", [(s4, "cor_4_7")], "corrected"),
+    ("002/thm-4.9", [(s4, "thm_4_9")], "corrected"),
+    ("002/cor-4.10", [(s4, "cor_4_10")], "corrected"),
+    ("002/lemma-a.1", [(s4, "lemma_a_1")], "corrected"),
     ("003/thm-1", [(c003, "thm1_bound")], "corrected"),
     ("003/thm-2", [(c003, "thm2_bound")], "printed"),
     ("003/thm-4", [(c003, "thm4_bound")], "corrected"),
@@ -177,7 +179,7 @@ def test_bound_divided_by_1000_fails(cid, targets, form, monkeypatch):
 
 
 def test_thm_4_9_printed_holds_with_a_huge_bound(monkeypatch):
-    _flips("002/thm-4.9", monkeypatch, [(c002, "thm_4_9", lambda f: _scaled(f, 1e3))], "printed", HOLDS)
+    _flips("002/thm-4.9", monkeypatch, [(s4, "thm_4_9", lambda f: _scaled(f, 1e3))], "printed", HOLDS)
 
 
 MUTATIONS = [
@@ -187,17 +189,17 @@ MUTATIONS = [
      FAILS),
     ("002/thm-5.4", [(__import__("fedsde.theory.clt", fromlist=["x"]), "clt_study", _fake_clt)], "printed", FAILS),
     ("002/asm-5.2", [(f002, "asm_lhs", lambda f: lambda x: f(x) * x.size)], "corrected", FAILS),
-    ("002/thm-6.2", [(c002, "round_law", _law_scaled)], "corrected", FAILS),
-    ("002/eq-4", [(c002, "_var_sde", _var_sde_mutated)], "corrected", FAILS),
-    ("002/thm-6.3", [(c002, "_var_sde", _var_sde_mutated)], "corrected", FAILS),
-    ("002/claim-variance-E2", [(f002, "_var_exact", lambda f: lambda pr, eta, e: f(pr, eta, e) * e**2)], "printed",
+    ("002/thm-6.2", [(s56, "round_law", _law_scaled)], "corrected", FAILS),
+    ("002/eq-4", [(s56, "var_sde", _var_sde_mutated)], "corrected", FAILS),
+    ("002/thm-6.3", [(s56, "var_sde", _var_sde_mutated)], "corrected", FAILS),
+    ("002/claim-variance-E2", [(f002, "var_exact", lambda f: lambda pr, eta, e: f(pr, eta, e) * e**2)], "printed",
      HOLDS),
     ("002/claim-bias-E", [(f002, "scalar_bias", lambda f: lambda *a: f(*a) + 1e-6)], "corrected", FAILS),
     ("002/claim-bias-E", [(f002, "scalar_bias", lambda f: lambda U, a, p, eta, E: np.log(np.asarray(E, float)))],
      "printed", HOLDS),
     ("002/claim-eta-limit", [(f002, "stationary_law", lambda f: lambda *a, **k: SimpleNamespace(
         mean=f(*a, **k).mean + 1e-3, cov=f(*a, **k).cov))], "printed", FAILS),
-    ("002/claim-variance-Q", [(f002, "_var_exact", lambda f: lambda pr, eta, e: f(pr, eta, e) * pr.Q)], "printed",
+    ("002/claim-variance-Q", [(f002, "var_exact", lambda f: lambda pr, eta, e: f(pr, eta, e) * pr.Q)], "printed",
      HOLDS),
     # SVAG chains that take server step s/ℓ without running ℓ× more rounds: the "SDE" lags FedAvg everywhere
     ("002/eq-2-model", [(__import__("fedsde.sde.svag", fromlist=["x"]), "svag_transient_moments",

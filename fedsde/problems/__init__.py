@@ -1,6 +1,7 @@
 """Client problems: quadratic clients (seed 002, Assumption 6.1), their I/O and generators; logistic/softmax
-regression and one-hidden-layer MLP clients on real data (scikit-learn's bundled sets) or FedProx's synthetic(α, β),
-data problems from files, partitioners, and metrics of server weights."""
+regression and one-hidden-layer MLP clients on real data (scikit-learn's bundled sets) or FedProx's synthetic(α, β)
+(the models themselves in :mod:`fedsde.problems.models`), data problems from files, partitioners, and metrics of
+server weights."""
 
 from fedsde.problems.data_files import data_problem_from_dict
 from fedsde.problems.datasets import federated_classification, load_dataset

@@ -1,4 +1,5 @@
-"""A one-hidden-layer tanh network (``model="mlp"`` of :class:`~fedsde.problems.logistic.ClassificationProblem`).
+"""A one-hidden-layer tanh network (``model="mlp"`` of :class:`~fedsde.problems.logistic.ClassificationProblem`):
+the NumPy code behind :class:`~fedsde.problems.models.MLPModel`.
 
 For a design row ``x̃ = (x, 1)`` (``n_features = F + 1`` entries) and ``H`` hidden units:
 

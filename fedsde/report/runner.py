@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 from fedsde.errors import FedsdeInputError
 from fedsde.problems import load_problem, paper_table_problem
 from fedsde.problems.quadratic import QuadraticProblem
-from fedsde.report.gallery import GALLERY, FigureRecord, RunContext, run_figures
+from fedsde.report.gallery import FigureRecord, RunContext, run_figures
 
 TITLE = "fedsde reproduction report — continuous-time analysis of federated averaging"
 INTRO = (
@@ -140,6 +140,3 @@ def _version() -> str:
 
     return __version__
 
-
-def available_figures() -> list[str]:
-    return list(GALLERY)

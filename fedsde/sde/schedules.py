@@ -88,10 +88,6 @@ class RateSchedule:
             raise FedsdeInputError(f"{self.name}(t={t:.6g})={v!r}: learning rates must be finite and > 0")
         return v
 
-    def round_values(self, rounds: int) -> np.ndarray:
-        """Values at the start of rounds ``0..rounds−1`` (``t = n·h``), shape (rounds,)."""
-        return np.array([self(n * self.h) for n in range(rounds)], dtype=np.float64)
-
     def describe(self) -> float | list[float] | str:
         """A JSON-able description (number, list, or ``"callable"``)."""
         if self.constant is not None:

@@ -8,12 +8,12 @@ concrete ``local_steps`` the symbol ``E`` is replaced by that integer.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from functools import cache
 
 import sympy as sp
 
+from fedsde._validate import choice
 from fedsde.symbolic import symbols as S
 
 
@@ -92,9 +92,6 @@ class Derivation:
                       for st in self.steps],
         }
 
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict())
-
 
 _TEX = {"\\": r"\textbackslash{}", "{": r"\{", "}": r"\}", "&": r"\&", "%": r"\%", "_": r"\_", "#": r"\#",
         "$": r"\$", "^": r"\^{}", "~": r"\~{}"}
@@ -129,8 +126,7 @@ def derivation(variant: str, local_steps: int | None = None) -> Derivation:
     )
     from fedsde.symbolic.sde import CLOCK, VARIANTS, eq4_printed, sde_coefficients
 
-    if variant not in VARIANTS:
-        raise ValueError(f"variant={variant!r}: must be one of {VARIANTS}")
+    choice("variant", variant, VARIANTS)
     wE = ("w_E", "w_E")
     law_c = client_law("corrected")
     steps: list[Step] = [

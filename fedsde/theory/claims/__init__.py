@@ -3,7 +3,11 @@
 One module per seed — :mod:`~fedsde.theory.claims.claims_002` (continuous-time FedAvg),
 :mod:`~fedsde.theory.claims.claims_003` (FedNova), :mod:`~fedsde.theory.claims.claims_004` (FedDisco),
 :mod:`~fedsde.theory.claims.claims_000` (FedAWARE) — each exposing ``CLAIMS``, a list of
-:class:`~fedsde.theory.claims.base.Claim`.  The readable per-seed files, derivations and errata live in the
+:class:`~fedsde.theory.claims.base.Claim`.  Seed 002's registry points to checks split by idea: Section 4
+(:mod:`~fedsde.theory.claims.sec4_002`), Sections 5–6 (:mod:`~fedsde.theory.claims.sec56_002`), families of
+problems (:mod:`~fedsde.theory.claims.families_002`) and the SDE's validity
+(:mod:`~fedsde.theory.claims.validity_002`), sharing problems and laws from
+:mod:`~fedsde.theory.claims.cases_002`.  The readable per-seed files, derivations and errata live in the
 repository's top-level ``theory/`` folder and point here.
 """
 
@@ -12,6 +16,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Iterable
 
+from fedsde._validate import choice
 from fedsde.errors import FedsdeInputError
 from fedsde.theory.claims.base import CheckOptions, Claim, ClaimResult, Figure, Series
 
@@ -21,8 +26,7 @@ PAPERS = ("002", "003", "004", "000")
 
 def claims_of(paper: str) -> list[Claim]:
     """The claims of one seed (``"002"``, ``"003"``, ``"004"`` or ``"000"``)."""
-    if paper not in PAPERS:
-        raise FedsdeInputError(f"paper={paper!r}: must be one of {', '.join(PAPERS)}")
+    choice("paper", paper, PAPERS)
     return list(importlib.import_module(f"fedsde.theory.claims.claims_{paper}").CLAIMS)
 
 

@@ -4,7 +4,8 @@ Assumption 5.2, and Section 6's claims on the bias and variance in ``E``, ``η``
 Each family is the paper's table problem (``U = [1, 2, 4]``, ``a = [−1, 0, 2]``, ``Σ = [0.5, 1, 2]``, uniform
 ``p``) at several ``η`` plus seeded random heterogeneous scalar problems
 (:func:`~fedsde.theory.claims._common.random_scalar_problems`: ``U ∈ [0.2, 4]``, ``a ~ N(0, 4)``,
-``p ~ Dirichlet(1)``, ``ηU_max < 0.9``).  Margins and their thresholds are documented per check.
+``p ~ Dirichlet(1)``, ``ηU_max < 0.9``), built by :func:`~fedsde.theory.claims.cases_002.scalar_family`.  Margins
+and their thresholds are documented per check.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import numpy as np
 
 from fedsde.exact import round_law, stationary_law
 from fedsde.exact.round_law import one_minus_power
-from fedsde.problems import QuadraticProblem, paper_table_problem
+from fedsde.problems import QuadraticProblem
 from fedsde.theory.claims._common import (
     Member,
     family_verdict,
@@ -23,11 +24,15 @@ from fedsde.theory.claims._common import (
     rounded,
 )
 from fedsde.theory.claims.base import CheckOptions, ClaimResult
-
-#: the seed-002 audit's counterexample to monotonicity of the bias in E (reference/seed-fedsde.md §3)
-AUDIT_COUNTEREXAMPLE = {"U": np.array([2.145, 3.812, 0.748]), "a": np.array([-2.606, 1.811, 0.893]),
-                        "p": np.array([0.632, 0.175, 0.193]), "Sigma": np.ones(3), "eta": 0.0091}
-TABLE_ETAS = (0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.45)
+from fedsde.theory.claims.cases_002 import (
+    AUDIT_COUNTEREXAMPLE,  # noqa: F401 (one of the family; read by the tests from here)
+    TABLE_ETAS,
+    scalar_family,
+    scalar_problem,
+    table_params,
+    var_exact,
+    var_sde,
+)
 
 
 def _log_abs_r(x: np.ndarray) -> np.ndarray:
@@ -40,24 +45,6 @@ def _log_abs_r(x: np.ndarray) -> np.ndarray:
 def _e_inf(eta: float, U: np.ndarray) -> float:
     """Smallest ``E`` with ``max_k |1 − ηU_k|^E < 1e-16``."""
     return float(np.ceil(37.0 / np.min(-_log_abs_r(eta * np.asarray(U)))))
-
-
-def _table_params(eta: float) -> dict:
-    pr = paper_table_problem()
-    return {"U": pr.U[:, 0, 0].copy(), "a": pr.a[:, 0].copy(), "p": pr.p.copy(), "Sigma": pr.Sigma[:, 0, 0].copy(),
-            "eta": float(eta)}
-
-
-def _problem(par: dict) -> QuadraticProblem:
-    return QuadraticProblem.from_arrays(par["U"], par["a"], par["Sigma"], par["p"])
-
-
-def scalar_family(n_random: int, seed: int, etas=TABLE_ETAS) -> list[tuple[str, dict]]:
-    """``(label, params)``: the table problem at ``etas``, the audit counterexample, ``n_random`` random ones."""
-    fam = [(f"table problem, η={e:g}", _table_params(e)) for e in etas]
-    fam.append(("audit counterexample", dict(AUDIT_COUNTEREXAMPLE)))
-    fam += [(f"random #{i} (seed {seed})", par) for i, par in enumerate(random_scalar_problems(n_random, seed))]
-    return fam
 
 
 # ---------------------------------------------------------------------------------------------- bias in E
@@ -126,10 +113,6 @@ def check_claim_bias_E(opt: CheckOptions) -> ClaimResult:
 
 
 # ---------------------------------------------------------------------------------------------- variance in E
-def _var_exact(pr, eta, e):
-    return float(stationary_law(pr, eta, e).cov[0, 0])
-
-
 def check_claim_variance_E2(opt: CheckOptions) -> ClaimResult:
     """Printed: the stationary variance grows like ``E²``.  Margin per problem: ``max_E slope − 1`` with ``slope
     = log2(Var(2E)/Var(E))``, ``E ∈ {1, 5, 20, 200}`` (growth ``∝ E²`` needs slope 2; at least linear growth
@@ -142,13 +125,13 @@ def check_claim_variance_E2(opt: CheckOptions) -> ClaimResult:
     fam = scalar_family(max(10, round(40 * opt.scale)), opt.seed + 62, etas=(0.01, 0.05, 0.1))
     pm, cm = [], []
     for label, par in fam:
-        pr = _problem(par)
+        pr = scalar_problem(par)
         eta = par["eta"]
-        slopes = [float(np.log2(_var_exact(pr, eta, 2 * e) / _var_exact(pr, eta, e))) for e in (1, 5, 20, 200)]
+        slopes = [float(np.log2(var_exact(pr, eta, 2 * e) / var_exact(pr, eta, e))) for e in (1, 5, 20, 200)]
         U, p, S = par["U"], par["p"], par["Sigma"]
         limit = float(np.sum(p**2 * eta * S / (U * (2 - eta * U))))
         e_inf = int(_e_inf(eta, U))
-        rel = abs(_var_exact(pr, eta, e_inf) - limit) / limit
+        rel = abs(var_exact(pr, eta, e_inf) - limit) / limit
         m_c = log_margin(1e-6, rel)
         if label.startswith("table"):
             m_c = min(m_c, (0.1 - max(map(abs, slopes))) / 0.1)
@@ -180,7 +163,7 @@ def check_claim_eta_limit(opt: CheckOptions) -> ClaimResult:
     pm, cm = [], []
     for label, par in fam:
         par = {**par, "eta": "1e-2 … 1e-5"}
-        pr = _problem(par)
+        pr = scalar_problem(par)
         ws = float(pr.optimum[0])
         lead = float(np.sum(pr.p**2 * pr.Sigma[:, 0, 0]) / (2 * np.sum(pr.p * pr.U[:, 0, 0])))
         slopes, lim_err, rows = [], 0.0, {}
@@ -214,17 +197,15 @@ def check_claim_variance_Q(opt: CheckOptions) -> ClaimResult:
     Corrected: the variance falls as ``1/Q`` (exact chain and corrected SDE).  Margin: ``log10(1e-6/|slope + 1|)``
     (worst of the two).
     """
-    from fedsde.theory.claims.claims_002 import _var_sde
-
     fam = scalar_family(max(3, round(8 * opt.scale)), opt.seed + 64, etas=(0.05,))
     reps = [1, 4, 16]
     pm, cm = [], []
     for label, par in fam:
-        pr = _problem(par)
+        pr = scalar_problem(par)
         eta, ee = par["eta"], 5
         Qs = [pr.Q * r for r in reps]
-        ex = [_var_exact(pr.replicated(r), eta, ee) for r in reps]
-        co = [_var_sde(pr.replicated(r), eta, ee, "corrected") for r in reps]
+        ex = [var_exact(pr.replicated(r), eta, ee) for r in reps]
+        co = [var_sde(pr.replicated(r), eta, ee, "corrected") for r in reps]
         s_ex, s_co = loglog_slope(Qs, ex), loglog_slope(Qs, co)
         nums = {"Q": Qs, "exact": ex, "corrected_sde": co, "slope_exact": s_ex, "slope_corrected_sde": s_co}
         pm.append(Member(label, rounded(par), 0.1 - abs(s_ex), nums))
@@ -322,13 +303,13 @@ def check_asm_5_2(opt: CheckOptions) -> ClaimResult:
     """
     eta, E, reps = 0.1, 5, [1, 10, 100, 1000]
     fam = [("identical clients U=1, Σ=1", {"U": np.ones(1), "a": np.zeros(1), "p": np.ones(1), "Sigma": np.ones(1)}),
-           ("table problem", _table_params(eta))]
+           ("table problem", table_params(eta))]
     fam += [(f"random #{i} (seed {opt.seed + 65})", par)
             for i, par in enumerate(random_scalar_problems(max(5, round(20 * opt.scale)), opt.seed + 65))]
     pm, cm = [], []
     n_pos = 0
     for label, par in fam:
-        base = _problem(par)
+        base = scalar_problem(par)
         xs = [asm_x(base.replicated(r), eta, E) for r in reps]
         raw = [asm_lhs(x) for x in xs]
         xb = xs[0]
