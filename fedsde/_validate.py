@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from fedsde.errors import FedsdeInputError
+
+if TYPE_CHECKING:
+    import torch
 
 
 def positive_float(name: str, value: float, *, allow_zero: bool = False) -> float:
@@ -80,6 +83,8 @@ def client_steps(name: str, value: int | Sequence[int] | np.ndarray, Q: int) -> 
 
 def device_dtype(device, dtype) -> tuple[torch.device, torch.dtype]:
     """A usable torch device (``"cpu"``, ``"cuda"``, ``"cuda:1"``, …) and a float dtype (float64 or float32)."""
+    import torch  # here, so that the validators of light modules (symbolic, report, CLI flags) do not load torch
+
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError) as exc:
@@ -126,23 +131,33 @@ def distributions(name: str, value, Q: int | None = None) -> np.ndarray:
     return D / D.sum(1, keepdims=True)
 
 
-def client_weights(name: str, value, Q: int | None = None, *, normalise: bool = True) -> np.ndarray:
+def client_weights(name: str, value, Q: int | None = None, *, normalise: bool = True, noun: str = "weights",
+                   detail: bool = False) -> np.ndarray:
     """Client weights as a float vector, shape (Q,): readable as numbers, one per client when ``Q`` is given,
     every entry finite and >= 0 (the first bad entry named), not all zero; divided by their sum when
-    ``normalise``."""
+    ``normalise``.
+
+    ``noun`` names the values in the messages (``p[1]=-1.0: weights must be finite and >= 0``, ``p: all weights
+    are zero``), ``""`` leaves it out (``weights[1]=-1.0: must be finite and >= 0``, ``weights: all zero``);
+    ``detail`` says which of the two conditions the entry fails (``sizes[1]=nan: must be finite``).
+    """
     try:
         arr = np.asarray(value, dtype=np.float64).reshape(-1)
     except (TypeError, ValueError):
         raise FedsdeInputError(f"{name}: could not be read as an array of numbers") from None
     if Q is not None and arr.shape != (Q,):
-        raise FedsdeInputError(f"{name}: shape {np.shape(value)} must be ({Q},), one weight per client")
+        raise FedsdeInputError(f"{name}: shape {np.shape(value)} must be ({Q},), one per client")
+    subject = f"{noun} " if noun else ""
     bad = ~np.isfinite(arr) | (arr < 0)
     if bad.any():
         k = int(np.argmax(bad))
-        raise FedsdeInputError(f"{name}[{k}]={float(arr[k])!r}: weights must be finite and >= 0")
+        v = float(arr[k])
+        why = ("must be >= 0" if math.isfinite(v) else "must be finite") if detail else "must be finite and >= 0"
+        raise FedsdeInputError(f"{name}[{k}]={v!r}: {subject}{why}")
     total = float(arr.sum())
     if arr.size == 0 or total <= 0:
-        raise FedsdeInputError(f"{name}: all weights are zero; at least one must be > 0")
+        what = f"all {noun} are zero" if noun else "all zero"
+        raise FedsdeInputError(f"{name}: {what} (or none given); at least one must be > 0")
     return arr / total if normalise else arr
 
 

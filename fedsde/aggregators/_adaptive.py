@@ -42,9 +42,8 @@ from typing import Any, ClassVar
 
 import torch
 
-from fedsde._validate import positive_float
+from fedsde._validate import choice, positive_float, unit_interval
 from fedsde.aggregators.base import Aggregator, RoundContext, weighted_mean
-from fedsde.errors import FedsdeInputError
 
 VARIANTS = ("paper", "bias_corrected", "flower")
 
@@ -81,16 +80,12 @@ class AdaptiveServer(Aggregator):
 
     def __init__(self, *, beta1: float | None = None, beta2: float | None = None, tau: float | None = None,
                  variant: str = "paper", v0: float | None = None):
-        if variant not in VARIANTS:
-            raise FedsdeInputError(f"variant={variant!r}: must be one of {', '.join(VARIANTS)}")
-        self.variant = variant
+        self.variant = choice("variant", variant, VARIANTS)
         d1, d2, dt = self._flower_defaults if variant == "flower" else (0.9, 0.99, 1e-3)
         beta1, beta2, tau = (d1 if beta1 is None else beta1), (d2 if beta2 is None else beta2), (dt if tau is None
                                                                                                  else tau)
-        self.beta1 = positive_float("beta1", beta1, allow_zero=True)
-        self.beta2 = positive_float("beta2", beta2, allow_zero=True)
-        if self.beta1 >= 1 or self.beta2 >= 1:
-            raise FedsdeInputError(f"beta1={beta1!r}, beta2={beta2!r}: must lie in [0, 1)")
+        self.beta1 = unit_interval("beta1", beta1)
+        self.beta2 = unit_interval("beta2", beta2)
         self.tau = positive_float("tau", tau)
         default_v0 = self.tau**2 if variant == "paper" else 0.0
         self.v0 = default_v0 if v0 is None else positive_float("v0", v0, allow_zero=True)

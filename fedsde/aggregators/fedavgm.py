@@ -23,10 +23,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedsde._validate import positive_float
+from fedsde._validate import choice, unit_interval
 from fedsde.aggregators.base import Aggregator, RoundContext, ServerRecursion, weighted_mean
 from fedsde.aggregators.registry import register
-from fedsde.errors import FedsdeInputError
 
 VARIANTS = ("heavy_ball", "nesterov")
 
@@ -56,15 +55,9 @@ class FedAvgM(Aggregator):
     stateful = True
 
     def __init__(self, beta: float = 0.9, *, variant: str = "heavy_ball", dampening: float = 0.0):
-        self.beta = positive_float("beta", beta, allow_zero=True)
-        if self.beta >= 1:
-            raise FedsdeInputError(f"beta={beta!r}: must lie in [0, 1)")
-        if variant not in VARIANTS:
-            raise FedsdeInputError(f"variant={variant!r}: must be one of {', '.join(VARIANTS)}")
-        self.variant = variant
-        self.dampening = positive_float("dampening", dampening, allow_zero=True)
-        if self.dampening > 1:
-            raise FedsdeInputError(f"dampening={dampening!r}: must lie in [0, 1]")
+        self.beta = unit_interval("beta", beta)
+        self.variant = choice("variant", variant, VARIANTS)
+        self.dampening = unit_interval("dampening", dampening, closed_right=True)
 
     def server_recursion(self, B: np.ndarray, server_lr: float) -> ServerRecursion:
         """The mean recursion on ``(w − c, v)``, shape (2d, 2d), with ``Σ_k p_k E Δ_k = −B(w − c)`` and

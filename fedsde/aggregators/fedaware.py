@@ -39,7 +39,8 @@ from typing import Any
 
 import torch
 
-from fedsde._validate import positive_float, positive_int
+from fedsde._tolerances import DIVISION_FLOOR
+from fedsde._validate import choice, positive_int, unit_interval
 from fedsde.aggregators.base import Aggregator, RoundContext
 from fedsde.aggregators.min_norm import min_norm_gram
 from fedsde.aggregators.registry import register
@@ -83,12 +84,8 @@ class FedAWARE(Aggregator):
 
     def __init__(self, alpha: float = 0.5, *, variant: str = "normalized", warm_start: bool | str = True,
                  max_iter: int = 100):
-        self.alpha = positive_float("alpha", alpha, allow_zero=True)
-        if self.alpha >= 1:
-            raise FedsdeInputError(f"alpha={alpha!r}: must lie in [0, 1)")
-        if variant not in VARIANTS:
-            raise FedsdeInputError(f"variant={variant!r}: must be one of {', '.join(VARIANTS)}")
-        self.variant = variant
+        self.alpha = unit_interval("alpha", alpha)
+        self.variant = choice("variant", variant, VARIANTS)
         if isinstance(warm_start, bool):
             warm_start = "full" if warm_start else "none"
         if warm_start not in WARM_STARTS:
@@ -118,7 +115,7 @@ class FedAWARE(Aggregator):
         seen = ctx.participating if state.seen is None else state.seen | ctx.participating
         explored = seen.all(1, keepdim=True)  # (R, 1)
         pk = ctx.p.to(w.dtype) * ctx.participating.to(w.dtype)
-        omega = pk / pk.sum(1, keepdim=True).clamp_min(1e-300)
+        omega = pk / pk.sum(1, keepdim=True).clamp_min(DIVISION_FLOOR)
         w_avg = w + torch.bmm(omega.unsqueeze(1), updates).squeeze(1)
         step = torch.where(explored, d, w - w_avg)
         return (torch.where(explored, w_next, w_avg),

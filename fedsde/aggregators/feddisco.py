@@ -28,7 +28,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedsde._validate import distributions, positive_float
+from fedsde._tolerances import DIVISION_FLOOR
+from fedsde._validate import choice, client_weights, distributions, positive_float
 from fedsde.aggregators.base import Aggregator, RoundContext
 from fedsde.aggregators.registry import get_aggregator, register
 from fedsde.clients.solvers import LocalSolver
@@ -36,24 +37,12 @@ from fedsde.errors import FedsdeInputError, NoExactLawError
 
 METRICS = ("kl", "l2", "l1", "cosine")
 BASES = ("fedavg", "fedprox", "scaffold", "fednova")
+NORMALIZE = ("sum", "none")
 
 
 def _sizes(value, Q: int | None = None) -> np.ndarray:
     """Client sizes as floats, shape (Q,): finite, >= 0 (the bad entry named), not all zero."""
-    try:
-        n = np.asarray(value, dtype=np.float64).reshape(-1)
-    except (TypeError, ValueError):
-        raise FedsdeInputError("sizes: could not be read as an array of numbers") from None
-    if Q is not None and n.shape != (Q,):
-        raise FedsdeInputError(f"sizes: shape {n.shape} must be ({Q},), one per client")
-    for k, v in enumerate(n.tolist()):
-        if not np.isfinite(v):
-            raise FedsdeInputError(f"sizes[{k}]={v!r}: must be finite")
-        if v < 0:
-            raise FedsdeInputError(f"sizes[{k}]={v!r}: must be >= 0")
-    if n.size == 0 or n.sum() <= 0:
-        raise FedsdeInputError("sizes: all zero (or empty); at least one size must be > 0")
-    return n
+    return client_weights("sizes", value, Q, normalise=False, noun="", detail=True)
 
 
 def discrepancies(label_distributions, target=None, metric: str = "kl") -> np.ndarray:
@@ -62,6 +51,7 @@ def discrepancies(label_distributions, target=None, metric: str = "kl") -> np.nd
     ``"kl"``: ``Σ_c D_kc log(D_kc / T_c)`` (0·log 0 = 0; infinite if ``T_c = 0 < D_kc``, which is an error);
     ``"l2"``, ``"l1"``: norms of ``D_k − T``; ``"cosine"``: ``1 − cos(D_k, T)``.  Rows may be counts.
     """
+    choice("metric", metric, METRICS)
     D = distributions("label_distributions", label_distributions)
     C = D.shape[1]
     T = np.full(C, 1.0 / C) if target is None else distributions("target", np.reshape(target, (1, -1)))[0]
@@ -77,9 +67,7 @@ def discrepancies(label_distributions, target=None, metric: str = "kl") -> np.nd
         return np.linalg.norm(D - T, axis=1)
     if metric == "l1":
         return np.abs(D - T).sum(1)
-    if metric == "cosine":
-        return 1.0 - (D @ T) / (np.linalg.norm(D, axis=1) * np.linalg.norm(T))
-    raise FedsdeInputError(f"metric={metric!r}: must be one of {', '.join(METRICS)}")
+    return 1.0 - (D @ T) / (np.linalg.norm(D, axis=1) * np.linalg.norm(T))  # cosine
 
 
 def disco_weights_from_discrepancy(sizes, d, a: float = 0.5, b: float = 0.1) -> np.ndarray:
@@ -135,9 +123,8 @@ def feddisco_weights(sizes, label_distributions, target=None, a: float = 0.5, b:
     a = positive_float("a", a, allow_zero=True)
     b = positive_float("b", b, allow_zero=True)
     raw = discrepancies(label_distributions, target, metric)
-    normalize = ("sum" if metric == "kl" else "none") if normalize is None else normalize
-    if normalize not in ("sum", "none"):
-        raise FedsdeInputError(f"normalize={normalize!r}: must be 'sum' or 'none'")
+    normalize = ("sum" if metric == "kl" else "none") if normalize is None else choice("normalize", normalize,
+                                                                                        NORMALIZE)
     d = raw / raw.sum() if normalize == "sum" and raw.sum() > 0 else (np.zeros_like(raw) if normalize == "sum"
                                                                       else raw)
     sizes = _sizes(sizes, raw.size)
@@ -176,12 +163,9 @@ class FedDisco(Aggregator):
         self.base = self._base.name
         self.a = positive_float("a", a, allow_zero=True)
         self.b = positive_float("b", b, allow_zero=True)
-        if metric not in METRICS:
-            raise FedsdeInputError(f"metric={metric!r}: must be one of {', '.join(METRICS)}")
-        self.metric = metric
-        self.normalize = ("sum" if metric == "kl" else "none") if normalize is None else normalize
-        if self.normalize not in ("sum", "none"):
-            raise FedsdeInputError(f"normalize={normalize!r}: must be 'sum' or 'none'")
+        self.metric = choice("metric", metric, METRICS)
+        self.normalize = (("sum" if metric == "kl" else "none") if normalize is None
+                          else choice("normalize", normalize, NORMALIZE))
         self._target = target
         self._raw = None if label_distributions is None else discrepancies(label_distributions, target, metric)
         self._sizes = None if sizes is None else _sizes(sizes)
@@ -282,12 +266,12 @@ class FedDisco(Aggregator):
         raw = torch.as_tensor(self._raw, dtype=torch.float64, device=mask.device) * mask
         if self.normalize == "sum":
             tot = raw.sum(1, keepdim=True)
-            d = torch.where(tot > 0, raw / tot.clamp_min(1e-300), torch.zeros_like(raw))
+            d = torch.where(tot > 0, raw / tot.clamp_min(DIVISION_FLOOR), torch.zeros_like(raw))
         else:
             d = raw
         q = torch.clamp(n - self.a * d + self.b, min=0.0) * mask
         qs = q.sum(1, keepdim=True)
-        return torch.where(qs > 0, q / qs.clamp_min(1e-300), n)
+        return torch.where(qs > 0, q / qs.clamp_min(DIVISION_FLOOR), n)
 
     def apply(self, w: torch.Tensor, updates: torch.Tensor, weights: torch.Tensor, state: Any,
               ctx: RoundContext) -> tuple[torch.Tensor, Any]:

@@ -60,7 +60,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedsde._validate import positive_float
+from fedsde._validate import choice, positive_float, unit_interval
 from fedsde.aggregators.base import Aggregator, RoundContext, weighted_mean
 from fedsde.aggregators.registry import register
 from fedsde.clients.solvers import LocalSolver
@@ -121,9 +121,7 @@ class FedNova(Aggregator):
 
     def __init__(self, *, momentum: float = 0.0, mu: float = 0.0, tau_eff: str | float = "auto",
                  server_momentum: float = 0.0, local_solver: LocalSolver | None = None, variant: str = "paper"):
-        if variant not in VARIANTS:
-            raise FedsdeInputError(f"variant={variant!r}: must be one of {', '.join(VARIANTS)}")
-        self.variant = variant
+        self.variant = choice("variant", variant, VARIANTS)
         self._local_solver = local_solver or LocalSolver(momentum=momentum, prox=mu,
                                                          prox_in_buffer=variant == "official")
         self.momentum = self._local_solver.momentum
@@ -136,9 +134,7 @@ class FedNova(Aggregator):
         else:
             tau_eff = positive_float("tau_eff", tau_eff)
         self.tau_eff = tau_eff
-        self.server_momentum = positive_float("server_momentum", server_momentum, allow_zero=True)
-        if self.server_momentum >= 1:
-            raise FedsdeInputError(f"server_momentum={server_momentum!r}: must lie in [0, 1)")
+        self.server_momentum = unit_interval("server_momentum", server_momentum)
 
     @property
     def stateful(self) -> bool:

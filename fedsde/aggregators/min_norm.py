@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from fedsde._tolerances import ACTIVE_SET_RTOL, DIVISION_FLOOR, MIN_NORM_GAP
 from fedsde._validate import positive_int
 from fedsde.errors import FedsdeInputError
 
@@ -35,7 +36,8 @@ def _two_point(aa: torch.Tensor, ab: torch.Tensor, bb: torch.Tensor) -> tuple[to
     return c, cost
 
 
-def min_norm_gram(M: torch.Tensor, *, max_iter: int = 100, tol: float = 1e-8, polish: bool = True) -> torch.Tensor:
+def min_norm_gram(M: torch.Tensor, *, max_iter: int = 100, tol: float = MIN_NORM_GAP,
+                  polish: bool = True) -> torch.Tensor:
     """Min-norm simplex weights from Gram matrices ``M`` of shape (..., Q, Q); returns shape (..., Q)."""
     *batch, Q, _ = M.shape
     M = M.reshape(-1, Q, Q).to(torch.float64)
@@ -51,7 +53,7 @@ def min_norm_gram(M: torch.Tensor, *, max_iter: int = 100, tol: float = 1e-8, po
     ci = c[rows, i, j]
     lam[rows, i] += ci
     lam[rows, j] += 1 - ci
-    scale = diag.max(1).values.clamp_min(1e-300)
+    scale = diag.max(1).values.clamp_min(DIVISION_FLOOR)
     for _ in range(max_iter):
         Ml = torch.bmm(M, lam.unsqueeze(-1)).squeeze(-1)
         aa = (lam * Ml).sum(1)
@@ -95,7 +97,7 @@ def _polish(M: torch.Tensor, lam: torch.Tensor, max_rounds: int | None = None) -
     Elements that do not certify within ``max_rounds`` keep their last (feasible, no worse) point.
     """
     Bn, Q = lam.shape
-    scale = torch.diagonal(M, dim1=1, dim2=2).max(1).values.clamp_min(1e-300)
+    scale = torch.diagonal(M, dim1=1, dim2=2).max(1).values.clamp_min(DIVISION_FLOOR)
     lam = lam.clone()
     S = lam > 0
     idx = torch.arange(Bn, device=M.device)  # unfinished batch elements
@@ -104,7 +106,7 @@ def _polish(M: torch.Tensor, lam: torch.Tensor, max_rounds: int | None = None) -
         cand = _affine_minimiser(Mi, Si)
         dirn = cand - li
         shrink = Si & (dirn < 0)
-        ratio = torch.where(shrink, li / (-dirn).clamp_min(1e-300), torch.full_like(li, float("inf")))
+        ratio = torch.where(shrink, li / (-dirn).clamp_min(DIVISION_FLOOR), torch.full_like(li, float("inf")))
         theta = ratio.min(1).values.clamp(max=1.0)
         li = (li + theta.unsqueeze(1) * dirn).clamp_min(0) * Si
         li = li / li.sum(1, keepdim=True)
@@ -113,7 +115,7 @@ def _polish(M: torch.Tensor, lam: torch.Tensor, max_rounds: int | None = None) -
         Ml = torch.bmm(Mi, li.unsqueeze(-1)).squeeze(-1)
         val = (li * Ml).sum(1)
         worst, t = torch.where(Si, torch.full_like(Ml, float("inf")), Ml).min(1)
-        add = feasible & (worst < val - 1e-13 * scale[idx])
+        add = feasible & (worst < val - ACTIVE_SET_RTOL * scale[idx])
         r = torch.arange(idx.numel(), device=M.device)
         Si[r[add], t[add]] = True
         lam[idx], S[idx] = li, Si
@@ -123,7 +125,7 @@ def _polish(M: torch.Tensor, lam: torch.Tensor, max_rounds: int | None = None) -
     return lam
 
 
-def min_norm_weights(vectors, *, max_iter: int = 100, tol: float = 1e-8) -> np.ndarray:
+def min_norm_weights(vectors, *, max_iter: int = 100, tol: float = MIN_NORM_GAP) -> np.ndarray:
     """Weights ``λ`` on the simplex minimising ``‖Σ_k λ_k v_k‖`` (see the module docstring).
 
     Parameters

@@ -23,10 +23,10 @@ from typing import Any
 
 import torch
 
+from fedsde._validate import choice
 from fedsde.aggregators.base import Aggregator, RoundContext, weighted_mean
 from fedsde.aggregators.registry import register
 from fedsde.clients.solvers import LocalSolver
-from fedsde.errors import FedsdeInputError
 
 OPTIONS = ("I", "II")
 CONTROLS = ("uniform", "weighted")
@@ -58,10 +58,8 @@ class Scaffold(Aggregator):
 
     def __init__(self, option: str = "II", *, control: str = "uniform", local_solver: LocalSolver | None = None):
         option = str(option).upper()
-        if option not in OPTIONS:
-            raise FedsdeInputError(f"option={option!r}: must be 'I' or 'II'")
-        if control not in CONTROLS:
-            raise FedsdeInputError(f"control={control!r}: must be one of {', '.join(CONTROLS)}")
+        choice("option", option, OPTIONS)
+        choice("control", control, CONTROLS)
         self.option = option
         self.control = control
         self._local_solver = local_solver

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from fedsde._validate import client_weights
 from fedsde.aggregators import Aggregator, get_aggregator
-from fedsde.errors import FedsdeInputError, NoExactLawError
+from fedsde.errors import NoExactLawError
 from fedsde.exact.moments import StationaryLaw, stationary_law, transient_moments
 from fedsde.exact.round_law import RoundLaw, round_law
 from fedsde.problems.quadratic import QuadraticProblem
@@ -105,8 +106,6 @@ def surrogate_optimum(problem: QuadraticProblem, weights: np.ndarray) -> np.ndar
 
     With ``ω_k ∝ p_k τ_k`` this is FedAvg's limit as ``η → 0`` (seed 003, eq. (5)).
     """
-    w = np.asarray(weights, dtype=np.float64).reshape(-1)
-    if w.shape != (problem.Q,) or np.any(w < 0) or w.sum() <= 0:
-        raise FedsdeInputError(f"weights: shape {w.shape} must be ({problem.Q},), >= 0, not all zero")
+    w = client_weights("weights", weights, problem.Q, normalise=False, noun="")
     H = np.einsum("q,qij->ij", w, problem.U)
     return np.linalg.solve(H, np.einsum("q,qij,qj->i", w, problem.U, problem.a))

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.linalg
 
-from fedsde._validate import positive_int, schedule, start_point
+from fedsde._tolerances import POWER_ITERATION_RTOL, PSD_TOL, STATIONARY_MARGIN, SYM_TOL
+from fedsde._validate import positive_int, record_rounds, schedule, start_point
 from fedsde.errors import FedsdeInputError, NoStationaryLawError
 from fedsde.exact.round_law import RoundLaw, _steps_repr, round_law
 from fedsde.problems.quadratic import QuadraticProblem
@@ -62,7 +63,7 @@ def _initial(problem: QuadraticProblem, w0, cov0) -> tuple[np.ndarray, np.ndarra
             P0 = float(P0.reshape(())) * np.eye(d)
         if P0.shape != (d, d) or not np.all(np.isfinite(P0)):
             raise FedsdeInputError(f"cov0: shape {np.shape(cov0)} must be ({d}, {d}) with finite entries")
-        if np.abs(P0 - P0.T).max() > 1e-10 * max(1.0, np.abs(P0).max()) or np.linalg.eigvalsh(P0)[0] < -1e-10:
+        if np.abs(P0 - P0.T).max() > SYM_TOL * max(1.0, np.abs(P0).max()) or np.linalg.eigvalsh(P0)[0] < -PSD_TOL:
             raise FedsdeInputError("cov0: must be symmetric positive semi-definite")
     return m0, P0
 
@@ -115,9 +116,7 @@ def transient_moments(
         round_law(problem, float(np.ravel(eta)[0]), local_steps, float(np.ravel(server_lr)[0]),
                   participation=participation, weights=weights, warn=False)
     m, P = _initial(problem, w0, cov0)
-    keep = np.arange(rounds + 1) if record is None else np.unique(np.asarray(record, dtype=np.int64))
-    if keep.size and (keep.min() < 0 or keep.max() > rounds):
-        raise FedsdeInputError(f"record: rounds must lie in [0, {rounds}]")
+    keep = record_rounds("record", record, rounds)
     keep_set = {int(k): i for i, k in enumerate(keep)}
     means = np.empty((keep.size, problem.d))
     covs = np.empty((keep.size, problem.d, problem.d))
@@ -161,7 +160,7 @@ def stationary_law(
     """
     law = round_law(problem, eta, local_steps, server_lr, participation=participation, weights=weights)
     rho = law.spectral_radius
-    if rho >= 1.0 - 1e-12:
+    if rho >= 1.0 - STATIONARY_MARGIN:
         raise NoStationaryLawError(
             f"eta={law.eta}, local_steps={_steps_repr(law.local_steps)}, server_lr={law.server_lr}: "
             f"spectral radius of I - s*B is {rho:.6g} >= 1, so the chain has no stationary law"
@@ -173,7 +172,7 @@ def stationary_law(
     else:
         T = law.second_moment_operator()
         rho2 = _spectral_radius(T)
-        if rho2 >= 1.0 - 1e-12:
+        if rho2 >= 1.0 - STATIONARY_MARGIN:
             raise NoStationaryLawError(
                 f"participation={law.participation}, eta={law.eta}, server_lr={law.server_lr}: the second-moment "
                 f"operator has spectral radius {rho2:.6g} >= 1 (client sampling makes the variance diverge)"
@@ -195,7 +194,7 @@ def _spectral_radius(T: np.ndarray) -> float:
         w = T @ v
         lam_new = np.linalg.norm(w) / np.linalg.norm(v)
         v = w / np.linalg.norm(w)
-        if abs(lam_new - lam) < 1e-10 * max(1.0, lam_new):
+        if abs(lam_new - lam) < POWER_ITERATION_RTOL * max(1.0, lam_new):
             break
         lam = lam_new
     return float(lam_new)

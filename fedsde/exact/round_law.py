@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fedsde._validate import client_steps, positive_float, positive_int
+from fedsde._validate import client_steps, client_weights, positive_float, positive_int
 from fedsde.errors import FedsdeInputError
 from fedsde.problems.quadratic import QuadraticProblem
 
@@ -92,8 +92,8 @@ def _geometric_sum_products(x: np.ndarray, n: np.ndarray) -> np.ndarray:
     out = geometric_sum(prod, nn)
     ok = (prod > 0) & (xi < 2.0) & (xj < 2.0) & (xi != 1.0) & (xj != 1.0)
     with np.errstate(invalid="ignore", divide="ignore"):
-        li = np.where(xi < 1.0, np.log1p(-np.minimum(xi, 1.0 - 1e-300)), np.log1p(np.maximum(xi, 1.0) - 2.0))
-        lj = np.where(xj < 1.0, np.log1p(-np.minimum(xj, 1.0 - 1e-300)), np.log1p(np.maximum(xj, 1.0) - 2.0))
+        li = np.where(xi < 1.0, np.log1p(-np.minimum(xi, 1.0)), np.log1p(np.maximum(xi, 1.0) - 2.0))
+        lj = np.where(xj < 1.0, np.log1p(-np.minimum(xj, 1.0)), np.log1p(np.maximum(xj, 1.0) - 2.0))
         den = xi + xj - xi * xj
         val = -np.expm1(nn * (li + lj)) / den
     out[ok & (den != 0)] = val[ok & (den != 0)]
@@ -325,15 +325,7 @@ def round_law(
     if weights is None:
         omega = problem.p
     else:
-        omega = np.asarray(weights, dtype=np.float64).reshape(-1)
-        if omega.shape != (problem.Q,):
-            raise FedsdeInputError(f"weights: shape {np.shape(weights)} must be ({problem.Q},), one per client")
-        bad = ~np.isfinite(omega) | (omega < 0)
-        if bad.any():
-            k = int(np.argmax(bad))
-            raise FedsdeInputError(f"weights[{k}]={float(omega[k])!r}: must be finite and >= 0")
-        if omega.sum() <= 0:
-            raise FedsdeInputError("weights: all zero; the server would never move")
+        omega = client_weights("weights", weights, problem.Q, normalise=False, noun="")
     M, Gamma = client_round_maps(problem, eta, steps)
     B = np.einsum("q,qij->ij", omega, M)
     Ba = np.einsum("q,qij,qj->i", omega, M, problem.a)

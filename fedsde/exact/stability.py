@@ -7,6 +7,7 @@ import warnings
 
 import numpy as np
 
+from fedsde._tolerances import DIVERGENCE_SLACK
 from fedsde.aggregators import get_aggregator
 from fedsde.errors import FedsdeInputError
 from fedsde.exact.aggregators import aggregator_round_weights
@@ -78,7 +79,7 @@ def _server_divergence(problem, eta: float, steps, s: float, agg, participation:
     if rec is None:
         return []
     rho = float(np.max(np.abs(np.linalg.eigvals(rec.matrix))))
-    if rho > 1.0 + 1e-9:
+    if rho > 1.0 + DIVERGENCE_SLACK:
         radius = f"{rec.symbol} = {rho:.6g}" if rec.symbol else f"{rho:.6g}"
         need = f"; need server_lr < {rec.max_server_lr:.6g}" if rec.max_server_lr is not None else ""
         return [f"server_lr={s:g}: {rec.description} has spectral radius {radius} > 1 (eta={eta:g}): the chain "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedsde._validate import positive_float, positive_int
+from fedsde._validate import choice, positive_float, positive_int
 from fedsde.errors import FedsdeInputError
 from fedsde.problems.quadratic import QuadraticProblem
 
@@ -54,8 +54,7 @@ def random_quadratic_problem(
         lo, hi = (positive_float(f"{name}[0]", rng_[0]), positive_float(f"{name}[1]", rng_[1]))
         if lo > hi:
             raise FedsdeInputError(f"{name}={rng_!r}: lower bound must not exceed upper bound")
-    if weights not in ("uniform", "random"):
-        raise FedsdeInputError(f"weights={weights!r}: must be 'uniform' or 'random'")
+    choice("weights", weights, ("uniform", "random"))
     rng = np.random.default_rng(seed)
     U = np.stack([_random_spd(rng, d, *curvature, diagonal) for _ in range(Q)])
     Sigma = np.stack([_random_spd(rng, d, *noise, diagonal) for _ in range(Q)])

@@ -20,11 +20,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fedsde._validate import distributions
+from fedsde._tolerances import PSD_TOL, SINGULAR_TOL, SYM_TOL
+from fedsde._validate import client_weights, distributions
 from fedsde.errors import FedsdeInputError
-
-_SYM_TOL = 1e-10
-_PSD_TOL = 1e-10
 
 
 def _as_matrix_stack(name: str, value, Q: int, d: int) -> np.ndarray:
@@ -48,12 +46,12 @@ def _as_matrix_stack(name: str, value, Q: int, d: int) -> np.ndarray:
         raise FedsdeInputError(f"{name}: contains NaN or inf")
     scale = max(1.0, float(np.max(np.abs(arr))))
     asym = np.max(np.abs(arr - np.swapaxes(arr, 1, 2)), axis=(1, 2))
-    if np.any(asym > _SYM_TOL * scale):
+    if np.any(asym > SYM_TOL * scale):
         k = int(np.argmax(asym))
         raise FedsdeInputError(f"{name}[{k}]: not symmetric (max |M - Mᵀ| = {asym[k]:.3g})")
     arr = 0.5 * (arr + np.swapaxes(arr, 1, 2))
     lam_min = np.linalg.eigvalsh(arr)[:, 0]
-    if np.any(lam_min < -_PSD_TOL * scale):
+    if np.any(lam_min < -PSD_TOL * scale):
         k = int(np.argmin(lam_min))
         raise FedsdeInputError(
             f"{name}[{k}]: not positive semi-definite (smallest eigenvalue {lam_min[k]:.6g} < 0)"
@@ -107,23 +105,9 @@ class QuadraticProblem:
         Q, d = a_arr.shape
         U_arr = _as_matrix_stack("U", U, Q, d)
         S_arr = _as_matrix_stack("Sigma", Sigma, Q, d)
-        if p is None:
-            p_arr = np.full(Q, 1.0 / Q)
-        else:
-            try:
-                p_arr = np.asarray(p, dtype=np.float64).reshape(-1)
-            except (TypeError, ValueError):
-                raise FedsdeInputError("p: could not be read as an array of numbers") from None
-            if p_arr.shape != (Q,):
-                raise FedsdeInputError(f"p: shape {np.shape(p)} must be ({Q},), one weight per client")
-            if not np.all(np.isfinite(p_arr)) or np.any(p_arr < 0):
-                k = int(np.argmax(~np.isfinite(p_arr) | (p_arr < 0)))
-                raise FedsdeInputError(f"p[{k}]={float(p_arr[k])!r}: weights must be finite and >= 0")
-            if p_arr.sum() <= 0:
-                raise FedsdeInputError("p: all weights are zero; at least one must be > 0")
-            p_arr = p_arr / p_arr.sum()
+        p_arr = np.full(Q, 1.0 / Q) if p is None else client_weights("p", p, Q)
         H = np.einsum("q,qij->ij", p_arr, U_arr)
-        if np.linalg.eigvalsh(0.5 * (H + H.T))[0] <= 1e-12 * max(1.0, np.abs(H).max()):
+        if np.linalg.eigvalsh(0.5 * (H + H.T))[0] <= SINGULAR_TOL * max(1.0, np.abs(H).max()):
             raise FedsdeInputError(
                 "U: the weighted Hessian Σ p_k U_k is singular; the global optimum is not unique"
             )

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from fedsde._io import read_text
+from fedsde._validate import choice
 from fedsde.errors import FedsdeInputError
 
 
@@ -44,9 +45,7 @@ class Field:
         if self.kind == "str":
             if not isinstance(value, str):
                 raise FedsdeInputError(f"{where}={value!r}: must be a string")
-            if self.choices and value not in self.choices:
-                raise FedsdeInputError(f"{where}={value!r}: must be one of {', '.join(self.choices)}")
-            return value
+            return choice(where, value, self.choices) if self.choices else value
         if self.kind == "int":
             if isinstance(value, bool) or not isinstance(value, int):
                 raise FedsdeInputError(f"{where}={value!r}: must be an integer")

@@ -27,6 +27,7 @@ from functools import cache
 
 import sympy as sp
 
+from fedsde._validate import choice
 from fedsde.symbolic import symbols as S
 
 READINGS = ("same_draw", "independent", "eq4")
@@ -151,13 +152,13 @@ def client_law(variant: str = "corrected", reading: str = "same_draw") -> Client
         ``η²Σ_k(E − S_k)²``; "independent": two independent draws, ``η²Σ_k(E² + S_k²)``; "eq4": what eq. (4)
         implies per round for one client (``h = η``), ``η²(E + √Σ_k S_k)²``.  ``S_k`` = :func:`paper_double_sum`.
     """
+    choice("variant", variant, ("corrected", "paper"))
     mean = sp.expand(S.w - contraction() * (S.w - S.a))
     if variant == "corrected":
         var = S.eta**2 * gamma()
         noise = paper_layout_noise()
         return ClientLaw("corrected", None, mean, var, mean_sum(), noise)
-    if variant != "paper":
-        raise ValueError(f"variant={variant!r}: must be 'corrected' or 'paper'")
+    choice("reading", reading, READINGS)
     N1, N2 = sp.symbols("N_1 N_2")
     dbl = sp.Sum(sp.Sum(S.r ** (S.j - S.i) * S.U, (S.i, 1, S.j)), (S.j, 0, S.E - 1))
     noise = -S.eta * dbl * N1 + S.E * S.eta * N2
@@ -166,10 +167,8 @@ def client_law(variant: str = "corrected", reading: str = "same_draw") -> Client
         var = S.eta**2 * S.Sigma * (S.E - Sk) ** 2
     elif reading == "independent":
         var = S.eta**2 * S.Sigma * (S.E**2 + Sk**2)
-    elif reading == "eq4":
+    else:  # "eq4"
         var = S.eta**2 * (S.E + sp.sqrt(S.Sigma) * Sk) ** 2
-    else:
-        raise ValueError(f"reading={reading!r}: must be one of {READINGS}")
     return ClientLaw("paper", reading, mean, var, mean_sum(), noise)
 
 

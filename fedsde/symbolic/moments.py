@@ -24,6 +24,7 @@ from functools import cache
 
 import sympy as sp
 
+from fedsde._validate import choice
 from fedsde.symbolic import symbols as S
 from fedsde.symbolic.local_sgd import contraction, gamma, generic, paper_double_sum, server_law, to_indexed
 from fedsde.symbolic.sde import VARIANTS, sde_coefficients
@@ -69,11 +70,9 @@ def ou_solution() -> OUSolution:
 
 def ode_residual(expr: sp.Expr, kind: str, A: sp.Expr = S.A, c: sp.Expr = S.c, b2: sp.Expr = S.b2) -> sp.Expr:
     """Residual of a candidate moment in its ODE: ``m' + A(m − c)`` or ``v' + 2Av − b²``."""
-    if kind == "mean":
+    if choice("kind", kind, ("mean", "var")) == "mean":
         return sp.diff(expr, S.t) + A * (expr - c)
-    if kind == "var":
-        return sp.diff(expr, S.t) + 2 * A * expr - b2
-    raise ValueError(f"kind={kind!r}: must be 'mean' or 'var'")
+    return sp.diff(expr, S.t) + 2 * A * expr - b2
 
 
 # ---------------------------------------------------------------------------------------------- per variant

@@ -26,7 +26,7 @@ import numpy as np
 import scipy.linalg
 import sympy as sp
 
-from fedsde._validate import positive_float, positive_int
+from fedsde._validate import choice, positive_float, positive_int
 from fedsde.errors import FedsdeInputError, NoStationaryLawError
 from fedsde.problems.quadratic import QuadraticProblem
 from fedsde.symbolic import symbols as S
@@ -39,8 +39,7 @@ BACKENDS = ("numpy", "torch")
 
 def lambdify(args, expr, backend: str = "numpy"):
     """``sympy.lambdify`` for the numpy or torch backend (``Piecewise`` → ``select`` / ``where``)."""
-    if backend not in BACKENDS:
-        raise FedsdeInputError(f"backend={backend!r}: must be one of {BACKENDS}")
+    choice("backend", backend, BACKENDS)
     return sp.lambdify(args, expr, modules=backend)
 
 
@@ -242,8 +241,7 @@ def sde_coefficients_numeric(
     E = positive_int("local_steps", local_steps)
     server_lr = positive_float("server_lr", server_lr)
     h = eta if h is None else positive_float("h", h)
-    if variant not in VARIANTS:
-        raise FedsdeInputError(f"variant={variant!r}: must be one of {', '.join(VARIANTS)}")
+    choice("variant", variant, VARIANTS)
     if problem.is_diagonal:
         return _diagonal(problem, eta, E, server_lr, h, variant)
     return _matrix(problem, eta, E, server_lr, h, variant)

@@ -31,6 +31,7 @@ from functools import cache
 
 import sympy as sp
 
+from fedsde._validate import choice
 from fedsde.sde.coefficients import VARIANTS  # the variants' one home (their numeric coefficients live there too)
 from fedsde.symbolic import symbols as S
 from fedsde.symbolic.local_sgd import server_law
@@ -105,17 +106,16 @@ def sde_coefficients(variant: str) -> SDECoefficients:
     ----------
     variant : {"paper", "corrected", "matched"}
     """
+    choice("variant", variant, VARIANTS)
     if variant == "paper":
         return SDECoefficients("paper", S.s * S.beta / S.h, S.C4, S.s**2 * S.eta**2 * S.b_paper**2 / S.h,
                                SOURCES["paper"])
     if variant == "corrected":
         return SDECoefficients("corrected", S.s * S.beta / S.h, S.C4, S.s**2 * S.sigma2 / S.h,
                                SOURCES["corrected"])
-    if variant == "matched":
-        rho = 1 - S.s * S.beta
-        A = -sp.log(rho) / S.h
-        return SDECoefficients("matched", A, S.C4, 2 * A * S.s**2 * S.sigma2 / (1 - rho**2), SOURCES["matched"])
-    raise ValueError(f"variant={variant!r}: must be one of {VARIANTS}")
+    rho = 1 - S.s * S.beta  # "matched"
+    A = -sp.log(rho) / S.h
+    return SDECoefficients("matched", A, S.C4, 2 * A * S.s**2 * S.sigma2 / (1 - rho**2), SOURCES["matched"])
 
 
 @cache

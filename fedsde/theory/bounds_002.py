@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fedsde._validate import positive_float, positive_int
+from fedsde._validate import choice, positive_float, positive_int
 from fedsde.errors import FedsdeInputError
 from fedsde.theory.results import BoundValue
 from fedsde.theory.schedules import PowerSchedule
@@ -112,9 +112,7 @@ class BoundInputs:
 
 
 def _variant(variant: str) -> str:
-    if variant not in VARIANTS:
-        raise FedsdeInputError(f"variant={variant!r}: must be 'paper' or 'corrected'")
-    return variant
+    return choice("variant", variant, VARIANTS)
 
 
 def _time(t) -> np.ndarray:

@@ -24,6 +24,7 @@ import torch
 from scipy import stats
 
 from fedsde._stats import loglog_slope
+from fedsde._tolerances import RANK_TOL
 from fedsde._validate import positive_int
 from fedsde.aggregators import FedAvg
 from fedsde.clients.streams import BLOCK, ReplicateStreams
@@ -99,7 +100,7 @@ def mardia(x: np.ndarray) -> dict:
     y = x - x.mean(0)
     S = y.T @ y / n
     lam, V = np.linalg.eigh(S)
-    if lam[0] <= 1e-14 * max(1.0, lam[-1]):
+    if lam[0] <= RANK_TOL * max(1.0, lam[-1]):
         raise FedsdeInputError("x: sample covariance is singular; Mardia's test needs full rank")
     z = y @ V / np.sqrt(lam)
     M = np.einsum("ia,ib,ic->abc", z, z, z) / n

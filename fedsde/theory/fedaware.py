@@ -19,8 +19,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from fedsde._tolerances import DIVISION_FLOOR, ROUNDING_SLACK, ZERO_WEIGHT
+from fedsde._validate import choice
 from fedsde.errors import FedsdeInputError
 from fedsde.theory.results import BoundValue
+
+VARIANTS = ("paper", "corrected")
 
 
 def _check(lam_tilde: np.ndarray, lam: np.ndarray, grads: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -43,7 +47,7 @@ def chi_quantities(lam_tilde, lam) -> dict:
     lam = np.asarray(lam, dtype=np.float64).reshape(-1)
     r = lt / lam
     return {"chi2": np.sum(r**2, axis=1), "chi": np.sum(r, axis=1), "A": np.sum((1.0 - r) ** 2, axis=1),
-            "zero_weights": np.sum(lt <= 1e-12, axis=1)}
+            "zero_weights": np.sum(lt <= ZERO_WEIGHT, axis=1)}
 
 
 def thm_4_1(lam_tilde, lam, grads, losses, *, L: float, eta: float, eta_l: float, K, alpha: float, p: float,
@@ -73,6 +77,7 @@ def thm_4_1(lam_tilde, lam, grads, losses, *, L: float, eta: float, eta_l: float
         ``value = nan`` and ``valid = False`` (the theorem does not apply).  ``terms`` carries ``rho`` (T,),
         ``A`` (T,), ``zero_weights`` (T,) and the other per-round pieces either way.
     """
+    choice("variant", variant, VARIANTS)
     lt, lam, g = _check(lam_tilde, lam, grads)
     T, N, _ = g.shape
     K = np.broadcast_to(np.asarray(K, dtype=np.float64), (N,))
@@ -83,18 +88,16 @@ def thm_4_1(lam_tilde, lam, grads, losses, *, L: float, eta: float, eta_l: float
     sq = np.sum(g**2, axis=-1)  # (T, N)
     zeta = np.sum((g - gf[:, None, :]) ** 2, axis=-1)
     num = sq @ lam
-    D = np.sqrt(num / np.maximum(np.sum(gft**2, axis=1), 1e-300))
+    D = np.sqrt(num / np.maximum(np.sum(gft**2, axis=1), DIVISION_FLOOR))
     G = float(np.sqrt(num.max()))
     cq = chi_quantities(lt, lam)
     A, chi2 = cq["A"], cq["chi2"]
     if variant == "paper":
         Phi = 30.0 * eta_l * ((K - Kmin)[None, :] * zeta).sum(1)
         sigma2 = 5.0 * eta_l * (sigma_l2 + 6.0 * Kmin**2 * sigma_g2)
-    elif variant == "corrected":
+    else:  # "corrected"
         Phi = 30.0 * eta_l * ((lam * (K - Kmin))[None, :] * zeta).sum(1)
         sigma2 = 5.0 * eta_l * (sigma_l2 + 6.0 * Kmin * sigma_g2)
-    else:
-        raise FedsdeInputError(f"variant={variant!r}: must be 'paper' or 'corrected'")
     rho = 1.0 - np.sqrt(A) - A - 6.0 * Kt * beta * L * G * np.sqrt(chi2) / D
     Delta = Phi + sigma2 + 5.0 * eta_l * 6.0 * Kt * np.sum(gf**2, axis=1)
     f = np.asarray(losses, dtype=np.float64).reshape(-1)
@@ -105,7 +108,7 @@ def thm_4_1(lam_tilde, lam, grads, losses, *, L: float, eta: float, eta_l: float
         "eta_l<=1/K_i": bool(np.all(eta_l <= 1.0 / K)),
         "momentum_(1-beta)^2(1+2L^2eta^2chi^2)<=1": bool(np.all((1 - beta) ** 2 * (1 + 2 * L**2 * eta**2 * chi2)
                                                                 <= 1)),
-        "grad_f<=grad_f_tilde": bool(np.all(np.sum(gf**2, 1) <= np.sum(gft**2, 1) * (1 + 1e-12))),
+        "grad_f<=grad_f_tilde": bool(np.all(np.sum(gf**2, 1) <= np.sum(gft**2, 1) * (1 + ROUNDING_SLACK))),
     }
     terms = {"rho": rho, "A": A, "chi2": chi2, "zero_weights": cq["zero_weights"], "D_tilde": D, "G_tilde": G,
              "Phi": Phi, "sigma2": sigma2, "conditions": conds}
@@ -139,6 +142,7 @@ def lemma_b_2(lam_tilde, lam, grads, *, sigma_g2: float, variant: str = "paper")
     Printed: ``RHS = A‖∇f‖²`` (invalid where ``∇f = 0`` but ``∇f_i ≠ 0``); corrected (Cauchy–Schwarz with
     ``a_i = λ̃_i/λ_i − 1``): ``RHS = A(σ_g² + ‖∇f‖²)``.
     """
+    choice("variant", variant, VARIANTS)
     lt, lam, g = _check(lam_tilde, lam, grads)
     diff = np.einsum("ti,tid->td", lt - lam[None, :], g)
     lhs = np.sum(diff**2, axis=1)

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import optimize
 
-from fedsde._validate import positive_float, positive_int
+from fedsde._tolerances import SLSQP_FTOL_MULTISTART
+from fedsde._validate import choice, client_weights, positive_float, positive_int, unit_interval
 from fedsde.aggregators import Aggregator, get_aggregator
 from fedsde.errors import FedsdeInputError
 from fedsde.exact import round_law
@@ -36,17 +37,14 @@ def accumulation_vector(tau: int, solver: str = "vanilla", *, alpha: float = 0.0
     * ``"momentum"`` (heavy ball ``ρ``, buffer reset each round): ``[1 − ρ^τ, …, 1 − ρ]/(1 − ρ)``.
     """
     tau = positive_int("tau", tau)
+    choice("solver", solver, SOLVERS)
     if solver == "vanilla":
         return np.ones(tau)
     if solver == "prox":
-        if not 0 <= alpha <= 1:
-            raise FedsdeInputError(f"alpha={alpha!r}: FedProx's α = ημ must lie in [0, 1]")
+        unit_interval("alpha", alpha, closed_right=True)  # FedProx's α = ημ
         return (1.0 - alpha) ** np.arange(tau - 1, -1, -1, dtype=np.float64)
-    if solver == "momentum":
-        if not 0 <= rho < 1:
-            raise FedsdeInputError(f"rho={rho!r}: momentum must lie in [0, 1)")
-        return (1.0 - rho ** np.arange(tau, 0, -1, dtype=np.float64)) / (1.0 - rho)
-    raise FedsdeInputError(f"solver={solver!r}: must be one of {', '.join(SOLVERS)}")
+    unit_interval("rho", rho)  # "momentum"
+    return (1.0 - rho ** np.arange(tau, 0, -1, dtype=np.float64)) / (1.0 - rho)
 
 
 @dataclass(frozen=True)
@@ -98,10 +96,7 @@ def fednova_quantities(p, a_vectors, *, aggregator: str | Aggregator = "fedavg",
     tau_eff : float, optional
         Effective steps; default ``Σ p_i ‖a_i‖₁`` for both.
     """
-    p = np.asarray(p, dtype=np.float64).reshape(-1)
-    if np.any(p < 0) or p.sum() <= 0:
-        raise FedsdeInputError("p: weights must be >= 0 with a positive sum")
-    p = p / p.sum()
+    p = client_weights("p", p)
     if len(a_vectors) != p.shape[0]:
         raise FedsdeInputError(f"a_vectors: need one accumulation vector per client ({p.shape[0]})")
     avs = [np.asarray(a, dtype=np.float64).reshape(-1) for a in a_vectors]
@@ -141,7 +136,7 @@ def isotropic_dissimilarity(problem: QuadraticProblem) -> tuple[Constant, Consta
     for w0 in (np.full(m, 1.0 / m), *np.eye(m) * 0.5 + 0.5 / m):
         res = optimize.minimize(neg_var, w0, method="SLSQP", bounds=[(0, 1)] * m,
                                 constraints=[{"type": "eq", "fun": lambda w: w.sum() - 1.0}],
-                                options={"ftol": 1e-14, "maxiter": 500})
+                                options={"ftol": SLSQP_FTOL_MULTISTART, "maxiter": 500})
         if best is None or res.fun < best.fun:
             best = res
     kappa2 = float(lam[0] ** 2 * -best.fun)

@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from fedsde._validate import choice
+
 HOLDS = "holds"
 FAILS = "fails"
 NOT_APPLICABLE = "not applicable"
@@ -132,8 +134,7 @@ class Verdict:
     family: dict | None = None
 
     def __post_init__(self):
-        if self.verdict not in VERDICTS:
-            raise ValueError(f"verdict={self.verdict!r}: must be one of {VERDICTS}")
+        choice("verdict", self.verdict, VERDICTS)
 
     def to_dict(self) -> dict:
         return {"verdict": self.verdict, "margin": self.margin, "margin_note": self.margin_note,

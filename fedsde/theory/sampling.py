@@ -25,7 +25,7 @@ from math import comb, factorial
 
 import numpy as np
 
-from fedsde._validate import client_steps, positive_int
+from fedsde._validate import choice, client_steps, client_weights, positive_int
 from fedsde.errors import FedsdeInputError
 from fedsde.exact import client_round_maps
 from fedsde.problems.quadratic import QuadraticProblem
@@ -39,16 +39,12 @@ def weighting_distribution(p, m: int, weighting: str) -> tuple[np.ndarray, np.nd
     ``p`` are the client weights, normalised here to sum to 1 (as every problem's ``p`` is). Returns
     ``(omega, prob)`` with ``omega`` of shape (K, Q) and ``prob`` (K,) summing to 1.
     """
-    p = np.asarray(p, dtype=np.float64).reshape(-1)
-    if p.size == 0 or not np.all(np.isfinite(p)) or np.any(p < 0) or p.sum() <= 0:
-        raise FedsdeInputError(f"p={p.tolist()}: client weights must be finite, >= 0 and not all zero")
-    p = p / p.sum()
+    p = client_weights("p", p, noun="client weights")
     Q = p.size
     m = positive_int("participation", m)
     if m > Q and weighting != "multinomial":
         raise FedsdeInputError(f"participation={m}: cannot exceed the number of clients Q={Q}")
-    if weighting not in WEIGHTINGS:
-        raise FedsdeInputError(f"weighting={weighting!r}: must be one of {', '.join(WEIGHTINGS)}")
+    choice("weighting", weighting, WEIGHTINGS)
     rows, probs = [], []
     if weighting == "multinomial":
         for counts in itertools.product(range(m + 1), repeat=Q):

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import integrate
 
-from fedsde._validate import positive_float
+from fedsde._tolerances import QUAD_RTOL
+from fedsde._validate import positive_float, unit_interval
 from fedsde.errors import FedsdeInputError
 from fedsde.theory.results import CLOSED_FORM, QUADRATURE, Constant
 
@@ -49,9 +50,7 @@ class PowerSchedule:
 
     def __post_init__(self):
         positive_float("scale", self.scale)
-        b = float(self.b)
-        if not np.isfinite(b) or b < 0 or b > 1:
-            raise FedsdeInputError(f"b={self.b!r}: must lie in [0, 1]")
+        unit_interval("b", self.b, closed_right=True)
 
     # ------------------------------------------------------------------ values
     @property
@@ -147,7 +146,7 @@ class PowerSchedule:
             if ti < 0:
                 raise FedsdeInputError(f"t={ti!r}: must be >= 0")
             if ti > prev:
-                acc += integrate.quad(f, prev, ti, limit=200, epsabs=0.0, epsrel=1e-11)[0]
+                acc += integrate.quad(f, prev, ti, limit=200, epsabs=0.0, epsrel=QUAD_RTOL)[0]
                 prev = ti
             out[i] = acc
         return out.reshape(np.shape(t)) if np.ndim(t) else out[0]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from fedsde.errors import FedsdeInputError
 from fedsde.exact import transient_moments
 from fedsde.report.figures.common import subplots
 from fedsde.report.gallery import FigureOutput, RunContext
@@ -14,7 +15,7 @@ from fedsde.symbolic.numeric import aggregates, moment_functions
 def make(cfg: dict, ctx: RunContext) -> FigureOutput:
     pb = ctx.problem
     if not pb.is_diagonal:
-        raise ValueError("F6 uses the scalar formulas of Thm 6.3 and needs a diagonal problem")
+        raise FedsdeInputError("F6: uses the scalar formulas of Thm 6.3 and needs a diagonal problem")
     eta, E, n = cfg["eta"], cfg["local_steps"], cfg["rounds"]
     w0 = np.full(pb.d, cfg["w0"])
     ag = aggregates(pb, eta, E)

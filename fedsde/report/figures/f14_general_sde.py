@@ -18,8 +18,9 @@ def make(cfg: dict, ctx: RunContext) -> FigureOutput:
 
 
 def _make(cfg: dict, ctx: RunContext) -> FigureOutput:
+    from fedsde._tolerances import Z95
     from fedsde.problems import data_problem_from_dict
-    from fedsde.validity.general import Z95, cost_to_error, general_sde_study
+    from fedsde.validity.general import cost_to_error, general_sde_study
 
     pb = data_problem_from_dict({"kind": "classification", "dataset": "digits", "model": "softmax",
                                  "clients": cfg["clients"], "partition": "dirichlet", "alpha": 0.5,

@@ -13,6 +13,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from fedsde._tolerances import DIVISION_FLOOR, ROUNDING_ATOL, ROUNDING_SLACK, SOLVER_SLACK
+from fedsde._tolerances import label as tol_label
 from fedsde.problems import QuadraticProblem
 from fedsde.theory.claims._common import combine, predicate
 from fedsde.theory.claims.base import CheckOptions, Claim, ClaimResult, Figure, Series
@@ -144,7 +146,8 @@ def check_thm_4_2(opt: CheckOptions) -> ClaimResult:
 
 
 def check_lemma_b_2(opt: CheckOptions) -> ClaimResult:
-    """Margin per run: ``min over the points of (rhs(1 + 1e-12) − lhs)/max lhs`` (rounding tolerance)."""
+    """Margin per run: ``min over the points of (rhs(1 + ε) + ε_abs − lhs)/max lhs`` with the rounding tolerance
+    ``ε`` = :data:`~fedsde._tolerances.ROUNDING_SLACK` (``ε_abs`` = :data:`~fedsde._tolerances.ROUNDING_ATOL`)."""
     out, params = {"paper": {}, "corrected": {}}, {}
     for label, prob, X, lams, sg2, par in _runs(opt):
         # the trajectory's points and weights, plus x* with the last round's weights
@@ -159,7 +162,7 @@ def check_lemma_b_2(opt: CheckOptions) -> ClaimResult:
             k = int(np.argmax(viol))
             nums = {"max_lhs_minus_rhs": float(viol[k]), "at_point": pts[k], "lhs": float(lhs[k]),
                     "rhs": float(rhs[k]), "points": "trajectory x^t with λ̃^t, and x* with the last λ̃"}
-            slack = rhs * (1 + 1e-12) + 1e-15 - lhs  # rounding tolerance 1e-12 relative
+            slack = rhs * (1 + ROUNDING_SLACK) + ROUNDING_ATOL - lhs  # rounding tolerance
             nums["fraction_of_points_holding"] = float(np.mean(slack > 0))
             margin = float(np.min(slack) / np.max(lhs))
             out[variant][label] = predicate(margin, "min over the points of (rhs − lhs) / max lhs", nums,
@@ -170,7 +173,8 @@ def check_lemma_b_2(opt: CheckOptions) -> ClaimResult:
 
 
 def check_def_3_2(opt: CheckOptions) -> ClaimResult:
-    """Margin per run: ``min_t D̃(x^t) − 1`` (+1e-12 rounding as printed, +1e-9 solver tolerance corrected)."""
+    """Margin per run: ``min_t D̃(x^t) − 1`` (+ :data:`~fedsde._tolerances.ROUNDING_SLACK` as printed,
+    + :data:`~fedsde._tolerances.SOLVER_SLACK` corrected: the min-norm solver's tolerance)."""
     from fedsde.aggregators.min_norm import min_norm_weights
 
     pr, co, params = {}, {}, {}
@@ -180,7 +184,7 @@ def check_def_3_2(opt: CheckOptions) -> ClaimResult:
 
         def dtilde(weights, g=g, num=num):
             gft = np.einsum("ti,tid->td", weights, g)
-            return np.sqrt(num / np.maximum(np.sum(gft**2, axis=1), 1e-300))
+            return np.sqrt(num / np.maximum(np.sum(gft**2, axis=1), DIVISION_FLOOR))
 
         d_alg = dtilde(lams)
         exact = np.array([min_norm_weights(gt) for gt in g])
@@ -188,11 +192,13 @@ def check_def_3_2(opt: CheckOptions) -> ClaimResult:
         nums = {"min_D_tilde_algorithm_weights": float(d_alg.min()),
                 "min_D_tilde_exact_min_norm": float(d_exact.min()),
                 "zero_weights_exact": chi_quantities(exact, prob.p)["zero_weights"]}
-        pr[label] = predicate(float(d_alg.min() - 1 + 1e-12), "min_t D̃(x^t) − 1 (+1e-12 rounding)", nums,
+        pr[label] = predicate(float(d_alg.min() - 1 + ROUNDING_SLACK),
+                              f"min_t D̃(x^t) − 1 (+{tol_label(ROUNDING_SLACK)} rounding)", nums,
                               "D̃ >= 1 with the algorithm's λ̃ (from momenta)",
                               f"{label}: D̃ drops to {d_alg.min():.3g} < 1 with the λ̃ the algorithm computes from "
                               "momenta")
-        co[label] = predicate(float(d_exact.min() - 1 + 1e-9), "min_t D̃(x^t) − 1 (+1e-9 solver tolerance)", nums,
+        co[label] = predicate(float(d_exact.min() - 1 + SOLVER_SLACK),
+                              f"min_t D̃(x^t) − 1 (+{tol_label(SOLVER_SLACK)} solver tolerance)", nums,
                               "D̃ >= 1 when λ̃ is the exact min-norm solution on the true gradients",
                               f"{label}: D̃ < 1 even with exact min-norm weights")
         if par is not None:

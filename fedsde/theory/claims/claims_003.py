@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from fedsde._tolerances import EXACT_AGREEMENT, EXACT_AGREEMENT_STRICT, NUMERICAL_AGREEMENT
+from fedsde._tolerances import label as tol_label
 from fedsde.exact import round_law, transient_moments
 from fedsde.exact.round_law import one_minus_power
 from fedsde.problems import QuadraticProblem
@@ -260,8 +262,8 @@ def check_lemma_1(opt: CheckOptions) -> ClaimResult:
                         "min(log–log slope in η of ‖x̃(η) − Στe/Στ‖ − 0.5, log10(‖x̃ − x*‖/1e-2))",
                         nums, f"FedAvg's limit → Σ τ_i e_i/Σ τ_i as η → 0, at distance {gap:.3g} from x*",
                         "limit not reached or no inconsistency")
-    corrected = predicate(log_margin(1e-10, dev_formula),
-                          "log10(1e-10 / max deviation)", nums,
+    corrected = predicate(log_margin(EXACT_AGREEMENT_STRICT, dev_formula),
+                          f"log10({tol_label(EXACT_AGREEMENT_STRICT)} / max deviation)", nums,
                           "at finite η the limit is Σ p_i[1 − (1−η)^τ_i] e_i / Σ p_i[1 − (1−η)^τ_i] (exact)",
                           "finite-η formula off")
     return ClaimResult(printed, corrected)
@@ -276,7 +278,8 @@ def check_fednova_consistent(opt: CheckOptions) -> ClaimResult:
     nums = {"eta": etas, "fednova_distance_to_optimum": fn, "fedavg_distance_to_optimum": fa,
             "fednova_slope_in_eta": slope,
             "fixed_point_eta_0.01": objective_inconsistency_gap(prob, 0.01, TAU, aggregator="fednova")["fixed_point"]}
-    printed = predicate(log_margin(1e-6, fn.max()), "log10(1e-6 / max_η ‖x̂ − x*‖)", nums,
+    printed = predicate(log_margin(NUMERICAL_AGREEMENT, fn.max()),
+                        f"log10({tol_label(NUMERICAL_AGREEMENT)} / max_η ‖x̂ − x*‖)", nums,
                         "FedNova's limit is x*", f"at η = 0.01 FedNova's limit is {fn[0]:.3g} from x* (bias O(ητ))")
     corrected = predicate(0.2 - abs(slope - 1.0), "0.2 − |slope − 1|", nums,
                           f"FedNova's bias vanishes like η^{slope:.2f} (consistent as η → 0; FedAvg's does not)",
@@ -299,11 +302,14 @@ def check_lemma_5(opt: CheckOptions) -> ClaimResult:
         rows.append({"tau": (t1, t2), "grad_sq_limit": g2, "printed": pc, "corrected": cc})
     nums = {"rows": rows, "max_rel_error_printed_constants": max_err_p,
             "max_rel_error_corrected_constants": max_err_c, "max_rel_error_product_vs_limit": max_prod}
-    printed = predicate(log_margin(1e-9, max_err_p), "log10(1e-9 / max relative error of κ², χ²)", nums,
+    printed = predicate(log_margin(EXACT_AGREEMENT, max_err_p),
+                        f"log10({tol_label(EXACT_AGREEMENT)} / max relative error of κ², χ²)", nums,
                         "printed κ², χ² are the example's", "printed κ² (×½) and χ² (×2) are off by 2 in opposite "
                         "directions; only their product χ²κ² = ‖∇F(x∞)‖² is right")
-    corrected = predicate(min(log_margin(1e-9, max_err_c), log_margin(1e-4, max_prod)),
-                          "min(log10(1e-9/rel. error of κ², χ²), log10(1e-4/rel. error of χ²κ² vs the limit))", nums,
+    # 1e-4: the product is compared with the limit at η = 1e-6, where it is off by O(η)
+    corrected = predicate(min(log_margin(EXACT_AGREEMENT, max_err_c), log_margin(1e-4, max_prod)),
+                          f"min(log10({tol_label(EXACT_AGREEMENT)}/rel. error of κ², χ²), "
+                          "log10(1e-4/rel. error of χ²κ² vs the limit))", nums,
                           "κ² = 4w₁w₂a², χ² = (τ₂−τ₁)²/(4τ₁τ₂), and ‖∇F(x∞)‖² = χ²κ² exactly",
                           "corrected constants off")
     return ClaimResult(printed, corrected)

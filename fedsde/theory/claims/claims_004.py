@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 from scipy import optimize
 
+from fedsde._tolerances import NUMERICAL_AGREEMENT, SLSQP_FTOL
+from fedsde._tolerances import label as tol_label
 from fedsde.exact import client_round_maps, transient_moments
 from fedsde.problems import QuadraticProblem
 from fedsde.theory.claims._common import Member, bound_over_horizons, combine, family_verdict, log_margin, rounded
@@ -116,7 +118,8 @@ def check_weights(opt: CheckOptions) -> ClaimResult:
     form as printed); the appendix's ``2K`` factor is reported next to it (``margin_appendix_2K``).
 
     Corrected: the reformulated objective's minimiser is the simplex projection ``Proj_Δ((αn − γd/2)/(α+β))``.
-    Margin per ``(n, d)``: ``log10(1e-6 / max|projection − SLSQP minimiser|)``, SLSQP started from the uniform
+    Margin per ``(n, d)``: ``log10(tol / max|projection − SLSQP minimiser|)`` with ``tol`` =
+    :data:`~fedsde._tolerances.NUMERICAL_AGREEMENT`, SLSQP started from the uniform
     weights (not from the projection or ``n``); the bound's own minimiser (also from uniform) and how much it
     improves on ``p = n`` are reported.
     """
@@ -143,11 +146,11 @@ def check_weights(opt: CheckOptions) -> ClaimResult:
 
         res = optimize.minimize(f, uniform, method="SLSQP", bounds=[(0, 1)] * 4,
                                 constraints=[{"type": "eq", "fun": lambda p: p.sum() - 1.0}],
-                                options={"ftol": 1e-15, "maxiter": 1000})
+                                options={"ftol": SLSQP_FTOL, "maxiter": 1000})
         gap = float(np.abs(project_simplex(res.x) - p_proj).max())
         p_opt = minimise_bound(n, d, **tv, start=uniform)
         b_n = disco_bound(n, d, n, **tv).value
-        cm.append(Member(label, rounded(par), log_margin(1e-6, gap), {
+        cm.append(Member(label, rounded(par), log_margin(NUMERICAL_AGREEMENT, gap), {
             "p_projection": p_proj, "p_slsqp_reformulated": res.x, "max_|projection − SLSQP|": gap,
             "p_bound_minimiser": p_opt, "max_|p_opt − n|": float(np.abs(p_opt - n).max()),
             "bound_improvement_over_n": (b_n - disco_bound(n, d, p_opt, **tv).value) / b_n}))
@@ -157,7 +160,9 @@ def check_weights(opt: CheckOptions) -> ClaimResult:
                              "the practical Disco weights (a=0.5, b=0.1) raise the bound on {worst} ({failing} "
                              "fail; the appendix's 2K factor in numbers)", keep=3)
     printed.numbers["test_vector"] = {**tv, "n": N_FRAC, "d": DISC, **pm[0].numbers}
-    corrected = family_verdict(name, cm, "log10(1e-6 / max|Proj_Δ formula − SLSQP minimiser|) (worst)",
+    corrected = family_verdict(name, cm,
+                               f"log10({tol_label(NUMERICAL_AGREEMENT)} / max|Proj_Δ formula − SLSQP minimiser|) "
+                               "(worst)",
                                "the reformulated minimiser is Proj_Δ((αn − γd/2)/(α+β)) on every (n, d); the "
                                "bound's own minimiser stays close to n and lowers the bound a little",
                                "projection formula off on {worst}", keep=3)
