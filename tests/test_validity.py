@@ -15,7 +15,7 @@ from fedsde.problems import QuadraticProblem, save_problem
 from fedsde.sde import quadratic_sde_coefficients
 from fedsde.sde.svag import svag_chain, svag_coefficients, svag_round_law, svag_transient_moments
 from fedsde.sim import simulate
-from fedsde.validity import richardson_limit, validity_test, validity_verdict
+from fedsde.validity import GapPath, bonferroni_quantile, richardson_limit, validity_test, validity_verdict
 from tests.helpers import assert_moments_within, brute_round
 
 W0 = [3.0, 3.0]
@@ -119,7 +119,7 @@ def test_verdict_flips_between_tracking_and_non_tracking_settings(problem):
     bad = validity_test(problem, eta=0.2, local_steps=5, server_lr=1.5, **kw)
     assert good.verdict.tracks and good.verdict.margin > 0.02
     assert not bad.verdict.tracks and bad.verdict.margin < -0.02
-    assert bad.verdict.worst["ells"] == [1, 2]
+    assert bad.verdict.worst["ells"] == [1, None]  # FedAvg against ℓ → ∞ (the SDE), not successive ℓ
     assert good.verdict.horizon == pytest.approx(0.5)  # T = 10 rounds · h, h = η = 0.05
     # means at ℓ = 1 are FedAvg's exact E F within noise
     law = transient_moments(problem, 0.2, 5, 10, 1.5, w0=W0)
@@ -128,20 +128,33 @@ def test_verdict_flips_between_tracking_and_non_tracking_settings(problem):
 
 
 def test_verdict_rule_on_synthetic_numbers():
+    """The three outcomes from known gap paths: simultaneous Student-t intervals against a tolerance on d."""
     times = np.array([0.0, 1.0, 2.0, 3.0])
-    mean = np.array([[1.0, 0.8, 0.6, 0.5], [1.0, 0.8, 0.6, 0.5]])
-    se = np.full_like(mean, 0.01)
-    ok = validity_verdict([1, 2], times, {"train_loss": {"mean": mean, "se": se}}, tolerance=0.05)
-    assert ok.tracks and ok.horizon == 3.0 and ok.comparisons == 3
-    # margins are relative to the pair's magnitude at each time; the smallest is where the magnitude is largest
-    assert ok.margin == pytest.approx(0.05 + ok.z * np.sqrt(2) * 0.01 / 0.8)
-    mean2 = mean.copy()
-    mean2[1, 2:] += 0.2  # gap 0.2 > 0.05·scale + z·0.014 from t = 2 on
-    bad = validity_verdict([1, 2], times, {"train_loss": {"mean": mean2, "se": se}}, tolerance=0.05)
-    assert not bad.tracks and bad.horizon == 1.0 and bad.worst["time"] == 3.0
-    assert bad.margin == pytest.approx(0.05 + (bad.z * np.sqrt(2) * 0.01 - 0.2) / 0.7)
+    sde = np.array([3.0, 2.0, 1.5, 1.0])  # range 2
+    se = np.array([0.0, 0.01, 0.01, 0.01])
+    zero = np.zeros(4)
+
+    def verdict(est, se=se, R=30, **kw):
+        return validity_verdict(times, {"train_loss": GapPath(np.asarray(est), se, sde, zero)}, replicates=R,
+                                reference="exact", **kw)
+
+    ok = verdict([0.0, 0.02, 0.01, -0.01])
+    q = bonferroni_quantile(0.05, 3, 29)
+    assert ok.outcome == "tracks" and ok.tracks and ok.comparisons == 3 and ok.z == pytest.approx(q)
+    assert ok.horizon == 3.0 and ok.replicates_needed is None and ok.worst["ells"] == [1, None]
+    assert ok.worst["gap"] == pytest.approx(0.01) and ok.worst["time"] == 1.0  # 0.02 / range 2
+    assert ok.worst["upper"] == pytest.approx((0.02 + q * 0.01) / 2)
+    assert ok.margin == pytest.approx(1 - ok.worst["upper"] / 0.05)
+    bad = verdict([0.0, 0.02, 0.3, 0.25])  # d = 0.15 at t = 2, far beyond noise
+    assert bad.outcome == "does not track" and not bad.tracks and bad.horizon == 1.0 and bad.worst["time"] == 2.0
+    assert bad.worst["lower"] == pytest.approx((0.3 - q * 0.01) / 2) and bad.worst["lower"] > 0.05
+    unsure = verdict([0.0, 0.02, 0.1, 0.05], se=np.array([0.0, 0.02, 0.02, 0.02]), R=5)  # d = 0.05 at t = 2
+    assert unsure.outcome == "inconclusive" and unsure.replicates_needed is None  # d̂ = tol exactly: none decides
+    near = verdict([0.0, 0.02, 0.09, 0.05], se=np.array([0.0, 0.02, 0.02, 0.02]), R=5)
+    assert near.outcome == "inconclusive" and near.replicates_needed > 5 and "replicates" in near.reason
     with pytest.raises(FedsdeInputError, match="alpha"):
-        validity_verdict([1, 2], times, {"train_loss": {"mean": mean, "se": se}}, alpha=1.5)
+        validity_test(QuadraticProblem.from_arrays([1.0], [0.0], [1.0]), eta=0.1, local_steps=1, rounds=2,
+                      replicates=4, seed=0, alpha=1.5)
 
 
 def test_richardson_limit_is_exact_for_order_one_errors():

@@ -107,14 +107,17 @@ def test_cli_compare_on_a_data_problem(data_file, capsys):
 @pytest.mark.slow
 @pytest.mark.parametrize("model", ["softmax", "mlp"])
 def test_verdict_flips_on_digits(model):
-    """F13's two settings: a small step tracks; a large server step (s = 8) does not, the gap far beyond tolerance."""
+    """F13's two settings: a small step is not rejected (16 replicates cannot resolve test accuracy to one point:
+    inconclusive, with the replicates that would decide, or tracks); a large server step (s = 8) does not track."""
     spec = {**DATA, "model": model, "clients": 5, "partition": "dirichlet", "alpha": 0.5, "batch_size": 16}
     pb = data_problem_from_dict(spec | ({"hidden": 16} if model == "mlp" else {}))
     kw = dict(rounds=5, replicates=16, seed=0, metrics=["train_loss", "test_accuracy"])
     good = validity_test(pb, eta=0.05, local_steps=2, server_lr=1.0, **kw)
     bad = validity_test(pb, eta=0.2, local_steps=5, server_lr=8.0, **kw)
-    assert good.verdict.tracks and good.verdict.margin > 0.02
-    assert not bad.verdict.tracks and bad.verdict.margin < -0.05
+    assert good.verdict.outcome in ("tracks", "inconclusive")
+    assert good.verdict.worst["lower"] <= good.verdict.worst["tolerance"]
+    assert good.verdict.tracks or good.verdict.replicates_needed > 16
+    assert bad.verdict.outcome == "does not track" and bad.verdict.worst["lower"] > bad.verdict.worst["tolerance"]
 
 
 def test_gallery_figures_f13_f14_on_tiny_settings():

@@ -91,7 +91,8 @@ def test_validity_refuses_an_unstable_server_recursion(capsys):
 
 @pytest.mark.parametrize("ells", ["1,1", "2", "4,4,4"])
 def test_validity_needs_two_distinct_ells(capsys, ells):
-    argv = [*VAL, "--eta", "0.05"]
+    # the SVAG reference needs two values of ℓ (its Richardson limit); the exact reference needs none besides FedAvg
+    argv = [*VAL, "--eta", "0.05", "--reference", "svag"]
     argv[argv.index("1,2")] = ells
     one_line_error(*run(capsys, argv), f"--ells='{ells}'", "at least two distinct values")
 
@@ -199,19 +200,43 @@ def test_f14_ells_need_three_values():
     with pytest.raises(FedsdeInputError, match=r"F14\.ells"):
         check_constraints({**cfg, "F14": {**cfg["F14"], "ells": [1, 2]}}, ["F14"], None)
 
-# ---------------------------------------------------------------- claim 002/eq-2-model: reason and problem texts
-def test_claim_eq_2_model_texts(monkeypatch):
+# ---------------------------------------------------------------- claim 002/eq-2-model: fit and held-out sets
+def test_claim_eq_2_model_fits_on_one_set_and_judges_another(monkeypatch):
     import fedsde.theory.claims.validity_002 as mod
     from fedsde.theory.claims.base import CheckOptions
 
     claim = next(c for c in mod.CLAIMS if c.id == "002/eq-2-model")
-    assert "ℓ = 1, 2, 4, 8)" in claim.problem and "ℓ = 1, 2, 4, 3 base rounds" in claim.problem
-    monkeypatch.setattr(mod, "DIGITS_SETTINGS", [])  # the exact-law settings only (fast)
+    assert "Fit: the table problem" in claim.problem and "Held out:" in claim.problem and "digits" in claim.problem
+    # the exact settings only (fast): digits replaced by a tracking Monte-Carlo member
+    fake = {"kappa": 0.03, "d": 0.02, "upper": 0.03, "time": 0.4, "outcome": "tracks", "rounds": 10,
+            "replicates": 16, "margin": 0.4, "regime": "not checked", "loss_drop": 0.7}
+    monkeypatch.setattr(mod, "digits_setting", lambda opt: fake)
     res = mod.check_eq_2_model(CheckOptions())
-    table = res.details["settings"]
-    n_ok = sum(v["margin"] > 0 for v in table.values())
-    assert f"({n_ok} of {len(table)} settings track)" in res.printed.reason, res.printed.reason
-    assert res.details["ells"] == {"table": [1, 2, 4, 8], "digits": [1, 2, 4]}
+    d = res.details
+    fit, held = d["fit"], d["held_out"]
+    assert len(fit) == 2 * len(mod.FIT_SETTINGS) and len(held) > 0 and not set(fit) & set(held)
+    k_star, first = d["threshold"], d["first_fit_failure"]
+    assert k_star < first
+    assert all(v["outcome"] == "tracks" for v in fit.values() if v["kappa"] <= k_star)  # the threshold rule
+    assert any(v["outcome"] != "tracks" for v in fit.values() if v["kappa"] == first)
+    below = [v for v in held.values() if v["kappa"] <= k_star]
+    assert below and res.corrected.verdict == ("holds" if all(v["outcome"] == "tracks" for v in below) else "fails")
+    assert f"κ* = {k_star:.3g}" in res.corrected.reason and res.printed.verdict == "fails"
+    n_ok = sum(v["margin"] > 0 for v in {**fit, **held}.values())
+    assert f"({n_ok} of {len(fit) + len(held)} settings track)" in res.printed.reason
+    assert d["reference_check"]["deviation"] < d["reference_check"]["tolerance"]
+
+
+def test_claim_eq_2_model_without_a_threshold_is_only_observed(monkeypatch):
+    import fedsde.theory.claims.validity_002 as mod
+    from fedsde.theory.claims.base import CheckOptions
+
+    monkeypatch.setattr(mod, "TOLERANCE", 1e-4)  # nothing tracks: no threshold can be fitted
+    monkeypatch.setattr(mod, "digits_setting", lambda opt: {"kappa": 0.03, "d": 0.02, "outcome": "does not track",
+                                                            "margin": -1.0})
+    res = mod.check_eq_2_model(CheckOptions())
+    assert res.details["threshold"] is None and res.corrected.verdict == "fails"
+    assert res.corrected.reason.startswith("observed on") and res.corrected.margin <= 0
 
 
 # ---------------------------------------------------------------- verdict inputs, seeds, labels

@@ -14,22 +14,33 @@ from fedsde._cli.common import (
 )
 from fedsde.problems import load_problem
 
+#: values of ``--reference``
+REFERENCES = ("exact", "svag")
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "validity",
-        help="SVAG test: does the SDE of FedAvg track FedAvg on this problem (ℓ = 1, 2, 4, 8)?",
-        description="Run the SVAG chain lifted to the server round (Li, Malladi & Arora 2021) for each ℓ: ℓ× more "
-        "rounds with server step s/ℓ and displacement Â_ℓ = (1+√(2ℓ−1))/2·Â⁽¹⁾ + (1−√(2ℓ−1))/2·Â⁽²⁾ from two "
-        "independent client rounds (ℓ = 1 is FedAvg). The chains converge to the SDE (2) at rate 1/ℓ; where the "
-        "metrics of successive ℓ agree within noise and --tolerance on the grid t = n·h, the SDE tracks FedAvg. "
-        "Quadratic and data problem files (kind = \"classification\") are accepted.",
+        help="does the SDE of FedAvg track FedAvg on this problem? (FedAvg against the SDE's exact law or SVAG)",
+        description="Run FedAvg (ℓ = 1, R replicates) and judge it against seed 002's SDE (2) on the grid t = n·h: "
+        "d(t) = |E φ_FedAvg(t) − E φ_SDE(t)| / (range of E φ_SDE over [0, T]) for the train loss, ‖∇F‖² and ‖w − w0‖ "
+        "(test accuracy: the gap in accuracy units). The SDE's value is its exact law (--reference exact, quadratic "
+        "clients: the OU law of eq. (2) with exact round moments) or the Richardson limit of SVAG chains lifted to "
+        "the server round (--reference svag; Li, Malladi & Arora 2021): ℓ× more rounds with server step s/ℓ and "
+        "displacement (1+√(2ℓ−1))/2·Â⁽¹⁾ + (1−√(2ℓ−1))/2·Â⁽²⁾ from two independent client rounds. Simultaneous "
+        "Student-t intervals (Bonferroni, level --alpha) give one of three outcomes: tracks (every upper bound of d "
+        "<= tolerance), does not track (some lower bound > tolerance), or inconclusive (with the replicates that "
+        "would decide). Quadratic and data problem files (kind = \"classification\") are accepted.",
     )
     add_problem_args(p)
     p.add_argument("--rounds", type=int, required=True, metavar="n", help="base rounds: the test runs to t = n·h")
-    p.add_argument("--ells", default="1,2,4,8", metavar="ℓ1,ℓ2,…",
-                   help="SVAG parameters, at least two distinct integers >= 1 (default 1,2,4,8; include 1, FedAvg "
-                   "itself, to test FedAvg)")
+    p.add_argument("--reference", choices=REFERENCES, default=None,
+                   help="the SDE's value: exact (its exact law; default where one exists: quadratic clients) or svag "
+                   "(Richardson limit of the two largest ℓ; default for data problems)")
+    p.add_argument("--ells", default=None, metavar="ℓ1,ℓ2,…",
+                   help="SVAG parameters, distinct integers >= 1; the smallest is the chain judged (1: FedAvg). "
+                   "Default 1 with --reference exact (add larger ℓ for the 1/ℓ report) and 1,2,4,8 with svag (at "
+                   "least two values; three besides FedAvg let the 1/ℓ regime be checked)")
     p.add_argument("--replicates", type=int, required=True, metavar="R", help="independent chains per ℓ (>= 2)")
     p.add_argument("--seed", type=int, required=True, metavar="S")
     p.add_argument("--h", type=float, default=None, metavar="h", help="time step of one base round (default η)")
@@ -37,10 +48,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="start point (default: the problem's initial weights for a data problem — zero for linear "
                    "models, seeded for an MLP — and zero for quadratic clients)")
     p.add_argument("--tolerance", type=float, default=0.05, metavar="tol",
-                   help="relative tolerance of the verdict: a gap between successive ℓ counts against tracking only "
-                   "beyond tol·(metric's magnitude) + z·s.e. (default 0.05)")
+                   help="largest accepted d: FedAvg's distance from the SDE as a fraction of the SDE's movement "
+                   "(range of its mean path over [0, T]) of the loss, ‖∇F‖² and ‖w − w0‖ (default 0.05)")
+    p.add_argument("--accuracy-tolerance", type=float, default=0.01, metavar="tol",
+                   help="largest accepted gap of the test accuracy, in accuracy units (default 0.01: one point)")
     p.add_argument("--alpha", type=float, default=0.05, metavar="α",
-                   help="family level of the noise allowance z (Bonferroni over all comparisons; default 0.05)")
+                   help="family level of the simultaneous intervals (Bonferroni over all metrics and times; "
+                   "default 0.05)")
     p.add_argument("--metrics", default=None, metavar="m1,m2,…",
                    help="metrics to record (default all: train_loss, grad_norm_sq, test_accuracy for data problems, "
                    "distance_from_start; train_loss always)")
@@ -83,27 +97,32 @@ def _names(option: str, text: str | None) -> list[str] | None:
     return out
 
 
-def _ells(text: str) -> list[int]:
+def _ells(text: str | None, reference: str) -> list[int] | None:
     from fedsde.errors import FedsdeInputError
 
+    if text is None:
+        return None
     try:
         vals = [int(x) for x in str(text).replace(" ", "").split(",") if x]
     except ValueError:
         raise FedsdeInputError(f"--ells={text!r}: must be comma-separated integers >= 1") from None
     if not vals or min(vals) < 1:
         raise FedsdeInputError(f"--ells={text!r}: must be comma-separated integers >= 1")
-    if len(set(vals)) < 2:
-        raise FedsdeInputError(f"--ells={text!r}: need at least two distinct values of ℓ >= 1 for a verdict (1, "
-                               "FedAvg itself, is not required but the test is about FedAvg only when it is included; "
-                               "e.g. 1,2,4,8)")
+    if reference == "svag" and len(set(vals)) < 2:
+        raise FedsdeInputError(f"--ells={text!r}: need at least two distinct values of ℓ >= 1 for a verdict against "
+                               "the SVAG reference (the Richardson limit of the two largest; 1, FedAvg itself, is the "
+                               "chain judged when included; e.g. 1,2,4,8)")
     return vals
 
 
 def run(args: argparse.Namespace) -> int:
     import torch
 
+    from fedsde._validate import positive_float
     from fedsde.errors import FedsdeInputError
     from fedsde.validity import validity_test
+    from fedsde.validity.core import DEFAULT_ELLS
+    from fedsde.validity.reference import resolve_reference
 
     problem = load_problem(args.problem)
     steps = local_steps_from_args(args, problem.Q)
@@ -112,10 +131,16 @@ def run(args: argparse.Namespace) -> int:
         raise FedsdeInputError(f"--rounds={args.rounds}: must be an integer >= 1")
     if args.replicates is None or args.replicates < 2:
         raise FedsdeInputError(f"--replicates={args.replicates}: must be an integer >= 2 (a standard error needs two)")
-    ells = _ells(args.ells)
+    try:
+        reference = resolve_reference(problem, args.reference)
+    except FedsdeInputError as err:
+        raise FedsdeInputError(f"--reference={args.reference}: {str(err).split(': ', 1)[-1]}") from None
+    ells = _ells(args.ells, reference)
+    positive_float("--tolerance", args.tolerance)
+    positive_float("--accuracy-tolerance", args.accuracy_tolerance)
     # known divergence on quadratic clients, up front: local SGD (eta·λ_max >= 2) and the server recursion of the
     # mean at the server step of every chain (s for ℓ = 1, s/ℓ for the SVAG chains)
-    for ell in sorted(set(ells)):
+    for ell in sorted(set(DEFAULT_ELLS[reference] if ells is None else ells)):
         try:
             refuse_known_divergence(problem, args.eta, steps, args.server_lr / ell)
         except FedsdeInputError as err:
@@ -125,30 +150,51 @@ def run(args: argparse.Namespace) -> int:
                 from None
     res = validity_test(
         problem, eta=args.eta, local_steps=steps, rounds=args.rounds, replicates=args.replicates, seed=args.seed,
-        server_lr=args.server_lr, ells=ells, h=args.h, w0=w0, tolerance=args.tolerance, alpha=args.alpha,
-        metrics=_names("--metrics", args.metrics), verdict_metrics=_names("--verdict-metrics", args.verdict_metrics),
-        record_every=args.record_every, device=args.device,
-        dtype=torch.float32 if args.float32 else torch.float64, progress=not args.json,
+        server_lr=args.server_lr, ells=ells, h=args.h, w0=w0, reference=reference, tolerance=args.tolerance,
+        accuracy_tolerance=args.accuracy_tolerance, alpha=args.alpha, metrics=_names("--metrics", args.metrics),
+        verdict_metrics=_names("--verdict-metrics", args.verdict_metrics), record_every=args.record_every,
+        device=args.device, dtype=torch.float32 if args.float32 else torch.float64, progress=not args.json,
     )
     result = res.to_dict()
     result["final_cov"] = final_cov_view(res.final_cov, args.final_cov)
     result["config"] = {**result["config"], "final_cov": args.final_cov}
+    return emit(args, result, human_report(res, problem, args))
+
+
+def human_report(res, problem, args: argparse.Namespace) -> str:
+    """The text of ``fedsde validity`` without ``--json``: metrics at T per ℓ and for the SDE, the outcome, the
+    gap of every judged metric with its simultaneous bounds, and the 1/ℓ report."""
+    v = res.verdict
     T = res.times[-1]
+    first = "FedAvg" if res.ells[0] == 1 else f"ℓ={res.ells[0]}"
+    source = ("exact law of the SDE (OU, eq. (2) with exact round moments)" if v.reference == "exact" else
+              f"SVAG: Richardson limit of ℓ = {res.ells[-2]}, {res.ells[-1]}")
     lines = [f"problem: Q={problem.Q}, d={problem.d}  eta={args.eta}  server_lr={args.server_lr}  h={res.config['h']}"
-             f"  rounds={args.rounds} (t = n·h up to {T:.6g})  replicates={args.replicates} per ℓ"]
+             f"  rounds={args.rounds} (t = n·h up to {T:.6g})  replicates={args.replicates} per ℓ",
+             f"reference: {source}"]
     header = "  ".join(f"ℓ={e:<14d}" for e in res.ells)
-    lines.append(f"{'metric at T':22s}{header}")
+    lines.append(f"{'metric at T':22s}{header}  SDE")
     for name, s in res.metrics.items():
         cells = "  ".join(f"{m:.5g}±{se:.1g}".ljust(16) for m, se in zip(s["mean"][:, -1], s["se"][:, -1],
                                                                           strict=True))
-        lines.append(f"{name:22s}{cells}")
-    if res.verdict is not None:
-        base = "FedAvg" if res.ells[0] == 1 else f"the ℓ={res.ells[0]} chain"
-        lines.append(("TRACKS: " if res.verdict.tracks else "DOES NOT TRACK: ") + res.verdict.sentence(base))
-        gap = {m: float(res.metrics[m]["mean"][0, -1] - res.extrapolated[m]["mean"][-1]) for m in res.metrics}
-        first = "FedAvg" if res.ells[0] == 1 else f"ℓ={res.ells[0]}"
-        lines.append(f"{first} − SDE at T (Richardson from the two largest ℓ): "
-                     + ", ".join(f"{m} {v:+.3g}" for m, v in gap.items()))
-    else:
-        lines.append("(one ℓ: no verdict; give --ells with at least two values)")
-    return emit(args, result, "\n".join(lines))
+        sde = res.sde.get(name)
+        lines.append(f"{name:22s}{cells}  " + ("" if sde is None else f"{sde['mean'][-1]:.5g}"))
+    lines.append(v.sentence())
+    for c in v.curves:
+        i = int(max(range(len(c["gap"])), key=lambda k: c["gap"][k]))
+        unit = "accuracy units" if c["metric"] == "test_accuracy" else f"of its movement, range {c['scale']:.4g}"
+        lines.append(f"  d({c['metric']}) = {c['gap'][i]:.3g} at t={res.times[i]:.4g} ({unit}); simultaneous bounds "
+                     f"of max_t d [{max(c['lower'][1:], default=0.0):.3g}, {max(c['upper'][1:], default=0.0):.3g}], "
+                     f"tolerance {c['tolerance']:g}")
+    for m, why in v.skipped.items():
+        lines.append(f"  {m}: not judged ({why})")
+    if v.ell_ratios:
+        lines.append(f"1/ℓ regime ({v.regime}): ratios of successive SVAG gaps (expected "
+                     f"{v.ell_ratios[0]['expected']:.3g}): "
+                     + "; ".join(f"{r['metric']} ℓ={','.join(map(str, r['ells']))}: {r['ratio']:.3g}"
+                                 + (" (off)" if r["off"] else "") for r in v.ell_ratios))
+    if res.sde:
+        lines.append(f"{first} − SDE at T ({v.reference}): "
+                     + ", ".join(f"{m} {float(res.metrics[m]['mean'][0, -1] - s['mean'][-1]):+.3g}"
+                                 for m, s in res.sde.items()))
+    return "\n".join(lines)

@@ -1,17 +1,19 @@
-"""Is seed 002's SDE a good model of FedAvg on *this* problem?  The SVAG test lifted to the server round.
+"""Is seed 002's SDE a good model of FedAvg on *this* problem?  FedAvg against the SDE, by an equivalence test.
 
-Li, Malladi & Arora (NeurIPS 2021) test whether an SDE models SGD by running SVAG — a chain that samples the SDE
-as its parameter ``ℓ → ∞`` (weak order 1 in ``1/ℓ``) and is the algorithm itself at ``ℓ = 1`` — for
-``ℓ = 1, 2, 4, …`` and checking whether the metrics of interest move.  Here the chain acts on the server round
-(:mod:`fedsde.sde.svag`): ``ℓ`` times more rounds with server step ``s/ℓ`` and displacement
-``Â_ℓ = (1+√(2ℓ−1))/2 · Â⁽¹⁾ + (1−√(2ℓ−1))/2 · Â⁽²⁾`` from two independent client rounds, which has the drift and
-the covariance of SDE (2) per unit of time for every ``ℓ``.  If the metrics of ``ℓ = 1`` (FedAvg) and
-``ℓ = 2, 4, 8`` agree within noise and a tolerance on ``[0, T]``, the SDE tracks FedAvg there; where they split, it
-stops.
+FedAvg is run by Monte Carlo (the ``ℓ = 1`` chain, ``R`` replicates); the SDE's value comes from its exact law
+where one exists (quadratic clients: the Ornstein–Uhlenbeck law of eq. (2) with the exact round moments) or from
+SVAG (Li, Malladi & Arora, NeurIPS 2021) lifted to the server round (:mod:`fedsde.sde.svag`): ``ℓ`` times more
+rounds with server step ``s/ℓ`` and displacement ``Â_ℓ = (1+√(2ℓ−1))/2 · Â⁽¹⁾ + (1−√(2ℓ−1))/2 · Â⁽²⁾`` from two
+independent client rounds, which has the drift and covariance of SDE (2) per unit of time for every ``ℓ`` and
+converges to the SDE at rate ``1/ℓ`` (Richardson limit of the two largest ``ℓ``).  The gap
+``d_φ(t) = |E φ_FedAvg(t) − E φ_SDE(t)| / scale_φ`` (scale: the SDE's range of movement; accuracy in its own
+units) is judged by simultaneous intervals: "tracks", "does not track" or "inconclusive".
 
 * :func:`validity_test` — run the chains, record train loss, ‖∇F‖², test accuracy (data problems) and
   ‖w − w₀‖ on the grid ``t = n·h`` of the base run, and give a :class:`ValidityVerdict`;
-* :func:`validity_verdict` — the decision rule (gap between successive ``ℓ`` vs ``tol·scale + z·s.e.``);
+* :func:`validity_verdict` — the three-outcome rule (:mod:`fedsde.validity.verdict`);
+* :func:`exact_sde_law`, :func:`gaussian_metric_means` — the exact reference (:mod:`fedsde.validity.reference`);
+* :func:`fedsde.validity.step.round_contraction` — the step measure ``κ = s·λ_max(B)``, comparable across problems;
 * :func:`richardson_limit` — the SDE's value extrapolated from the two largest ``ℓ``.
 
 The CLI is ``fedsde validity``.
@@ -19,16 +21,39 @@ The CLI is ``fedsde validity``.
 
 from fedsde.sde.svag import svag_chain, svag_coefficients, svag_round_law, svag_transient_moments
 from fedsde.validity.core import ValidityResult, parse_ells, validity_test
-from fedsde.validity.verdict import ValidityVerdict, bonferroni_z, richardson_limit, validity_verdict
+from fedsde.validity.reference import (
+    ell_ratios,
+    exact_sde_law,
+    exact_sde_paths,
+    gaussian_metric_means,
+    gaussian_norm_mean,
+    svag_gaps,
+)
+from fedsde.validity.verdict import (
+    GapPath,
+    ValidityVerdict,
+    bonferroni_quantile,
+    bonferroni_z,
+    richardson_limit,
+    validity_verdict,
+)
 
 __all__ = [
+    "GapPath",
     "ValidityResult",
     "ValidityVerdict",
+    "bonferroni_quantile",
     "bonferroni_z",
+    "ell_ratios",
+    "exact_sde_law",
+    "exact_sde_paths",
+    "gaussian_metric_means",
+    "gaussian_norm_mean",
     "parse_ells",
     "richardson_limit",
     "svag_chain",
     "svag_coefficients",
+    "svag_gaps",
     "svag_round_law",
     "svag_transient_moments",
     "validity_test",

@@ -1,4 +1,5 @@
-"""The validity test: run the SVAG chains for several ``ℓ`` and record metrics on the base grid ``t = n·h``."""
+"""The validity test: run FedAvg (and SVAG chains), record metrics on the base grid ``t = n·h``, and judge FedAvg
+against the SDE (its exact law, or the SVAG chains' limit)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,19 @@ from fedsde.clients.streams import resolve_seed
 from fedsde.errors import FedsdeInputError
 from fedsde.problems.metrics import evaluate_metrics, metric_names
 from fedsde.sde.svag import default_oracle_factory, svag_chain
+from fedsde.validity.reference import (
+    ell_ratios,
+    exact_gaps,
+    exact_sde_law,
+    exact_sde_paths,
+    resolve_reference,
+    svag_gaps,
+)
 from fedsde.validity.verdict import ValidityVerdict, richardson_limit, validity_verdict
+
+#: default SVAG parameters per reference: FedAvg alone against an exact law; with the SVAG reference, FedAvg and the
+#: chains whose Richardson limit is the SDE (three besides FedAvg, so that the 1/ℓ regime can be checked)
+DEFAULT_ELLS = {"exact": (1,), "svag": (1, 2, 4, 8)}
 
 
 def default_start(problem, w0) -> np.ndarray | None:
@@ -41,13 +54,17 @@ class ValidityResult:
         name → ``{"mean": (L, T), "se": (L, T)}`` over replicates.
     final_mean : ndarray, shape (L, d)
     final_cov : ndarray, shape (L, d, d)
-    verdict : ValidityVerdict or None
-        ``None`` with a single ``ℓ``.
+    verdict : ValidityVerdict
+        FedAvg (the smallest ``ℓ``) against the SDE (:func:`fedsde.validity.verdict.validity_verdict`).
     extrapolated : dict
-        name → ``{"mean": (T,), "se": (T,)}``: order-1 Richardson limit ``ℓ → ∞`` (the SDE's value).
+        name → ``{"mean": (T,), "se": (T,)}``: order-1 Richardson limit ``ℓ → ∞`` of the two largest ``ℓ``
+        (empty with a single ``ℓ``).
     values : dict
         name → per-replicate values (L, T, R) (for weak errors with confidence intervals).
     config : dict
+    sde : dict
+        name → ``{"mean": (T,), "se": (T,)}``: the SDE's value used by the verdict (exact law, or Richardson limit)
+        for the judged metrics.
     """
 
     ells: list
@@ -60,6 +77,12 @@ class ValidityResult:
     extrapolated: dict
     values: dict = field(repr=False, default_factory=dict)
     config: dict = field(default_factory=dict)
+    sde: dict = field(default_factory=dict)
+
+    @property
+    def reference(self) -> str:
+        """``"exact"`` or ``"svag"``: where the SDE's value came from."""
+        return self.verdict.reference
 
     def to_dict(self) -> dict:
         """JSON-able record (the ``fedsde validity --json`` object, without per-replicate values)."""
@@ -86,10 +109,12 @@ def validity_test(
     replicates: int,
     seed: int | torch.Generator,
     server_lr: float = 1.0,
-    ells: Sequence[int] = (1, 2, 4, 8),
+    ells: Sequence[int] | None = None,
     h: float | None = None,
     w0=None,
+    reference: str | None = None,
     tolerance: float = 0.05,
+    accuracy_tolerance: float = 0.01,
     alpha: float = 0.05,
     metrics: Sequence[str] | None = None,
     verdict_metrics: Sequence[str] | None = None,
@@ -99,13 +124,14 @@ def validity_test(
     dtype: torch.dtype = torch.float64,
     progress: bool = False,
 ) -> ValidityResult:
-    """SVAG validity test of seed 002's SDE (2) for FedAvg on ``problem``.
+    """Does seed 002's SDE (2) describe FedAvg on ``problem``?  FedAvg by Monte Carlo against the SDE.
 
     Runs the SVAG chain (:func:`fedsde.sde.svag.svag_chain`) for each ``ℓ`` in ``ells`` (``ℓ = 1`` is FedAvg)
     with ``R`` replicates, records the metrics' means and standard errors on the grid ``t = n·h`` of the base run
-    (every ``record_every`` rounds and the last), and judges whether the SDE tracks FedAvg on ``[0, T]``
-    (:func:`fedsde.validity.verdict.validity_verdict`).  Memory ``O(R·Q·d)`` for the chains plus ``O(L·T·R)``
-    metric values.
+    (every ``record_every`` rounds and the last), and judges the smallest ``ℓ`` (FedAvg) against the SDE: its
+    exact law (``reference="exact"``, quadratic clients) or the Richardson limit of the two largest ``ℓ``
+    (``"svag"``), by the three-outcome equivalence test of :func:`fedsde.validity.verdict.validity_verdict`.
+    Memory ``O(R·Q·d)`` for the chains plus ``O(L·T·R)`` metric values.
 
     Parameters
     ----------
@@ -118,16 +144,26 @@ def validity_test(
         ``R >= 2`` per ``ℓ``.
     seed : int or torch.Generator
         ``ℓ = 1`` reproduces :func:`fedsde.sim.simulate` with the same seed; other ``ℓ`` are independent.
-    ells : sequence of int
-        SVAG parameters (default 1, 2, 4, 8).
+    ells : sequence of int, optional
+        SVAG parameters; default ``(1,)`` with the exact reference (add ``ℓ > 1`` for the 1/ℓ report) and
+        ``(1, 2, 4, 8)`` with the SVAG reference (which needs at least two).
     h : float, optional
         Time step of a base round (default ``η``).
     w0 : array (d,), optional
         Start (default: the problem's initial weights, else zero).
-    tolerance, alpha, verdict_metrics
-        Of the verdict (relative tolerance, family level, metrics judged; default all recorded).
+    reference : {"exact", "svag"}, optional
+        The SDE's value: default ``"exact"`` where the problem has an exact law
+        (:func:`fedsde.validity.reference.exact_sde_law`), else ``"svag"``.
+    tolerance : float
+        Largest accepted ``d = |E φ_FedAvg − E φ_SDE| / range of E φ_SDE`` (losses, ``‖∇F‖²``, distances).
+    accuracy_tolerance : float
+        Largest accepted gap of the test accuracy, in accuracy units (0.01: one point).
+    alpha : float
+        Family level of the simultaneous intervals.
     metrics : sequence of str, optional
         Metrics to record (default all of :func:`metric_names`; ``train_loss`` is always recorded).
+    verdict_metrics : sequence of str, optional
+        Metrics judged (default all recorded).
     record_every : int
         Grid spacing in base rounds.
     oracle_factory : callable, optional
@@ -137,26 +173,37 @@ def validity_test(
     rounds = positive_int("rounds", rounds)
     R = positive_int("replicates", replicates, minimum=2)
     every = positive_int("record_every", record_every)
-    ells = parse_ells(ells)
+    reference = resolve_reference(problem, reference)
+    ells = parse_ells(DEFAULT_ELLS[reference] if ells is None else ells)
+    if reference == "svag" and len(ells) < 2:
+        raise FedsdeInputError(f"ells={ells}: the SVAG reference needs at least two values of ℓ (its Richardson "
+                               "limit uses the two largest), e.g. 1,2,4,8")
     available = metric_names(problem)
     names = list(available) if metrics is None else list(dict.fromkeys(["train_loss", *metrics]))
     bad = [m for m in names if m not in available]
     if bad:
         raise FedsdeInputError(f"metrics={bad}: not available for this problem (available: {', '.join(available)})")
     # the verdict's inputs are checked before any chain runs (a typo must not cost the whole run)
-    tolerance = positive_float("tolerance", tolerance, allow_zero=True)
+    tolerance = positive_float("tolerance", tolerance)
+    accuracy_tolerance = positive_float("accuracy_tolerance", accuracy_tolerance)
     alpha = float(alpha)
     if not 0.0 < alpha < 1.0:
         raise FedsdeInputError(f"alpha={alpha!r}: must lie in (0, 1)")
     unknown = [m for m in (verdict_metrics or ()) if m not in names]
     if unknown:
         raise FedsdeInputError(f"verdict_metrics={unknown}: not recorded (recorded: {', '.join(names)})")
+    judged = names if verdict_metrics is None else list(dict.fromkeys(verdict_metrics))
     seed = resolve_seed(seed)  # one base seed for every ℓ (a Generator is drawn from once), recorded in config
     if oracle_factory is None:
         oracle_factory = default_oracle_factory(problem)
     start = default_start(problem, w0)
     w0_arr = start_point(start, problem.d)
     grid = np.unique(np.r_[np.arange(0, rounds + 1, every), rounds])
+    hh = positive_float("eta", float(eta)) if h is None else positive_float("h", h)
+    sde_exact = None
+    if reference == "exact":  # closed form, before any chain runs (its errors are the user's to fix first)
+        law = exact_sde_law(problem, eta=float(eta), local_steps=local_steps, server_lr=float(server_lr), h=hh)
+        sde_exact = exact_sde_paths(problem, law, grid, hh, w0_arr, judged)
     gidx = {int(n): i for i, n in enumerate(grid)}
     L, T = len(ells), grid.size
     values = {m: np.empty((L, T, R)) for m in names}
@@ -175,28 +222,35 @@ def validity_test(
 
             tic = time.perf_counter()
             res = svag_chain(problem, eta=eta, local_steps=local_steps, rounds=rounds, ell=ell, replicates=R,
-                             seed=seed, server_lr=server_lr, h=h, w0=start, oracle_factory=oracle_factory,
+                             seed=seed, server_lr=server_lr, h=hh, w0=start, oracle_factory=oracle_factory,
                              on_grid=on_grid, device=device, dtype=dtype, bar=bar)
             seconds.append(time.perf_counter() - tic)
             final_mean[li] = res.final.mean(0)
             final_cov[li] = np.cov(res.final, rowvar=False).reshape(problem.d, problem.d)
-            hh = res.h
     finally:
         bar.close()
     summary = {m: {"mean": v.mean(-1), "se": v.std(-1, ddof=1) / np.sqrt(R)} for m, v in values.items()}
-    verdict = None
     extrapolated = {}
     if L >= 2:
-        verdict = validity_verdict(ells, grid * hh, summary, tolerance=tolerance, alpha=alpha,
-                                   names=None if verdict_metrics is None else list(verdict_metrics))
         for m, s in summary.items():
             em, es = richardson_limit(ells, s["mean"], s["se"])
             extrapolated[m] = {"mean": em, "se": es}
+    times = grid * hh
+    if sde_exact is not None:
+        gaps = exact_gaps({m: values[m][0] for m in judged}, sde_exact)
+    else:
+        gaps = svag_gaps(ells, values, judged)
+    regime = ell_ratios(ells, times, {m: values[m] for m in judged}, judged, alpha=alpha)
+    base = "FedAvg" if ells[0] == 1 else f"the ℓ={ells[0]} chain"
+    verdict = validity_verdict(times, gaps, replicates=R, reference=reference, tolerance=tolerance,
+                               accuracy_tolerance=accuracy_tolerance, alpha=alpha, regime=regime, base=base,
+                               base_ell=ells[0])
+    sde = {m: {"mean": g.sde_mean, "se": g.sde_se} for m, g in gaps.items()}
     config = {"eta": float(eta), "local_steps": np.atleast_1d(local_steps).tolist(), "server_lr": float(server_lr),
-              "h": hh, "rounds": rounds, "replicates": R, "seed": seed, "ells": ells,
-              "tolerance": tolerance, "alpha": alpha, "record_every": every, "device": res.config["device"],
-              "dtype": res.config["dtype"], "oracle": res.config["oracle"],
-              "seconds": seconds}
-    return ValidityResult(ells=ells, rounds=grid, times=grid * hh, metrics=summary, final_mean=final_mean,
+              "h": hh, "rounds": rounds, "replicates": R, "seed": seed, "ells": ells, "reference": reference,
+              "tolerance": tolerance, "accuracy_tolerance": accuracy_tolerance, "alpha": alpha,
+              "record_every": every, "device": res.config["device"], "dtype": res.config["dtype"],
+              "oracle": res.config["oracle"], "seconds": seconds}
+    return ValidityResult(ells=ells, rounds=grid, times=times, metrics=summary, final_mean=final_mean,
                           final_cov=final_cov, verdict=verdict, extrapolated=extrapolated, values=values,
-                          config=config)
+                          config=config, sde=sde)

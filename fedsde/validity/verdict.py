@@ -1,140 +1,358 @@
-"""The verdict of the validity test: do successive SVAG chains agree on ``[0, T]``?
+"""The verdict of the validity test: an equivalence test of FedAvg against the SDE, with three outcomes.
 
-For every metric ``φ`` (train loss, test accuracy, …), every pair of successive ``ℓ_j < ℓ_{j+1}`` and every grid
-time ``t``, the gap ``|Ê_{ℓ_{j+1}} φ(t) − Ê_{ℓ_j} φ(t)|`` of the Monte-Carlo means is compared with what the
-user tolerates plus what noise explains:
+For every judged metric ``φ`` and grid time ``t`` (clock ``t = n·h``) the test estimates
 
-    allowed = tol · scale + z · √(se_j² + se_{j+1}²),     margin = (allowed − gap) / scale,
+    D_φ(t) = E φ_FedAvg(t) − E φ_SDE(t),        d_φ(t) = |D_φ(t)| / scale_φ,
 
-with ``scale = max(|Ê_{ℓ_j} φ(t)|, |Ê_{ℓ_{j+1}} φ(t)|)`` (so ``tol`` is a relative error at each time) and ``z`` the
-two-sided Bonferroni quantile at family level ``alpha`` over all comparisons.  The SDE tracks FedAvg on ``[0, T]``
-when the smallest margin is ``>= 0``.  Since the SVAG chains converge to the SDE at rate ``1/ℓ`` (Li, Malladi &
-Arora 2021), the gap between ``ℓ = 1`` (FedAvg) and ``ℓ = 2`` is about half of FedAvg's distance from
-the SDE; :func:`richardson_limit` extrapolates the SDE's value.
+FedAvg's side by Monte Carlo (the ``ℓ = 1`` chain, ``R`` replicates) and the SDE's from its exact law or from the
+SVAG chains (:mod:`fedsde.validity.reference`).  ``scale_φ`` makes the gap free of units and offsets:
+
+* train loss, ``‖∇F‖²``, ``‖w − w₀‖``: the **range** ``max_t − min_t`` of the SDE's mean path of ``φ`` over the
+  grid ``[0, T]`` (``t = 0`` included: the movement starts there), so adding a constant to the loss or changing
+  its units changes nothing, and the tolerance ``tol`` is a fraction of the metric's total movement;
+* test accuracy: ``1`` — judged in accuracy units against ``accuracy_tolerance`` (``0.01``: one point).
+
+**Intervals.**  ``D̂_φ(t) ± q·se_φ(t)`` are simultaneous two-sided intervals at family level ``α``: Bonferroni over
+the ``K`` judged (metric, time > 0) comparisons, with Student's ``t`` quantile ``q = t_{R−1}⁻¹(1 − α/(2K))`` (the
+s.e. is estimated from ``R`` per-replicate differences; normal only when no s.e. is estimated).  They bound
+``|D|`` by ``[lower, upper]`` (``lower = 0`` when the interval covers 0).  With an *estimated* scale (SVAG
+reference) the ``K`` intervals ``Ê φ_SDE(t) ± q·se`` join the family, so that, jointly, the true range lies in
+``rangê ± 2q·max_t se_SDE(t)``; ``d``'s bounds divide ``|D|``'s upper bound by the smallest and its lower bound by
+the largest range (``upper = ∞`` while the range is not resolved from noise).
+
+**Outcome** — an equivalence test by confidence intervals (Schuirmann 1987: equivalence is shown when the whole
+interval lies inside the tolerance, non-equivalence when it lies outside):
+
+* ``"tracks"`` — every ``upper_φ(t) ≤ tol_φ``;
+* ``"does not track"`` — some ``lower_φ(t) > tol_φ``;
+* ``"inconclusive"`` — otherwise, or when the SVAG reference's ``1/ℓ`` regime is off beyond noise; with
+  :func:`replicates_needed`, the replicates per chain that would decide at the current point estimates (every
+  s.e. scaled by ``√(R/R′)``).
+
+Fewer replicates only widen the intervals, so noise can turn a decision into "inconclusive", never "does not
+track" into "tracks" (up to the ``α`` the test allows).  A metric whose SDE path does not move (range at the
+floating-point floor, :data:`RANGE_FLOOR`) cannot be judged relative to its movement: it is left out of the
+verdict and named in ``skipped``.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import math
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
-from scipy.stats import norm
+from scipy.special import ndtri, stdtrit
 
-from fedsde._validate import positive_float
-from fedsde.errors import FedsdeInputError
+#: metrics judged in their own units (``accuracy_tolerance``), not relative to their movement
+ABSOLUTE_METRICS = ("test_accuracy",)
+#: a range at most this fraction of the path's magnitude is floating-point noise: the metric does not move
+RANGE_FLOOR = 1e-9
+#: search limit of :func:`replicates_needed`
+MAX_REPLICATES = 10**9
+OUTCOMES = ("tracks", "does not track", "inconclusive")
+
+
+@dataclass(frozen=True)
+class GapPath:
+    """The base chain minus the SDE for one metric on the grid (inputs of :func:`validity_verdict`).
+
+    Attributes
+    ----------
+    estimate : ndarray, shape (T,)
+        ``D̂(t) = Ê φ_base(t) − Ê φ_SDE(t)`` in the metric's units.
+    se : ndarray, shape (T,)
+        Its standard error (from ``R`` per-replicate differences: paired, so correlated chains are accounted for).
+    sde_mean : ndarray, shape (T,)
+        ``E φ_SDE(t)`` (exact, or the SVAG chains' Richardson limit).
+    sde_se : ndarray, shape (T,)
+        Its standard error (zero for an exact law).
+    """
+
+    estimate: np.ndarray
+    se: np.ndarray
+    sde_mean: np.ndarray
+    sde_se: np.ndarray
 
 
 @dataclass(frozen=True)
 class ValidityVerdict:
-    """Outcome of :func:`validity_verdict`.
+    """Outcome of :func:`validity_verdict` (see the module docstring).
 
     Attributes
     ----------
+    outcome : str
+        ``"tracks"``, ``"does not track"`` or ``"inconclusive"``.
     tracks : bool
-        Every gap within its allowance on ``[0, T]``.
+        ``outcome == "tracks"``.
+    reference : str
+        ``"exact"`` (the SDE's exact law) or ``"svag"`` (Richardson limit of the SVAG chains).
+    worst : dict or None
+        The decisive metric (largest ``lower/tol`` when the SDE does not track, else largest ``upper/tol``):
+        ``metric``, ``time`` (of the largest ``d̂``), ``gap`` (``max_t d̂(t)``, the estimate of ``max_t d(t)``),
+        ``lower``/``upper`` (``max_t`` of the simultaneous bounds: an interval for ``max_t d(t)``), ``tolerance``,
+        ``estimate`` and ``se`` (``D̂`` in the metric's units at that time), ``scale`` and ``ells`` (the chain
+        judged and ``None`` for ``ℓ → ∞``).  ``None`` when no metric could be judged.
+    replicates_needed : int or None
+        When inconclusive, the replicates per chain that would decide at the current estimates; ``None`` when the
+        outcome is decided or no finite number decides.
+    reason : str
+        One sentence.
     margin : float
-        Smallest signed margin (relative to the metric's scale); ``>= 0`` exactly when ``tracks``.
+        ``min (1 − upper/tol)`` over judged metrics and times: ``>= 0`` exactly when every upper bound is within
+        tolerance (NaN when nothing was judged).
     horizon : float
-        Largest grid time ``t*`` with every margin ``>= 0`` on ``[0, t*]`` (``T`` when ``tracks``).
-    worst : dict
-        The comparison with the smallest margin: metric, ells, time, gap, se, allowed, scale.
-    tolerance, alpha, z : float
+        Largest grid time ``t*`` with every upper bound within tolerance on ``[0, t*]`` (``0`` when the 1/ℓ
+        regime check fails).
+    tolerance, accuracy_tolerance, alpha : float
+    z : float
+        The simultaneous quantile ``q``.
+    df : float
+        Its degrees of freedom (``R − 1``; ``inf`` for a normal quantile).
+    replicates : int
     metrics : list of str
-        Metrics that entered the verdict.
+        Metrics judged.
     comparisons : int
+        Intervals in the Bonferroni family.
+    skipped : dict
+        metric → why it was not judged.
+    ell_ratios : list of dict
+        The 1/ℓ report (:func:`fedsde.validity.reference.ell_ratios`): ratios of successive SVAG gaps.
+    regime : str
+        ``"ok"``, ``"off"`` (beyond noise) or ``"not checked"``.
+    curves : list of dict
+        Per metric: ``scale`` (with ``scale_lower``/``scale_upper``), ``tolerance``, and over the grid
+        ``sde_mean``, ``sde_se``, ``estimate``, ``se``, ``gap``, ``lower``, ``upper``.
     """
 
+    outcome: str
     tracks: bool
+    reference: str
+    worst: dict | None
+    replicates_needed: int | None
+    reason: str
     margin: float
     horizon: float
-    worst: dict
     tolerance: float
+    accuracy_tolerance: float
     alpha: float
     z: float
+    df: float
+    replicates: int
     metrics: list
     comparisons: int
+    skipped: dict = field(default_factory=dict)
+    ell_ratios: list = field(default_factory=list)
+    regime: str = "not checked"
+    curves: list = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
-    def sentence(self, base: str = "FedAvg") -> str:
-        """One line: the verdict, its worst comparison and margin; ``base`` names the smallest ℓ's chain (FedAvg
-        when ℓ = 1 is among the values, else e.g. "the ℓ = 2 chain")."""
-        w = self.worst
-        what = "tracks" if self.tracks else "does not track"
-        return (f"the SDE {what} {base} on [0, T] (worst: {w['metric']} at t={w['time']:.4g}, ℓ={w['ells'][0]} vs "
-                f"{w['ells'][1]}: gap {w['gap']:.3g} vs allowed {w['allowed']:.3g} = "
-                f"{self.tolerance:g}·{w['scale']:.3g} + {self.z:.2f}·{w['se']:.2g}; margin {self.margin:+.3g}); "
-                f"holds up to t = {self.horizon:.4g}")
+    def sentence(self, base: str | None = None) -> str:
+        """The outcome in capitals, the reason, and the horizon (``base`` is ignored: the reason names the chain)."""
+        return f"{self.outcome.upper()}: {self.reason}; tracks up to t = {self.horizon:.4g}"
 
 
 def bonferroni_z(alpha: float, comparisons: int) -> float:
     """Two-sided normal quantile ``Φ⁻¹(1 − α/(2K))`` for ``K`` comparisons."""
-    return float(norm.ppf(1.0 - alpha / (2.0 * max(1, comparisons))))
+    return float(ndtri(1.0 - alpha / (2.0 * max(1, comparisons))))
+
+
+def bonferroni_quantile(alpha: float, comparisons: int, df: float) -> float:
+    """Two-sided Student-t quantile ``t_df⁻¹(1 − α/(2K))`` (normal for ``df = inf``) for ``K`` comparisons.
+
+    Small ``R`` needs it: at ``α = 0.05``, ``K = 10``, ``R = 8`` it is 4.03 where the normal gives 2.81.
+    """
+    p = 1.0 - alpha / (2.0 * max(1, comparisons))
+    return float(ndtri(p)) if not np.isfinite(df) else float(stdtrit(df, p))
+
+
+def _abs_bounds(est: np.ndarray, half: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Bounds of ``|D|`` from the interval ``est ± half``."""
+    lo, hi = est - half, est + half
+    upper = np.maximum(np.abs(lo), np.abs(hi))
+    lower = np.where((lo <= 0) & (hi >= 0), 0.0, np.minimum(np.abs(lo), np.abs(hi)))
+    return lower, upper
+
+
+def _judge(path: GapPath, q: float, factor: float, absolute: bool) -> dict:
+    """``d̂``, its bounds and the scale of one metric, with every s.e. multiplied by ``factor``."""
+    est = np.asarray(path.estimate, dtype=np.float64)
+    lower_abs, upper_abs = _abs_bounds(est, q * factor * np.asarray(path.se, dtype=np.float64))
+    if absolute:
+        scale = lo_s = hi_s = 1.0
+    else:
+        m = np.asarray(path.sde_mean, dtype=np.float64)
+        scale = float(m.max() - m.min())
+        slack = 2.0 * q * factor * float(np.max(path.sde_se))
+        lo_s, hi_s = scale - slack, scale + slack
+    with np.errstate(divide="ignore", invalid="ignore"):
+        gap = np.abs(est) / scale
+        upper = upper_abs / lo_s if lo_s > 0 else np.full(est.shape, np.inf)
+        lower = lower_abs / hi_s
+    return {"gap": gap, "lower": lower, "upper": upper, "scale": scale, "scale_lower": lo_s, "scale_upper": hi_s}
+
+
+def _outcome(judged: dict, tol: dict, active: np.ndarray) -> str:
+    if any(np.any(j["lower"][active] > tol[m]) for m, j in judged.items()):
+        return "does not track"
+    if all(np.all(j["upper"][active] <= tol[m]) for m, j in judged.items()):
+        return "tracks"
+    return "inconclusive"
+
+
+def _quantile(alpha: float, K: int, R: int, noisy: bool) -> tuple[float, float]:
+    df = float(R - 1) if noisy else math.inf
+    return bonferroni_quantile(alpha, K, df), df
+
+
+def replicates_needed(paths: dict, tol: dict, active: np.ndarray, *, alpha: float, comparisons: int,
+                      replicates: int, absolute: dict) -> int | None:
+    """Smallest ``R′ >= R`` whose intervals decide (every s.e. scaled by ``√(R/R′)``, ``t`` quantile with ``R′ − 1``
+    degrees of freedom, point estimates kept); ``None`` when none up to :data:`MAX_REPLICATES` does."""
+
+    def decides(Rp: int) -> bool:
+        q, _ = _quantile(alpha, comparisons, Rp, True)
+        f = math.sqrt(replicates / Rp)
+        judged = {m: _judge(p, q, f, absolute[m]) for m, p in paths.items()}
+        return _outcome(judged, tol, active) != "inconclusive"
+
+    if decides(replicates):
+        return replicates
+    hi = replicates
+    while not decides(hi):
+        if hi >= MAX_REPLICATES:
+            return None
+        hi = min(2 * hi, MAX_REPLICATES)
+    lo = max(replicates, hi // 2)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if decides(mid) else (mid, hi)
+    return hi
 
 
 def validity_verdict(
-    ells: list[int],
     times: np.ndarray,
-    metrics: dict[str, dict[str, np.ndarray]],
+    gaps: dict[str, GapPath],
     *,
+    replicates: int,
+    reference: str,
     tolerance: float = 0.05,
+    accuracy_tolerance: float = 0.01,
     alpha: float = 0.05,
-    names: list[str] | None = None,
+    regime: dict | None = None,
+    base: str = "FedAvg",
+    base_ell: int | None = 1,
 ) -> ValidityVerdict:
-    """Verdict from the means and standard errors of metrics over ``ℓ`` and time (see the module docstring).
+    """Three-outcome equivalence verdict from the gap paths of the judged metrics (see the module docstring).
 
     Parameters
     ----------
-    ells : list of int, length L >= 2
     times : ndarray, shape (T,)
-    metrics : dict
-        name → ``{"mean": (L, T), "se": (L, T)}``.
+        Grid ``t = n·h`` (``t = 0`` is not a comparison: every chain starts at ``w₀``).
+    gaps : dict
+        metric → :class:`GapPath` (over the grid).
+    replicates : int
+        ``R``: the s.e. have ``R − 1`` degrees of freedom.
+    reference : {"exact", "svag"}
     tolerance : float
-        Relative tolerance ``tol >= 0``.
+        ``tol``: largest ``d`` accepted, as a fraction of the metric's movement.
+    accuracy_tolerance : float
+        For :data:`ABSOLUTE_METRICS`, in their own units.
     alpha : float
-        Family level of the noise allowance, in (0, 1).
-    names : list of str, optional
-        Metrics to judge (default all).
+        Family level of the simultaneous intervals.
+    regime : dict, optional
+        The 1/ℓ check (:func:`fedsde.validity.reference.ell_ratios`): ``{"status", "note", "ratios"}``.
+    base : str
+        Name of the chain judged (``"FedAvg"`` for ``ℓ = 1``).
+    base_ell : int, optional
+        Its ``ℓ`` (``worst.ells`` is ``[base_ell, None]``: that chain against ``ℓ → ∞``).
     """
-    tolerance = positive_float("tolerance", tolerance, allow_zero=True)
-    alpha = float(alpha)
-    if not 0.0 < alpha < 1.0:
-        raise FedsdeInputError(f"alpha={alpha!r}: must lie in (0, 1)")
-    if len(ells) < 2:
-        raise FedsdeInputError(f"ells={list(ells)}: need at least two values of ℓ for a verdict")
-    names = list(metrics) if names is None else list(names)
-    unknown = [n for n in names if n not in metrics]
-    if unknown:
-        raise FedsdeInputError(f"metrics {unknown}: not recorded (recorded: {', '.join(metrics)})")
     times = np.asarray(times, dtype=np.float64)
-    active = times > 0  # at t = 0 every chain sits at w0
-    K = len(names) * (len(ells) - 1) * int(active.sum())
-    z = bonferroni_z(alpha, K)
-    worst, best_margin = None, np.inf
-    min_over_time = np.full(times.size, np.inf)
-    for name in names:
-        mean = np.asarray(metrics[name]["mean"], dtype=np.float64)
-        se = np.asarray(metrics[name]["se"], dtype=np.float64)
-        # pointwise magnitude of the pair (1 where both vanish, e.g. a distance at t = 0)
-        scale = np.maximum(np.abs(mean[1:]), np.abs(mean[:-1]))
-        scale = np.where(scale > 0, scale, 1.0)
-        gap = np.abs(np.diff(mean, axis=0))  # (L-1, T)
-        se_gap = np.sqrt(se[1:] ** 2 + se[:-1] ** 2)
-        allowed = tolerance * scale + z * se_gap
-        margin = np.where(active, (allowed - gap) / scale, np.inf)
-        margin = np.where(np.isnan(margin), -np.inf, margin)  # a diverged metric never tracks
-        min_over_time = np.minimum(min_over_time, margin.min(0))
-        j, t = np.unravel_index(int(np.argmin(margin)), margin.shape)
-        if margin[j, t] < best_margin:
-            best_margin = float(margin[j, t])
-            worst = {"metric": name, "ells": [int(ells[j]), int(ells[j + 1])], "time": float(times[t]),
-                     "gap": float(gap[j, t]), "se": float(se_gap[j, t]), "allowed": float(allowed[j, t]),
-                     "scale": float(scale[j, t])}
-    bad = np.flatnonzero(min_over_time < 0)
-    horizon = float(times[-1]) if bad.size == 0 else float(times[bad[0] - 1]) if bad[0] > 0 else 0.0
-    return ValidityVerdict(tracks=bool(best_margin >= 0), margin=best_margin, horizon=horizon, worst=worst,
-                           tolerance=tolerance, alpha=alpha, z=z, metrics=names, comparisons=K)
+    active = times > 0
+    tol_of = {m: accuracy_tolerance if m in ABSOLUTE_METRICS else tolerance for m in gaps}
+    absolute = {m: m in ABSOLUTE_METRICS for m in gaps}
+    skipped: dict[str, str] = {}
+    paths: dict[str, GapPath] = {}
+    for m, p in gaps.items():
+        sde = np.asarray(p.sde_mean, dtype=np.float64)
+        rng = float(sde.max() - sde.min()) if sde.size else 0.0
+        if not absolute[m] and not rng > RANGE_FLOOR * float(np.max(np.abs(sde), initial=0.0)):
+            skipped[m] = (f"the SDE's mean path of {m} does not move on [0, T] (range {rng:.3g}): a gap relative "
+                          "to its movement is undefined")
+        else:
+            paths[m] = p
+    noisy = any(np.any(np.asarray(p.se) > 0) or np.any(np.asarray(p.sde_se) > 0) for p in paths.values())
+    estimated = sum(bool(np.any(np.asarray(p.sde_se) > 0)) for m, p in paths.items() if not absolute[m])
+    K = int(active.sum()) * (len(paths) + estimated)  # the gaps, and the SDE means behind estimated scales
+    q, df = _quantile(alpha, K, replicates, noisy)
+    judged = {m: _judge(p, q, 1.0, absolute[m]) for m, p in paths.items()}
+    ratios = list((regime or {}).get("ratios", []))
+    status = (regime or {}).get("status", "not checked")
+    T = float(times[-1])
+    if not judged:
+        reason = "no metric could be judged: " + "; ".join(skipped.values()) if skipped else "no metric was judged"
+        return ValidityVerdict("inconclusive", False, reference, None, None, reason, math.nan, 0.0, tolerance,
+                               accuracy_tolerance, alpha, q, df, replicates, [], K, skipped, ratios, status, [])
+    outcome = _outcome(judged, tol_of, active)
+    off = reference == "svag" and status == "off"
+    if off:
+        outcome = "inconclusive"
+    # the decisive metric: the one farthest beyond (does not track) or closest to (otherwise) its tolerance
+    key = "lower" if outcome == "does not track" else "upper"
+    wm = max(judged, key=lambda m: np.max(np.where(active, judged[m][key], -np.inf)) / tol_of[m])
+    j, path = judged[wm], paths[wm]
+    ti = int(np.argmax(np.where(active, j["gap"], -np.inf))) if active.any() else 0
+    worst = {"metric": wm, "time": float(times[ti]), "gap": float(j["gap"][ti]),
+             "lower": float(np.max(j["lower"][active], initial=0.0)),
+             "upper": float(np.max(j["upper"][active], initial=0.0)), "tolerance": tol_of[wm],
+             "estimate": float(path.estimate[ti]), "se": float(path.se[ti]), "scale": j["scale"],
+             "ells": [base_ell, None]}
+    ok_t = np.all([np.where(active, judged[m]["upper"] <= tol_of[m], True) for m in judged], axis=0)
+    first_bad = np.flatnonzero(~ok_t)
+    horizon = 0.0 if off else T if first_bad.size == 0 else float(times[max(first_bad[0] - 1, 0)])
+    with np.errstate(invalid="ignore"):
+        margin = float(min(np.min(1.0 - j2["upper"][active] / tol_of[m], initial=np.inf)
+                           for m, j2 in judged.items()))
+    needed = None
+    if outcome == "inconclusive" and not off:
+        needed = replicates_needed(paths, tol_of, active, alpha=alpha, comparisons=K, replicates=replicates,
+                                   absolute=absolute)
+    reason = _reason(outcome, worst, base, T, replicates, needed, regime if off else None, skipped)
+    curves = [{"metric": m, "tolerance": tol_of[m], "scale": j2["scale"], "scale_lower": j2["scale_lower"],
+               "scale_upper": j2["scale_upper"], "sde_mean": paths[m].sde_mean, "sde_se": paths[m].sde_se,
+               "estimate": paths[m].estimate, "se": paths[m].se, "gap": j2["gap"], "lower": j2["lower"],
+               "upper": j2["upper"]} for m, j2 in judged.items()]
+    return ValidityVerdict(outcome, outcome == "tracks", reference, worst, needed, reason, margin, horizon,
+                           tolerance, accuracy_tolerance, alpha, q, df, replicates, list(judged), K, skipped,
+                           ratios, status, curves)
+
+
+def _reason(outcome: str, w: dict, base: str, T: float, R: int, needed: int | None, regime: dict | None,
+            skipped: dict) -> str:
+    units = "accuracy units" if w["metric"] in ABSOLUTE_METRICS else "of its movement"
+    at = (f"{w['metric']} at t = {w['time']:.4g}: d = {w['gap']:.3g} {units}, simultaneous bounds "
+          f"[{w['lower']:.3g}, {w['upper']:.3g}] against tolerance {w['tolerance']:g}")
+    if regime is not None:
+        text = (f"whether the SDE tracks {base} is undecided: the SVAG gaps are off the 1/ℓ regime that the "
+                f"Richardson reference assumes ({regime.get('note', '')})")
+    elif outcome == "tracks":
+        text = f"the SDE tracks {base} on [0, {T:.4g}] (worst {at})"
+    elif outcome == "does not track":
+        text = f"the SDE does not track {base} on [0, {T:.4g}] ({at})"
+    else:
+        more = (f"about {needed} replicates per chain would decide" if needed is not None else
+                "no number of replicates decides at these estimates")
+        text = f"whether the SDE tracks {base} on [0, {T:.4g}] is undecided at R = {R} ({at}); {more}"
+    if skipped:
+        text += f"; not judged: {', '.join(skipped)} (does not move)"
+    return text
+
+
+def richardson_weights(ells) -> tuple[float, float]:
+    """Weights ``(w_a, w_b)`` of the two largest ``ℓ_a < ℓ_b``: ``E_∞ ≈ w_a E_a + w_b E_b`` (order 1 in ``1/ℓ``)."""
+    a, b = float(ells[-2]), float(ells[-1])
+    return -a / (b - a), b / (b - a)
 
 
 def richardson_limit(ells: list[int], mean: np.ndarray, se: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -142,8 +360,7 @@ def richardson_limit(ells: list[int], mean: np.ndarray, se: np.ndarray) -> tuple
 
     ``E_∞ ≈ (ℓ_b E_b − ℓ_a E_a)/(ℓ_b − ℓ_a)``; its s.e. from independent runs.  Shapes: mean, se (L, T) → (T,).
     """
-    a, b = float(ells[-2]), float(ells[-1])
-    wa, wb = -a / (b - a), b / (b - a)
+    wa, wb = richardson_weights(ells)
     m = wb * np.asarray(mean)[-1] + wa * np.asarray(mean)[-2]
     s = np.sqrt((wb * np.asarray(se)[-1]) ** 2 + (wa * np.asarray(se)[-2]) ** 2)
     return m, s

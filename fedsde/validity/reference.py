@@ -1,0 +1,227 @@
+"""The SDE's side of the validity test: its exact law where one exists, else the SVAG chains' limit; the 1/ℓ check.
+
+**Exact reference.**  For quadratic clients seed 002's SDE (2) with the exact round moments is linear with
+constant diffusion (reference/seed-fedsde.md §3b, boxed SDE; :func:`fedsde.sde.quadratic_sde_coefficients`,
+``variant="corrected"``): ``dw = −(s/h) B (w − c) dt + (s/√h) (Cov ε)^{1/2} dB``, an Ornstein–Uhlenbeck process
+whose law from ``w₀`` is Gaussian with closed-form mean and covariance at every ``t``
+(:meth:`fedsde.sde.LinearSDE.transition`).  The metrics of a quadratic loss are functions of them
+(:func:`gaussian_metric_means`).  A problem kind supplies its own exact SDE law through a method
+``exact_sde_law(*, eta, local_steps, server_lr, h) -> LinearSDE`` (and a constant ``hessian`` for a quadratic
+loss); :func:`exact_sde_law` looks for it first, then knows :class:`~fedsde.problems.QuadraticProblem`.
+
+**SVAG reference.**  The order-1 Richardson limit ``E_∞ ≈ w_a E_{ℓ_a} + w_b E_{ℓ_b}`` of the two largest ``ℓ``
+(Li, Malladi & Arora 2021).  Its difference with the chain judged is averaged over **paired** per-replicate
+differences (replicate ``r`` of every chain), so its standard error is right whether or not the chains share
+random numbers (:func:`svag_gaps`).
+
+**The 1/ℓ check** (:func:`ell_ratios`): where ``E_ℓ = E_∞ + C/ℓ``, successive gaps ``g_j = E_{ℓ_j} − E_{ℓ_{j+1}}``
+stand in the ratio ``ρ_j = (1/ℓ_j − 1/ℓ_{j+1})/(1/ℓ_{j+1} − 1/ℓ_{j+2})`` (2 for doubling ``ℓ``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import scipy.integrate
+
+from fedsde.errors import FedsdeInputError
+from fedsde.validity.verdict import GapPath, bonferroni_quantile, richardson_weights
+
+#: metrics with a closed form under a Gaussian law of the weights (quadratic loss)
+GAUSSIAN_METRICS = ("train_loss", "grad_norm_sq", "distance_from_start")
+REFERENCES = ("exact", "svag")
+
+
+def exact_sde_law(problem, *, eta: float, local_steps, server_lr: float, h: float):
+    """The linear SDE (2) of ``problem`` with an exact law, as a :class:`fedsde.sde.LinearSDE`, or ``None``.
+
+    A problem's own ``exact_sde_law(eta=, local_steps=, server_lr=, h=)`` comes first; quadratic clients get
+    the ``corrected`` variant (eq. (2) with the exact round moments, seed 002 §3b).
+    """
+    own = getattr(problem, "exact_sde_law", None)
+    if callable(own):
+        return own(eta=eta, local_steps=local_steps, server_lr=server_lr, h=h)
+    from fedsde.problems.quadratic import QuadraticProblem
+
+    if isinstance(problem, QuadraticProblem):
+        from fedsde.sde import quadratic_sde_coefficients
+
+        return quadratic_sde_coefficients(problem, eta, local_steps, server_lr, h, variant="corrected")
+    return None
+
+
+def resolve_reference(problem, reference: str | None) -> str:
+    """``reference`` checked against ``problem``: ``"exact"`` where an exact law exists, else ``"svag"``."""
+    has_exact = callable(getattr(problem, "exact_sde_law", None)) or _is_quadratic(problem)
+    if reference is None:
+        return "exact" if has_exact else "svag"
+    if reference not in REFERENCES:
+        raise FedsdeInputError(f"reference={reference!r}: must be one of {', '.join(REFERENCES)}")
+    if reference == "exact" and not has_exact:
+        raise FedsdeInputError(f"reference='exact': no exact law of the SDE for a {type(problem).__name__} (only "
+                               "quadratic clients have one); use the SVAG reference ('svag')")
+    return reference
+
+
+def _is_quadratic(problem) -> bool:
+    from fedsde.problems.quadratic import QuadraticProblem
+
+    return isinstance(problem, QuadraticProblem)
+
+
+def gaussian_norm_mean(mean: np.ndarray, cov: np.ndarray) -> float:
+    """``E‖X‖`` for ``X ~ N(mean, cov)`` (any ``d``), by one quadrature of the Laplace transform of ``‖X‖²``.
+
+    ``√y = (1/(2√π)) ∫₀^∞ (1 − e^{−sy}) s^{−3/2} ds`` (substitute ``u = sy``: ``∫(1 − e^{−u}) u^{−3/2} du = 2√π``)
+    and the Laplace transform of a non-central quadratic form of a Gaussian, ``E e^{−s‖X‖²} =
+    Π_i (1 + 2sλ_i)^{−1/2} exp(−s ν_i²/(1 + 2sλ_i))`` (``λ``, ``V``: eigenpairs of ``cov``; ``ν = Vᵀ mean``), so
+    ``E‖X‖ = (1/√π) ∫₀^∞ (1 − E e^{−x²‖X‖²}) x^{−2} dx``.
+    """
+    lam, V = np.linalg.eigh(0.5 * (cov + cov.T))
+    lam = np.clip(lam, 0.0, None)
+    nu2 = (V.T @ mean) ** 2
+    second = float(nu2.sum() + lam.sum())  # E‖X‖²
+    if second == 0.0:
+        return 0.0
+
+    def integrand(x: float) -> float:
+        s = x * x
+        den = 1.0 + 2.0 * s * lam
+        log_mgf = -0.5 * np.sum(np.log(den)) - s * np.sum(nu2 / den)
+        return -math.expm1(log_mgf) / s if s > 0 else second
+
+    scale = 1.0 / math.sqrt(second)  # the integrand changes over x ~ 1/√E‖X‖²
+    val = sum(scipy.integrate.quad(integrand, a * scale, b * scale, limit=200, epsabs=0.0, epsrel=1e-11)[0]
+              for a, b in ((0.0, 1.0), (1.0, 10.0), (10.0, np.inf)))
+    return float(val / math.sqrt(math.pi))
+
+
+def gaussian_metric_means(problem, mean: np.ndarray, cov: np.ndarray, w0: np.ndarray, names) -> dict:
+    """``E φ(w)`` for ``w ~ N(mean, cov)`` on a quadratic loss, at every time.
+
+    For ``F = Σ_k p_k ½ (w − a_k)ᵀ U_k (w − a_k) + const`` (seed 002, Assumption 6.1 and A.10):
+    ``E F(w) = Σ_k p_k ½ tr(U_k (C + (m − a_k)(m − a_k)ᵀ)) + const = F(m) + ½ tr(H C)`` with ``H = Σ_k p_k U_k``;
+    ``E‖∇F(w)‖² = ‖∇F(m)‖² + tr(H C H)`` (``∇F(w) = H (w − w*)``); ``E‖w − w₀‖`` by
+    :func:`gaussian_norm_mean` (``H``: the constant Hessian; any constant in the loss enters through
+    ``problem.loss``).  Shapes: mean (T, d), cov (T, d, d) → name → (T,).
+    """
+    bad = [m for m in names if m not in GAUSSIAN_METRICS]
+    if bad:
+        raise FedsdeInputError(f"verdict_metrics={bad}: no closed form under the SDE's exact law (closed forms: "
+                               f"{', '.join(GAUSSIAN_METRICS)}); use reference='svag' or leave them out")
+    H = np.asarray(problem.hessian, dtype=np.float64)
+    out = {}
+    if "train_loss" in names:
+        out["train_loss"] = np.asarray(problem.loss(mean), dtype=np.float64).reshape(-1) + 0.5 * np.einsum(
+            "ij,tji->t", H, cov)
+    if "grad_norm_sq" in names:
+        g = np.asarray(problem.grad(mean), dtype=np.float64)
+        out["grad_norm_sq"] = np.sum(g * g, axis=-1) + np.einsum("ij,tjk,ki->t", H, cov, H)
+    if "distance_from_start" in names:
+        out["distance_from_start"] = np.array([gaussian_norm_mean(m - w0, C) for m, C in zip(mean, cov,
+                                                                                            strict=True)])
+    return {m: out[m] for m in names}
+
+
+def exact_sde_paths(problem, law, rounds: np.ndarray, h: float, w0: np.ndarray, names) -> dict:
+    """``E φ_SDE(t)`` at ``t = n·h`` for the grid rounds ``n`` (increasing, from 0), from the SDE's exact law.
+
+    Steps the Gaussian law with the exact transition of every distinct spacing (:meth:`LinearSDE.transition`).
+    """
+    d = w0.shape[0]
+    means, covs = np.empty((rounds.size, d)), np.empty((rounds.size, d, d))
+    m, P = w0.astype(np.float64), np.zeros((d, d))
+    cache: dict[int, tuple] = {}
+    prev = 0
+    for i, n in enumerate(np.asarray(rounds, dtype=np.int64)):
+        step = int(n) - prev
+        if step:
+            if step not in cache:
+                cache[step] = law.transition(step * h)
+            Phi, K = cache[step]
+            m = law.c + Phi @ (m - law.c)
+            P = Phi @ P @ Phi.T + K
+        means[i], covs[i] = m, 0.5 * (P + P.T)
+        prev = int(n)
+    return gaussian_metric_means(problem, means, covs, w0, names)
+
+
+def exact_gaps(values: dict, sde: dict) -> dict:
+    """:class:`GapPath` per metric: the base chain's per-replicate values (T, R) against the exact means (T,)."""
+    out = {}
+    for m, mean in sde.items():
+        v = values[m]
+        R = v.shape[-1]
+        out[m] = GapPath(estimate=v.mean(-1) - mean, se=v.std(-1, ddof=1) / math.sqrt(R), sde_mean=mean,
+                         sde_se=np.zeros_like(mean))
+    return out
+
+
+def svag_gaps(ells, values: dict, names) -> dict:
+    """:class:`GapPath` per metric from the chains: the smallest ``ℓ`` against the Richardson limit of the two
+    largest, by paired per-replicate differences.  ``values``: name → (L, T, R)."""
+    wa, wb = richardson_weights(ells)
+    out = {}
+    for m in names:
+        v = values[m]
+        R = v.shape[-1]
+        ref = wa * v[-2] + wb * v[-1]  # (T, R)
+        diff = v[0] - ref
+        out[m] = GapPath(estimate=diff.mean(-1), se=diff.std(-1, ddof=1) / math.sqrt(R), sde_mean=ref.mean(-1),
+                         sde_se=ref.std(-1, ddof=1) / math.sqrt(R))
+    return out
+
+
+def ell_ratios(ells, times: np.ndarray, values: dict, names, *, alpha: float) -> dict:
+    """The 1/ℓ report: successive SVAG gaps and whether they keep the ratio the extrapolation assumes.
+
+    For each metric and successive triple ``(ℓ_j, ℓ_{j+1}, ℓ_{j+2})``: per replicate
+    ``r = g_j − ρ_j g_{j+1}`` (zero in expectation where ``E_ℓ = E_∞ + C/ℓ``), its mean and s.e. over replicates
+    at every time ``t > 0``; the triple is **off** where some ``|r̄| > q·se`` (Student ``t``, Bonferroni over
+    metrics × times × triples).  Only triples without the smallest ``ℓ`` (the chain judged) are **decisive**: the
+    Richardson reference rests on the larger ones.  Each row reports the ratio ``g_j/g_{j+1}`` at the time where
+    ``g_{j+1}`` is best resolved.
+
+    Returns
+    -------
+    dict
+        ``status`` (``"ok"``, ``"off"``, ``"not checked"``), ``note`` (one line) and ``ratios`` (rows: metric,
+        ells, expected, ratio, time, z (largest ``|r̄|/se``), off, decisive).
+    """
+    L = len(ells)
+    if L < 3:
+        return {"status": "not checked", "note": "needs three values of ℓ", "ratios": []}
+    inv = 1.0 / np.asarray(ells, dtype=np.float64)
+    active = np.asarray(times) > 0
+    triples = list(range(L - 2))
+    decisive = [j for j in triples if j >= 1]
+    R = next(iter(values.values())).shape[-1]
+    K = max(1, len(names) * int(active.sum()) * len(triples))
+    q = bonferroni_quantile(alpha, K, R - 1)
+    rows = []
+    for m in names:
+        v = values[m]
+        for j in triples:
+            rho = (inv[j] - inv[j + 1]) / (inv[j + 1] - inv[j + 2])
+            g1, g2 = v[j] - v[j + 1], v[j + 1] - v[j + 2]  # (T, R)
+            r = g1 - rho * g2
+            rm, rs = r.mean(-1), r.std(-1, ddof=1) / math.sqrt(R)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                z = np.where(rs > 0, np.abs(rm) / rs, np.where(rm == 0, 0.0, np.inf))
+                res2 = np.abs(g2.mean(-1)) / (g2.std(-1, ddof=1) / math.sqrt(R))
+            ti = int(np.argmax(np.where(active, np.nan_to_num(res2, nan=-1.0, posinf=1e300), -np.inf)))
+            den = g2.mean(-1)[ti]
+            rows.append({"metric": m, "ells": [int(ells[j]), int(ells[j + 1]), int(ells[j + 2])],
+                         "expected": float(rho), "ratio": float(g1.mean(-1)[ti] / den) if den != 0 else math.nan,
+                         "time": float(times[ti]), "z": float(np.max(z[active], initial=0.0)),
+                         "off": bool(np.any(z[active] > q)), "decisive": j in decisive})
+    bad = [r for r in rows if r["decisive"] and r["off"]]
+    if not decisive:
+        return {"status": "not checked", "note": "needs three values of ℓ besides the chain judged", "ratios": rows}
+    if bad:
+        b = max(bad, key=lambda r: r["z"])
+        note = (f"{b['metric']}: gap ratio {b['ratio']:.3g} for ℓ = {', '.join(map(str, b['ells']))} where "
+                f"{b['expected']:.3g} is expected, |z| = {b['z']:.3g} > {q:.3g}")
+        return {"status": "off", "note": note, "ratios": rows}
+    return {"status": "ok", "note": "successive SVAG gaps keep the 1/ℓ ratio within noise", "ratios": rows}

@@ -1,0 +1,89 @@
+"""A step measure comparable across problems: the per-round contraction ``κ = s·λ_max(B)`` of FedAvg's round map.
+
+On quadratic clients one round maps the mean as ``m ↦ m − s B (m − c)`` with
+``B = Σ_k p_k [I − (I − ηU_k)^{τ_k}]`` (:func:`fedsde.exact.round_law`; reference/seed-fedsde.md §3b), so
+``κ = s·λ_max(B)`` is the fraction of the distance to the fixed point that one round removes along the stiffest
+direction — free of units (a change of units of ``w`` or of the loss leaves it unchanged) and of the clock ``h``.
+The SDE's Euler step is accurate when it is small: its stationary variance is off by the factor ``1 − sβ/2``
+(§3b), and the mean path by ``O(κ)`` of its movement.  ``λ_max`` of the curvature alone (``s·η·E·λ_max(U)``) is
+not comparable across problems: it ignores the contraction's saturation at ``ηU ~ 1``, client weights and ``E``.
+
+For a data problem the analogue linearises the round at the optimum: ``H_k = ∇²F_k(w*)`` in place of ``U_k``.
+``λ_max`` is found by Lanczos (``scipy.sparse.linalg.eigsh``) on ``v ↦ Σ_k p_k [v − (I − ηH_k)^{τ_k} v]`` (matrix
+powers are never formed).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fedsde._validate import client_steps, positive_float
+from fedsde.errors import FedsdeInputError
+
+
+def round_contraction(problem, *, eta: float, local_steps, server_lr: float = 1.0, at=None) -> float:
+    """``κ = s·λ_max(B)`` (see the module docstring).
+
+    Parameters
+    ----------
+    problem : QuadraticProblem or a data problem (``client_hessian``, ``loss``, ``grad``)
+    eta, local_steps, server_lr
+        ``η``, ``E`` (or per-client ``τ_k``), ``s``.
+    at : array (d,), optional
+        Data problems: where the round is linearised (default: the optimum, :func:`approximate_optimum`; its
+        client Hessians are cached on the problem).
+    """
+    from fedsde.problems.quadratic import QuadraticProblem
+
+    eta = positive_float("eta", eta)
+    s = positive_float("server_lr", server_lr)
+    if isinstance(problem, QuadraticProblem):
+        from fedsde.exact.round_law import round_law
+
+        B = round_law(problem, eta, local_steps, s, warn=False).B
+        return s * float(np.linalg.eigvalsh(0.5 * (B + B.T))[-1])
+    if not hasattr(problem, "client_hessian"):
+        raise FedsdeInputError(f"problem: a {type(problem).__name__} has no client Hessians to linearise")
+    import scipy.sparse.linalg as sla
+
+    steps = client_steps("local_steps", local_steps, problem.Q)
+    cache = getattr(problem, "_cache", None) if at is None else None
+    if cache is not None and "validity_client_hessian" in cache:
+        H = cache["validity_client_hessian"]
+    else:
+        w = approximate_optimum(problem) if at is None else np.asarray(at, dtype=np.float64).reshape(problem.d)
+        H = np.asarray(problem.client_hessian(w))  # (Q, d, d)
+        if cache is not None:
+            cache["validity_client_hessian"] = H
+    d = problem.d
+
+    def matvec(v):
+        v = np.asarray(v, dtype=np.float64).reshape(d)
+        out = np.zeros(d)
+        for k in range(problem.Q):
+            u = v.copy()
+            for _ in range(int(steps[k])):
+                u = u - eta * (H[k] @ u)
+            out += problem.p[k] * (v - u)
+        return out
+
+    op = sla.LinearOperator((d, d), matvec=matvec, dtype=np.float64)
+    lam = sla.eigsh(op, k=1, which="LA", return_eigenvectors=False, tol=1e-8)[0]
+    return s * float(lam)
+
+
+def approximate_optimum(problem) -> np.ndarray:
+    """``w*`` of a data problem by L-BFGS on ``loss``/``grad`` from its initial weights, to ``‖∇F‖ <= 1e-6``
+    (enough for the curvature there; the problem's own ``optimum`` polishes further with Newton steps), cached."""
+    cache = getattr(problem, "_cache", None)
+    if cache is not None and "validity_optimum" in cache:
+        return cache["validity_optimum"].copy()
+    import scipy.optimize
+
+    start = problem.initial_weights() if hasattr(problem, "initial_weights") else np.zeros(problem.d)
+    options = {"gtol": 1e-6, "ftol": 1e-15, "maxiter": 5000, "maxcor": 30}
+    res = scipy.optimize.minimize(lambda x: (float(problem.loss(x)), np.asarray(problem.grad(x))), start, jac=True,
+                                  method="L-BFGS-B", options=options)
+    if cache is not None:
+        cache["validity_optimum"] = res.x.copy()
+    return res.x
