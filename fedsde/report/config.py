@@ -94,7 +94,7 @@ SCHEMA: dict[str, dict[str, Field]] = {
     "F13": {"clients": POS_INT, "batch_size": POS_INT, "hidden": POS_INT, "rounds": POS_INT,
             "replicates": Field("int", 2), "ells": POS_INTS, "record_every": POS_INT, "tolerance": POS, "eta": POS,
             "local_steps": POS_INT, "server_lr": POS, "bad_eta": POS, "bad_local_steps": POS_INT,
-            "bad_server_lr": POS},
+            "bad_server_lr": POS, "accuracy_tolerance": POS},
     "F14": {"clients": POS_INT, "batch_size": POS_INT, "eta": POS, "local_steps": POS_INT, "server_lr": POS,
             "rounds": POS_INT, "replicates": Field("int", 2), "ells": POS_INTS, "mc_substeps": POS_INTS,
             "inner_samples": POS_INT, "record_every": POS_INT},
@@ -282,8 +282,8 @@ def _check_svag_ells(fid: str, t: dict) -> None:
 
     ells = [int(e) for e in t.get("ells", [])]
     need = 2 if fid == "F13" else 3
-    why = ("the verdict compares successive ℓ and FedAvg is ℓ = 1" if fid == "F13" else
-           "ℓ = 1 is FedAvg and the SDE reference is the Richardson limit of the two largest ℓ")
+    why = ("FedAvg is ℓ = 1 and the SDE's value on a data problem is the Richardson limit of the two largest ℓ"
+           if fid == "F13" else "ℓ = 1 is FedAvg and the SDE reference is the Richardson limit of the two largest ℓ")
     if len(ells) < need or ells[0] != 1 or any(b <= a for a, b in itertools.pairwise(ells)):
         raise FedsdeInputError(f"{fid}.ells={ells}: must be strictly increasing, start at 1 and have at least {need} "
                                f"values ({why}), e.g. [1, 2, 4, 8]")
