@@ -1,6 +1,7 @@
 """Data problems described in problem files (TOML/JSON), read by :func:`fedsde.problems.load_problem`.
 
-A data-problem file has ``kind = "classification"``; it names a data set, a model, a partition among clients and
+A data-problem file has ``kind = "classification"`` (least-squares files, ``kind = "regression"``, are described
+in :mod:`fedsde.problems.regression_files`); it names a data set, a model, a partition among clients and
 the clients' minibatch size, and builds a :class:`~fedsde.problems.logistic.ClassificationProblem`.  Example
 (``examples/problems/digits_softmax.toml``)::
 
@@ -45,12 +46,15 @@ Keys (every other key is an error):
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-from fedsde._validate import positive_float, positive_int
 from fedsde.errors import FedsdeInputError
+from fedsde.problems._file_keys import _Keys
 from fedsde.problems.datasets import federated_classification
 from fedsde.problems.logistic import MODELS, SAMPLINGS, ClassificationProblem
+
+if TYPE_CHECKING:
+    from fedsde.problems.regression import RegressionProblem
 
 DATASETS = ("digits", "breast_cancer", "synthetic")
 PARTITIONS = ("iid", "dirichlet", "shards", "quantity", "niid2")
@@ -64,68 +68,23 @@ _SYNTHETIC = ("alpha", "beta", "iid", "dim", "n_classes", "max_samples")
 _N_CLASSES = {"digits": 10, "breast_cancer": 2}
 
 
-class _Keys:
-    """Typed access to the keys of one file; errors name the file, the key, the value and the constraint."""
-
-    def __init__(self, data: dict, source: str):
-        self.data, self.source = data, source
-
-    def fail(self, msg: str) -> FedsdeInputError:
-        return FedsdeInputError(f"{self.source}: {msg}")
-
-    def has(self, key: str) -> bool:
-        return key in self.data
-
-    def choice(self, key: str, choices: tuple[str, ...], default: str | None = None) -> str:
-        if key not in self.data:
-            if default is None:
-                raise self.fail(f"missing key {key!r} (one of {', '.join(choices)})")
-            return default
-        v = self.data[key]
-        if not isinstance(v, str) or v not in choices:
-            raise self.fail(f"{key}={v!r}: must be one of {', '.join(choices)}")
-        return v
-
-    def integer(self, key: str, default: int | None = None, *, minimum: int = 1, required: bool = False) -> Any:
-        if key not in self.data:
-            if required:
-                raise self.fail(f"missing key {key!r} (an integer >= {minimum})")
-            return default
-        v = self.data[key]
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise self.fail(f"{key}={v!r}: must be an integer >= {minimum}")
-        try:
-            return positive_int(key, v, minimum=minimum)
-        except FedsdeInputError as exc:
-            raise self.fail(str(exc)) from None
-
-    def number(self, key: str, default: float, *, allow_zero: bool = False) -> float:
-        if key not in self.data:
-            return default
-        v = self.data[key]
-        if isinstance(v, bool) or not isinstance(v, int | float):
-            raise self.fail(f"{key}={v!r}: must be a number {'>= 0' if allow_zero else '> 0'}")
-        try:
-            return positive_float(key, v, allow_zero=allow_zero)
-        except FedsdeInputError as exc:
-            raise self.fail(str(exc)) from None
-
-    def boolean(self, key: str, default: bool) -> bool:
-        v = self.data.get(key, default)
-        if not isinstance(v, bool):
-            raise self.fail(f"{key}={v!r}: must be true or false")
-        return v
-
-
-def data_problem_from_dict(data: dict, *, source: str = "problem") -> ClassificationProblem:
-    """Build a :class:`ClassificationProblem` from the keys of a data-problem file (see the module docstring).
+def data_problem_from_dict(data: dict, *, source: str = "problem",
+                           base_dir=None) -> ClassificationProblem | RegressionProblem:
+    """Build a :class:`ClassificationProblem` from the keys of a data-problem file (see the module docstring), or a
+    :class:`~fedsde.problems.regression.RegressionProblem` when ``kind = "regression"``
+    (:func:`fedsde.problems.regression_files.regression_problem_from_dict`; ``base_dir`` is the folder that a
+    ``data`` path is relative to, default the working directory).
 
     Raises :class:`FedsdeInputError` (one line naming the key, its value and the constraint) for unknown keys,
     bad values, keys that do not apply to the chosen data set / partition / model, and model–data mismatches.
     """
     k = _Keys(data, source)
+    if data.get("kind") == "regression":
+        from fedsde.problems.regression_files import regression_problem_from_dict
+
+        return regression_problem_from_dict(data, source=source, base_dir=base_dir)
     if data.get("kind") != "classification":
-        raise k.fail(f"kind={data.get('kind')!r}: must be 'classification' for a data problem")
+        raise k.fail(f"kind={data.get('kind')!r}: must be 'classification' or 'regression' for a data problem")
     dataset = k.choice("dataset", DATASETS)
     synthetic = dataset == "synthetic"
     allowed = set(_COMMON) | set(_SYNTHETIC if synthetic else _SKLEARN)

@@ -1,6 +1,7 @@
 """Load and save problems as TOML or JSON: quadratic clients (keys ``U``, ``a``, ``Sigma``, ``p``; optional ``name``,
 ``label_distributions`` and ``kind = "quadratic"``) or data problems (``kind = "classification"``, see
-:mod:`fedsde.problems.data_files`).
+:mod:`fedsde.problems.data_files`; ``kind = "regression"``, least squares on a CSV file or a packaged panel, see
+:mod:`fedsde.problems.regression_files`).
 
 Shapes follow :meth:`fedsde.problems.QuadraticProblem.from_arrays`: full matrices, per-client diagonals,
 or scalars when d = 1.  ``p`` may be omitted (uniform weights).  Example (TOML, Q = 3, d = 1)::
@@ -22,6 +23,7 @@ import json
 import os
 import tomllib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import tomli_w
 
@@ -30,14 +32,21 @@ from fedsde.errors import FedsdeInputError
 from fedsde.problems.logistic import ClassificationProblem
 from fedsde.problems.quadratic import QuadraticProblem
 
+if TYPE_CHECKING:
+    from fedsde.problems.regression import RegressionProblem
+
 _KEYS = ("U", "a", "Sigma", "p", "name", "label_distributions")
-KINDS = ("quadratic", "classification")
+KINDS = ("quadratic", "classification", "regression")
 
 
-def problem_from_dict(data: dict, *, source: str = "problem") -> QuadraticProblem | ClassificationProblem:
+def problem_from_dict(data: dict, *, source: str = "problem",
+                      base_dir=None) -> QuadraticProblem | ClassificationProblem | RegressionProblem:
     """Build a :class:`QuadraticProblem` from a dict with keys ``U, a, Sigma`` (optional ``p``, ``name``,
-    ``label_distributions``, ``kind = "quadratic"``), or a :class:`ClassificationProblem` from a dict with
-    ``kind = "classification"`` (:func:`fedsde.problems.data_files.data_problem_from_dict`)."""
+    ``label_distributions``, ``kind = "quadratic"``), a :class:`ClassificationProblem` from a dict with
+    ``kind = "classification"`` (:func:`fedsde.problems.data_files.data_problem_from_dict`), or a
+    :class:`~fedsde.problems.regression.RegressionProblem` from one with ``kind = "regression"``
+    (:func:`fedsde.problems.regression_files.regression_problem_from_dict`; a relative ``data`` path starts at
+    ``base_dir``, default the working directory)."""
     if not isinstance(data, dict):
         raise FedsdeInputError(f"{source}: must be a table/object with keys U, a, Sigma, p")
     if "kind" in data:
@@ -46,6 +55,10 @@ def problem_from_dict(data: dict, *, source: str = "problem") -> QuadraticProble
             from fedsde.problems.data_files import data_problem_from_dict
 
             return data_problem_from_dict(data, source=source)
+        if kind == "regression":
+            from fedsde.problems.regression_files import regression_problem_from_dict
+
+            return regression_problem_from_dict(data, source=source, base_dir=base_dir)
         if kind != "quadratic":
             raise FedsdeInputError(f"{source}: kind={kind!r}: must be one of {', '.join(KINDS)}")
         data = {k: v for k, v in data.items() if k != "kind"}
@@ -61,9 +74,10 @@ def problem_from_dict(data: dict, *, source: str = "problem") -> QuadraticProble
     )
 
 
-def load_problem(path: str | os.PathLike) -> QuadraticProblem | ClassificationProblem:
+def load_problem(path: str | os.PathLike) -> QuadraticProblem | ClassificationProblem | RegressionProblem:
     """Read a problem from a ``.toml`` or ``.json`` file (format chosen by the suffix): quadratic clients, or a
-    data problem when the file has ``kind = "classification"`` (:mod:`fedsde.problems.data_files`)."""
+    data problem when the file has ``kind = "classification"`` (:mod:`fedsde.problems.data_files`) or
+    ``kind = "regression"`` (:mod:`fedsde.problems.regression_files`; its ``data`` path is relative to the file)."""
     p = Path(path)
     if not p.is_file():
         raise FedsdeInputError(f"problem file {str(p)!r}: does not exist or is not a file")
@@ -78,13 +92,16 @@ def load_problem(path: str | os.PathLike) -> QuadraticProblem | ClassificationPr
             raise FedsdeInputError(f"problem file {str(p)!r}: suffix must be .toml or .json")
     except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
         raise FedsdeInputError(f"problem file {str(p)!r}: cannot be parsed ({exc})") from None
-    return problem_from_dict(data, source=f"problem file {str(p)!r}")
+    return problem_from_dict(data, source=f"problem file {str(p)!r}", base_dir=p.parent)
 
 
 def save_problem(problem: QuadraticProblem, path: str | os.PathLike, *, compact: bool = True) -> Path:
     """Write ``problem`` as TOML or JSON (by suffix), atomically (no partial file on failure)."""
     p = Path(path)
     suffix = p.suffix.lower()
+    if not hasattr(problem, "to_dict"):
+        raise FedsdeInputError(f"problem: a {type(problem).__name__} is described by its problem file (data and "
+                               "keys), not saved as arrays; save_problem writes quadratic problems")
     data = problem.to_dict(compact=compact)
     if suffix == ".toml":
         text = tomli_w.dumps(data)

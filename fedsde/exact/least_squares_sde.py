@@ -1,0 +1,239 @@
+"""Exact moments of the FedAvg SDE on least-squares clients (seed 002 eq. (2) with exact round moments).
+
+On the clock ``t = n·h`` the SDE matches one round's conditional moments (reference/seed-fedsde.md §3b, the
+``corrected`` convention of :mod:`fedsde.sde.coefficients`):
+
+    dw = b(w) dt + σ(w) dB,     b(w) = E[Δ | w] / h,     σσᵀ(w) = Cov[Δ | w] / h,
+
+with ``Δ = w_{n+1} − w_n`` and its moments from :class:`fedsde.exact.least_squares.LeastSquaresRoundLaw`.  The
+drift is linear, ``b(w) = G (w − m*)`` with ``G = (s/h) Σ_k μ_k J_k`` and ``m*`` the chain's fixed point, and the
+diffusion is quadratic in ``w``, so the moment equations close and are linear:
+
+    dm/dt = G (m − m*),      dP/dt = G P + P Gᵀ + E[σσᵀ(w)],
+
+``E[σσᵀ(w)]`` being linear in ``P + (m−m*)(m−m*)ᵀ`` and ``m − m*``.  With ``δ = m − m*`` and ``D = δδᵀ``
+(``dD/dt = G D + D Gᵀ``) the state ``(P, D, δ, 1)`` (``2d² + d + 1`` numbers) obeys one linear ODE, solved by a
+matrix exponential at every requested time; ``P`` is carried apart from ``D``, so no cancellation.  On a problem
+whose minibatch noise is constant this is the Ornstein–Uhlenbeck law of the ``corrected`` quadratic SDE.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.linalg
+
+from fedsde._memory import available_memory, memory_fits
+from fedsde._validate import positive_float
+from fedsde.errors import FedsdeInputError, NoStationaryLawError
+from fedsde.exact.least_squares import LeastSquaresRoundLaw, _initial, least_squares_round_law, operator_bytes
+
+
+@dataclass(frozen=True)
+class SDEMoments:
+    """Mean and covariance of the SDE at requested times (clock ``t = n·h``).
+
+    Attributes
+    ----------
+    times : ndarray, shape (T,)
+    mean : ndarray, shape (T, d)
+    cov : ndarray, shape (T, d, d)
+    """
+
+    times: np.ndarray
+    mean: np.ndarray
+    cov: np.ndarray
+
+
+@dataclass(frozen=True)
+class LeastSquaresSDE:
+    """``dw = b(w) dt + σ(w) dB`` with the exact round moments (module docstring).
+
+    Attributes
+    ----------
+    law : LeastSquaresRoundLaw
+        The round law (internal coordinates centred at its fixed point ``m*``).
+    h : float
+        Time step: one round lasts ``h`` on the clock ``t``.
+    """
+
+    law: LeastSquaresRoundLaw
+    h: float
+    _cache: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def d(self) -> int:
+        return self.law.d
+
+    @property
+    def centre(self) -> np.ndarray:
+        """``m*``: the drift's zero (the chain's stationary mean), shape (d,)."""
+        return self.law.fixed_point()
+
+    @property
+    def drift_matrix(self) -> np.ndarray:
+        """``G``: ``b(w) = G (w − m*)``, shape (d, d)."""
+        return self.law.L[:self.d, :self.d] / self.h
+
+    def drift(self, w) -> np.ndarray:
+        """``b(w) = (E[w_{n+1} | w] − w)/h`` for ``w`` of shape (..., d)."""
+        w = np.asarray(w, dtype=np.float64)
+        return (w - self.centre) @ self.drift_matrix.T
+
+    def diffusion_cov(self, w) -> np.ndarray:
+        """``σσᵀ(w) = Cov[w_{n+1} | w]/h`` (quadratic in ``w``) for ``w`` of shape (..., d): shape (..., d, d).
+
+        Evaluated as ``K vec(ûûᵀ)`` with ``û = (w − m*, 1)`` and the matrix ``K`` of :meth:`diffusion_operator`
+        (one product per batch, for simulating the SDE; :meth:`LeastSquaresRoundLaw.conditional_cov` is the direct
+        evaluation).
+        """
+        w = np.asarray(w, dtype=np.float64)
+        d = self.d
+        flat = w.reshape(-1, d) - self.centre
+        u = np.concatenate([flat, np.ones((flat.shape[0], 1))], axis=1)
+        D = (np.einsum("ni,nj->nij", u, u).reshape(u.shape[0], -1) @ self.diffusion_operator().T).reshape(-1, d, d)
+        return (0.5 * (D + np.swapaxes(D, 1, 2))).reshape(*w.shape, d)
+
+    def diffusion_operator(self) -> np.ndarray:
+        """``K`` (d², (d+1)²): ``vec σσᵀ(w) = K vec(ûûᵀ)`` with ``û = (w − m*, 1)`` (row-major; and
+        ``E vec σσᵀ(w) = K vec E ûûᵀ``)."""
+        if "K" not in self._cache:
+            self._cache["K"] = self._blocks()[0]
+        return self._cache["K"]
+
+    def _blocks(self) -> tuple[np.ndarray, np.ndarray]:
+        """``K``: ``E σσᵀ`` as a linear map of the raw augmented moment (d², (d+1)²), and ``G ⊕ G`` (d², d²)."""
+        d, law = self.d, self.law
+        if "K" in self._cache:
+            G = self.drift_matrix
+            return self._cache["K"], np.kron(G, np.eye(d)) + np.kron(np.eye(d), G)
+        n = (d + 1) ** 2
+        cols = []
+        for start in range(0, n, 256):
+            idx = np.arange(start, min(n, start + 256))
+            X = np.zeros((idx.size, d + 1, d + 1))
+            X[np.arange(idx.size), idx // (d + 1), idx % (d + 1)] = 1.0
+            noise = law.pieces(np.zeros((idx.size, d + 1)), X)[2]
+            cols.append(noise[:, :d, :d].reshape(idx.size, d * d) / self.h)
+        K = self._cache["K"] = np.concatenate(cols).T
+        G = self.drift_matrix
+        return K, np.kron(G, np.eye(d)) + np.kron(np.eye(d), G)
+
+    def generator(self) -> np.ndarray:
+        """Matrix of the linear ODE of ``z = (vec P, vec D, δ, 1)``, shape (2d² + d + 1,)²."""
+        d = self.d
+        K, GG = self._blocks()
+        dd = d * d
+        aug = np.arange(dd).reshape(d, d)
+        rows = (aug // d) * (d + 1) + aug % d  # position of entry (i, j) of a d×d block in the (d+1)² layout
+        Kdd = K[:, rows.reshape(-1)]  # acts on P + D
+        Kdelta = K[:, np.arange(d) * (d + 1) + d] + K[:, d * (d + 1) + np.arange(d)]  # entries (i, d) and (d, i)
+        Kone = K[:, (d + 1) ** 2 - 1]
+        n = 2 * dd + d + 1
+        Z = np.zeros((n, n))
+        Z[:dd, :dd] = GG + Kdd
+        Z[:dd, dd:2 * dd] = Kdd
+        Z[:dd, 2 * dd:2 * dd + d] = Kdelta
+        Z[:dd, -1] = Kone
+        Z[dd:2 * dd, dd:2 * dd] = GG
+        Z[2 * dd:2 * dd + d, 2 * dd:2 * dd + d] = self.drift_matrix
+        return Z
+
+    def moments(self, times: Sequence[float] | np.ndarray, w0=None, cov0=None) -> SDEMoments:
+        """Mean and covariance at ``times`` (clock ``t``, each ``>= 0``) from ``(w0, cov0)`` at ``t = 0``.
+
+        ``w0`` defaults to zero, ``cov0`` to zero (a point start).
+        """
+        t = np.atleast_1d(np.asarray(times, dtype=np.float64))
+        if t.ndim != 1 or not np.all(np.isfinite(t)) or np.any(t < 0):
+            raise FedsdeInputError(f"times: {np.asarray(times).tolist()!r} must be finite and >= 0")
+        d = self.d
+        m0, P0 = _initial(d, w0, cov0)
+        delta = m0 - self.centre
+        z0 = np.concatenate([P0.reshape(-1), np.outer(delta, delta).reshape(-1), delta, [1.0]])
+        Z = self.generator()
+        means, covs = np.empty((t.size, d)), np.empty((t.size, d, d))
+        for i, ti in enumerate(t):
+            z = scipy.linalg.expm(Z * ti) @ z0
+            P = z[:d * d].reshape(d, d)
+            means[i] = self.centre + z[2 * d * d:2 * d * d + d]
+            covs[i] = 0.5 * (P + P.T)
+        return SDEMoments(times=t, mean=means, cov=covs)
+
+    def stationary(self) -> tuple[np.ndarray, np.ndarray]:
+        """Stationary mean ``m*`` and covariance (``G P + P Gᵀ + E σσᵀ = 0`` at ``m = m*``).
+
+        Raises :class:`NoStationaryLawError` when the second-moment generator has an eigenvalue with real part
+        ``>= 0`` (the message gives the largest).
+        """
+        d = self.d
+        Z = self.generator()
+        A = Z[:d * d, :d * d]
+        lead = float(np.max(np.linalg.eigvals(A).real))
+        if lead >= -1e-12 * max(1.0, float(np.abs(A).max())):
+            raise NoStationaryLawError(f"the SDE's second-moment generator has an eigenvalue with real part "
+                                       f"{lead:.6g} >= 0, so the SDE has no stationary law")
+        P = np.linalg.solve(A, -Z[:d * d, -1]).reshape(d, d)
+        return self.centre, 0.5 * (P + P.T)
+
+
+def least_squares_sde(
+    problem,
+    eta: float,
+    local_steps: int | Sequence[int] | np.ndarray,
+    server_lr: float = 1.0,
+    h: float | None = None,
+    *,
+    participation: int | None = None,
+    weighting: str = "unbiased",
+    weights: np.ndarray | None = None,
+    memory_limit: int | str | None = None,
+) -> LeastSquaresSDE:
+    """The FedAvg SDE of a :class:`~fedsde.problems.RegressionProblem` with exact round moments.
+
+    Parameters
+    ----------
+    problem : RegressionProblem
+    eta, local_steps, server_lr, participation, weighting, weights
+        As :func:`fedsde.exact.least_squares_round_law`.
+    h : float, optional
+        Time step of the clock ``t = n·h``; default ``η`` (seed 002, Section 6).
+    memory_limit : int or str, optional
+        Bytes the generator may use (default: what is free).
+    """
+    eta = positive_float("eta", eta)
+    h = eta if h is None else positive_float("h", h)
+    law = least_squares_round_law(problem, eta, local_steps, server_lr, participation=participation,
+                                  weighting=weighting, weights=weights)
+    d = problem.d
+    n = 2 * d * d + d + 1
+    memory_fits(f"SDE moment generator (d={d})", 8 * 4 * n * n + operator_bytes(d, problem.Q, law.data.X.shape[1]),
+                available_memory("cpu", memory_limit), "the SDE's moment equations need O(d⁴) memory; use fewer "
+                "features")
+    centre = law.fixed_point()
+    law = least_squares_round_law(problem, eta, local_steps, server_lr, participation=participation,
+                                  weighting=weighting, weights=weights, shift=centre)
+    return LeastSquaresSDE(law=law, h=h)
+
+
+def least_squares_sde_moments(
+    problem,
+    eta: float,
+    local_steps: int | Sequence[int] | np.ndarray,
+    times: Sequence[float] | np.ndarray,
+    server_lr: float = 1.0,
+    h: float | None = None,
+    *,
+    w0=None,
+    cov0=None,
+    participation: int | None = None,
+    weighting: str = "unbiased",
+    weights: np.ndarray | None = None,
+) -> SDEMoments:
+    """Exact mean and covariance of the least-squares FedAvg SDE at ``times`` (clock ``t = n·h``; round ``n`` of
+    the chain sits at ``t = n·h``), from ``w0`` (default: the problem's ``initial_weights()``) and ``cov0``."""
+    sde = least_squares_sde(problem, eta, local_steps, server_lr, h, participation=participation,
+                            weighting=weighting, weights=weights)
+    return sde.moments(times, problem.initial_weights() if w0 is None else w0, cov0)

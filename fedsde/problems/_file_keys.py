@@ -1,0 +1,62 @@
+"""Typed access to the keys of a problem file (internal): every error names the file, the key, its value and the
+constraint, in one line."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fedsde._validate import positive_float, positive_int
+from fedsde.errors import FedsdeInputError
+
+
+class _Keys:
+    """Typed access to the keys of one file; errors name the file, the key, the value and the constraint."""
+
+    def __init__(self, data: dict, source: str):
+        self.data, self.source = data, source
+
+    def fail(self, msg: str) -> FedsdeInputError:
+        return FedsdeInputError(f"{self.source}: {msg}")
+
+    def has(self, key: str) -> bool:
+        return key in self.data
+
+    def choice(self, key: str, choices: tuple[str, ...], default: str | None = None) -> str:
+        if key not in self.data:
+            if default is None:
+                raise self.fail(f"missing key {key!r} (one of {', '.join(choices)})")
+            return default
+        v = self.data[key]
+        if not isinstance(v, str) or v not in choices:
+            raise self.fail(f"{key}={v!r}: must be one of {', '.join(choices)}")
+        return v
+
+    def integer(self, key: str, default: int | None = None, *, minimum: int = 1, required: bool = False) -> Any:
+        if key not in self.data:
+            if required:
+                raise self.fail(f"missing key {key!r} (an integer >= {minimum})")
+            return default
+        v = self.data[key]
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise self.fail(f"{key}={v!r}: must be an integer >= {minimum}")
+        try:
+            return positive_int(key, v, minimum=minimum)
+        except FedsdeInputError as exc:
+            raise self.fail(str(exc)) from None
+
+    def number(self, key: str, default: float, *, allow_zero: bool = False) -> float:
+        if key not in self.data:
+            return default
+        v = self.data[key]
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise self.fail(f"{key}={v!r}: must be a number {'>= 0' if allow_zero else '> 0'}")
+        try:
+            return positive_float(key, v, allow_zero=allow_zero)
+        except FedsdeInputError as exc:
+            raise self.fail(str(exc)) from None
+
+    def boolean(self, key: str, default: bool) -> bool:
+        v = self.data.get(key, default)
+        if not isinstance(v, bool):
+            raise self.fail(f"{key}={v!r}: must be true or false")
+        return v
