@@ -1,7 +1,8 @@
 """Client problems: quadratic clients (seed 002, Assumption 6.1), their I/O and generators; logistic/softmax
 regression and one-hidden-layer MLP clients on real data (scikit-learn's bundled sets) or FedProx's synthetic(α, β)
 (the models themselves in :mod:`fedsde.problems.models`), data problems from files, partitioners, and metrics of
-server weights."""
+server weights; least-squares regression clients (a user's CSV, Grunfeld, diabetes) with real minibatch
+sampling, whose exact moments live in :mod:`fedsde.exact.least_squares`."""
 
 from fedsde.problems.data_files import data_problem_from_dict
 from fedsde.problems.datasets import federated_classification, load_dataset
@@ -18,12 +19,15 @@ from fedsde.problems.partition import (
     shard_partition,
 )
 from fedsde.problems.quadratic import QuadraticProblem
+from fedsde.problems.regression import RegressionProblem
+from fedsde.problems.regression_files import regression_problem_from_dict
 from fedsde.problems.synthetic import synthetic_problem
 
 
 def is_data_problem(problem) -> bool:
-    """Whether ``problem`` holds per-sample data (a :class:`ClassificationProblem`) rather than quadratic clients."""
-    return isinstance(problem, ClassificationProblem)
+    """Whether ``problem`` holds per-sample data (a :class:`ClassificationProblem` or a
+    :class:`RegressionProblem`) rather than quadratic clients."""
+    return isinstance(problem, ClassificationProblem | RegressionProblem)
 
 
 def require_quadratic(problem, what: str, why: str) -> None:
@@ -34,9 +38,12 @@ def require_quadratic(problem, what: str, why: str) -> None:
     if is_data_problem(problem):
         from fedsde.errors import FedsdeInputError
 
+        kind = "regression" if isinstance(problem, RegressionProblem) else "classification"
+        exact = ("; least-squares problems have exact laws in fedsde.exact.least_squares"
+                 if kind == "regression" else "")
         raise FedsdeInputError(
             f"{what}: needs quadratic clients, got a data problem ({problem.name or problem.model}, "
-            f"kind='classification'): {why}"
+            f"kind={kind!r}): {why}{exact}"
         )
 
 
@@ -44,6 +51,7 @@ __all__ = [
     "METRICS",
     "ClassificationProblem",
     "QuadraticProblem",
+    "RegressionProblem",
     "data_problem_from_dict",
     "dirichlet_partition",
     "evaluate_metrics",
@@ -59,6 +67,7 @@ __all__ = [
     "problem_from_dict",
     "quantity_skew_partition",
     "random_quadratic_problem",
+    "regression_problem_from_dict",
     "require_quadratic",
     "save_problem",
     "shard_partition",
