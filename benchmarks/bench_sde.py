@@ -8,7 +8,8 @@ Same SDE (the corrected quadratic FedAvg SDE of a random problem, d = 10, full m
 (c)  a hand-written fused loop: ``y ← y(I − A dt)ᵀ + A c dt + (√dt z) bᵀ`` with ``z = torch.randn`` in float64;
 (c') the same loop fed with GridBrownian's increments (isolates torchsde's per-step overhead from the RNG).
 
-Also the general SDE (Monte-Carlo coefficients, eq. (2)): cost per step and per stochastic gradient.
+Also the general SDE (Monte-Carlo coefficients, eq. (2)): cost per step and per stochastic gradient; and the SVAG
+chain (``ℓ = 2``, two client rounds per step) with unequal local steps: cost per step.
 All ratios come from one run of this script (each timing the best of ``--repeats`` calls, as the machine may be
 shared); the thread count is pinned and printed.
 
@@ -21,6 +22,7 @@ import argparse
 import math
 import time
 
+import numpy as np
 import torch
 import torchsde
 
@@ -29,6 +31,7 @@ from fedsde.sde import quadratic_sde_coefficients
 from fedsde.sde.brownian import GridBrownian
 from fedsde.sde.integrate import sdeint_rounds
 from fedsde.sde.models import FedAvgSDE, QuadraticSDE
+from fedsde.sde.svag import svag_chain
 
 
 def _sync(dev: torch.device) -> None:
@@ -142,6 +145,13 @@ def main() -> None:
     grads = Rg * S * Q * E
     print(f"general SDE (Q={Q}, E={E}, S={S}, d={d}, {Rg} paths): {tg / ng * 1e3:.2f} ms/step, "
           f"{tg / ng / grads * 1e9:.1f} ns per stochastic gradient ({grads} gradients per step)")
+
+    # SVAG chain: ℓ = 2, local steps 1..E (the stop mask of the local loop)
+    steps = 1 + np.arange(Q) % E
+    Rs, ns = (1024 if args.quick else 4096), (5 if args.quick else 20)
+    ts, _ = timed(lambda: svag_chain(gp, eta=eta, local_steps=steps, rounds=ns, ell=2, replicates=Rs, seed=4,
+                                     server_lr=s, h=h, device=dev), dev, reps)
+    print(f"SVAG chain (ell=2, Q={Q}, steps 1..{E}, d={d}, {Rs} replicates): {ts / (2 * ns) * 1e3:.2f} ms/step")
 
 
 if __name__ == "__main__":

@@ -214,7 +214,7 @@ def test_generic_local_loop_equals_fast_path():
 
 def test_multinomial_participation_weights():
     # m draws with replacement ∝ p, each weighted 1/m: E[weights] = p
-    from fedsde.sim.fedavg import _participation
+    from fedsde.sim.participation import draw_participation as _participation
 
     p = torch.tensor([0.2, 0.3, 0.5], dtype=D)
     st = ReplicateStreams(0, 0, 40, "cpu", 1)

@@ -1,5 +1,6 @@
 """What one client does in a round, below both the simulator and the server rules.
 
+:mod:`~fedsde.clients.local` (the one local-training loop, :func:`~fedsde.clients.local.run_local_steps`),
 :mod:`~fedsde.clients.streams` (per-block random streams), :mod:`~fedsde.clients.steps` (fixed, random and
 epoch-based local step counts), :mod:`~fedsde.clients.solvers` (local SGD, momentum, prox),
 :mod:`~fedsde.clients.oracles` (the gradient-oracle protocol and Gaussian quadratic clients) and

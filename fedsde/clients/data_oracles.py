@@ -28,7 +28,8 @@ How the work is laid out (results are the same up to rounding; the choice depend
   work whatever ``N_k``); larger ones keep the ``S`` smallest of ``N_max`` uniform keys.
 
 Batch sizes are fixed (``batch_size=``) or handed over every round by the simulator from
-:class:`~fedsde.clients.steps.EpochSteps` through ``begin_round(batch, max_batch)``.
+:class:`~fedsde.clients.steps.EpochSteps` through ``begin_round(batch=…, max_batch=…)`` (the
+:class:`~fedsde.clients.oracles.GradientOracle` protocol).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from __future__ import annotations
 import torch
 
 from fedsde._validate import positive_int
+from fedsde.clients.oracles import OracleBase
 from fedsde.clients.streams import ReplicateStreams
 from fedsde.errors import FedsdeInputError
 
@@ -47,7 +49,7 @@ DENSE_FACTOR = 2
 FLOYD_MAX = 32
 
 
-class _DataOracle:
+class _DataOracle(OracleBase):
     """Shared set-up: data layouts, batch sizes, the clients held by each slot, and the model's gradients."""
 
     #: the simulator may hand over only the round's participants (``clients`` in :meth:`begin_round`)

@@ -1,10 +1,11 @@
-"""Stochastic-gradient oracles used by the local-training loop.
+"""Stochastic-gradient oracles used by the local-training loop (:mod:`fedsde.clients.local`).
 
-The simulator keeps client weights in block-major layout ``x`` of shape ``(nb, Q, B, d)``: ``nb`` blocks of
-``B`` (= :data:`fedsde.clients.streams.BLOCK`) replicates, ``Q`` clients, dimension ``d``.  An oracle is built for
-one chunk of blocks on one device and answers ``sample(x, streams) -> g`` (same shape) with
-``g = ∇F_k(x) + ξ``.  Randomness comes only from the :class:`~fedsde.clients.streams.ReplicateStreams` it is
-handed; all arithmetic is per block with fixed shapes, which keeps results independent of chunking.
+The loop keeps client weights in block-major layout ``x`` of shape ``(nb, S, B, d)``: ``nb`` blocks of ``B``
+(= :data:`fedsde.clients.streams.BLOCK` by default) replicates, ``S`` client slots (``Q``, or the round's ``m``
+participants), dimension ``d``.  An oracle is built for one chunk of blocks on one device and answers
+``sample(x, streams) -> g`` (same shape) with ``g = ∇F_k(x) + ξ``.  Randomness comes only from the
+:class:`~fedsde.clients.streams.ReplicateStreams` it is handed; all arithmetic is per block with fixed shapes, which
+keeps results independent of chunking.  :class:`GradientOracle` is the protocol, :class:`OracleBase` its defaults.
 """
 
 from __future__ import annotations
@@ -18,19 +19,51 @@ from fedsde.problems.quadratic import QuadraticProblem
 
 
 class GradientOracle(Protocol):
-    """Protocol of gradient oracles (see the module docstring).
+    """What the local-training loop (:func:`fedsde.clients.local.run_local_steps`) asks of a gradient oracle.
 
-    Optional extensions read by the simulator: ``begin_round(batch, max_batch[, clients=…])`` is called at
-    the start of every round with the round's batch sizes (from :class:`~fedsde.clients.steps.EpochSteps`, else
-    ``None``); an oracle with ``participants_only = True`` accepts ``clients`` of shape ``(nb, S, B)`` naming the
-    client held by each of the ``S`` slots of ``x`` (the simulator then trains only the round's participants).
-    See :mod:`fedsde.clients.data_oracles`.
+    Attributes
+    ----------
+    participants_only : bool
+        True when :meth:`begin_round` accepts ``clients``: the simulator may then hand over only the round's
+        participants (``S = m`` slots instead of ``Q``) under partial participation.
+
+    Methods
+    -------
+    begin_round(batch=None, max_batch=None, clients=None)
+        Called once at the start of every round of local training, always with these three keywords:
+        ``batch`` of shape ``(R, S)`` the round's batch sizes (from :class:`~fedsde.clients.steps.EpochSteps`,
+        else ``None``: the oracle's own batch size), ``max_batch`` the padded batch length fixed by the run
+        (``None`` with ``batch=None``), ``clients`` of shape ``(nb, S, B)`` the client held by each of the ``S``
+        slots of ``x`` (``None``: slot ``k`` holds client ``k``).
+    sample(x, streams)
+        ``g = ∇F_k(x) + ξ`` of the shape of ``x``, ``(nb, S, B, d)``, drawing only from ``streams``.
+
+    :class:`OracleBase` gives the defaults (``participants_only = False``, a ``begin_round`` that does nothing).
+    An object with only ``sample`` is accepted too: the loop reads a missing ``begin_round`` and
+    ``participants_only`` as those defaults.
     """
+
+    participants_only: bool
+
+    def begin_round(self, batch: torch.Tensor | None = None, max_batch: int | None = None,
+                    clients: torch.Tensor | None = None) -> None: ...
 
     def sample(self, x: torch.Tensor, streams: ReplicateStreams) -> torch.Tensor: ...
 
 
-class GaussianQuadraticOracle:
+class OracleBase:
+    """Defaults of the :class:`GradientOracle` protocol: every slot holds its own client, nothing to reset."""
+
+    #: the oracle does not accept ``clients`` in :meth:`begin_round`
+    participants_only = False
+
+    def begin_round(self, batch: torch.Tensor | None = None, max_batch: int | None = None,
+                    clients: torch.Tensor | None = None) -> None:
+        """Start a round (nothing to do for a stateless oracle)."""
+        return None
+
+
+class GaussianQuadraticOracle(OracleBase):
     """``g_k(x) = U_k (x − a_k) + L_k z``, ``z ~ N(0, I)``, ``L_k L_kᵀ = Σ_k`` (seed 002, Assumption 4.4).
 
     Elementwise products when every ``U_k`` and ``Σ_k`` is diagonal; batched matmuls of fixed shape

@@ -34,6 +34,9 @@ import numpy as np
 import torch
 
 from fedsde._validate import positive_float
+from fedsde.clients.local import StepHook, local_loop
+from fedsde.clients.oracles import GradientOracle
+from fedsde.clients.streams import ReplicateStreams
 from fedsde.errors import FedsdeInputError
 
 
@@ -70,7 +73,8 @@ class LocalSolver:
         return "+".join(parts) or "sgd"
 
     @property
-    def _buffered_prox(self) -> bool:
+    def buffered_prox(self) -> bool:
+        """True when the proximal term enters the momentum buffer (``prox_in_buffer`` with non-zero ρ and μ)."""
         return bool(self.prox_in_buffer and self.momentum and self.prox)
 
     @property
@@ -101,7 +105,7 @@ class LocalSolver:
             for j in range(tau):
                 g = 1.0 if j == s else 0.0
                 v = g if j == 0 else self.momentum * v + g
-                if self._buffered_prox:
+                if self.buffered_prox:
                     v += alpha * y
                     y -= v
                 else:
@@ -115,7 +119,7 @@ class LocalSolver:
         out = np.zeros(int(max_steps) + 1)
         c = s = 0.0
         for t in range(1, int(max_steps) + 1):
-            if self._buffered_prox:
+            if self.buffered_prox:
                 c = self.momentum * c + 1.0 - alpha * s
                 s = s + c
             else:
@@ -130,53 +134,53 @@ class LocalSolver:
         return table[steps.long()]
 
     # ---------------------------------------------------------------- the local loop
-    def run(self, x, wb, oracle, noise, eta, n_steps, tau_b, corr=None, first_grad=None, on_step=None):
-        """Run ``n_steps`` local steps in place on ``x`` (block-major, shape (nb, Q, B, d)).
+    def run(
+        self,
+        x: torch.Tensor,
+        anchor: torch.Tensor,
+        oracle: GradientOracle,
+        streams: ReplicateStreams,
+        eta: float,
+        n_steps: int,
+        local_steps: torch.Tensor | None = None,
+        *,
+        correction: torch.Tensor | None = None,
+        keep_first_grad: bool = False,
+        on_step: StepHook | None = None,
+    ) -> torch.Tensor | None:
+        """Run ``n_steps`` local steps of this solver in place on ``x`` (block-major, shape (nb, Q, B, d)).
+
+        The loop of :func:`fedsde.clients.local.run_local_steps` on an oracle whose round has begun; the options
+        after ``local_steps`` are keyword-only.
 
         Parameters
         ----------
         x : Tensor, shape (nb, Q, B, d)
             Client weights, starting at the server weights.
-        wb : Tensor, shape (nb, 1, B, d)
+        anchor : Tensor, shape (nb, 1, B, d)
             Server weights ``w_n`` (the prox anchor).
-        oracle, noise
+        oracle, streams
             Gradient oracle and its random streams.
         eta : float
         n_steps : int
             Steps of the longest client.
-        tau_b : Tensor, shape (nb, Q, B, 1), or None
+        local_steps : Tensor of int, broadcastable to (nb, Q, B, 1), optional
             Steps of each client (clients stop after ``τ_k`` steps); ``None`` when all run ``n_steps``.
-        corr : Tensor, shape (nb, Q, B, d), optional
+        correction : Tensor, shape (nb, Q, B, d), optional
             Constant gradient correction (SCAFFOLD's ``c − c_k``).
-        first_grad : list, optional
-            If given, the oracle's gradient at the server weights (step 0, before correction) is appended.
+        keep_first_grad : bool
+            Return the oracle's gradient at the server weights (step 0, before correction).
         on_step : callable, optional
             ``on_step(i, x)`` after every step (drift recording).
+
+        Returns
+        -------
+        Tensor, shape (nb, Q, B, d), or None
+            The first gradients when ``keep_first_grad``.
         """
-        rho, mu = self.momentum, self.prox
-        buffered = self._buffered_prox
-        v = None
-        for i in range(n_steps):
-            g = oracle.sample(x, noise)
-            if first_grad is not None and i == 0:
-                first_grad.append(g.clone())
-            if corr is not None:
-                g = g + corr
-            if rho:
-                v = g.clone() if v is None else v.mul_(rho).add_(g)
-                if buffered:
-                    v.add_(x - wb, alpha=mu)
-                step = v
-            else:
-                step = g
-            if mu and not buffered:
-                step = step + mu * (x - wb)
-            if tau_b is not None:
-                step = step * (tau_b > i).to(x.dtype)
-            x.sub_(step, alpha=eta)
-            if on_step is not None:
-                on_step(i, x)
-        return x
+        return local_loop(x=x, oracle=oracle, streams=streams, eta=eta, n_steps=n_steps, local_steps=local_steps,
+                          solver=self, anchor=anchor, correction=correction, keep_first_grad=keep_first_grad,
+                          on_step=on_step)
 
 
 #: plain SGD

@@ -13,7 +13,6 @@ it runs under ``torch.random.fork_rng`` so the caller's global RNG state is left
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -221,12 +220,14 @@ def simulate_sde(
                 block_size=block)
             y = torch.as_tensor(start, dtype=dtype, device=dev).expand(b - a, d).clone()
             if method == "exact":
-                res = _exact_chunk(module, y, base_seed, first_block, rounds, keep, bar, watch)
+                res = _exact_chunk(module, y, seed=base_seed, first_block=first_block, rounds=rounds, keep=keep,
+                                   bar=bar, watch=watch)
             else:
                 bm = GridBrownian(0.0, hh / substeps, (b - a, module.brownian_channels), seed=base_seed,
                                   first_block=first_block, steps=rounds * substeps, dtype=dtype, device=dev,
                                   float32_draws=float32_draws)
-                res = _euler_chunk(module, y, bm, hh, substeps, rounds, keep, bounds, bar, watch)
+                res = _euler_chunk(module, y, bm=bm, h=hh, substeps=substeps, rounds=rounds, keep=keep,
+                                   bounds=bounds, bar=bar, watch=watch)
             if moments_only:
                 for i in range(keep.size):
                     out.add(i, a, res[i])
@@ -267,19 +268,18 @@ def _check_euler_stability(problem, variant, eta, local_steps, server_lr, h, sub
         )
 
 
-def _check_finite(y: torch.Tensor, t: float, watch: BlowUpWatch | None = None, first: int = 0) -> None:
+def _check_finite(y: torch.Tensor, t: float, watch: BlowUpWatch, first: int = 0) -> None:
     """NaN/inf: an error naming the path and time; growth far beyond the problem's scale: one warning per run."""
-    biggest = float(y.abs().amax()) if y.numel() else 0.0
-    if not math.isfinite(biggest):
+    if not watch.scan(y, f"time t={t:.6g}", first=first, noun="path"):
         r = int(torch.nonzero(~torch.isfinite(y).all(-1))[0, 0])
         raise SimulationDivergedError(f"SDE path {first + r} became NaN/inf by time t={t:.6g}; reduce the step or "
                                       "rates")
-    if watch is not None and biggest > watch.limit:
-        r = int(torch.nonzero(y.abs().amax(-1) > watch.limit)[0, 0])
-        watch.check(biggest, f"time t={t:.6g} (path {first + r})")
 
 
-def _euler_chunk(module, y, bm, h, substeps, rounds, keep, bounds, bar, watch=None) -> np.ndarray:
+def _euler_chunk(module, y: torch.Tensor, *, bm: GridBrownian, h: float, substeps: int, rounds: int, keep: np.ndarray,
+                 bounds: np.ndarray, bar, watch: BlowUpWatch) -> np.ndarray:
+    """Euler–Maruyama of the paths ``y`` (R, d) over ``rounds`` rounds of ``substeps`` steps, in segments cut at
+    ``bounds`` (round indices; checks and progress between them); the states at the rounds ``keep``, (T, R, d)."""
     res = np.empty((keep.size, y.shape[0], y.shape[1]))
     keep_idx = {int(k): i for i, k in enumerate(keep)}
     if 0 in keep_idx:
@@ -301,7 +301,8 @@ def _euler_chunk(module, y, bm, h, substeps, rounds, keep, bounds, bar, watch=No
     return res
 
 
-def _exact_chunk(module: QuadraticSDE, y, seed, first_block, rounds, keep, bar, watch=None) -> np.ndarray:
+def _exact_chunk(module: QuadraticSDE, y: torch.Tensor, *, seed: int, first_block: int, rounds: int,
+                 keep: np.ndarray, bar, watch: BlowUpWatch) -> np.ndarray:
     """Exact OU transitions ``w ← c + Φ(w − c) + K^{1/2} z`` over each round (normals: unit-step GridBrownian)."""
     d = y.shape[1]
     res = np.empty((keep.size, y.shape[0], d))

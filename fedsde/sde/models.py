@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from fedsde._validate import client_steps, device_dtype, positive_float, positive_int
+from fedsde.clients.local import run_local_steps, step_limits
 from fedsde.clients.oracles import GaussianQuadraticOracle, GradientOracle
 from fedsde.clients.streams import BLOCK, ReplicateStreams, resolve_block_size, resolve_seed
 from fedsde.errors import FedsdeInputError
@@ -60,8 +61,6 @@ class ClientProblem(Protocol):
 
     @property
     def p(self) -> np.ndarray: ...
-
-
 
 
 def _default_h(h: float | None, eta: RateLike) -> float:
@@ -123,13 +122,6 @@ class QuadraticSDE(torch.nn.Module):
         self.device_, self.dtype_ = device_dtype(device, dtype)
         self._cache: dict[tuple[float, float], tuple] = {}
         self.coefficients(0.0)  # validate (raises for impossible variants) and warm the cache
-
-    @classmethod
-    def from_coefficients(cls, lin: LinearSDE, problem: QuadraticProblem, *, device="cpu",
-                          dtype=torch.float64) -> QuadraticSDE:
-        """The module of fixed coefficients ``lin`` (as returned by ``quadratic_sde_coefficients``)."""
-        return cls(problem, lin.eta, lin.local_steps, lin.server_lr, lin.h, lin.variant, device=device,
-                   dtype=dtype)
 
     @property
     def d(self) -> int:
@@ -298,11 +290,7 @@ class FedAvgSDE(torch.nn.Module):
         self.oracle_factory = oracle_factory
         self.device_, self.dtype_ = device_dtype(device, dtype)
         self._p = torch.as_tensor(np.asarray(problem.p, dtype=np.float64), dtype=self.dtype_, device=self.device_)
-        uniform = bool(np.all(self.steps == self.steps[0]))
-        self._masks = None if uniform else [
-            torch.as_tensor((self.steps > i).astype(np.float64), dtype=self.dtype_, device=self.device_)
-            .view(1, -1, 1, 1) for i in range(int(self.steps.max()))
-        ]
+        self._limits = step_limits(self.steps, device=self.device_)  # None when all clients run the same steps
         self._nb = -1
         self._oracle = None
         self._streams = None
@@ -336,16 +324,8 @@ class FedAvgSDE(torch.nn.Module):
             y = torch.cat([y, y.new_zeros((nb * B - R, d))])
         wb = y.view(nb, 1, 1, B, d)
         x = wb.expand(nb, S, Q, B, d).contiguous().view(nb * S, Q, B, d)
-        eta = self.eta(t)
-        begin_round = getattr(self._oracle, "begin_round", None)
-        if begin_round is not None:  # data oracles (fedsde.clients.data_oracles) reset per round; fixed batch size
-            begin_round()
-        for i in range(int(self.steps.max())):
-            g = self._oracle.sample(x, self._streams)
-            if self._masks is None:
-                x.sub_(g, alpha=eta)
-            else:
-                x.sub_(g * self._masks[i], alpha=eta)
+        run_local_steps(x=x, oracle=self._oracle, streams=self._streams, eta=self.eta(t),
+                        n_steps=int(self.steps.max()), local_steps=self._limits)
         disp = x.view(nb, S, Q, B, d) - wb
         A = torch.einsum("q,nsqbd->nbsd", self._p, disp)  # (nb, B, S, d)
         return A.reshape(nb * B, S, d)[:R]

@@ -38,6 +38,7 @@ import torch
 from tqdm.auto import tqdm
 
 from fedsde._validate import client_steps, device_dtype, positive_float, positive_int, schedule, start_point
+from fedsde.clients.local import run_local_steps, step_limits
 from fedsde.clients.oracles import GaussianQuadraticOracle
 from fedsde.clients.streams import ReplicateStreams, resolve_block_size, resolve_seed
 from fedsde.errors import FedsdeInputError, SimulationDivergedError
@@ -212,13 +213,8 @@ def svag_chain(
     nbi = nb * rollouts
     streams = ReplicateStreams(base_seed, 0, nbi, dev, 0 if ell == 1 else _SVAG + ell, block)
     oracle = oracle_factory(problem, nbi, dev, dtype)
-    begin_round = getattr(oracle, "begin_round", None)
     p = torch.as_tensor(np.asarray(problem.p, dtype=np.float64), dtype=dtype, device=dev)
-    uniform = bool(np.all(steps == steps[0]))
-    masks = None if uniform else [
-        torch.as_tensor((steps > i).astype(np.float64), dtype=dtype, device=dev).view(1, Q, 1, 1)
-        for i in range(int(steps.max()))
-    ]
+    limits = step_limits(steps, device=dev)  # None when every client runs the same number of steps
     n_steps = int(steps.max())
     c1, c2 = svag_coefficients(ell)
     coef = torch.tensor([c1, c2], dtype=dtype, device=dev).view(1, 2, 1, 1)
@@ -237,20 +233,13 @@ def svag_chain(
     for n in range(rounds):
         eta_n, s = float(etas[n]), float(lrs[n]) / ell
         for j in range(ell):
-            if begin_round is not None:
-                begin_round(None, None)
             if ell == 1:  # the simulator's round, operation for operation
                 wb = w.view(nb, 1, block, d)
                 x = wb.expand(nb, Q, block, d).clone()
             else:  # block b's two rollouts sit at blocks 2b, 2b + 1
                 wb = w.view(nb, 1, 1, block, d)
                 x = wb.expand(nb, 2, Q, block, d).clone().view(nbi, Q, block, d)
-            for i in range(n_steps):
-                g = oracle.sample(x, streams)
-                if masks is None:
-                    x.sub_(g, alpha=eta_n)
-                else:
-                    x.sub_(g * masks[i], alpha=eta_n)
+            run_local_steps(x=x, oracle=oracle, streams=streams, eta=eta_n, n_steps=n_steps, local_steps=limits)
             if ell == 1:
                 delta = (x - wb).transpose(1, 2).reshape(Rp, Q, d)
                 w = w + s * torch.bmm(weights_p.unsqueeze(1), delta).squeeze(1)
@@ -258,16 +247,12 @@ def svag_chain(
                 disp = x.view(nb, 2, Q, block, d) - wb
                 A = torch.einsum("q,njqbd->njbd", p, disp)  # (nb, 2, B, d)
                 w = w + s * (A * coef).sum(1).reshape(Rp, d)
-            biggest = float(w[:R].abs().amax())  # NaN propagates: one reduction for both checks
-            if not math.isfinite(biggest):
+            if not watch.scan(w[:R], f"base round {n + 1}, step {j}"):
                 r = int(torch.nonzero(~torch.isfinite(w[:R]).all(-1))[0, 0])
                 raise SimulationDivergedError(
                     f"SVAG chain (ell={ell}) produced NaN/inf at base round {n}, step {j} (replicate {r}); "
                     "reduce eta or server_lr"
                 )
-            if biggest > watch.limit:
-                r = int(torch.nonzero(w[:R].abs().amax(-1) > watch.limit)[0, 0])
-                watch.check(biggest, f"base round {n + 1}, step {j} (replicate {r})")
             if bar is not None:
                 bar.update(1)
         emit(n + 1)

@@ -12,7 +12,9 @@ from fedsde.clients.oracles import GaussianQuadraticOracle, GradientOracle
 from fedsde.clients.solvers import SGD, LocalSolver, momentum_solver, prox_solver
 from fedsde.clients.steps import EpochSteps, RandomSteps
 from fedsde.clients.streams import BLOCK, ReplicateStreams, resolve_seed
-from fedsde.sim.fedavg import WEIGHTINGS, SimulationResult, simulate
+from fedsde.sim.participation import WEIGHTINGS
+from fedsde.sim.result import SimulationResult
+from fedsde.sim.runner import simulate
 
 __all__ = [
     "BLOCK",

@@ -99,7 +99,7 @@ class BlowUpWatch:
         self.what = what
         self.warned = False
 
-    def check(self, biggest: float, where: str) -> None:
+    def check(self, biggest: float, where: str, stacklevel: int = 3) -> None:
         """``biggest`` = max |w| now (finite); ``where`` names the round/time and replicate."""
         if not self.warned and biggest > self.limit and math.isfinite(biggest):
             self.warned = True
@@ -107,8 +107,23 @@ class BlowUpWatch:
                 f"{self.what} is blowing up: max |w| = {biggest:.3g} at {where}, more than "
                 f"{self.limit / self.scale:.0e} × the problem's scale {self.scale:.3g} (start, optimum, client optima, "
                 "noise); the settings probably diverge — reduce eta or server_lr",
-                DivergenceWarning, stacklevel=3,
+                DivergenceWarning, stacklevel=stacklevel,
             )
+
+    def scan(self, w: torch.Tensor, where: str, *, first: int = 0, noun: str = "replicate") -> bool:
+        """Check the weights ``w`` (R, d) after a step with one reduction.
+
+        Returns False when an entry is NaN/inf (the caller raises :class:`~fedsde.errors.SimulationDivergedError`
+        naming the place); otherwise warns once when ``max |w|`` exceeds the limit, at ``where`` and the first such
+        row (``noun first + row``), and returns True.
+        """
+        biggest = float(w.abs().amax()) if w.numel() else 0.0  # NaN propagates: one reduction for both checks
+        if not math.isfinite(biggest):
+            return False
+        if biggest > self.limit and not self.warned:
+            r = int(torch.nonzero(w.abs().amax(-1) > self.limit)[0, 0])
+            self.check(biggest, f"{where} ({noun} {first + r})", stacklevel=4)
+        return True
 
 
 def plan_chunks(what: str, R: int, chunk_size: int | None, block: int, per_rep: int, stored: int, available: int,

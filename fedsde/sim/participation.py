@@ -1,0 +1,96 @@
+"""Who takes part in a round, with what aggregation weight, and the slots that train only the participants.
+
+Schemes (:data:`WEIGHTINGS`; seed 003, eq. (14) for the multinomial one), with client weights ``p`` (Q,) and
+``m`` clients per round:
+
+* ``"unbiased"`` — a uniform ``m``-subset ``S`` per replicate, weights ``p_k Q/m`` on ``S`` (``E ω = p``);
+* ``"renormalised"`` — the same subsets, weights ``p_k / Σ_{j∈S} p_j``;
+* ``"multinomial"`` — ``m`` draws with replacement with probabilities ``p_k``, each weighted ``1/m``.
+
+Without sampling (``m`` None or ``Q``, not multinomial) every client takes part with weight ``p_k``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from fedsde.clients.streams import BLOCK, ReplicateStreams
+
+#: participation schemes: uniform m-subsets weighted p_k Q/m or p_k/Σ_S p_j; m draws with replacement ∝ p, 1/m each
+WEIGHTINGS = ("unbiased", "renormalised", "multinomial")
+
+
+def is_sampled(m: int | None, Q: int, weighting: str) -> bool:
+    """True when the round's participants are drawn (and the participation streams are used)."""
+    return m is not None and (m != Q or weighting == "multinomial")
+
+
+def draw_participation(
+    streams: ReplicateStreams | None, nb: int, Q: int, m: int | None, weighting: str, p: torch.Tensor,
+    block: int = BLOCK,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Participation mask and aggregation weights, both of shape (nb·block, Q), for one round.
+
+    Parameters
+    ----------
+    streams : ReplicateStreams or None
+        The participation streams (``None`` is allowed when nothing is drawn, see :func:`is_sampled`).
+    nb, Q : int
+        Blocks of replicates and clients.
+    m : int or None
+        Clients per round (``None``: all).
+    weighting : {"unbiased", "renormalised", "multinomial"}
+    p : Tensor, shape (Q,)
+        Client weights (their dtype and device are those of the weights returned).
+    block : int
+        Replicates per block.
+    """
+    R = nb * block
+    if weighting == "multinomial" and m is not None:
+        u = streams.uniform_(torch.empty((nb, block, m), dtype=torch.float64, device=p.device)).view(R, m)
+        cdf = torch.cumsum(p.to(torch.float64), 0)
+        cdf = cdf / cdf[-1]
+        idx = torch.searchsorted(cdf, u, right=True).clamp(max=Q - 1)  # P(idx = k) = p_k
+        counts = torch.zeros((R, Q), dtype=p.dtype, device=p.device).scatter_add_(
+            1, idx, torch.ones((R, m), dtype=p.dtype, device=p.device))
+        return counts > 0, counts / m
+    if m is None or m == Q:
+        mask = torch.ones((R, Q), dtype=torch.bool, device=p.device)
+        return mask, p.expand(R, Q)
+    u = streams.uniform_(torch.empty((nb, block, Q), dtype=p.dtype, device=p.device)).view(R, Q)
+    idx = torch.topk(u, m, dim=1, largest=False).indices  # uniform m-subset per replicate
+    mask = torch.zeros((R, Q), dtype=torch.bool, device=p.device).scatter_(1, idx, True)
+    pm = p.expand(R, Q) * mask
+    if weighting == "unbiased":
+        return mask, pm * (Q / m)
+    tot = pm.sum(1, keepdim=True)
+    # a sample whose weights are all zero contributes nothing (avoid 0/0)
+    return mask, torch.where(tot > 0, pm / tot.clamp_min(torch.finfo(p.dtype).tiny), pm)
+
+
+def participant_slots(mask: torch.Tensor, m: int, block: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``m`` participants of every replicate, for local training on ``m`` slots instead of ``Q``.
+
+    Parameters
+    ----------
+    mask : Tensor of bool, shape (Rp, Q)
+        Participation of a uniform ``m``-subset scheme (exactly ``m`` per row).
+    m, block : int
+
+    Returns
+    -------
+    cid : Tensor of int, shape (Rp, m)
+        Participants of each replicate in increasing order (gather per-client rows with it).
+    clients : Tensor of int, shape (nb, m, block)
+        The client held by each slot, block-major (for the oracle's ``begin_round``).
+    """
+    Rp = mask.shape[0]
+    cid = torch.nonzero(mask)[:, 1].view(Rp, m)
+    return cid, cid.view(Rp // block, block, m).transpose(1, 2)
+
+
+def scatter_slots(values: torch.Tensor, cid: torch.Tensor, Q: int) -> torch.Tensor:
+    """Per-slot rows (Rp, m, d) back to per-client rows (Rp, Q, d), zero for the clients that did not take part."""
+    Rp, m, d = values.shape
+    index = cid.unsqueeze(-1).expand(Rp, m, d)
+    return torch.zeros((Rp, Q, d), dtype=values.dtype, device=values.device).scatter_(1, index, values)

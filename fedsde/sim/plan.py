@@ -1,0 +1,210 @@
+"""Everything :func:`fedsde.sim.simulate` resolves before it runs, in one frozen :class:`SimulationPlan`.
+
+:func:`make_plan` validates the arguments at the boundary (each error names the argument, its value and the
+constraint) and resolves the defaults: server rule, gradient oracle, start point, recorded rounds, block and chunk
+sizes.  The chunk loop (:func:`fedsde.sim.runner.run_chunk`) then reads the plan and trusts it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from fedsde._memory import available_memory
+from fedsde._validate import device_dtype, positive_int, record_rounds, schedule, start_point
+from fedsde.aggregators import Aggregator, get_aggregator
+from fedsde.clients.data_oracles import minibatch_oracle
+from fedsde.clients.oracles import GaussianQuadraticOracle
+from fedsde.clients.steps import EpochSteps, RandomSteps, normalise_steps
+from fedsde.clients.streams import resolve_block_size, resolve_seed
+from fedsde.errors import FedsdeInputError
+from fedsde.problems.quadratic import QuadraticProblem
+from fedsde.sim.moments import BlowUpWatch, plan_chunks, problem_scale
+from fedsde.sim.participation import WEIGHTINGS, is_sampled
+
+
+@dataclass(frozen=True)
+class SimulationPlan:
+    """A resolved simulation: what every chunk of replicates needs, fixed before the first one runs.
+
+    Attributes
+    ----------
+    problem : QuadraticProblem or ClassificationProblem
+        ``Q`` clients of dimension ``d`` with weights ``p``.
+    aggregator : Aggregator
+        The server rule, bound to the problem (it also fixes the local solver).
+    make_oracle : callable
+        ``(problem, nblocks, device, dtype) -> GradientOracle``.
+    seed : int
+        Base seed of every random stream.
+    device, dtype
+        Where and in what precision the chunks compute.
+    etas, server_lrs : ndarray, shape (rounds,)
+        Client learning rate ``η`` and server step ``s`` of every round.
+    steps : ndarray of int (Q,), RandomSteps or EpochSteps
+        The local-step law: fixed ``τ_k``, redrawn every round, or from epochs and batch sizes.
+    participation : int or None
+        ``m`` clients per round (``None``: all).
+    weighting : str
+        One of :data:`fedsde.sim.participation.WEIGHTINGS`.
+    w_start : ndarray, shape (d,)
+        Start point of every replicate.
+    record : ndarray of int, shape (T,)
+        Rounds (0..rounds) whose server weights are kept.
+    drift_rounds : ndarray of int, shape (T_d,)
+        Rounds (0..rounds − 1) whose client drift is recorded.
+    block_size : int
+        Replicates per random stream.
+    replicates : int
+        ``R`` of the whole run (chunks cover ``[0, R)``).
+    chunk_size : int or None
+        Replicates per chunk (``None``: one chunk).
+    moments_only : bool
+        Keep streamed moments instead of the samples.
+    watch : BlowUpWatch
+        The run's blow-up watch (one warning per run).
+    """
+
+    problem: Any
+    aggregator: Aggregator
+    make_oracle: Callable
+    seed: int
+    device: torch.device
+    dtype: torch.dtype
+    etas: np.ndarray
+    server_lrs: np.ndarray
+    steps: np.ndarray | RandomSteps | EpochSteps
+    participation: int | None
+    weighting: str
+    w_start: np.ndarray
+    record: np.ndarray
+    drift_rounds: np.ndarray
+    block_size: int
+    replicates: int
+    chunk_size: int | None
+    moments_only: bool
+    watch: BlowUpWatch
+
+    @property
+    def Q(self) -> int:
+        return int(self.problem.Q)
+
+    @property
+    def d(self) -> int:
+        return int(self.problem.d)
+
+    @property
+    def rounds(self) -> int:
+        return int(self.etas.size)
+
+    @property
+    def max_steps(self) -> int:
+        """Most local steps any client can run in a round (the drift record's length)."""
+        return max_local_steps(self.steps)
+
+    @property
+    def sampled(self) -> bool:
+        """True when participants are drawn every round (see :func:`fedsde.sim.participation.is_sampled`)."""
+        return is_sampled(self.participation, self.Q, self.weighting)
+
+
+def max_local_steps(steps: np.ndarray | RandomSteps | EpochSteps) -> int:
+    return steps.max_steps() if isinstance(steps, RandomSteps | EpochSteps) else int(steps.max())
+
+
+def make_plan(
+    problem,
+    *,
+    eta,
+    local_steps,
+    rounds: int,
+    replicates: int,
+    seed: int | torch.Generator,
+    server_lr=1.0,
+    w0=None,
+    participation: int | None = None,
+    weighting: str = "unbiased",
+    aggregator: str | Aggregator = "fedavg",
+    record: Sequence[int] | None = None,
+    record_drift: bool | Sequence[int] = False,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype = torch.float64,
+    chunk_size: int | None = None,
+    oracle_factory: Callable | None = None,
+    block_size: int | None = None,
+    moments_only: bool = False,
+    memory_limit: int | str | None = None,
+) -> SimulationPlan:
+    """Validate the arguments of :func:`fedsde.sim.simulate` (same names and meaning) and resolve them."""
+    rounds = positive_int("rounds", rounds, minimum=0)
+    replicates = positive_int("replicates", replicates)
+    block_size = resolve_block_size(block_size, replicates)  # default min(replicates, BLOCK)
+    base_seed = resolve_seed(seed)
+    etas = schedule("eta", eta, rounds) if rounds else np.zeros(0)
+    lrs = schedule("server_lr", server_lr, rounds) if rounds else np.zeros(0)
+    Q, d = problem.Q, problem.d
+    steps = normalise_steps(local_steps, Q)
+    if participation is not None:
+        participation = positive_int("participation", participation)
+        if participation > Q:
+            raise FedsdeInputError(f"participation={participation}: cannot exceed the number of clients Q={Q}")
+    if weighting not in WEIGHTINGS:
+        raise FedsdeInputError(f"weighting={weighting!r}: must be one of {', '.join(WEIGHTINGS)}")
+    agg = get_aggregator(aggregator)
+    if etas.size:
+        agg.local_solver.check_eta(float(etas.max()))
+    agg.bind(problem)
+    dev, dtype = device_dtype(device, dtype)
+    keep = record_rounds("record", record, rounds)
+    drift_keep = record_rounds("record_drift", record_drift, rounds - 1)  # local training of rounds 0..rounds − 1
+    if w0 is None and hasattr(problem, "initial_weights"):
+        w_start = problem.initial_weights()  # data problems: zero for linear models, seeded Glorot for the MLP
+    else:
+        w_start = start_point(w0, d)
+    make_oracle = oracle_factory or _default_oracle(problem, steps)
+    if moments_only and drift_keep.size:
+        raise FedsdeInputError("record_drift: needs the samples; not available with moments_only=True")
+    chunk_size = _chunk_size(replicates=replicates, chunk_size=chunk_size, block=block_size, Q=Q, d=d,
+                             recorded=keep.size, drift_cols=drift_keep.size * max_local_steps(steps),
+                             moments_only=moments_only, device=dev, dtype=dtype, memory_limit=memory_limit)
+    return SimulationPlan(
+        problem=problem, aggregator=agg, make_oracle=make_oracle, seed=base_seed, device=dev, dtype=dtype,
+        etas=etas, server_lrs=lrs, steps=steps, participation=participation, weighting=weighting, w_start=w_start,
+        record=keep, drift_rounds=drift_keep, block_size=block_size, replicates=replicates, chunk_size=chunk_size,
+        moments_only=bool(moments_only), watch=BlowUpWatch(problem_scale(problem, w_start), "the simulation"),
+    )
+
+
+def _chunk_size(*, replicates: int, chunk_size: int | None, block: int, Q: int, d: int, recorded: int,
+                drift_cols: int, moments_only: bool, device: torch.device, dtype: torch.dtype,
+                memory_limit: int | str | None) -> int | None:
+    """Chunk size that fits (``chunk_size`` if given) or a one-line error; per replicate: about ten (Q, d) tensors
+    of the local round, the aggregator's state, a copy of the weights and the per-block moment sums (d² per block);
+    stored: weights (T, R, d) and drift (T_d, E_max, R, Q)."""
+    item = torch.finfo(dtype).bits // 8
+    per_rep = item * (10 * Q * d + 6 * Q + 4 * d) + 16 * d + (16 * d * d // block + 8 * d if moments_only else 0)
+    stored = 0 if moments_only else 8 * replicates * (recorded * d + drift_cols * Q)
+    hint = ("keep moments only (moments_only=True; the simulate command does), record fewer rounds, or use fewer "
+            "replicates") if not moments_only else "use a smaller problem or another device"
+    return plan_chunks(f"replicates={replicates}", replicates, chunk_size, block, per_rep, stored,
+                       available_memory(device, memory_limit), hint)
+
+
+def _default_oracle(problem, steps):
+    """Quadratic clients: Gaussian gradient noise; data problems: minibatch SGD with the problem's
+    ``batch_size`` and ``sampling`` (batch sizes from :class:`EpochSteps` when given)."""
+    if isinstance(problem, QuadraticProblem):
+        return GaussianQuadraticOracle
+    sampling = getattr(problem, "sampling", "minibatch")
+    if isinstance(steps, EpochSteps):
+        return minibatch_oracle(sampling=sampling)
+    if getattr(problem, "batch_size", None) is None:
+        raise FedsdeInputError(
+            "oracle_factory: a data problem needs a gradient oracle; give the problem a batch_size, pass "
+            "local_steps=EpochSteps(...) (batch sizes) or oracle_factory=fedsde.sim.minibatch_oracle(batch_size=...)"
+        )
+    return minibatch_oracle(problem.batch_size, sampling=sampling)

@@ -1,0 +1,317 @@
+"""The discrete federated simulator, vectorised over replicates × clients.
+
+One round (seed 002, Sec. 3; FedAvg when the server rule is :class:`~fedsde.aggregators.FedAvg`):
+
+1. every client starts from the server weights, ``w_k^{(0)} = w_n``;
+2. client ``k`` runs ``τ_k`` local steps ``w ← w − η(∇F_k(w) + ξ)`` (the gradient oracle supplies
+   ``∇F_k(w) + ξ``; clients with fewer steps stop early; :func:`fedsde.clients.local.run_local_steps`);
+3. the server rule receives the displacements ``Δ_k = w_k^{(τ_k)} − w_n`` and the participation weights and
+   returns ``w_{n+1}``.
+
+The server rule also fixes the clients' local solver (SGD, momentum, prox; :mod:`fedsde.clients.solvers`), an
+optional per-round gradient correction (SCAFFOLD) and whether the first round runs with every client (FedAWARE);
+see :mod:`fedsde.aggregators.base`.  Local steps may be fixed per client, redrawn every round
+(:class:`~fedsde.clients.steps.RandomSteps`) or derived from epochs and (redrawn) batch sizes
+(:class:`~fedsde.clients.steps.EpochSteps`, whose batch sizes reach the gradient oracle).  Problems with data
+(:class:`~fedsde.problems.logistic.ClassificationProblem`) use the oracles of :mod:`fedsde.clients.data_oracles`.
+
+All ``R`` replicates and ``Q`` clients advance together: one batched tensor operation per local step, no
+Python loop over clients or replicates.  Randomness comes from per-block streams
+(:mod:`fedsde.clients.streams`): the same seed gives bit-identical results on CPU, however the replicates are
+chunked.  :func:`simulate` resolves its arguments once into a :class:`~fedsde.sim.plan.SimulationPlan` and runs
+the replicates chunk by chunk (:func:`run_chunk`); participation is drawn by :mod:`fedsde.sim.participation`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import partial
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from fedsde.aggregators import Aggregator, RoundContext
+from fedsde.clients.local import run_local_steps
+from fedsde.clients.steps import EpochSteps, RandomSteps
+from fedsde.clients.streams import ReplicateStreams, split_chunks
+from fedsde.errors import SimulationDivergedError
+from fedsde.problems.quadratic import QuadraticProblem
+from fedsde.sim.moments import StreamingMoments
+from fedsde.sim.participation import draw_participation, participant_slots, scatter_slots
+from fedsde.sim.plan import SimulationPlan, make_plan
+from fedsde.sim.result import SimulationResult
+
+# stream families (independent for the same seed)
+_NOISE, _PARTICIPATION, _STEPS = 0, 1, 2
+
+
+def simulate(
+    problem: QuadraticProblem,
+    *,
+    eta: float | Sequence[float] | np.ndarray,
+    local_steps: int | Sequence[int] | np.ndarray | RandomSteps | EpochSteps,
+    rounds: int,
+    replicates: int,
+    seed: int | torch.Generator,
+    server_lr: float | Sequence[float] | np.ndarray = 1.0,
+    w0=None,
+    participation: int | None = None,
+    weighting: str = "unbiased",
+    aggregator: str | Aggregator = "fedavg",
+    record: Sequence[int] | None = None,
+    record_drift: bool | Sequence[int] = False,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype = torch.float64,
+    chunk_size: int | None = None,
+    progress: bool = False,
+    oracle_factory=None,
+    block_size: int | None = None,
+    moments_only: bool = False,
+    memory_limit: int | str | None = None,
+) -> SimulationResult:
+    """Simulate ``replicates`` independent runs of a federated algorithm on ``problem``.
+
+    Parameters
+    ----------
+    problem : QuadraticProblem or ClassificationProblem
+        Anything with ``Q``, ``d`` and client weights ``p``; data problems need a data oracle.
+    eta : float or array, shape (rounds,)
+        Client learning rate, constant or per round.
+    local_steps : int, array of int (Q,), RandomSteps or EpochSteps
+        ``E`` for every client, fixed per-client ``τ_k``, steps redrawn every round, or epochs × batches.
+    rounds : int
+        Number of communication rounds ``n``.
+    replicates : int
+        Number of independent runs ``R``.
+    seed : int or torch.Generator
+        Source of all randomness (never the global RNG).
+    server_lr : float or array, shape (rounds,)
+        Actual server step ``s`` per round (``h·η₀`` in seed 002's notation).
+    w0 : array, shape (d,), optional
+        Starting server weights (default zero; for a data problem its ``initial_weights()``: zero for the linear
+        models, the seeded Glorot start for the MLP, whose zero point is a saddle that never trains).
+    participation : int, optional
+        ``m``: clients sampled uniformly without replacement each round (default: all).
+    weighting : {"unbiased", "renormalised", "multinomial"}
+        Uniform ``m``-subsets weighted ``p_k Q/m`` (unbiased) or ``p_k / Σ_{j∈S} p_j`` (renormalised); or ``m``
+        draws with replacement with probabilities ``p_k``, each weighted ``1/m`` (seed 003, eq. (14)).
+    aggregator : str or Aggregator
+        Server rule (registry name or instance); default FedAvg.
+    record : sequence of int, optional
+        Rounds (0..rounds) at which to keep the server weights; default every round.
+    record_drift : bool or sequence of int
+        Also record ``‖w_k^{(i)} − w_n‖`` at every local step, for all rounds (True) or the given ones.
+    device, dtype
+        Torch device (``"cpu"``, ``"cuda"``) and precision (float64 by default).
+    chunk_size : int, optional
+        Simulate at most this many replicates at once (rounded up to a multiple of
+        :data:`fedsde.clients.streams.BLOCK`); results do not depend on it.
+    progress : bool
+        Show a progress bar.
+    oracle_factory : callable, optional
+        ``(problem, nblocks, device, dtype) -> oracle`` (see :mod:`fedsde.clients.oracles`), replacing the
+        Gaussian quadratic oracle.  Default for data problems: minibatches of the problem's ``batch_size``.
+    block_size : int, optional
+        Replicates per random stream; default ``min(replicates, BLOCK)``, so a run never computes replicates it
+        did not ask for below one block (see :mod:`fedsde.clients.streams` for the prefix property).
+    moments_only : bool
+        Keep only the mean and covariance at the recorded rounds, accumulated chunk by chunk
+        (:class:`fedsde.sim.moments.StreamingMoments`, bit-identical however chunked): memory does not grow with
+        ``replicates``.  ``weights`` of the result is then None.
+    memory_limit : int or str, optional
+        Bytes the run may plan for (default: what is free; see :func:`fedsde._memory.available_memory`).  Without
+        ``chunk_size`` the replicates are chunked to fit; a run whose stored samples alone cannot fit is refused up
+        front with the estimate.
+
+    Returns
+    -------
+    SimulationResult
+
+    Notes
+    -----
+    A run whose largest ``|w|`` exceeds ``1e6 ×`` the problem's scale (start, optimum, client optima, noise) issues
+    one :class:`fedsde.errors.DivergenceWarning` and goes on; NaN/inf raises
+    :class:`fedsde.errors.SimulationDivergedError`.
+    """
+    plan = make_plan(
+        problem, eta=eta, local_steps=local_steps, rounds=rounds, replicates=replicates, seed=seed,
+        server_lr=server_lr, w0=w0, participation=participation, weighting=weighting, aggregator=aggregator,
+        record=record, record_drift=record_drift, device=device, dtype=dtype, chunk_size=chunk_size,
+        oracle_factory=oracle_factory, block_size=block_size, moments_only=moments_only, memory_limit=memory_limit,
+    )
+    keep, drift_keep, R = plan.record, plan.drift_rounds, plan.replicates
+    chunks = split_chunks(R, plan.chunk_size, plan.block_size)
+    out_w = StreamingMoments(keep.size, plan.d, plan.block_size) if moments_only else np.empty((keep.size, R, plan.d))
+    out_drift = np.empty((drift_keep.size, plan.max_steps, R, plan.Q)) if drift_keep.size else None
+    bar = tqdm(total=plan.rounds * len(chunks), desc="simulate", unit="round", disable=not progress, leave=False)
+    try:
+        for start, stop in chunks:
+            run_chunk(plan, start, stop - start, out_w, out_drift, bar)
+    finally:
+        bar.close()
+    config = _config(plan, eta, server_lr)
+    if moments_only:
+        return SimulationResult(rounds=keep, weights=None, config=config, streamed=out_w)
+    return SimulationResult(rounds=keep, weights=out_w, drift_rounds=drift_keep, drift=out_drift, config=config)
+
+
+def _config(plan: SimulationPlan, eta, server_lr) -> dict:
+    """The arguments of the run, resolved (for records)."""
+    steps, agg, make_oracle = plan.steps, plan.aggregator, plan.make_oracle
+    return {
+        "eta": plan.etas.tolist() if np.ndim(eta) else float(eta),
+        "local_steps": steps if isinstance(steps, RandomSteps | EpochSteps) else steps.tolist(),
+        "rounds": plan.rounds, "replicates": plan.replicates, "seed": plan.seed,
+        "server_lr": plan.server_lrs.tolist() if np.ndim(server_lr) else float(server_lr),
+        "participation": plan.participation, "weighting": plan.weighting, "aggregator": agg.name,
+        "device": str(plan.device), "dtype": str(plan.dtype).replace("torch.", ""), "block_size": plan.block_size,
+        "aggregator_config": agg.describe(),
+        "oracle": getattr(make_oracle, "describe", getattr(make_oracle, "__name__", repr(make_oracle))),
+        "chunk_size": plan.chunk_size, "moments_only": plan.moments_only,
+    }
+
+
+class _StepDraws:
+    """Local steps of every round for one chunk of ``nb`` blocks (``Rp`` padded replicates).
+
+    :meth:`next` gives ``tau`` (Rp, Q), the longest ``n_steps``, the batch sizes (Rp, Q) or None and their padded
+    length.  Shapes that decide how many random numbers are drawn (local steps per round, padded batch length) are
+    the same for every chunk: fixed, an upper bound (:class:`RandomSteps`), or the maximum over the draws of *all*
+    replicates (:class:`EpochSteps`, whose cheap per-round draws are made for every block in every chunk).
+    """
+
+    def __init__(self, plan: SimulationPlan, start: int, nb: int):
+        steps, Q, dev, block = plan.steps, plan.Q, plan.device, plan.block_size
+        self.steps, self.Q, self.start, self.Rp = steps, Q, start, nb * block
+        self.streams = None
+        self.uniform = False  # every client of every replicate runs the same number (no stop mask)
+        self.tau, self.n_steps, self.batch, self.max_batch = None, 0, None, None
+        if isinstance(steps, RandomSteps):
+            self.streams = ReplicateStreams(plan.seed, start // block, nb, dev, _STEPS, block)
+        elif isinstance(steps, EpochSteps) and steps.random:  # draws of all blocks, sliced to this chunk
+            self.streams = ReplicateStreams(plan.seed, 0, -(-plan.replicates // block), dev, _STEPS, block)
+        elif isinstance(steps, EpochSteps):
+            tau_q, b_q = steps.fixed()
+            self.tau = torch.as_tensor(tau_q, device=dev).expand(self.Rp, Q)
+            self.batch = torch.as_tensor(b_q, device=dev).expand(self.Rp, Q)
+            self.max_batch = int(b_q.max())
+        else:
+            self.uniform = bool(np.all(steps == steps[0]))
+            self.tau = torch.as_tensor(steps, device=dev).expand(self.Rp, Q)
+        if self.tau is not None:
+            self.n_steps = int(steps[0]) if self.uniform else int(self.tau.max())
+
+    def next(self) -> tuple[torch.Tensor, int, torch.Tensor | None, int | None]:
+        if self.streams is None:
+            return self.tau, self.n_steps, self.batch, self.max_batch
+        if isinstance(self.steps, EpochSteps):
+            tau_all, batch_all = self.steps.draw_round(self.streams, self.Q)
+            rows = slice(self.start, self.start + self.Rp)
+            return tau_all[rows], int(tau_all.max()), batch_all[rows], int(batch_all.max())
+        return self.steps.draw(self.streams, self.Q), self.steps.max_steps(), None, None
+
+
+def run_chunk(plan: SimulationPlan, start: int, R: int, out_w, out_drift: np.ndarray | None, bar) -> None:
+    """Simulate replicates ``[start, start + R)`` (``start`` a multiple of the block), padded to whole blocks.
+
+    The server weights of the recorded rounds go to ``out_w`` (an array (T, R_total, d) or
+    :class:`~fedsde.sim.moments.StreamingMoments`), the drift to ``out_drift`` (T_d, E_max, R_total, Q); ``bar``
+    advances by one per round.
+    """
+    Q, d, block, dev, dtype = plan.Q, plan.d, plan.block_size, plan.device, plan.dtype
+    agg: Aggregator = plan.aggregator
+    m, weighting = plan.participation, plan.weighting
+    nb = -(-R // block)
+    Rp = nb * block
+    noise = ReplicateStreams(plan.seed, start // block, nb, dev, _NOISE, block)
+    part = ReplicateStreams(plan.seed, start // block, nb, dev, _PARTICIPATION, block) if plan.sampled else None
+    draws = _StepDraws(plan, start, nb)
+    oracle = plan.make_oracle(plan.problem, nb, dev, dtype)
+    # train only the m participants of each replicate (m slots instead of Q) when the oracle allows it
+    slots_ok = (getattr(oracle, "participants_only", False) and m is not None and m < Q
+                and weighting != "multinomial" and out_drift is None)
+    p = torch.as_tensor(plan.problem.p, dtype=dtype, device=dev)
+    w = torch.as_tensor(plan.w_start, dtype=dtype, device=dev).expand(Rp, d).clone()
+    state = agg.init(w)
+    solver = agg.local_solver
+    keep_idx = {int(k): i for i, k in enumerate(plan.record)}
+    drift_idx = {int(k): i for i, k in enumerate(plan.drift_rounds)}
+    if 0 in keep_idx:
+        _store(out_w, keep_idx[0], start, w[:R])
+    for n in range(plan.rounds):
+        eta, s = float(plan.etas[n]), float(plan.server_lrs[n])
+        tau, n_steps, batch, max_batch = draws.next()
+        mask, weights = draw_participation(part, nb, Q, m, weighting, p, block)
+        full = n < agg.warm_start_rounds
+        if full:  # the draws above keep the streams aligned with other rules
+            mask = torch.ones((Rp, Q), dtype=torch.bool, device=dev)
+            weights = p.expand(Rp, Q)
+        wb = w.view(nb, 1, block, d)
+        corr = agg.correction(state)  # (Rp, Q, d) or None
+        cid, clients, tau_s = None, None, tau
+        if slots_ok and not full:
+            cid, clients = participant_slots(mask, m, block)
+            tau_s = tau.gather(1, cid)
+            if batch is not None:
+                batch = batch.gather(1, cid)
+            if corr is not None:
+                corr = corr.gather(1, cid.unsqueeze(-1).expand(Rp, m, d))
+        S = Q if cid is None else m
+        x = wb.expand(nb, S, block, d).clone()  # (nb, S, B, d)
+        rec = drift_idx.get(n)
+        first_grads = run_local_steps(
+            x=x, oracle=oracle, streams=noise, eta=eta, n_steps=n_steps,
+            # (nb, S, B, 1): local steps of each client, to stop clients with fewer steps
+            local_steps=None if draws.uniform else tau_s.view(nb, block, S).transpose(1, 2).unsqueeze(-1),
+            batch=batch, max_batch=max_batch, clients=clients, solver=solver, anchor=wb,
+            correction=None if corr is None else corr.view(nb, block, S, d).transpose(1, 2),
+            keep_first_grad=agg.needs_first_grads,
+            on_step=None if rec is None else partial(_record_drift, out_drift, rec, wb=wb, start=start, R=R),
+        )
+        if rec is not None and n_steps < out_drift.shape[1]:
+            out_drift[rec, n_steps:, start:start + R] = out_drift[rec, n_steps - 1, start:start + R]
+        delta = (x - wb).transpose(1, 2).reshape(Rp, S, d)  # (Rp, S, d)
+        g0 = None if first_grads is None else first_grads.transpose(1, 2).reshape(Rp, S, d)
+        if cid is not None:
+            delta = scatter_slots(delta, cid, Q)
+            if g0 is not None:
+                g0 = scatter_slots(g0, cid, Q)
+        elif m is not None and not bool(mask.all()):
+            delta = delta * mask.unsqueeze(-1).to(dtype)
+        norms = solver.accumulation_norm(tau, eta).to(dtype) if agg.needs_norms else None
+        ctx = RoundContext(round=n, server_lr=s, eta=eta, local_steps=tau, participating=mask, p=p,
+                           norms=norms, first_grads=g0)
+        w, state = agg.apply(w, delta, weights, state, ctx)
+        if not plan.watch.scan(w[:R], f"round {n + 1}", first=start):
+            _raise_diverged(n, start, delta[:R], w[:R])
+        if n + 1 in keep_idx:
+            _store(out_w, keep_idx[n + 1], start, w[:R])
+        bar.update(1)
+
+
+def _store(out_w, t: int, start: int, w: torch.Tensor) -> None:
+    """Keep the server weights of rows ``[start, start + len(w))`` at recorded index ``t`` (samples or moments)."""
+    if isinstance(out_w, StreamingMoments):
+        out_w.add(t, start, w)
+    else:
+        out_w[t, start:start + w.shape[0]] = w.cpu().numpy()
+
+
+def _record_drift(out_drift, rec, i, x, *, wb, start, R):
+    """``‖w_k^{(i+1)} − w_n‖`` of every client after local step ``i`` into ``out_drift[rec, i]`` (rows of the chunk)."""
+    dist = torch.linalg.vector_norm(x - wb, dim=-1)  # (nb, Q, B)
+    out_drift[rec, i, start:start + R] = dist.transpose(1, 2).reshape(-1, dist.shape[1])[:R].cpu().numpy()
+
+
+def _raise_diverged(n: int, start: int, delta: torch.Tensor, w: torch.Tensor) -> None:
+    bad = ~torch.isfinite(delta).all(-1)  # (R, Q)
+    if bool(bad.any()):
+        r, k = (int(v) for v in torch.nonzero(bad)[0])
+        where = f"client {k} (replicate {start + r})"
+    else:
+        r = int(torch.nonzero(~torch.isfinite(w).all(-1))[0, 0])
+        where = f"the server update (replicate {start + r})"
+    raise SimulationDivergedError(
+        f"simulation produced NaN/inf at round {n} in {where}; reduce eta or server_lr"
+    )
