@@ -246,7 +246,7 @@ def test_simulated_moments_on_grunfeld_agree_with_the_exact_ones(sampling, parti
     eta, E, rounds, R = 0.05, 5, 30, 2000
     ex = least_squares_transient_moments(pb, eta, E, rounds, participation=participation, weighting=weighting)
     sim = simulate(pb, eta=eta, local_steps=E, rounds=rounds, replicates=R, seed=11,
-                   oracle_factory=pb.oracle_factory(), participation=participation, weighting=weighting)
+                   participation=participation, weighting=weighting)
     W = sim.weights[1:]  # (T, R, d)
     m = W.mean(1)
     z_m = np.abs(m - ex.mean[1:]) / (W.std(1, ddof=1) / np.sqrt(R))
@@ -273,7 +273,7 @@ def test_fednova_on_a_csv_problem_agrees_with_the_exact_law_of_its_weights():
     omega = aggregator_round_weights(pb, "fednova", tau)
     ex = least_squares_transient_moments(pb, 0.05, tau, rounds, weights=omega)
     sim = simulate(pb, eta=0.05, local_steps=tau, rounds=rounds, replicates=R, seed=2, aggregator="fednova",
-                   oracle_factory=pb.oracle_factory(), record=[rounds])
+                   record=[rounds])
     W = sim.weights[-1]
     dev = W - W.mean(0)
     prod = dev[:, :, None] * dev[:, None, :]

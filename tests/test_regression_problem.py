@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 import torch
 
+from fedsde.clients.least_squares_oracle import LeastSquaresMinibatchOracle, least_squares_oracle
 from fedsde.clients.streams import ReplicateStreams
 from fedsde.errors import FedsdeInputError
 from fedsde.problems import evaluate_metrics, load_problem, metric_names
 from fedsde.problems.io import problem_from_dict, save_problem
 from fedsde.problems.regression import RegressionProblem
-from fedsde.problems.regression_oracle import LeastSquaresMinibatchOracle, least_squares_oracle
 from fedsde.sim import simulate
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "problems"
@@ -251,7 +251,7 @@ def test_oracle_without_replacement_never_repeats_a_row(n, b):
 def test_simulate_is_chunk_invariant_and_trains_participants_only():
     pb = _problem("with-replacement")
     kw = {"eta": 0.1, "local_steps": 3, "rounds": 4, "replicates": 300, "seed": 9,
-          "oracle_factory": pb.oracle_factory(), "participation": 2, "block_size": 128}
+          "participation": 2, "block_size": 128}
     a = simulate(pb, **kw)
     b = simulate(pb, **kw, chunk_size=128)
     assert np.array_equal(a.weights, b.weights) and np.all(np.isfinite(a.weights))

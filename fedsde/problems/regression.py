@@ -22,8 +22,8 @@ so the minibatch gradient covariance is ``Σ_k(w) = κ_k Cov_i(x_i(x_iᵀw − y
 seed 002 Sec. 3's ``(1/S − 1/N_k)·`` sample covariance).
 
 Build with :meth:`RegressionProblem.from_clients`, or from a problem file (``kind = "regression"``,
-:mod:`fedsde.problems.regression_files`).  The simulator samples minibatches with
-:meth:`RegressionProblem.oracle_factory` (:mod:`fedsde.problems.regression_oracle`).
+:mod:`fedsde.problems.regression_files`).  The simulator samples minibatches as the
+problem says with :func:`fedsde.clients.least_squares_oracle.least_squares_oracle`.
 """
 
 from __future__ import annotations
@@ -394,15 +394,6 @@ class RegressionProblem:
         r = Xp * (Xp @ w - yp)[..., None]  # (Q, n_max, d)
         rc = (r - np.einsum("qi,qia->qa", wp, r)[:, None, :]) * (wp > 0)[..., None]
         return kappa[:, None, None] * np.einsum("qi,qia,qib->qab", wp, rc, rc)
-
-    def oracle_factory(self, batch_size: int | None = None, sampling: str | None = None):
-        """Gradient-oracle factory ``(problem, nblocks, device, dtype) -> oracle`` for :func:`fedsde.sim.simulate`
-        (``oracle_factory=``): minibatches of the problem's (or the given) batch size and sampling scheme
-        (:mod:`fedsde.problems.regression_oracle`)."""
-        from fedsde.problems.regression_oracle import least_squares_oracle
-
-        s = self.sampling if sampling is None else sampling
-        return least_squares_oracle(self.batch_size if batch_size is None else batch_size, sampling=s)
 
     def summary(self) -> dict:
         """Sizes, weights and settings, for records."""

@@ -38,11 +38,13 @@ import torch
 from tqdm.auto import tqdm
 
 from fedsde._validate import client_steps, device_dtype, positive_float, positive_int, schedule, start_point
+from fedsde.clients.least_squares_oracle import least_squares_oracle
 from fedsde.clients.local import run_local_steps, step_limits
 from fedsde.clients.oracles import GaussianQuadraticOracle
 from fedsde.clients.streams import ReplicateStreams, resolve_block_size, resolve_seed
 from fedsde.errors import FedsdeInputError, SimulationDivergedError
 from fedsde.problems.quadratic import QuadraticProblem
+from fedsde.problems.regression import RegressionProblem
 from fedsde.sim.moments import BlowUpWatch, problem_scale
 
 #: stream family of the SVAG rollouts: purpose = _SVAG + ℓ (disjoint from the simulator's 0, 1, 2, the general
@@ -66,6 +68,8 @@ def default_oracle_factory(problem) -> Callable | None:
     minibatches of the problem's ``batch_size`` (:func:`fedsde.sim.minibatch_oracle`)."""
     if isinstance(problem, QuadraticProblem):
         return None
+    if isinstance(problem, RegressionProblem):
+        return least_squares_oracle(problem.batch_size, sampling=problem.sampling)
     batch = getattr(problem, "batch_size", None)
     if batch is None:
         raise FedsdeInputError(

@@ -18,11 +18,13 @@ from fedsde._memory import available_memory
 from fedsde._validate import device_dtype, positive_int, record_rounds, schedule, start_point
 from fedsde.aggregators import Aggregator, get_aggregator
 from fedsde.clients.data_oracles import minibatch_oracle
+from fedsde.clients.least_squares_oracle import least_squares_oracle
 from fedsde.clients.oracles import GaussianQuadraticOracle
 from fedsde.clients.steps import EpochSteps, RandomSteps, normalise_steps
 from fedsde.clients.streams import resolve_block_size, resolve_seed
 from fedsde.errors import FedsdeInputError
 from fedsde.problems.quadratic import QuadraticProblem
+from fedsde.problems.regression import RegressionProblem
 from fedsde.sim.moments import BlowUpWatch, plan_chunks, problem_scale
 from fedsde.sim.participation import WEIGHTINGS, is_sampled
 
@@ -195,10 +197,13 @@ def _chunk_size(*, replicates: int, chunk_size: int | None, block: int, Q: int, 
 
 
 def _default_oracle(problem, steps):
-    """Quadratic clients: Gaussian gradient noise; data problems: minibatch SGD with the problem's
-    ``batch_size`` and ``sampling`` (batch sizes from :class:`EpochSteps` when given)."""
+    """Quadratic clients: Gaussian gradient noise; least-squares clients: minibatches with or without replacement
+    as the problem says; classification problems: minibatch SGD with the problem's ``batch_size`` and ``sampling``
+    (batch sizes from :class:`EpochSteps` when given)."""
     if isinstance(problem, QuadraticProblem):
         return GaussianQuadraticOracle
+    if isinstance(problem, RegressionProblem):
+        return least_squares_oracle(problem.batch_size, sampling=problem.sampling)
     sampling = getattr(problem, "sampling", "minibatch")
     if isinstance(steps, EpochSteps):
         return minibatch_oracle(sampling=sampling)
