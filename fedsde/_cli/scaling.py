@@ -6,7 +6,7 @@ import argparse
 
 import numpy as np
 
-from fedsde._cli.common import add_json_flag, emit, fmt_array, parse_vector, warn
+from fedsde._cli.common import add_json_flag, capture_warnings, emit, fmt_array, parse_vector, warn
 from fedsde.errors import FedsdeInputError
 from fedsde.scaling.rules import RULES, FedAvgConfig, get_rule
 
@@ -35,7 +35,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--points", type=int, default=20, metavar="K",
                    help="data problems: at most this many τ points on each metric curve (default 20)")
     p.add_argument("--workers", type=int, default=1, metavar="N",
-                   help="data problems with a κ list: the κ cells run as a fedsde sweep on N workers (default 1)")
+                   help="data problems with a κ list: the κ cells run as a fedsde sweep on N worker processes "
+                   "(default 1; at most the machine's CPU cores)")
     p.add_argument("--sweep-out", default=None, metavar="DIR",
                    help="data problems with a κ list: keep the sweep folder here (resumed if it exists; default: "
                    "a temporary folder)")
@@ -54,8 +55,17 @@ def _kappas(text: str) -> list[float]:
 
 
 def run(args: argparse.Namespace) -> int:
+    # the warnings of this run only (also when it runs as a sweep cell, in this process or on a worker): emit reports
+    # them in the JSON "warnings" and on stderr, and a κ list collects those of its cells
+    with capture_warnings():
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from fedsde.problems import load_problem
 
+    if args.workers < 1:
+        raise FedsdeInputError(f"--workers={args.workers}: must be an integer >= 1")
     kappas = _kappas(args.kappa)
     single = "," not in args.kappa
     rule = get_rule(args.rule)
@@ -192,7 +202,7 @@ def _data_single(res, keep) -> dict:
 
 def _run_data(args, problem, rule, kappas: list[float], single: bool) -> int:
     from fedsde.scaling import compare_data
-    from fedsde.scaling.data import prepare_end
+    from fedsde.scaling.data import check_memory, map_end, memory_need
 
     w0 = parse_vector("--w0", args.w0, problem.d)
     config = FedAvgConfig(eta=args.eta, local_steps=args.local_steps, server_lr=args.server_lr, rounds=args.rounds)
@@ -202,9 +212,13 @@ def _run_data(args, problem, rule, kappas: list[float], single: bool) -> int:
                            points=args.points, z=args.z)
         out = _data_single(res, keep)
         return emit(args, out, _human_data(out))
-    for k in kappas:  # every κ must apply before any simulation starts
-        prepare_end(problem, config, rule, k)
-    cells = _sweep_kappas(args, kappas)
+    workers = _workers(args.workers)
+    # every κ must apply, and the cells that run at once must fit in memory, before any simulation starts
+    ends = [map_end(problem, config, rule, k) for k in kappas]
+    needs = [memory_need(problem, b, s, replicates=args.replicates, points=args.points) for b, s in ends]
+    check_memory(problem, *ends[int(np.argmax(needs))], replicates=args.replicates, points=args.points,
+                 concurrent=min(workers, len(kappas)))
+    cells = _sweep_kappas(args, kappas, workers)
     curve = {"kappa": kappas, "first_separation_tau": [c["first_separation_tau"] for c in cells]}
     for name in cells[0]["discrepancy"]:
         curve[f"{name}_max_z"] = [c["discrepancy"][name]["max_z"] for c in cells]
@@ -212,12 +226,26 @@ def _run_data(args, problem, rule, kappas: list[float], single: bool) -> int:
     out = {"rule": rule.name, "change": rule.change, "keeps": list(rule.keeps), "base": cells[0]["base"],
            "cells": [{"kappa": c["kappa"], "scaled": c["scaled"], "invariants": c["invariants"],
                       "separation": c["separation"], "first_separation_tau": c["first_separation_tau"],
-                      "discrepancy": c["discrepancy"], "notes": c.get("notes", [])} for c in cells],
+                      "discrepancy": c["discrepancy"], "notes": c.get("notes", []),
+                      "warnings": list(c.get("warnings") or [])} for c in cells],
            "discrepancy_vs_kappa": curve}
+    # each cell ran with its own record of warnings (in this process or on a worker): report every one, with its κ
+    out["warnings"] = [f"kappa={c['kappa']:g}: {m}" for c in cells for m in c.get("warnings") or []]
     return emit(args, out, _human_data_list(out))
 
 
-def _sweep_kappas(args, kappas: list[float]) -> list[dict]:
+def _workers(requested: int) -> int:
+    """``--workers``, capped (with a warning) at the machine's CPU cores."""
+    import os
+
+    cores = os.cpu_count() or 1
+    if requested > cores:
+        warn(f"--workers={requested}: more than the {cores} CPU cores of this machine; running {cores} workers")
+        return cores
+    return requested
+
+
+def _sweep_kappas(args, kappas: list[float], workers: int) -> list[dict]:
     """One ``fedsde scaling`` cell per κ through :func:`fedsde.sweep.run`; the cells' results in κ order."""
     import tempfile
     from pathlib import Path
@@ -237,7 +265,7 @@ def _sweep_kappas(args, kappas: list[float]) -> list[dict]:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(args.sweep_out) if args.sweep_out else Path(tmp) / "sweep"
         resume = bool(args.sweep_out) and out.exists()
-        sweep.run(spec, out, workers=args.workers, resume=resume, progress=False)
+        sweep.run(spec, out, workers=workers, resume=resume, progress=False)
         recs = read_cells(out)
     by_kappa = {}
     for rec in recs.values():

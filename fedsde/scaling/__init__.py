@@ -13,14 +13,20 @@ are the increments of
 
 whose only parameters are the *temperature* ``T = s·η·Σ_k p_k² Σ_k`` and the horizon ``τ``; ``E`` has dropped
 out.  Any change of ``(η, E, s, Q, b)`` that keeps ``T`` and ``τ`` leaves the SDE unchanged, and the two discrete
-runs then differ by the O(η) terms above (weak order one): the rules of :data:`RULES`.  On quadratic clients
-the O(η) term is explicit (:func:`first_order_correction`), which gives the rate at which the discrepancy
-vanishes as ``η → 0``.
+runs then differ by the O(η) terms above (weak order one, at a fixed ``τ``): the rules of :data:`RULES`
+(``local-steps``, ``server-client``, ``clients``, ``batch``, ``client-lr``), all linear rules in the sense of
+Goyal et al. (2017).  On quadratic clients the O(η) term is explicit (:func:`first_order_correction`), which gives
+the rate at which the discrepancy vanishes as ``η → 0``.  Two rules are exact to every order: ``server-client``
+at ``E = 1`` for any loss (the round depends on ``s·η`` only) and ``local-steps`` at ``s = 1`` on quadratic clients
+with one Hessian; over long horizons the O(η) terms of the others accumulate where the minima form a manifold
+(:attr:`ScalingRule.horizon`; :mod:`fedsde.scaling.horizon` shows the ``local-steps`` rule's gap on a logistic
+loss with identical clients).
 
 Mapping: :func:`apply_rule` (``FedAvgConfig`` × ``κ`` → ``FedAvgConfig``).  Exact checks on quadratic clients:
 :func:`compare_quadratic`.  Simulation checks on data problems: :func:`compare_data`
 (common random numbers with paired standard errors; notes when a measured invariant moves beyond
-:data:`TEMPERATURE_TOL`).
+:data:`TEMPERATURE_TOL`; memory estimated and checked before anything runs, :func:`memory_need`).  Long horizons:
+:func:`horizon_discrepancy`.
 """
 
 from fedsde.scaling.data import (
@@ -29,10 +35,12 @@ from fedsde.scaling.data import (
     MetricCurves,
     compare_data,
     invariant_notes,
+    memory_need,
     paired_difference,
     split_clients,
     temperature_trace,
 )
+from fedsde.scaling.horizon import HorizonCurves, horizon_discrepancy, noisy_logistic_problem, quadratic_model
 from fedsde.scaling.quadratic import (
     EndLaw,
     QuadraticScaling,
@@ -53,6 +61,7 @@ __all__ = [
     "DataScaling",
     "EndLaw",
     "FedAvgConfig",
+    "HorizonCurves",
     "MetricCurves",
     "QuadraticScaling",
     "ScalingRule",
@@ -63,9 +72,13 @@ __all__ = [
     "first_order_coefficients",
     "first_order_correction",
     "get_rule",
+    "horizon_discrepancy",
     "invariant_notes",
     "law_discrepancy",
+    "memory_need",
+    "noisy_logistic_problem",
     "paired_difference",
+    "quadratic_model",
     "scaled_problem",
     "split_clients",
     "temperature_matrix",

@@ -220,8 +220,9 @@ def invariant_notes(rule: ScalingRule, kappa: float, problem, other, base: Metri
     """Notes for first-order invariants that the rule should keep but the measured ends do not (to within ``tol``).
 
     The temperature traces of the two ends are measured at the start point.  For rules that change the batch size
-    or split the clients the note gives the reason: the minibatch covariance is ``∝ 1/b − 1/N_k``, not ``1/b``, so
-    a client's temperature changes by ``(1 − κb/N_k)/(1 − b/N_k)``, evaluated at the mean client size.
+    or split the clients (``batch``, ``clients``, ``client-lr``) the note gives the reason: the minibatch
+    covariance is ``∝ 1/b − 1/N_k``, not ``1/b``, so a client's temperature changes by
+    ``(1 − κb/N_k)/(1 − b/N_k)``, evaluated at the mean client size.
     """
     Tb, Ts = base.temperature_trace, scaled.temperature_trace
     if not Tb > 0 or "temperature" not in rule.keeps:
@@ -232,7 +233,7 @@ def invariant_notes(rule: ScalingRule, kappa: float, problem, other, base: Metri
     note = (f"the temperature Tr(s·η·Σ_k p_k²Σ_k) at the start changes by {rel:+.1%} between the ends ({Tb:.4g} → "
             f"{Ts:.4g}), more than the {tol:.0%} tolerance, although rule {rule.name!r} keeps it to first order")
     b, bs = base.config.batch_size, scaled.config.batch_size
-    if rule.name in ("batch", "clients") and b is not None:
+    if ("batch_size" in rule.changes or "clients" in rule.changes) and b is not None:
         N = float(np.mean(problem.sizes))
         Ns = float(np.mean(other.sizes))
         f_b = max(0.0, 1.0 / b - 1.0 / N)
@@ -240,7 +241,7 @@ def invariant_notes(rule: ScalingRule, kappa: float, problem, other, base: Metri
         note += (f": the minibatch covariance is ∝ 1/b − 1/N_k, not 1/b (b = {b} → {bs}, mean N_k = {N:.4g} → "
                  f"{Ns:.4g}; 1/b − 1/N_k = {f_b:.4g} at the base), so each client's temperature changes by "
                  f"(1 − κb/N_k)/(1 − b/N_k) = {pred - 1:+.1%} at the mean N_k; the rule holds only while κ·b ≪ N_k")
-        if rule.name == "clients":
+        if "clients" in rule.changes:
             note += " (the split also changes each client's gradient spread)"
     return [note]
 
@@ -259,15 +260,18 @@ class DataScaling:
 
 
 def compare_data(problem, config: FedAvgConfig, rule: str | ScalingRule, kappa: float, *, replicates: int = 16,
-                 seed: int = 0, w0=None, points: int = 20, z: float = 3.5) -> DataScaling:
+                 seed: int = 0, w0=None, points: int = 20, z: float = 3.5, memory_limit=None) -> DataScaling:
     """Simulate both ends of ``rule`` with factor ``kappa`` on a data problem (module docstring).
 
     ``config.clients``/``config.batch_size`` default to the problem's; ``w0`` to ``problem.initial_weights()``.
     Both ends use ``seed`` with one stream per replicate (common random numbers, paired replicates: ``κ = 1``
-    gives exactly the base).
+    gives exactly the base).  What the run needs (:func:`memory_need`) is checked against ``memory_limit`` (default:
+    what is free, see :func:`fedsde._memory.available_memory`) before anything is built or simulated.
     """
     rule = get_rule(rule)
-    config, new, other = prepare_end(problem, config, rule, kappa, split_seed=seed)
+    config, new = map_end(problem, config, rule, kappa)
+    check_memory(problem, config, new, replicates=replicates, points=points, memory_limit=memory_limit)
+    other = end_problem(problem, new, split_seed=seed)
     w_start = problem.initial_weights() if w0 is None else np.asarray(w0, dtype=np.float64)
     _, rb, rs = tau_grid(config, new, points)
     base = simulate_end(problem, problem, config, rb, replicates=replicates, seed=seed, w0=w_start)
@@ -276,9 +280,8 @@ def compare_data(problem, config: FedAvgConfig, rule: str | ScalingRule, kappa: 
     return DataScaling(rule, float(kappa), base, scaled, separation(base, scaled, z), z, notes)
 
 
-def prepare_end(problem, config: FedAvgConfig, rule: str | ScalingRule, kappa: float, *, split_seed: int = 0,
-                cache: dict | None = None):
-    """Validate and map: ``(base config, scaled config, scaled problem)`` for a data problem.
+def map_end(problem, config: FedAvgConfig, rule: str | ScalingRule, kappa: float) -> tuple[FedAvgConfig, FedAvgConfig]:
+    """Validate and map without building anything: ``(base config, scaled config)`` for a data problem.
 
     Raises a :class:`FedsdeInputError` when the rule cannot apply (non-integer fields, a ``clients`` factor that is
     not a whole number, ``η·λ_max ≥ 2`` at either end for the linear models).
@@ -297,4 +300,70 @@ def prepare_end(problem, config: FedAvgConfig, rule: str | ScalingRule, kappa: f
         lam = float(np.max(problem.max_curvature()))
         check_client_step(config.eta, lam, which="base")
         check_client_step(new.eta, lam, which=f"kappa={kappa:g} (rule {rule.name!r}, eta={new.eta:g})")
+    return config, new
+
+
+def prepare_end(problem, config: FedAvgConfig, rule: str | ScalingRule, kappa: float, *, split_seed: int = 0,
+                cache: dict | None = None):
+    """Validate, map and build: ``(base config, scaled config, scaled problem)`` for a data problem
+    (:func:`map_end`, then :func:`end_problem`)."""
+    config, new = map_end(problem, config, rule, kappa)
     return config, new, end_problem(problem, new, split_seed=split_seed, cache=cache)
+
+
+def memory_need(problem, base: FedAvgConfig, scaled: FedAvgConfig, *, replicates: int, points: int) -> int:
+    """Bytes that :func:`compare_data` needs at its peak (float64; an estimate, like the simulator's).
+
+    The sum of: the split copy of the data (rules that change ``Q``); for the larger end, the simulator's padded
+    client data (features, their transpose, labels: ``Q·N_max·(2F + C)``), one replicate's working set (about ten
+    ``(Q, d)`` tensors and the forward pass of a minibatch, ``Q·rows·(F + 3·max(C, H))`` with ``rows = N_max`` when
+    the oracle shares client rows, else ``b``; the simulator chunks the replicates to fit the rest) and the recorded
+    weights ``(K + 1, R, d)``; the larger of the metric evaluation (forward and backward passes of a chunk of
+    :data:`fedsde.problems.metrics.CHUNK` weights over the ``N`` training and ``M`` test samples) and the
+    per-sample gradients of the temperature trace; and the per-replicate metric values of both ends.  Measured
+    on digits (64 replicates; softmax, clients rule κ = 4: 51 MiB against 54 estimated; MLP, batch rule κ = 2:
+    154 MiB against 170) the peak stays below this estimate when the run is left only that much memory (the
+    simulator then runs fewer replicates at once).
+    """
+    from fedsde.clients.data_oracles import DENSE_FACTOR
+    from fedsde.problems import metrics
+
+    item = 8
+    F = problem.n_features + int(problem.fit_intercept)
+    C, d = problem.n_outputs, problem.d
+    width = max(C, int(problem.hidden or 0))
+    T = len(tau_grid(base, scaled, points)[0])
+    parts = max(1, (scaled.clients or problem.Q) // (base.clients or problem.Q))
+    N, M = problem.X.shape[0], problem.X_test.shape[0]
+    n_max = int(np.max(problem.sizes))
+
+    def end(cfg: FedAvgConfig, Q: int, rows_max: int) -> int:
+        b = min(cfg.batch_size or rows_max, rows_max)
+        rows = rows_max if rows_max <= DENSE_FACTOR * b else b
+        layout = item * Q * rows_max * (2 * F + C)
+        per_rep = item * (10 * Q * d + 6 * Q + 6 * d) + item * Q * rows * (F + 3 * width)
+        return layout + per_rep + item * T * replicates * d
+
+    split = item * (N + M) * (F + 1) if parts > 1 else 0
+    ends = max(end(base, problem.Q, n_max), end(scaled, problem.Q * parts, -(-n_max // parts)))
+    # metrics: about five (CHUNK, N + M, width) arrays at once (measured: 6.4× CHUNK·N·C on digits softmax), on at
+    # most METRIC_SAMPLES samples and within the chunk's work space CHUNK_BYTES where the metrics module caps them
+    n_eval = min(N + M, 2 * getattr(metrics, "METRIC_SAMPLES", N + M))
+    forward = item * getattr(metrics, "CHUNK", 64) * n_eval * 5 * width
+    forward = min(forward, getattr(metrics, "CHUNK_BYTES", forward))
+    evaluate = max(forward + item * N * F, item * 2 * n_max * d)
+    return int(split + ends + evaluate + item * 2 * T * replicates * len(metrics.METRICS))
+
+
+def check_memory(problem, base: FedAvgConfig, scaled: FedAvgConfig, *, replicates: int, points: int,
+                 concurrent: int = 1, memory_limit=None) -> int:
+    """Refuse, with the estimate, a comparison whose :func:`memory_need` (times ``concurrent`` runs at once) does
+    not fit in what is available; returns the estimate in bytes."""
+    from fedsde._memory import available_memory, memory_fits
+
+    need = concurrent * memory_need(problem, base, scaled, replicates=replicates, points=points)
+    what = f"replicates={replicates}" + (f" on {concurrent} workers" if concurrent > 1 else "")
+    memory_fits(what, need, available_memory("cpu", memory_limit),
+                "use fewer replicates or points" + (", fewer workers" if concurrent > 1 else "")
+                + " or a smaller kappa, or set FEDSDE_MEMORY_LIMIT if more memory is free than detected")
+    return need

@@ -2,7 +2,7 @@
 
 Each end is the discrete FedAvg chain of :mod:`fedsde.exact`: its stationary mean and covariance (discrete
 Lyapunov equation) and its mean and covariance after its own number of rounds, i.e. at the common horizon
-``τ = n·s·η·E``.  The ``clients`` rule copies every client ``κ`` times with weight ``p_k/κ``
+``τ = n·s·η·E``.  The ``clients`` and ``client-lr`` rules copy every client ``κ`` times with weight ``p_k/κ``
 (:meth:`~fedsde.problems.QuadraticProblem.replicated`, as gallery F4 does), so ``κ`` must be a whole number; a
 quadratic problem has no minibatch, so the ``batch`` rule does not apply to it (on quadratics with ``Σ_k ∝ 1/b``
 it would coincide exactly with ``clients``, which divides the round noise by ``κ`` the same way).
@@ -14,11 +14,16 @@ Discrepancy between laws ``(m_b, P_b)`` (base) and ``(m_s, P_s)`` (scaled), :fun
 * ``mean_shift_sd = ‖m_s − m_b‖ / √Tr P_b`` (the shift in units of the base spread);
 * ``w2_rel = W₂(N(m_b, P_b), N(m_s, P_s)) / √(E_b ‖w − w*‖²)``.
 
-First-order rate (derived in :mod:`fedsde.scaling` and ``docs/scaling.md``): for a scalar homogeneous problem
-(``U_k = u``) the chain's stationary variance and its mean decay rate on the ``τ`` clock equal the SDE's times
-``1 + η·u·(s·E − E + 1)/2 + O(η²)`` (:func:`first_order_correction`), so both ``cov_rel`` and
-``excess_loss_rel`` are ``|c_s − c_b|·η + O(η²)``: linear in ``η`` unless the two ends share the coefficient
-(``local-steps`` at ``s = 1``, ``server-client`` at ``E = 1``), where the discrepancy is ``O(η²)``.
+First-order rate (derived in ``docs/scaling.md``): for scalar clients with curvatures ``u_k`` the chain's
+stationary variance equals the SDE's times ``1 + c + O(η²)`` with
+``c = η·((E − 1)(ū₂/(2ū) − ũ) + s·E·ū/2)`` (:func:`first_order_correction`; ``ū = Σ p_k u_k``,
+``ū₂ = Σ p_k u_k²``, ``ũ`` the mean of ``u_k`` weighted by ``p_k² σ_k²``), which is ``η·u·(s·E − E + 1)/2`` when
+every ``u_k = u``.  Both ``cov_rel`` and ``excess_loss_rel`` are then ``|c_s − c_b| + O(η²)``: linear in ``η``.
+Two rules are exact, to every order: ``server-client`` at ``E = 1`` (the round depends on ``(s, η)`` only through
+``s·η``) and ``local-steps`` at ``s = 1`` when every client has the same Hessian (the local maps are affine with a
+common linear part, so averaging commutes with them).  ``local-steps`` at ``s = 1`` with different Hessians is
+``O(η)``: ``c_s − c_b = η(κ − 1)E·(ū₂/(2ū) − ũ + ū/2)`` (``η(κ − 1)E·Var_p(u)/(2ū)`` for equal noise and weights),
+whether or not the optima differ.
 """
 
 from __future__ import annotations
@@ -57,31 +62,65 @@ def first_order_coefficients(problem: QuadraticProblem, config: FedAvgConfig) ->
     }
 
 
-def first_order_correction(u: float, eta: float, local_steps: int, server_lr: float) -> float:
-    """``η·u·(s·E − E + 1)/2``: relative O(η) correction of the chain's stationary variance over the SDE's.
+def first_order_correction(u, eta: float, local_steps: int, server_lr: float, *, p=None, noise=None) -> float:
+    """Relative O(η) correction ``c`` of the chain's stationary variance over the SDE's, scalar clients.
 
-    For one client family with scalar curvature ``u`` (homogeneous clients), the exact stationary variance is
-    ``X = s²η² Σp_k²σ_k² Γ/(sB(2 − sB))`` with ``B = 1 − r^E``, ``Γ = (1 − r^{2E})/(1 − r²)``, ``r = 1 − ηu``;
-    expanding ``B = ηEu(1 − (E−1)ηu/2)``, ``Γ = E(1 − (E−1)ηu)`` gives ``X = (T/2u)(1 + this + O(η²))`` with
-    ``T = s·η·Σp_k²σ_k²`` the temperature.
+    Parameters
+    ----------
+    u : float or array, shape (Q,)
+        Curvature of every client (a float: all clients alike) or of each client ``u_k``.
+    eta, local_steps, server_lr : float, int, float
+        ``η``, ``E``, ``s``.
+    p : array, shape (Q,), optional
+        Client weights (default uniform); only with an array ``u``.
+    noise : array, shape (Q,), optional
+        Noise variances ``σ_k²`` (default equal); only with an array ``u``.
+
+    Returns
+    -------
+    float
+        ``c = η·((E − 1)(ū₂/(2ū) − ũ) + s·E·ū/2)`` with ``ū = Σ p_k u_k``, ``ū₂ = Σ p_k u_k²`` and
+        ``ũ = Σ p_k²σ_k² u_k / Σ p_k²σ_k²``; for a float ``u`` this is ``η·u·(s·E − E + 1)/2``.
+
+    Notes
+    -----
+    Derivation (seed 002, Sec. 6's scalar chain, expanded to first order in ``η``): one round is
+    ``w' = (1 − sB) w + … + noise`` with ``B = Σ p_k(1 − r_k^E)``, ``r_k = 1 − η u_k``, and round noise variance
+    ``s²η² Σ p_k² σ_k² Γ_k``, ``Γ_k = (1 − r_k^{2E})/(1 − r_k²)``; its stationary variance is
+    ``X = s²η² Σ p_k²σ_k²Γ_k / (sB(2 − sB))``.  With ``B = ηEū(1 − (E − 1)η ū₂/(2ū))`` and
+    ``Γ_k = E(1 − (E − 1)η u_k)`` to first order, ``X = (T/2ū)(1 + c + O(η²))`` where ``T = s·η·Σ p_k²σ_k²`` is
+    the temperature and ``T/2ū`` the stationary variance of the first-order SDE.
     """
-    return eta * u * (server_lr * local_steps - local_steps + 1) / 2.0
+    if np.ndim(u) == 0:
+        if p is not None or noise is not None:
+            raise FedsdeInputError("p, noise: only with per-client curvatures u (an array)")
+        return eta * u * (server_lr * local_steps - local_steps + 1) / 2.0
+    u = np.asarray(u, dtype=np.float64).reshape(-1)
+    w = np.full(u.size, 1.0 / u.size) if p is None else np.asarray(p, dtype=np.float64).reshape(-1)
+    s2 = np.ones(u.size) if noise is None else np.asarray(noise, dtype=np.float64).reshape(-1)
+    if w.shape != u.shape or s2.shape != u.shape:
+        raise FedsdeInputError(f"p, noise: need one entry per client ({u.size}), got shapes {w.shape}, {s2.shape}")
+    w = w / w.sum()
+    u_bar, u2_bar = float(w @ u), float(w @ u**2)
+    u_noise = float((w**2 * s2) @ u / np.sum(w**2 * s2))
+    E = local_steps
+    return eta * ((E - 1) * (u2_bar / (2 * u_bar) - u_noise) + server_lr * E * u_bar / 2)
 
 
 def scaled_problem(problem: QuadraticProblem, rule: str | ScalingRule, kappa: float) -> QuadraticProblem:
-    """The problem at the scaled end: ``clients`` copies each client ``κ`` times (weights ``p_k/κ``)."""
+    """The problem at the scaled end: rules that change ``Q`` copy each client ``κ`` times (weights ``p_k/κ``)."""
     rule = get_rule(rule)
-    if rule.name == "batch":
+    if "batch_size" in rule.changes:
         raise FedsdeInputError(
-            "rule='batch': a quadratic problem has no batch noise (its Σ_k is fixed, not a minibatch covariance); "
-            "use a data problem (kind = \"classification\" with batch_size)"
+            f"rule={rule.name!r}: a quadratic problem has no batch noise (its Σ_k is fixed, not a minibatch "
+            "covariance); use a data problem (kind = \"classification\" with batch_size)"
         )
-    if rule.name != "clients":
+    if "clients" not in rule.changes:
         return problem
     copies = round(kappa)
     if copies < 1 or abs(kappa - copies) > 1e-9 * max(1.0, kappa):
         raise FedsdeInputError(
-            f"kappa={kappa:g}: rule 'clients' on a quadratic problem copies each client κ times, so κ must be a "
+            f"kappa={kappa:g}: rule {rule.name!r} on a quadratic problem copies each client κ times, so κ must be a "
             "whole number >= 1"
         )
     return problem if copies == 1 else problem.replicated(copies)

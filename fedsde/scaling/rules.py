@@ -9,13 +9,22 @@ rule                      ``η``       ``E``       ``s``       ``n``       ``Q``
 ``server-client``         1/κ         1           κ           1           1           1
 ``clients``               1           1           κ           1/κ         κ           1
 ``batch``                 1           1           κ           1/κ         1           κ
+``client-lr``             κ           1           1           1/κ         κ           1
 ========================  ==========  ==========  ==========  ==========  ==========  ==========
 
 Each keeps the two coefficients of the first-order SDE (see :mod:`fedsde.scaling`): the temperature
 ``s·η·Σ_k p_k² Σ_k`` and the horizon ``τ = n·s·η·E`` (the ``server-client`` rule keeps ``τ`` per round, hence
-also the horizon).  For ``clients`` the ``κQ`` clients are the old ones each split (data) or copied (quadratic)
-``κ`` times with weight ``p_k/κ``, so ``Σ_k p_k² Σ_k → Σ_k p_k² Σ_k / κ``; for ``batch`` the minibatch covariance
-``Σ_k ∝ 1/b`` gives the same factor.
+also the horizon).  For ``clients`` and ``client-lr`` the ``κQ`` clients are the old ones each split (data) or
+copied (quadratic) ``κ`` times with weight ``p_k/κ``, so ``Σ_k p_k² Σ_k → Σ_k p_k² Σ_k / κ``; for ``batch`` the
+minibatch covariance ``Σ_k ∝ 1/b`` gives the same factor.  ``clients`` and ``batch`` put the factor κ on the server
+step; ``client-lr`` puts it on the client learning rate (the linear scaling rule of Goyal et al. 2017 applied to
+the clients' η, with the server step kept).
+
+Exact cases (every order in ``η``, proofs in ``docs/scaling.md``): ``server-client`` at ``E = 1`` for any loss and
+any gradient noise whose law does not depend on ``η`` or ``s`` (the round ``w − s·η·Σ_k p_k(∇F_k(w) + ξ_k)``
+depends on ``(s, η)`` only through ``s·η``, so the whole chain is unchanged); ``local-steps`` at ``s = 1`` on
+quadratic clients that share one Hessian (any optima) with noise that does not depend on the iterate.  Otherwise
+the two ends differ by ``O(η)`` at a fixed ``τ``; :attr:`ScalingRule.horizon` says over which ``τ`` that holds.
 """
 
 from __future__ import annotations
@@ -89,7 +98,7 @@ class ScalingRule:
     Attributes
     ----------
     name : str
-        Registry name (``local-steps``, ``server-client``, ``clients``, ``batch``).
+        Registry name (``local-steps``, ``server-client``, ``clients``, ``batch``, ``client-lr``).
     change : str
         What it changes, in words.
     keeps : tuple of str
@@ -98,6 +107,8 @@ class ScalingRule:
         Exponent of ``κ`` per field of :class:`FedAvgConfig` (fields not named keep their value).
     breaks : str
         Where the first-order argument fails (higher-order terms it ignores).
+    horizon : str
+        Over which SDE times ``τ`` the ``O(η)`` agreement of the two ends lasts (empty for the naive changes).
     """
 
     name: str
@@ -105,6 +116,7 @@ class ScalingRule:
     keeps: tuple[str, ...]
     powers: dict
     breaks: str
+    horizon: str = ""
 
     @property
     def changes(self) -> tuple[str, ...]:
@@ -140,6 +152,11 @@ class ScalingRule:
         return replace(config, **new)
 
 
+#: where a rule's O(η) agreement lasts when it is not exact (see ``docs/scaling.md``, "Each rule's horizon")
+_MANIFOLD = ("with a unique minimum the O(η) gap stays O(η) at every τ (the dynamics forget it at their contraction "
+             "rate); where the minima form a manifold nothing pulls the ends back along it, the O(η) drift terms "
+             "accumulate, and the horizon ends at τ ≪ 1/η (O(η⁻²) local steps)")
+
 RULES: dict[str, ScalingRule] = {
     r.name: r
     for r in [
@@ -148,24 +165,39 @@ RULES: dict[str, ScalingRule] = {
             {"local_steps": 1, "rounds": -1},
             "client drift: under heterogeneity the fixed point moves with ηE (seed 002's bias), and the "
             "O(η²E²) terms of the round mean grow with κ",
+            "exact at s = 1 on quadratic clients with one Hessian (any optima); otherwise O(η) at fixed τ: "
+            + _MANIFOLD + ". It changes ηE, and with it the slow drift of local SGD near a manifold of minima "
+            "(Gu, Lyu, Huang & Arora 2023: a ∇³F term that grows with ηE)",
         ),
         ScalingRule(
             "server-client", "s → κs, η → η/κ", ("temperature", "tau per round", "tau horizon"),
             {"server_lr": 1, "eta": -1},
             "large server steps: the round map I − sB loses contraction once s·η·E·λ_max is no longer small "
             "(and diverges at s·B ≈ 2); for κ < 1 the client step η/κ grows towards η·λ_max = 2",
+            "exact at E = 1 for any loss (the round depends on s·η only); for E > 1 O(η) at fixed τ: "
+            + _MANIFOLD + ". It changes ηE to ηE/κ, like local-steps",
         ),
         ScalingRule(
             "clients", "Q → κQ (clients split/copied, weights p_k/κ), s → κs, rounds → n/κ",
             ("temperature", "tau horizon"), {"clients": 1, "server_lr": 1, "rounds": -1},
             "large server steps: κ·s·η·E·λ_max grows with κ; on data the split also changes each client's "
             "finite-population factor 1/b − 1/N_k and the heterogeneity",
+            "O(η) at fixed τ (never exact: the O(s·η²E²) terms grow with κs): " + _MANIFOLD,
         ),
         ScalingRule(
             "batch", "b → κb, s → κs, rounds → n/κ", ("temperature", "tau horizon"),
             {"batch_size": 1, "server_lr": 1, "rounds": -1},
             "large server steps as for clients; the minibatch covariance is ∝ 1/b − 1/N_k, not 1/b, so the "
             "temperature is kept only while b ≪ N_k",
+            "O(η) at fixed τ as for clients: " + _MANIFOLD,
+        ),
+        ScalingRule(
+            "client-lr", "Q → κQ (clients split/copied, weights p_k/κ), η → κη, rounds → n/κ",
+            ("temperature", "tau horizon"), {"clients": 1, "eta": 1, "rounds": -1},
+            "client drift: the client step κη changes ηE, so under heterogeneity the fixed point moves (seed 002's "
+            "bias); the client step approaches η·λ_max = 2 as κ grows",
+            "O(η) at fixed τ on homogeneous clients (never exact: the client step changes): " + _MANIFOLD
+            + ". It changes ηE to κηE, like local-steps",
         ),
     ]
 }
@@ -182,6 +214,8 @@ NAIVE: dict[str, ScalingRule] = {
         ScalingRule("clients", "Q → κQ with s and rounds kept", ("tau horizon",), {"clients": 1},
                     "divides the temperature by κ"),
         ScalingRule("batch", "b → κb with s and rounds kept", ("tau horizon",), {"batch_size": 1},
+                    "divides the temperature by κ"),
+        ScalingRule("client-lr", "Q → κQ with η and rounds kept", ("tau horizon",), {"clients": 1},
                     "divides the temperature by κ"),
     ]
 }
