@@ -79,7 +79,7 @@ def test_json_synthetic_and_kind_quadratic(tmp_path):
     ({"standardise": "yes"}, r"standardise='yes': must be true or false"),
     ({"init_seed": 3}, r"init_seed=3: only used with model='mlp'"),
     ({"sampling": "shuffle"}, r"sampling='shuffle': must be one of minibatch, epoch"),
-    ({"kind": "regression"}, r"kind='regression': must be one of quadratic, classification"),
+    ({"kind": "ordinal"}, r"kind='ordinal': must be one of quadratic, classification, regression"),
     ({"clients": 5000}, r"n_clients=5000: cannot exceed the number of samples"),
 ])
 def test_invalid_files_give_one_line_errors(tmp_path, change, match):

@@ -52,6 +52,7 @@ from fedsde.errors import FedsdeInputError
 from fedsde.problems._file_keys import _Keys
 from fedsde.problems.datasets import federated_classification
 from fedsde.problems.logistic import MODELS, SAMPLINGS, ClassificationProblem
+from fedsde.problems.models import check_model_memory
 
 if TYPE_CHECKING:
     from fedsde.problems.regression import RegressionProblem
@@ -66,6 +67,7 @@ _SKLEARN = ("partition", "alpha", "min_size", "shards_per_client", "quantity_bet
             "standardise")
 _SYNTHETIC = ("alpha", "beta", "iid", "dim", "n_classes", "max_samples")
 _N_CLASSES = {"digits": 10, "breast_cancer": 2}
+_N_FEATURES = {"digits": 64, "breast_cancer": 30}
 
 
 def data_problem_from_dict(data: dict, *, source: str = "problem",
@@ -118,6 +120,10 @@ def data_problem_from_dict(data: dict, *, source: str = "problem",
     sampling = k.choice("sampling", SAMPLINGS, "minibatch")
 
     try:
+        # the model's weights are checked against the memory available before any data is built (the data
+        # themselves in synthetic_problem, once the client sizes are drawn)
+        n_features = (k.integer("dim", 60) if synthetic else _N_FEATURES[dataset]) + 1
+        check_model_memory(n_features, n_classes, model, hidden or 0)
         if synthetic:
             problem = _synthetic(k, seed, n_classes, test_fraction, l2)
             if weights == "uniform":

@@ -106,14 +106,12 @@ def federated_classification(
         n_test = min(round(tf * idx.size), idx.size - 1)
         test_idx.append(idx[:n_test])
         train_idx.append(idx[n_test:])
-    Xtr = [X[i] for i in train_idx]
-    Xte = [X[i] for i in test_idx]
+    tr, te = np.concatenate(train_idx), np.concatenate(test_idx)
+    Xtr, Xte = X[tr], X[te]
     if standardise:
-        pooled = np.concatenate(Xtr)
-        mu, sd = pooled.mean(0), pooled.std(0)
+        mu, sd = Xtr.mean(0), Xtr.std(0)
         sd = np.where(sd > 0, sd, 1.0)
-        Xtr = [(x - mu) / sd for x in Xtr]
-        Xte = [(x - mu) / sd for x in Xte]
+        Xtr, Xte = (Xtr - mu) / sd, (Xte - mu) / sd
     Q = len(parts)
     info = {"dataset": dataset, "partition": partition, "seed": seed, "test_fraction": tf,
             "standardise": bool(standardise)}
@@ -126,7 +124,8 @@ def federated_classification(
     elif partition == "niid2":
         info |= {"n_biased": n_biased, "n_uniform": n_uniform}
     n_classes = int(y.max()) + 1
-    return ClassificationProblem.from_clients(
-        Xtr, [y[i] for i in train_idx], Xte, [y[i] for i in test_idx], model=model, n_classes=n_classes, l2=l2,
-        p=None if weights == "size" else np.full(Q, 1.0 / Q), name=f"{dataset}/{partition}", info=info,
+    return ClassificationProblem.from_arrays(
+        Xtr, y[tr], [i.size for i in train_idx], Xte, y[te], [i.size for i in test_idx], model=model,
+        n_classes=n_classes, l2=l2, p=None if weights == "size" else np.full(Q, 1.0 / Q), name=f"{dataset}/{partition}",
+        info=info,
     )

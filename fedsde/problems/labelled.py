@@ -15,13 +15,12 @@ import numpy as np
 
 from fedsde._validate import positive_int
 from fedsde.errors import FedsdeInputError
-from fedsde.problems.models import segment_starts
 
 
 def checked_client_arrays(X_clients: Sequence[np.ndarray], y_clients: Sequence[np.ndarray],
                           X_test_clients: Sequence[np.ndarray] | None, y_test_clients: Sequence[np.ndarray] | None,
                           n_classes: int | None):
-    """Validated per-client training and test arrays and the number of classes.
+    """Validated per-client training and test arrays, concatenated in client order, and the number of classes.
 
     Parameters
     ----------
@@ -36,9 +35,8 @@ def checked_client_arrays(X_clients: Sequence[np.ndarray], y_clients: Sequence[n
 
     Returns
     -------
-    Xs, ys, Xt, yt : lists of Q arrays
-        Training features (float64) and labels, test features (float64, shape (M_k, F)) and labels.
-    C : int
+    X, y, sizes, X_test, y_test, test_sizes, C
+        As :func:`checked_arrays` returns them.
     """
     Q = len(X_clients)
     if Q < 1 or len(y_clients) != Q:
@@ -55,24 +53,75 @@ def checked_client_arrays(X_clients: Sequence[np.ndarray], y_clients: Sequence[n
             )
         if x.shape[0] < 1:
             raise FedsdeInputError(f"X_clients[{k}]: client {k} has no training samples")
-        if not np.all(np.isfinite(x)):
-            raise FedsdeInputError(f"X_clients[{k}]: contains NaN or inf")
     if X_test_clients is None:
-        Xt = [np.zeros((0, F)) for _ in range(Q)]
-        yt = [np.zeros(0, np.int64) for _ in range(Q)]
+        Xt, yt, tsizes = np.zeros((0, F)), np.zeros(0, np.int64), np.zeros(Q, np.int64)
     else:
         if y_test_clients is None or len(X_test_clients) != Q or len(y_test_clients) != Q:
             raise FedsdeInputError("X_test_clients, y_test_clients: need one test array per client")
-        Xt = [np.asarray(x, dtype=np.float64).reshape(-1, F) for x in X_test_clients]
-        yt = [np.asarray(v).reshape(-1) for v in y_test_clients]
-    y_all = np.concatenate(ys + yt)
-    if y_all.size and (np.any(np.mod(y_all, 1) != 0) or y_all.min() < 0):
+        Xts = [np.asarray(x, dtype=np.float64).reshape(-1, F) for x in X_test_clients]
+        Xt, yt = np.concatenate(Xts), np.concatenate([np.asarray(v).reshape(-1) for v in y_test_clients])
+        tsizes = np.array([x.shape[0] for x in Xts], dtype=np.int64)
+    return checked_arrays(np.concatenate(Xs), np.concatenate(ys), [x.shape[0] for x in Xs], Xt, yt, tsizes,
+                          n_classes, where="X_clients[{k}]")
+
+
+def checked_arrays(X, y, sizes, X_test=None, y_test=None, test_sizes=None, n_classes: int | None = None, *,
+                   where: str = "X (client {k})"):
+    """Validated training and test arrays of ``Q`` clients, concatenated in client order (vectorised checks).
+
+    Parameters
+    ----------
+    X : array, shape (N, F)
+        Finite training features of all clients, client by client.
+    y : int array, shape (N,)
+        Labels ``0..C−1``.
+    sizes : int array, shape (Q,)
+        ``N_k >= 1``, summing to ``N``.
+    X_test, y_test, test_sizes : arrays, shapes (M, F), (M,) and (Q,), optional
+        The test splits likewise (default: empty).
+    n_classes : int or None
+        ``C`` (at least 2); default ``1 + max label`` (at least 2).
+    where : str
+        How an error names client ``k``'s features.
+
+    Returns
+    -------
+    X, y, sizes, X_test, y_test, test_sizes, C
+        float64 features, int64 labels and sizes, and ``C``.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    y = np.asarray(y)
+    sizes = np.asarray(sizes).reshape(-1)
+    if X.ndim != 2 or y.shape != (X.shape[0],):
+        raise FedsdeInputError(f"X, y: shapes {X.shape}, {y.shape} must be (N, F) and (N,)")
+    if sizes.size < 1 or not np.issubdtype(sizes.dtype, np.integer) or sizes.sum() != X.shape[0]:
+        raise FedsdeInputError(f"sizes: must be Q >= 1 integers summing to the {X.shape[0]} rows of X")
+    sizes = sizes.astype(np.int64)
+    if sizes.min() < 1:
+        k = int(np.argmin(sizes))
+        raise FedsdeInputError(f"{where.format(k=k)}: client {k} has no training samples")
+    if not all(np.isfinite(X[a:a + 65536]).all() for a in range(0, X.shape[0], 65536)):  # small temporaries
+        row = int(np.flatnonzero(~np.isfinite(X).all(axis=1))[0])
+        k = int(np.searchsorted(np.cumsum(sizes), row, side="right"))
+        raise FedsdeInputError(f"{where.format(k=k)}: contains NaN or inf")
+    F, Q = X.shape[1], sizes.size
+    if y_test is None:
+        Xt, yt, ts = np.zeros((0, F)), np.zeros(0, np.int64), np.zeros(Q, np.int64)
+    else:
+        Xt, yt = np.asarray(X_test, dtype=np.float64).reshape(-1, F), np.asarray(y_test).reshape(-1)
+        ts = np.asarray(test_sizes).reshape(-1).astype(np.int64)
+        if yt.shape != (Xt.shape[0],) or ts.shape != (Q,) or ts.min() < 0 or ts.sum() != yt.size:
+            raise FedsdeInputError(f"X_test, y_test, test_sizes: shapes {Xt.shape}, {yt.shape}, {ts.shape} must be "
+                                   f"(M, {F}), (M,) and ({Q},) with test_sizes summing to M")
+    y_all = np.concatenate([y.reshape(-1), yt])
+    if y_all.size and ((not np.issubdtype(y_all.dtype, np.integer) and np.any(np.mod(y_all, 1) != 0))
+                       or y_all.min() < 0):
         raise FedsdeInputError("y_clients: labels must be integers 0..C-1")
     C = int(y_all.max()) + 1 if n_classes is None else positive_int("n_classes", n_classes, minimum=2)
     C = max(C, 2)
     if y_all.max() >= C:
         raise FedsdeInputError(f"n_classes={n_classes}: labels go up to {int(y_all.max())}")
-    return Xs, ys, Xt, yt, C
+    return X, y.astype(np.int64), sizes, Xt, yt.astype(np.int64), ts, C
 
 
 def checked_client_weights(p, sizes: np.ndarray) -> np.ndarray:
@@ -127,10 +176,9 @@ class LabelledClients:
     def label_counts(self, split: str = "train") -> np.ndarray:
         """Label histogram of every client, shape (Q, C)."""
         _, y, sizes = self._split(split)
-        ids = np.repeat(np.arange(self.Q), sizes)
-        out = np.zeros((self.Q, self.n_classes), dtype=np.int64)
-        np.add.at(out, (ids, y), 1)
-        return out
+        C = int(self.n_classes)
+        ids = np.repeat(np.arange(self.Q, dtype=np.int64) * C, sizes) + y
+        return np.bincount(ids, minlength=self.Q * C).reshape(self.Q, C).astype(np.int64)
 
     def label_distributions(self) -> np.ndarray:
         """``D_k``: training label distribution of every client (rows sum to one), shape (Q, C)."""
@@ -162,10 +210,13 @@ class LabelledClients:
         if "padded" not in self._cache:
             Q, n_max = self.Q, int(self.sizes.max())
             Xd = self.design(self.X)
+            if int(self.sizes.min()) == n_max:  # equal sizes: no padding, a view of the design rows
+                self._cache["padded"] = (Xd.reshape(Q, n_max, -1), self.y.reshape(Q, n_max))
+                return self._cache["padded"]
+            real = np.arange(n_max) < self.sizes[:, None]  # (Q, N_max); rows in client-major order
             Xp = np.zeros((Q, n_max, self.n_features))
             yp = np.zeros((Q, n_max), dtype=np.int64)
-            rows = np.arange(self.y.size) - np.repeat(segment_starts(self.sizes), self.sizes)
-            Xp[self.client_ids, rows] = Xd
-            yp[self.client_ids, rows] = self.y
+            Xp[real] = Xd
+            yp[real] = self.y
             self._cache["padded"] = (Xp, yp)
         return self._cache["padded"]

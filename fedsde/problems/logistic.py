@@ -35,12 +35,13 @@ import scipy.optimize
 
 from fedsde._validate import positive_float, positive_int
 from fedsde.errors import FedsdeInputError
-from fedsde.problems.labelled import LabelledClients, checked_client_arrays, checked_client_weights
+from fedsde.problems.labelled import LabelledClients, checked_arrays, checked_client_arrays, checked_client_weights
 from fedsde.problems.models import (
     MODEL_TYPES,
     MODELS,
     ClassificationModel,
     central_difference_hessian,
+    check_model_memory,
     checked_model,
     model_type,
     segment_starts,
@@ -56,7 +57,7 @@ __all__ = ["MODELS", "SAMPLINGS", "ClassificationProblem"]
 class ClassificationProblem(LabelledClients):
     """Q clients fitting a logistic or softmax regression or an MLP on their own data (see the module docstring).
 
-    Build with :meth:`from_clients` (validates) or :func:`federated_classification`.
+    Build with :meth:`from_clients` or :meth:`from_arrays` (both validate) or :func:`federated_classification`.
 
     Attributes
     ----------
@@ -90,6 +91,9 @@ class ClassificationProblem(LabelledClients):
         Minibatches drawn afresh every step, or consecutive batches of a per-epoch permutation.
     init_seed : int or None
         Seed of :meth:`initial_weights` for the MLP (``None``: 0).
+    metric_samples : int or None
+        Training (and test) samples above which the metrics of :mod:`fedsde.problems.metrics` are estimated on a
+        seeded subsample of this size (``None``: :data:`fedsde.problems.metrics.METRIC_SAMPLES`).
     """
 
     X: np.ndarray
@@ -109,6 +113,7 @@ class ClassificationProblem(LabelledClients):
     batch_size: int | None = None
     sampling: str = "minibatch"
     init_seed: int | None = None
+    metric_samples: int | None = None
     _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     # ------------------------------------------------------------------ construction
@@ -131,6 +136,7 @@ class ClassificationProblem(LabelledClients):
         batch_size: int | None = None,
         sampling: str = "minibatch",
         init_seed: int | None = None,
+        metric_samples: int | None = None,
     ) -> ClassificationProblem:
         """A problem from per-client arrays.
 
@@ -150,10 +156,49 @@ class ClassificationProblem(LabelledClients):
             Client weights; default ``N_k / N``.
         hidden : int, optional
             Hidden units of the MLP (required for, and only allowed with, ``model="mlp"``).
-        batch_size, sampling, init_seed
+        batch_size, sampling, init_seed, metric_samples
             See the class attributes.
         """
-        Xs, ys, Xt, yt, C = checked_client_arrays(X_clients, y_clients, X_test_clients, y_test_clients, n_classes)
+        X, y, sizes, Xt, yt, tsizes, C = checked_client_arrays(X_clients, y_clients, X_test_clients,
+                                                               y_test_clients, n_classes)
+        return cls._with_settings(
+            dict(X=X, y=y, sizes=sizes, X_test=Xt, y_test=yt, test_sizes=tsizes, n_classes=C),
+            model=model, l2=l2, p=p, fit_intercept=fit_intercept, name=name, info=info, hidden=hidden,
+            batch_size=batch_size, sampling=sampling, init_seed=init_seed, metric_samples=metric_samples,
+        )
+
+    @classmethod
+    def from_arrays(cls, X, y, sizes, X_test=None, y_test=None, test_sizes=None, *, n_classes: int | None = None,
+                    **settings) -> ClassificationProblem:
+        """A problem from the samples of all clients concatenated in client order (checks are vectorised: no loop
+        over clients).
+
+        Parameters
+        ----------
+        X : array, shape (N, F)
+        y : int array, shape (N,)
+        sizes : int array, shape (Q,)
+            ``N_k >= 1``, summing to ``N``.
+        X_test, y_test, test_sizes : arrays, shapes (M, F), (M,) and (Q,), optional
+            The clients' test splits (default: empty).
+        n_classes : int, optional
+            Default: ``1 + max label``.
+        **settings
+            ``model, l2, p, fit_intercept, name, info, hidden, batch_size, sampling, init_seed, metric_samples`` as
+            in :meth:`from_clients`.
+        """
+        X, y, sizes, Xt, yt, tsizes, C = checked_arrays(X, y, sizes, X_test, y_test, test_sizes, n_classes)
+        return cls._with_settings(dict(X=X, y=y, sizes=sizes, X_test=Xt, y_test=yt, test_sizes=tsizes, n_classes=C),
+                                  **settings)
+
+    @classmethod
+    def _with_settings(cls, data: dict, *, model: str | None = None, l2: float = 1e-3, p=None,
+                       fit_intercept: bool = True, name: str = "", info: dict | None = None, hidden: int | None = None,
+                       batch_size: int | None = None, sampling: str = "minibatch", init_seed: int | None = None,
+                       metric_samples: int | None = None) -> ClassificationProblem:
+        """The problem of validated ``data`` (the array fields and ``n_classes``) with validated settings; refuses a
+        model whose weights cannot fit in memory (:func:`check_model_memory`)."""
+        C = int(data["n_classes"])
         model, hidden = checked_model(model, C, hidden)
         if batch_size is not None:
             batch_size = positive_int("batch_size", batch_size)
@@ -161,35 +206,31 @@ class ClassificationProblem(LabelledClients):
             raise FedsdeInputError(f"sampling={sampling!r}: must be one of {', '.join(SAMPLINGS)}")
         if init_seed is not None:
             init_seed = positive_int("init_seed", init_seed, minimum=0)
+        if metric_samples is not None:
+            metric_samples = positive_int("metric_samples", metric_samples, minimum=32)  # 2·metrics.GROUPS
         l2 = positive_float("l2", l2, allow_zero=True)
-        sizes = np.array([x.shape[0] for x in Xs], dtype=np.int64)
-        p_arr = checked_client_weights(p, sizes)
-        return cls(
-            X=np.concatenate(Xs), y=np.concatenate(ys).astype(np.int64), sizes=sizes,
-            X_test=np.concatenate(Xt), y_test=np.concatenate(yt).astype(np.int64),
-            test_sizes=np.array([x.shape[0] for x in Xt], dtype=np.int64),
-            n_classes=C, model=model, l2=l2, p=p_arr, fit_intercept=bool(fit_intercept), name=name,
-            info=dict(info or {}), hidden=hidden, batch_size=batch_size, sampling=sampling,
-            init_seed=init_seed,
-        )
+        p_arr = checked_client_weights(p, data["sizes"])
+        check_model_memory(data["X"].shape[1] + int(bool(fit_intercept)), C, model, hidden)
+        return cls(**data, model=model, l2=l2, p=p_arr, fit_intercept=bool(fit_intercept), name=name,
+                   info=dict(info or {}), hidden=hidden, batch_size=batch_size, sampling=sampling, init_seed=init_seed,
+                   metric_samples=metric_samples)
 
     def replace(self, **changes) -> ClassificationProblem:
-        """A validated copy with some of ``model, hidden, l2, p, batch_size, sampling, init_seed, name, info``
-        changed (the data stay)."""
-        allowed = ("model", "hidden", "l2", "p", "batch_size", "sampling", "init_seed", "name", "info")
+        """A validated copy with some of ``model, hidden, l2, p, batch_size, sampling, init_seed, metric_samples,
+        name, info`` changed (the data stay, shared with this problem)."""
+        allowed = ("model", "hidden", "l2", "p", "batch_size", "sampling", "init_seed", "metric_samples", "name",
+                   "info")
         bad = sorted(set(changes) - set(allowed))
         if bad:
             raise FedsdeInputError(f"replace: unknown field(s) {', '.join(bad)} (allowed: {', '.join(allowed)})")
         kw = {"model": self.model, "hidden": self.hidden or None, "l2": self.l2, "p": self.p,
               "batch_size": self.batch_size, "sampling": self.sampling, "init_seed": self.init_seed,
-              "name": self.name, "info": self.info}
+              "metric_samples": self.metric_samples, "name": self.name, "info": self.info}
         if not getattr(model_type(changes.get("model", self.model)), "hidden_layer", False):
             kw["hidden"] = None
         kw |= changes
-        return ClassificationProblem.from_clients(
-            *self.client_data(), *self.client_data("test"), n_classes=self.n_classes,
-            fit_intercept=self.fit_intercept, **kw,
-        )
+        data = {f: getattr(self, f) for f in ("X", "y", "sizes", "X_test", "y_test", "test_sizes", "n_classes")}
+        return ClassificationProblem._with_settings(data, fit_intercept=self.fit_intercept, **kw)
 
     def with_weights(self, p) -> ClassificationProblem:
         """A copy with other client weights (normalised)."""
@@ -230,26 +271,10 @@ class ClassificationProblem(LabelledClients):
                                    f"d={self.d}")
         return w
 
-    def _forward(self, w, Xd: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
-        """Hidden activations (mlp; ``None`` otherwise) and logits (..., n, K) of design rows ``Xd``."""
-        return self.classifier.forward(self._w(w), Xd)
-
-    def _backward(self, w, Xd: np.ndarray, A: np.ndarray | None, E: np.ndarray) -> np.ndarray:
-        """``Σ_n ∇_w ℓ_n`` for residuals ``E`` (..., n, K) with the sample weights applied, shape (..., d)."""
-        return self.classifier.backward(self._w(w), Xd, A, E)
-
-    def _sample_losses(self, Z: np.ndarray, y: np.ndarray) -> np.ndarray:
-        """``ℓ_n`` for logits ``Z`` (..., n, K), shape (..., n)."""
-        return self.classifier.losses(Z, y)
-
-    def _residuals(self, Z: np.ndarray, y: np.ndarray) -> np.ndarray:
-        """``∂ℓ/∂z`` (``σ(z) − y`` or ``softmax(z) − e_y``), shape of ``Z``."""
-        return self.classifier.residuals(Z, y)
-
     # ------------------------------------------------------------------ objective
     def client_loss(self, w) -> np.ndarray:
         """``F_k(w)`` for every client; ``w`` of shape (..., d) gives shape (..., Q)."""
-        ell = self._sample_losses(self._forward(w, self.design(self.X))[1], self.y)
+        ell = self.classifier.losses(self.classifier.forward(self._w(w), self.design(self.X))[1], self.y)
         reg = 0.5 * self.l2 * np.sum(np.asarray(w, dtype=np.float64) ** 2, axis=-1)
         return segment_sum(ell, self.sizes, -1) / self.sizes + np.asarray(reg)[..., None]
 
@@ -269,16 +294,18 @@ class ClassificationProblem(LabelledClients):
         w = self._w(w)
         Xd = self.design(self.X)
         s = np.repeat(self.p / self.sizes, self.sizes)  # per-sample weight p_k / N_k
-        A, Z = self._forward(w, Xd)
-        E = self._residuals(Z, self.y) * s[:, None]
-        return self._backward(w, Xd, A, E) + self.l2 * w
+        model = self.classifier
+        A, Z = model.forward(w, Xd)
+        E = model.residuals(Z, self.y) * s[:, None]
+        return model.backward(w, Xd, A, E) + self.l2 * w
 
     def _loss_and_grad(self, w: np.ndarray) -> tuple[float, np.ndarray]:
         Xd = self.design(self.X)
-        A, Z = self._forward(w, Xd)
+        model = self.classifier
+        A, Z = model.forward(w, Xd)
         s = np.repeat(self.p / self.sizes, self.sizes)
-        f = float(s @ self._sample_losses(Z, self.y) + 0.5 * self.l2 * w @ w)
-        g = self._backward(w, Xd, A, self._residuals(Z, self.y) * s[:, None]) + self.l2 * w
+        f = float(s @ model.losses(Z, self.y) + 0.5 * self.l2 * w @ w)
+        g = model.backward(w, Xd, A, model.residuals(Z, self.y) * s[:, None]) + self.l2 * w
         return f, g
 
     def per_sample_grads(self, w, client: int) -> np.ndarray:
@@ -378,7 +405,7 @@ class ClassificationProblem(LabelledClients):
     # ------------------------------------------------------------------ evaluation
     def predict(self, w, X) -> np.ndarray:
         """Predicted labels for rows of ``X`` (shape (n, F)); ``w`` of shape (..., d) gives (..., n)."""
-        return self.classifier.predict(self._forward(w, self.design(X))[1])
+        return self.classifier.predict(self.classifier.forward(self._w(w), self.design(X))[1])
 
     def accuracy(self, w, split: str = "test") -> np.ndarray | float:
         """Fraction of correctly classified samples of the global ``"test"`` (or ``"train"``) set.

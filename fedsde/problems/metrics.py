@@ -1,4 +1,4 @@
-"""Metrics of server weights, evaluated for a whole batch of weights at once.
+"""Metrics of server weights, evaluated for a whole batch of weights at once, in torch on the weights' device.
 
 | name | value | problems |
 |---|---|---|
@@ -7,24 +7,82 @@
 | ``test_accuracy`` | fraction of the global test set classified correctly | data (with a test set) |
 | ``distance_from_start`` | ``‖w − w₀‖`` | all |
 
-:func:`evaluate_metrics` takes weights of any leading shape ``(..., d)`` (e.g. rounds × replicates) and evaluates
-all of them with batched array operations (one forward pass per batch of at most :data:`CHUNK` weight vectors for
-data problems, to bound memory); :func:`summarise` turns per-replicate values into means and standard errors.
+:func:`evaluate_metrics_torch` takes weights of any leading shape ``(..., d)`` (e.g. rounds × replicates) as a
+tensor and returns tensors on its device and in its dtype (no transfer to the host: the caller decides when);
+:func:`evaluate_metrics` is the same for NumPy arrays (the torch path on the CPU in float64).  Both return a
+:class:`MetricValues`: name → values, with the standard errors of sampled metrics and how they were evaluated.
+:func:`summarise` turns per-replicate values into means and standard errors.
+
+**Data problems** (:class:`~fedsde.problems.logistic.ClassificationProblem`): ``F(w) = Σ_n s_n ℓ_n(w) + (λ/2)‖w‖²``
+over the ``N`` training samples with ``s_n = p_k/N_k`` for the samples of client ``k`` (seed 002, Sec. 3).  The
+model's forward and backward passes (:mod:`fedsde.problems.models`) run for a chunk of weight vectors at once (at
+most :data:`CHUNK`, and at most :data:`CHUNK_BYTES` of work space, sized from the rows and the model); the rows
+live on the device once per device and dtype (cached on the problem).
+
+* ``N <= metric_samples`` (default :data:`METRIC_SAMPLES` = 65536, or the problem's ``metric_samples``): every
+  metric is exact (standard error 0).
+* ``N > metric_samples``: the training metrics are estimated on a fixed subsample of ``m = metric_samples`` draws
+  (rounded down to a multiple of :data:`GROUPS`), i.i.d. from the distribution ``s`` (a client ``k`` with
+  probability ``p_k``, then one of its ``N_k`` samples uniformly; so each sample weighs what it weighs in ``F``).
+  The draws come from ``metric_seed`` (default 0, separate from every run's seed) once per problem: every weight,
+  round and replicate is evaluated on the same sample.
+
+  - ``train_loss``: ``F̂ = (1/m) Σ_j ℓ_{n_j} + (λ/2)‖w‖²`` (unbiased), standard error ``sd(ℓ_{n_j})/√m``;
+  - ``grad_norm_sq``: the draws form :data:`GROUPS` groups whose mean gradients ``ĝ_b`` (with ``λw``) are
+    independent and unbiased for ``∇F``, so ``Σ_{b≠c} ĝ_b·ĝ_c / (G(G − 1))`` is unbiased for ``‖∇F‖²`` (a
+    U-statistic, Hoeffding 1948; the plug-in ``‖ḡ‖²`` is biased upward by ``tr Cov/m``); standard error: the
+    delete-one-group jackknife (Efron & Tibshirani 1993, Ch. 11).  The estimate is negative when ``‖∇F‖²`` is
+    below its noise;
+  - ``test_accuracy``: with ``M > metric_samples`` test samples, ``m`` uniform draws of the test set, standard
+    error ``sd/√m``.
+
+Quadratic problems are evaluated in closed form in torch; other problems (least squares) through their NumPy
+``loss`` and ``grad``.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
 
+from fedsde._validate import positive_int
 from fedsde.errors import FedsdeInputError
 from fedsde.problems.logistic import ClassificationProblem
+from fedsde.problems.models import segment_starts
+from fedsde.problems.quadratic import QuadraticProblem
 
 METRICS = ("train_loss", "grad_norm_sq", "test_accuracy", "distance_from_start")
 
-#: weight vectors evaluated per forward pass on a data problem (bounds memory at CHUNK·N·max(K, H) floats)
+#: most weight vectors evaluated per forward pass
 CHUNK = 64
+#: work space of one chunk's forward and backward pass (bytes); the chunk shrinks to fit
+CHUNK_BYTES = 1 << 28
+#: default cap on the samples a metric is evaluated on: exact up to this many, a seeded subsample of this many above
+METRIC_SAMPLES = 1 << 16
+#: groups of a subsample's gradient draws (unbiased ``‖∇F‖²`` and its jackknife standard error)
+GROUPS = 16
+_SEED_TAG = 0x6D657472  # separates the metric sample's stream from every other use of the same seed
+
+
+class MetricValues(dict):
+    """name → values, shape (...) (NumPy arrays or tensors), with
+
+    * ``se``: name → standard errors of the values from a subsample (zero where evaluated exactly);
+    * ``sampling``: how a data problem's metrics were evaluated,
+      ``{"train": {"exact", "samples", "of"}, "test": {…}, "seed", "scheme"}`` (empty for other problems).
+    """
+
+    def __init__(self, values: dict, se: dict | None = None, sampling: dict | None = None):
+        super().__init__(values)
+        self.se = dict(se or {})
+        self.sampling = dict(sampling or {})
+
+    @property
+    def sampled(self) -> bool:
+        """Whether any metric was estimated on a subsample."""
+        return any(not part["exact"] for part in (self.sampling.get("train"), self.sampling.get("test")) if part)
 
 
 def metric_names(problem) -> tuple[str, ...]:
@@ -34,88 +92,309 @@ def metric_names(problem) -> tuple[str, ...]:
     return tuple(m for m in METRICS if m != "test_accuracy")
 
 
-def evaluate_metrics(problem, w, w0=None, names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
-    """Metrics of a batch of server weights.
-
-    Parameters
-    ----------
-    problem : QuadraticProblem or ClassificationProblem
-    w : array, shape (..., d)
-        Server weights (any leading shape, e.g. (T, R, d)).
-    w0 : array, shape (d,), optional
-        Start point for ``distance_from_start`` (default: ``problem.initial_weights()`` for data problems,
-        zero otherwise).
-    names : sequence of str, optional
-        Metrics to compute (default :func:`metric_names`).
-
-    Returns
-    -------
-    dict name -> ndarray, shape (...)
-    """
+def _checked_names(problem, names) -> tuple[str, ...]:
     allowed = metric_names(problem)
     names = allowed if names is None else tuple(names)
     bad = [n for n in names if n not in allowed]
     if bad:
         raise FedsdeInputError(f"names={bad}: not defined for this problem (available: {', '.join(allowed)})")
+    return names
+
+
+def evaluate_metrics(problem, w, w0=None, names: Sequence[str] | None = None, *, metric_samples: int | None = None,
+                     metric_seed: int = 0) -> MetricValues:
+    """Metrics of a batch of server weights, NumPy in and out (:func:`evaluate_metrics_torch` on the CPU, float64).
+
+    Parameters
+    ----------
+    problem : QuadraticProblem, ClassificationProblem or another problem with ``loss`` and ``grad``
+    w : array, shape (..., d)
+        Server weights (any leading shape, e.g. (T, R, d)).
+    w0 : array, shape (d,), optional
+        Start point for ``distance_from_start`` (default: ``problem.initial_weights()`` where it exists, else zero).
+    names : sequence of str, optional
+        Metrics to compute (default :func:`metric_names`).
+    metric_samples, metric_seed
+        Data problems: exact up to ``metric_samples`` samples, else a subsample (module docstring).
+
+    Returns
+    -------
+    MetricValues
+        name -> ndarray, shape (...), with ``se`` and ``sampling``.
+    """
+    import torch
+
     w = np.asarray(w, dtype=np.float64)
+    _checked_shape(w.shape, problem.d)
+    res = evaluate_metrics_torch(problem, torch.from_numpy(np.ascontiguousarray(w)), w0, names,
+                                 metric_samples=metric_samples, metric_seed=metric_seed)
+    return MetricValues({n: v.numpy() for n, v in res.items()}, {n: v.numpy() for n, v in res.se.items()},
+                        res.sampling)
+
+
+def _checked_shape(shape, d: int) -> None:
+    if len(shape) == 0 or shape[-1] != d:
+        raise FedsdeInputError(f"w: shape {tuple(shape)} must end with d={d}")
+
+
+def evaluate_metrics_torch(problem, w, w0=None, names: Sequence[str] | None = None, *,
+                           metric_samples: int | None = None, metric_seed: int = 0) -> MetricValues:
+    """Metrics of a batch of server weights on their device and in their dtype (see the module docstring).
+
+    Parameters
+    ----------
+    problem : QuadraticProblem, ClassificationProblem or another problem with ``loss`` and ``grad``
+    w : Tensor, shape (..., d)
+        Server weights (floating point; any leading shape, e.g. (T, R, d)).
+    w0 : array or Tensor, shape (d,), optional
+        Start point for ``distance_from_start`` (default: ``problem.initial_weights()`` where it exists, else zero).
+    names : sequence of str, optional
+        Metrics to compute (default :func:`metric_names`).
+    metric_samples : int, optional
+        Data problems: evaluate exactly up to this many training (and test) samples, else on a subsample of this
+        size (default: the problem's ``metric_samples``, else :data:`METRIC_SAMPLES`; at least ``2·GROUPS``).
+    metric_seed : int
+        Seed of the subsample (default 0).
+
+    Returns
+    -------
+    MetricValues
+        name -> Tensor, shape (...), on ``w``'s device and in its dtype; ``se`` likewise; ``sampling``.
+    """
+    import torch
+
+    names = _checked_names(problem, names)
+    w = torch.as_tensor(w).detach()
+    if not w.is_floating_point():
+        w = w.to(torch.float64)
     d = problem.d
-    if w.ndim == 0 or w.shape[-1] != d:
-        raise FedsdeInputError(f"w: shape {w.shape} must end with d={d}")
-    lead = w.shape[:-1]
-    out: dict[str, np.ndarray] = {}
+    _checked_shape(w.shape, d)
+    lead, flat = w.shape[:-1], w.reshape(-1, d)
+    vals: dict = {}
     if "distance_from_start" in names:
-        if w0 is None:
-            start = problem.initial_weights() if hasattr(problem, "initial_weights") else np.zeros(d)
-        else:
-            start = np.asarray(w0, dtype=np.float64).reshape(-1)
-            if start.shape != (d,):
-                raise FedsdeInputError(f"w0: shape {np.shape(w0)} must be ({d},)")
-        out["distance_from_start"] = np.linalg.norm(w - start, axis=-1)
+        vals["distance_from_start"] = torch.linalg.vector_norm(flat - _start(problem, w0, flat), dim=-1)
     need = [n for n in ("train_loss", "grad_norm_sq", "test_accuracy") if n in names]
-    if not need:
-        return {n: out[n] for n in names}
-    flat = w.reshape(-1, d)
-    if isinstance(problem, ClassificationProblem):
-        parts = [_data_metrics(problem, flat[a:a + CHUNK], need) for a in range(0, flat.shape[0], CHUNK)]
-        vals = {n: np.concatenate([p[n] for p in parts]) if parts else np.zeros(0) for n in need}
+    se: dict = {}
+    sampling: dict = {}
+    if need and isinstance(problem, ClassificationProblem):
+        plan = metric_sample(problem, metric_samples, metric_seed)
+        sampling = plan["describe"]
+        got, se = _data_metrics(problem, flat, need, plan)
+        vals |= got
+    elif need and isinstance(problem, QuadraticProblem):
+        vals |= _quadratic_metrics(problem, flat, need)
+    elif need:
+        host = flat.detach().cpu().to(torch.float64).numpy()
+        if "train_loss" in need:
+            vals["train_loss"] = torch.as_tensor(np.asarray(problem.loss(host)).reshape(-1)).to(flat)
+        if "grad_norm_sq" in need:
+            vals["grad_norm_sq"] = torch.as_tensor(np.sum(problem.grad(host) ** 2, axis=-1)).to(flat)
+    out = {n: vals[n].reshape(lead) for n in names}
+    errs = {n: (se[n] if n in se else torch.zeros_like(vals[n])).reshape(lead) for n in names}
+    return MetricValues(out, errs, sampling)
+
+
+def _start(problem, w0, like):
+    import torch
+
+    d = problem.d
+    if w0 is None:
+        start = problem.initial_weights() if hasattr(problem, "initial_weights") else np.zeros(d)
     else:
-        vals = {}
+        start = w0.detach().reshape(-1) if isinstance(w0, torch.Tensor) else np.asarray(w0, np.float64).reshape(-1)
+        if tuple(start.shape) != (d,):
+            raise FedsdeInputError(f"w0: shape {tuple(np.shape(w0))} must be ({d},)")
+    return torch.as_tensor(start).to(device=like.device, dtype=like.dtype)
+
+
+# ---------------------------------------------------------------------------------------------- data problems
+def metric_sample(problem: ClassificationProblem, metric_samples: int | None = None, metric_seed: int = 0) -> dict:
+    """Which training and test rows the metrics of ``problem`` are evaluated on (cached on the problem).
+
+    Returns a dict with ``rows`` (training row indices, group-major, or ``None``: all, exact), ``test_rows``
+    (likewise), ``groups`` and ``describe`` (what :attr:`MetricValues.sampling` reports).  See the module docstring.
+    """
+    m = metric_samples if metric_samples is not None else getattr(problem, "metric_samples", None)
+    m = METRIC_SAMPLES if m is None else positive_int("metric_samples", m, minimum=2 * GROUPS)
+    seed = positive_int("metric_seed", metric_seed, minimum=0)
+    key = ("metric_sample", m, seed)
+    if key not in problem._cache:
+        N, M = int(problem.y.size), int(problem.y_test.size)
+        draws = GROUPS * (m // GROUPS)
+        rng = np.random.default_rng(np.random.SeedSequence([seed, _SEED_TAG]))
+        rows = test_rows = None
+        if N > m:
+            k = rng.choice(problem.Q, size=draws, p=problem.p)
+            within = np.minimum((rng.random(draws) * problem.sizes[k]).astype(np.int64), problem.sizes[k] - 1)
+            rows = segment_starts(problem.sizes)[k] + within
+        if M > m:
+            test_rows = rng.integers(0, M, draws)
+        describe = {
+            "train": {"exact": rows is None, "samples": N if rows is None else draws, "of": N},
+            "test": {"exact": test_rows is None, "samples": M if test_rows is None else draws, "of": M},
+            "seed": seed, "metric_samples": m,
+            "scheme": "exact" if rows is None and test_rows is None else
+            f"i.i.d. draws, training rows with probability p_k/N_k; {GROUPS} groups for grad_norm_sq",
+        }
+        problem._cache[key] = {"rows": rows, "test_rows": test_rows, "groups": GROUPS, "describe": describe}
+    return problem._cache[key]
+
+
+def _device_data(problem: ClassificationProblem, plan: dict, device, dtype) -> dict:
+    """The plan's design rows, labels and sample weights as tensors on ``device`` (cached on the problem)."""
+    import torch
+
+    key = ("metric_data", plan["describe"]["metric_samples"], plan["describe"]["seed"], str(device), str(dtype))
+    if key not in problem._cache:
+        rows, test_rows = plan["rows"], plan["test_rows"]
+
+        def put(a, kind=dtype):
+            return torch.as_tensor(np.ascontiguousarray(a)).to(device=device, dtype=kind)
+
+        X, y = (problem.X, problem.y) if rows is None else (problem.X[rows], problem.y[rows])
+        data = {"X": put(problem.design(X)), "y": put(y, torch.int64)}
+        if rows is None:
+            data["s"] = put(np.repeat(problem.p / problem.sizes, problem.sizes))
+        if problem.y_test.size:
+            Xt, yt = ((problem.X_test, problem.y_test) if test_rows is None
+                      else (problem.X_test[test_rows], problem.y_test[test_rows]))
+            data |= {"Xt": put(problem.design(Xt)), "yt": put(yt, torch.int64), "test_sampled": test_rows is not None}
+        problem._cache[key] = data
+    return problem._cache[key]
+
+
+def chunk_size(rows: int, floats_per_row: int, itemsize: int) -> int:
+    """Weight vectors per pass: at most :data:`CHUNK`, with ``rows · floats_per_row`` work floats each fitting in
+    :data:`CHUNK_BYTES` (at least one)."""
+    return int(max(1, min(CHUNK, CHUNK_BYTES // max(1, rows * floats_per_row * itemsize))))
+
+
+def _data_metrics(problem: ClassificationProblem, W, need: list[str], plan: dict) -> tuple[dict, dict]:
+    """Metrics ``need`` and their standard errors for weights ``W`` (m, d), chunk by chunk."""
+
+    data = _device_data(problem, plan, W.device, W.dtype)
+    model = problem.classifier
+    train = "train_loss" in need or "grad_norm_sq" in need
+    test = "test_accuracy" in need
+    per_row = 4 * model.n_outputs + 4 * int(problem.hidden) + 4
+    rows = max(data["X"].shape[0] if train else 0, data["Xt"].shape[0] if test else 0)
+    step = chunk_size(rows, per_row, W.element_size())
+    parts: dict[str, list] = {n: [] for n in need}
+    errs: dict[str, list] = {n: [] for n in need}
+    for a in range(0, W.shape[0], step):
+        Wc = W[a:a + step]
+        got = _train_chunk(problem, model, Wc, data, plan, need) if train else {}
+        if test:
+            got["test_accuracy"] = _accuracy_chunk(model, Wc, data)
+        for n in need:
+            parts[n].append(got[n][0])
+            errs[n].append(got[n][1])
+    return ({n: _cat(v, W) for n, v in parts.items()}, {n: _cat(v, W) for n, v in errs.items()})
+
+
+def _cat(parts: list, W):
+    import torch
+
+    return torch.cat(parts) if parts else W.new_zeros(0)
+
+
+def _train_chunk(problem, model, Wc, data: dict, plan: dict, need: list[str]) -> dict:
+    """``train_loss`` and ``grad_norm_sq`` (value, standard error) of a chunk of weights (c, d): one forward pass."""
+    import torch
+
+    X, y = data["X"], data["y"]
+    exact = plan["rows"] is None
+    A, Z = model.forward(Wc, X)
+    reg = problem.l2 * Wc
+    out = {}
+    if "train_loss" in need:
+        ell = model.losses(Z, y)  # (c, n)
+        ridge = 0.5 * torch.sum(reg * Wc, dim=-1)
+        if exact:
+            out["train_loss"] = (torch.sum(ell * data["s"], dim=-1) + ridge, torch.zeros_like(ridge))
+        else:
+            out["train_loss"] = (ell.mean(-1) + ridge, ell.std(-1) / math.sqrt(ell.shape[-1]))
+    if "grad_norm_sq" in need:
+        E = model.residuals(Z, y)
+        if exact:
+            g = model.backward(Wc, X, A, E.mul_(data["s"][:, None])) + reg
+            val = torch.sum(g * g, dim=-1)
+            out["grad_norm_sq"] = (val, torch.zeros_like(val))
+        else:
+            G = plan["groups"]
+            nb = X.shape[0] // G
+            E.mul_(1.0 / nb)
+            cut = [slice(b * nb, (b + 1) * nb) for b in range(G)]
+            gb = torch.stack([model.backward(Wc, X[c], None if A is None else A[:, c], E[:, c]) for c in cut]) + reg
+            out["grad_norm_sq"] = grouped_norm_sq(gb)
+    return out
+
+
+def grouped_norm_sq(gb):
+    """Unbiased ``‖μ‖²`` from ``G`` independent unbiased estimates ``gb`` (G, ..., d) of ``μ`` and its delete-one
+    jackknife standard error: ``U = Σ_{b≠c} g_b·g_c / (G(G − 1)) = (‖S‖² − Σ_b ‖g_b‖²)/(G(G − 1))`` with
+    ``S = Σ_b g_b`` (Hoeffding 1948), ``U_(b)`` the same without group ``b``, ``se² = (G−1)/G Σ_b (U_(b) − Ū)²``
+    (Efron & Tibshirani 1993, eq. 11.5).  Returns (U, se), each of shape (...)."""
+    import torch
+
+    G = gb.shape[0]
+    S = gb.sum(0)
+    sq = torch.sum(gb * gb, dim=-1)  # (G, ...)
+    SS, T = torch.sum(S * S, dim=-1), sq.sum(0)
+    U = (SS - T) / (G * (G - 1))
+    Ub = (SS - 2 * torch.sum(gb * S, dim=-1) + 2 * sq - T) / ((G - 1) * (G - 2))
+    se = torch.sqrt((G - 1) / G * torch.sum((Ub - Ub.mean(0)) ** 2, dim=0))
+    return U, se
+
+
+def _accuracy_chunk(model, Wc, data: dict):
+    """Test accuracy (value, standard error) of a chunk of weights (c, d)."""
+    import torch
+
+    hits = (model.predict(model.forward(Wc, data["Xt"])[1]) == data["yt"]).to(Wc.dtype)  # (c, M)
+    M = hits.shape[-1]
+    acc = hits.sum(-1) / M
+    return acc, (hits.std(-1) / math.sqrt(M) if data["test_sampled"] else torch.zeros_like(acc))
+
+
+# ---------------------------------------------------------------------------------------------- quadratic problems
+def _quadratic_metrics(problem: QuadraticProblem, W, need: list[str]) -> dict:
+    """``F(w) = Σ_k p_k ½(w − a_k)ᵀU_k(w − a_k)`` and ``‖Σ_k p_k U_k (w − a_k)‖²`` (seed 002, Assumption 6.1) of
+    weights ``W`` (m, d), chunk by chunk."""
+    import torch
+
+    key = ("metric_data", str(W.device), str(W.dtype))
+    if key not in problem._cache:
+        problem._cache[key] = tuple(torch.as_tensor(a).to(W) for a in (problem.U, problem.a, problem.p))
+    U, a, p = problem._cache[key]
+    Q, d = a.shape
+    step = chunk_size(Q, 3 * d, W.element_size())
+    out: dict[str, list] = {n: [] for n in need}
+    for s in range(0, W.shape[0], step):
+        diff = W[s:s + step, None, :] - a  # (c, Q, d)
         if "train_loss" in need:
-            vals["train_loss"] = np.asarray(problem.loss(flat)).reshape(-1)
+            out["train_loss"].append((0.5 * torch.einsum("cqi,qij,cqj->cq", diff, U, diff)) @ p)
         if "grad_norm_sq" in need:
-            vals["grad_norm_sq"] = np.sum(problem.grad(flat) ** 2, axis=-1)
-    for n in need:
-        out[n] = vals[n].reshape(lead)
-    return {n: out[n] for n in names}
+            g = torch.einsum("q,qij,cqj->ci", p, U, diff)
+            out["grad_norm_sq"].append(torch.sum(g * g, dim=-1))
+    return {n: _cat(v, W) for n, v in out.items()}
 
 
-def _data_metrics(problem: ClassificationProblem, w: np.ndarray, need: list[str]) -> dict[str, np.ndarray]:
-    """Loss, squared gradient norm (one shared forward pass) and test accuracy of weights ``w`` (m, d)."""
-    res = {}
-    if "train_loss" in need or "grad_norm_sq" in need:
-        Xd = problem.design(problem.X)
-        s = np.repeat(problem.p / problem.sizes, problem.sizes)  # per-sample weight p_k / N_k
-        A, Z = problem._forward(w, Xd)
-        reg = problem.l2 * w
-        if "train_loss" in need:
-            res["train_loss"] = problem._sample_losses(Z, problem.y) @ s + 0.5 * np.sum(reg * w, axis=-1)
-        if "grad_norm_sq" in need:
-            g = problem._backward(w, Xd, A, problem._residuals(Z, problem.y) * s[:, None]) + reg
-            res["grad_norm_sq"] = np.sum(g * g, axis=-1)
-    if "test_accuracy" in need:
-        res["test_accuracy"] = np.atleast_1d(problem.accuracy(w, "test"))
-    return res
-
-
-def summarise(values: dict[str, np.ndarray], axis: int = -1) -> dict[str, dict[str, np.ndarray]]:
+def summarise(values: dict, axis: int = -1) -> dict[str, dict[str, np.ndarray]]:
     """Mean and standard error (``std(ddof=1)/√R``) over the replicate ``axis`` of every metric.
 
-    ``values``: name -> ndarray (e.g. (T, R)); returns name -> {"mean": (T,), "se": (T,)} (se NaN for R < 2).
+    ``values``: name -> ndarray (e.g. (T, R)); returns name -> {"mean": (T,), "se": (T,)} (se NaN for R < 2).  When
+    ``values`` is a :class:`MetricValues` with subsampled metrics, each also gets ``"sample_se"``: the mean over
+    the replicates of the subsample's standard errors, an upper bound on the subsample's share of the error of
+    the mean (every replicate is evaluated on the same sample, so these errors are correlated, not averaged out).
     """
     out = {}
+    sample_se = values.se if isinstance(values, MetricValues) and values.sampled else {}
     for name, v in values.items():
         v = np.asarray(v, dtype=np.float64)
         R = v.shape[axis]
         se = (np.std(v, axis=axis, ddof=1) / np.sqrt(R)) if R > 1 else np.full(np.mean(v, axis=axis).shape, np.nan)
         out[name] = {"mean": np.mean(v, axis=axis), "se": se}
+        if name in sample_se:
+            out[name]["sample_se"] = np.mean(np.asarray(sample_se[name], dtype=np.float64), axis=axis)
     return out

@@ -18,7 +18,9 @@ Initialisation (:func:`init_weights`): Glorot/Xavier normal weights ``N(0, 2/(fa
 biases, from a seed.  Zero weights are a degenerate start for this model (the hidden layer never learns: the
 gradient of ``W₁`` vanishes while ``W₂[:H] = 0`` and that of ``W₂[:H]`` vanishes while ``a = 0``).
 
-All functions take ``w`` with leading batch axes ``(..., d)`` and are vectorised over them.
+All functions take ``w`` with leading batch axes ``(..., d)`` and are vectorised over them.  :func:`forward_torch`
+and :func:`backward_torch` are the same passes in torch for ``m`` weight vectors at once (one batched matrix
+product per layer, see :mod:`fedsde.problems.torch_models`).
 """
 
 from __future__ import annotations
@@ -70,6 +72,40 @@ def per_sample_grads(w: np.ndarray, Xd: np.ndarray, E: np.ndarray, n_features: i
     g1 = (Xd[:, :, None] * D[:, None, :]).reshape(Xd.shape[0], -1)
     g2 = (A1[:, :, None] * E[:, None, :]).reshape(Xd.shape[0], -1)
     return np.hstack([g1, g2])
+
+
+def forward_torch(w, Xd, n_features: int, hidden: int, n_classes: int):
+    """:func:`forward` in torch: hidden activations (..., n, H) and logits (..., n, C) for weights ``w`` (..., d) and
+    design rows ``Xd`` (n, n_features), tensors on one device."""
+    import torch
+
+    from fedsde.problems.torch_models import bmm, shared_rows
+
+    lead, n = w.shape[:-1], Xd.shape[0]
+    W = w.reshape(-1, n_params(n_features, hidden, n_classes))
+    m, cut = W.shape[0], n_features * hidden
+    A = torch.tanh(bmm(shared_rows(Xd, m), W[:, :cut].reshape(m, n_features, hidden)))  # (m, n, H)
+    W2 = W[:, cut:].reshape(m, hidden + 1, n_classes)
+    Z = torch.baddbmm(W2[:, hidden:], A, W2[:, :hidden])  # (m, n, C)
+    return A.reshape(*lead, n, hidden), Z.reshape(*lead, n, n_classes)
+
+
+def backward_torch(w, Xd, A, E, n_features: int, hidden: int, n_classes: int):
+    """:func:`backward` in torch: ``Σ_n ∇_w ℓ_n`` for residuals ``E`` (..., n, C) (weights applied), shape (..., d)."""
+    import torch
+
+    from fedsde.problems.torch_models import bmm, shared_rows
+
+    lead, n = E.shape[:-2], E.shape[-2]
+    d = n_params(n_features, hidden, n_classes)
+    W = w.reshape(-1, d)
+    m, cut = W.shape[0], n_features * hidden
+    A3, E3 = A.reshape(m, n, hidden), E.reshape(m, n, n_classes)
+    W2h = W[:, cut:].reshape(m, hidden + 1, n_classes)[:, :hidden]
+    g2 = torch.cat([torch.bmm(A3.transpose(1, 2), E3), E3.sum(1, keepdim=True)], dim=1)  # (m, H+1, C)
+    D = torch.ops.aten.tanh_backward(bmm(E3, W2h.transpose(1, 2)), A3)  # (e W₂ᵀ) ⊙ (1 − a²), (m, n, H)
+    g1 = bmm(shared_rows(Xd.T, m), D)  # (m, F, H)
+    return torch.cat([g1.reshape(m, cut), g2.reshape(m, -1)], dim=1).reshape(*lead, d)
 
 
 def residuals(Z: np.ndarray, y: np.ndarray) -> np.ndarray:

@@ -15,11 +15,18 @@ The linear models' gradients are ``∇ℓ = x̃ ⊗ ∂ℓ/∂z``.  Every model 
 problem holds the data, the weights ``p_k`` and the ridge ``λ`` and calls its model for everything that depends
 on the model.  Shapes: ``w`` (..., d) with any leading batch axes, design rows ``Xd`` (n, n_features), logits and
 residuals (..., n, K) with ``K`` = :attr:`~ClassificationModel.n_outputs`.
+
+:meth:`~ClassificationModel.forward`, :meth:`~ClassificationModel.backward`, :meth:`~ClassificationModel.losses`,
+:meth:`~ClassificationModel.residuals` and :meth:`~ClassificationModel.predict` also take torch tensors (weights,
+design rows and labels on one device; the dtype of the weights): they then run the same formulas in torch
+(:mod:`fedsde.problems.torch_models`, :func:`fedsde.problems.mlp.forward_torch`), one batched matrix product per
+layer for all the weight vectors, and return tensors.
 """
 
 from __future__ import annotations
 
 import itertools
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar, Protocol
@@ -30,6 +37,18 @@ from scipy.special import expit, log_expit, logsumexp, softmax
 from fedsde._validate import positive_int
 from fedsde.errors import FedsdeInputError
 from fedsde.problems import mlp as _mlp
+
+
+def is_tensor(x) -> bool:
+    """Whether ``x`` is a torch tensor (torch is not imported for the check)."""
+    mod = sys.modules.get("torch")
+    return mod is not None and isinstance(x, mod.Tensor)
+
+
+def _torch():
+    from fedsde.problems import torch_models
+
+    return torch_models
 
 
 def segment_starts(sizes: np.ndarray) -> np.ndarray:
@@ -142,17 +161,23 @@ class _MulticlassOutput:
 
     def losses(self, Z: np.ndarray, y: np.ndarray) -> np.ndarray:
         """``ℓ_n``, shape (..., n), for logits ``Z`` (..., n, C) and labels ``y`` (n,)."""
+        if is_tensor(Z):
+            return _torch().multiclass_losses(Z, y)
         idx = np.broadcast_to(y[:, None], (*Z.shape[:-1], 1))
         return logsumexp(Z, axis=-1) - np.take_along_axis(Z, idx, axis=-1)[..., 0]
 
     def residuals(self, Z: np.ndarray, y: np.ndarray) -> np.ndarray:
         """``∂ℓ/∂z = softmax(z) − e_y``, shape of ``Z``."""
+        if is_tensor(Z):
+            return _torch().multiclass_residuals(Z, y)
         R = softmax(Z, axis=-1)
         R[..., np.arange(y.size), y] -= 1.0
         return R
 
     def predict(self, Z: np.ndarray) -> np.ndarray:
         """Labels ``argmax z``, shape (..., n)."""
+        if is_tensor(Z):
+            return _torch().multiclass_predict(Z)
         return np.argmax(Z, axis=-1)
 
 
@@ -177,10 +202,14 @@ class _LinearModel(_Model):
 
     def forward(self, w: np.ndarray, Xd: np.ndarray) -> tuple[None, np.ndarray]:
         """``(None, Z)`` with logits ``Z = Xd W`` of shape (..., n, K)."""
+        if is_tensor(w):
+            return None, _torch().linear_forward(w, Xd, self.n_features, self.n_outputs)
         return None, np.einsum("nf,...fk->...nk", Xd, self._matrix(w))
 
     def backward(self, w: np.ndarray, Xd: np.ndarray, A: None, E: np.ndarray) -> np.ndarray:
         """``Σ_n x̃_n ⊗ E_n`` for residuals ``E`` (..., n, K) with the sample weights applied, shape (..., d)."""
+        if is_tensor(E):
+            return _torch().linear_backward(Xd, E, self.n_features, self.n_outputs)
         return np.einsum("nf,...nk->...fk", Xd, E).reshape(*E.shape[:-2], self.d)
 
     def client_grads(self, w: np.ndarray, Xd: np.ndarray, y: np.ndarray, sizes: np.ndarray) -> np.ndarray:
@@ -227,15 +256,21 @@ class LogisticModel(_LinearModel):
 
     def losses(self, Z: np.ndarray, y: np.ndarray) -> np.ndarray:
         """``ℓ_n = log(1 + e^z) − y z``, shape (..., n), for logits ``Z`` (..., n, 1)."""
+        if is_tensor(Z):
+            return _torch().logistic_losses(Z, y)
         z = Z[..., 0]
         return -log_expit(z) + (1 - y) * z
 
     def residuals(self, Z: np.ndarray, y: np.ndarray) -> np.ndarray:
         """``∂ℓ/∂z = σ(z) − y``, shape of ``Z``."""
+        if is_tensor(Z):
+            return _torch().logistic_residuals(Z, y)
         return expit(Z) - y[:, None]
 
     def predict(self, Z: np.ndarray) -> np.ndarray:
         """Labels ``1[z > 0]``, shape (..., n)."""
+        if is_tensor(Z):
+            return _torch().logistic_predict(Z)
         return (Z[..., 0] > 0).astype(np.int64)
 
     def _weighted_hessian(self, Xd: np.ndarray, Z: np.ndarray, s: np.ndarray) -> np.ndarray:
@@ -302,10 +337,14 @@ class MLPModel(_MulticlassOutput, _Model):
 
     def forward(self, w: np.ndarray, Xd: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Hidden activations (..., n, H) and logits (..., n, C) of design rows ``Xd``."""
+        if is_tensor(w):
+            return _mlp.forward_torch(w, Xd, self.n_features, self.hidden, self.n_outputs)
         return _mlp.forward(w, Xd, self.n_features, self.hidden, self.n_outputs)
 
     def backward(self, w: np.ndarray, Xd: np.ndarray, A: np.ndarray, E: np.ndarray) -> np.ndarray:
         """``Σ_n ∇_w ℓ_n`` for residuals ``E`` (..., n, C) with the sample weights applied, shape (..., d)."""
+        if is_tensor(E):
+            return _mlp.backward_torch(w, Xd, A, E, self.n_features, self.hidden, self.n_outputs)
         return _mlp.backward(w, Xd, A, E, self.n_features, self.hidden, self.n_outputs)
 
     def client_grads(self, w: np.ndarray, Xd: np.ndarray, y: np.ndarray, sizes: np.ndarray) -> np.ndarray:
@@ -337,6 +376,28 @@ def checked_model(model: str | None, n_classes: int, hidden: int | None) -> tupl
     if model not in MODELS:
         raise FedsdeInputError(f"model={model!r}: must be one of {', '.join(MODELS)}")
     return model, MODEL_TYPES[model].checked_hidden(n_classes, hidden)
+
+
+def check_memory(what: str, need: int, hint: str) -> None:
+    """Refuse in one line, with the estimate, ``need`` bytes that exceed the memory available to this process
+    (:func:`fedsde._memory.available_memory`: free memory, cgroup and address-space limits, ``FEDSDE_MEMORY_LIMIT``)."""
+    from fedsde._memory import available_memory, memory_fits
+
+    memory_fits(what, int(need), available_memory("cpu"), hint)
+
+
+#: weight vectors of length ``d`` a problem plans to hold at once (start, optimum, gradients and a few iterates)
+MODEL_COPIES = 16
+
+
+def check_model_memory(n_features: int, n_classes: int, model: str, hidden: int) -> int:
+    """Refuse, with the estimate, a model whose :data:`MODEL_COPIES` float64 weight vectors do not fit in the memory
+    available (:func:`check_memory`); returns the estimate in bytes."""
+    d = MODEL_TYPES[model](n_features=int(n_features), n_classes=int(n_classes), hidden=int(hidden)).d
+    need = 8 * MODEL_COPIES * d
+    what = f"model={model!r}" + (f", hidden={hidden}" if hidden else "") + f" (d={d} weights)"
+    check_memory(what, need, "use fewer hidden units or features")
+    return need
 
 
 def model_type(name) -> type[_Model] | None:

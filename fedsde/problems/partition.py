@@ -50,7 +50,14 @@ def iid_partition(n_samples: int, n_clients: int, *, seed: int) -> list[np.ndarr
     if n_clients > n_samples:
         raise FedsdeInputError(f"n_clients={n_clients}: cannot exceed the number of samples ({n_samples})")
     perm = np.random.default_rng(seed).permutation(n_samples)
-    return [np.sort(part) for part in np.array_split(perm, n_clients)]
+    base, extra = divmod(n_samples, n_clients)
+    return _sorted_parts(perm, np.where(np.arange(n_clients) < extra, base + 1, base))
+
+
+def _sorted_parts(values: np.ndarray, counts: np.ndarray) -> list[np.ndarray]:
+    """``values`` cut into consecutive parts of ``counts``, each sorted (one sort for all parts)."""
+    owner = np.repeat(np.arange(counts.size), counts)
+    return np.split(values[np.lexsort((values, owner))], np.cumsum(counts)[:-1])
 
 
 def dirichlet_partition(
@@ -106,7 +113,7 @@ def dirichlet_partition(
     cap = N / Q
     smallest = 0
     for _ in range(max_tries):
-        batches: list[list[np.ndarray]] = [[] for _ in range(Q)]
+        taken, owners = [], []
         sizes = np.zeros(Q)
         for idx_c in by_class:
             if idx_c.size == 0:
@@ -118,12 +125,17 @@ def dirichlet_partition(
             total = prop.sum()
             prop = prop / total if total > 0 else np.full(Q, 1.0 / Q)
             cuts = (np.cumsum(prop) * idx_c.size).astype(np.int64)[:-1]
-            for k, part in enumerate(np.split(idx_c, cuts)):
-                batches[k].append(part)
-                sizes[k] += part.size
+            owner = np.searchsorted(cuts, np.arange(idx_c.size), side="right")  # client k gets [cuts[k-1], cuts[k])
+            sizes += np.bincount(owner, minlength=Q)
+            taken.append(idx_c)
+            owners.append(owner)
         smallest = int(sizes.min())
         if smallest >= min_size:
-            return [rng.permutation(np.concatenate(b)) if b else np.zeros(0, np.int64) for b in batches]
+            owner = np.concatenate(owners)
+            # each client's samples in class order, then shuffled (one permutation per client, in client order)
+            parts = np.split(np.concatenate(taken)[np.argsort(owner, kind="stable")],
+                             np.cumsum(np.bincount(owner, minlength=Q))[:-1])
+            return [rng.permutation(part) for part in parts]
     raise FedsdeInputError(
         f"max_tries={max_tries}: no Dirichlet draw gave every client >= min_size={min_size} samples "
         f"(alpha={alpha}, n_clients={Q}, N={N}; smallest client in the last draw: {smallest}); "
@@ -190,8 +202,7 @@ def quantity_skew_partition(
         cuts = (np.cumsum(prop) * N).astype(np.int64)[:-1]
         sizes = np.diff(np.concatenate([[0], cuts, [N]]))
         if sizes.min() >= min_size:
-            perm = rng.permutation(N)
-            return [np.sort(p) for p in np.split(perm, cuts)]
+            return _sorted_parts(rng.permutation(N), sizes)
     raise FedsdeInputError(
         f"max_tries={max_tries}: no Dirichlet(beta={beta}) draw gave every one of {Q} clients >= "
         f"min_size={min_size} of the {N} samples; raise beta or max_tries, or lower min_size"

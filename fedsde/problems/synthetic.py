@@ -22,6 +22,7 @@ import numpy as np
 from fedsde._validate import positive_float, positive_int
 from fedsde.errors import FedsdeInputError
 from fedsde.problems.logistic import ClassificationProblem
+from fedsde.problems.models import check_memory
 
 
 def synthetic_problem(
@@ -64,34 +65,124 @@ def synthetic_problem(
     tf = float(test_fraction)
     if not 0.0 <= tf < 1.0:
         raise FedsdeInputError(f"test_fraction={test_fraction!r}: must lie in [0, 1)")
+    if max_samples is not None:
+        max_samples = positive_int("max_samples", max_samples, minimum=2)
+    hint = "use fewer clients, a smaller dim or a smaller max_samples"
+    least = min(50, max_samples or 50)  # every client has at least this many samples
+    check_memory(f"n_clients={Q}, dim={F}", synthetic_memory_need(least * Q, least, F, C, iid=iid),
+                 hint)  # before the sizes are drawn: a lower bound
     rng = np.random.default_rng(seed)
     sizes = rng.lognormal(4.0, 2.0, Q).astype(np.int64) + 50
     if max_samples is not None:
-        sizes = np.minimum(sizes, positive_int("max_samples", max_samples, minimum=2))
+        sizes = np.minimum(sizes, max_samples)
+    check_memory(f"n_clients={Q}, dim={F}", synthetic_memory_need(int(sizes.sum()), int(sizes.max()), F, C, iid=iid),
+                 hint)
     cov_sd = np.power(np.arange(1, F + 1, dtype=np.float64), -1.2) ** 0.5
     u = rng.normal(0.0, alpha, Q) if alpha > 0 else np.zeros(Q)
     B = rng.normal(0.0, beta, Q) if beta > 0 else np.zeros(Q)
-    if iid:
-        W_shared = rng.normal(0.0, 1.0, (F, C))
-        b_shared = rng.normal(0.0, 1.0, C)
-    Xtr, ytr, Xte, yte = [], [], [], []
-    for k in range(Q):
-        if iid:
-            W, b, v = W_shared, b_shared, np.zeros(F)
-        else:
-            W = rng.normal(u[k], 1.0, (F, C))
-            b = rng.normal(u[k], 1.0, C)
-            v = rng.normal(B[k], 1.0, F)
-        X = v + rng.standard_normal((int(sizes[k]), F)) * cov_sd
-        y = np.argmax(X @ W + b, axis=1)  # argmax of softmax = argmax of the logits
-        n_test = min(round(tf * X.shape[0]), X.shape[0] - 1)
-        Xtr.append(X[n_test:])
-        ytr.append(y[n_test:])
-        Xte.append(X[:n_test])
-        yte.append(y[:n_test])
+    shared = (rng.normal(0.0, 1.0, (F, C)), rng.normal(0.0, 1.0, C)) if iid else None
+    n_test = np.minimum(np.round(tf * sizes).astype(np.int64), sizes - 1)  # the first n_test rows of each client
+    train, test = _Split(sizes - n_test, F), _Split(n_test, F)
+    per = 0 if iid else F * C + C + F
+    # the draws of client k, in the generator's order: W_k (F·C), b_k (C), v_k (F), then its rows (N_k·F); drawn for
+    # blocks of clients at once into one buffer (one standard-normal stream: the values of a client-by-client loop)
+    blocks = list(_blocks(per + sizes * F))
+    buf = np.empty(max(int(np.sum(per + sizes[a:b] * F)) for a, b in blocks))
+    for a, b in blocks:
+        n, k = sizes[a:b], b - a
+        z = rng.standard_normal(out=buf[:int(np.sum(per + n * F))])
+        if n.min() == n.max():  # equal sizes: views of the buffer, written straight into the splits
+            z2 = z.reshape(k, -1)
+            W, bias, v = _parameters(z2[:, :per], u[a:b], B[a:b], shared, F, C)
+            rows = z2[:, per:].reshape(k, int(n[0]), F)
+            nt = int(n_test[a])
+            for part, lo, hi in ((test, 0, nt), (train, nt, int(n[0]))):
+                dest = part.X[part.at:part.at + k * (hi - lo)].reshape(k, hi - lo, F)
+                np.multiply(rows[:, lo:hi], cov_sd, out=dest)
+                dest += v[:, None, :]  # x = v_k + N(0, Σ)
+                # labels: argmax of softmax = argmax of the logits
+                part.y[part.at:part.at + k * (hi - lo)] = np.argmax(np.matmul(dest, W) + bias[:, None, :], -1).ravel()
+                part.at += k * (hi - lo)
+            continue
+        own = np.repeat(np.tile([True, False], k), np.stack([np.full(k, per), n * F], 1).ravel())
+        W, bias, v = _parameters(z[own].reshape(k, per), u[a:b], B[a:b], shared, F, C)
+        rows = z[~own].reshape(-1, F)
+        rows *= cov_sd
+        rows += np.repeat(v, n, axis=0)
+        labels = _argmax_logits(rows, np.broadcast_to(W, (k, F, C)), np.broadcast_to(bias, (k, C)), n)
+        held = (np.arange(rows.shape[0]) - np.repeat(np.cumsum(n) - n, n)) < np.repeat(n_test[a:b], n)
+        test.put(rows[held], labels[held])
+        train.put(rows[~held], labels[~held])
     info = {"dataset": "synthetic", "alpha": alpha, "beta": beta, "iid": bool(iid), "seed": seed,
             "test_fraction": tf, "max_samples": max_samples}
-    return ClassificationProblem.from_clients(
-        Xtr, ytr, Xte, yte, model="softmax", n_classes=C, l2=l2,
+    return ClassificationProblem.from_arrays(
+        train.X, train.y, train.sizes, test.X, test.y, test.sizes, model="softmax", n_classes=C, l2=l2,
         name=f"synthetic({alpha:g},{beta:g})" + (" iid" if iid else ""), info=info,
     )
+
+
+def _parameters(params: np.ndarray, u: np.ndarray, B: np.ndarray, shared, F: int, C: int):
+    """``W_k = u_k + z`` (k, F, C), ``b_k = u_k + z`` (k, C), ``v_k = B_k + z`` (k, F) from the standard-normal draws
+    ``params`` (k, F·C + C + F) of a block of clients (``normal(μ, 1)`` is ``μ + z``); IID: the shared ``(W, b)``
+    and ``v = 0``."""
+    if shared is not None:
+        return shared[0], shared[1][None, :], np.zeros((u.size, F))
+    W = u[:, None, None] + params[:, :F * C].reshape(-1, F, C)
+    return W, u[:, None] + params[:, F * C:F * C + C], B[:, None] + params[:, F * C + C:]
+
+
+class _Split:
+    """Rows and labels of one split, filled block by block in client order."""
+
+    def __init__(self, sizes: np.ndarray, F: int):
+        self.sizes, self.at = sizes, 0
+        self.X = np.empty((int(sizes.sum()), F))
+        self.y = np.empty(self.X.shape[0], dtype=np.int64)
+
+    def put(self, rows: np.ndarray, labels: np.ndarray) -> None:
+        self.X[self.at:self.at + rows.shape[0]] = rows
+        self.y[self.at:self.at + rows.shape[0]] = labels
+        self.at += rows.shape[0]
+
+
+#: standard-normal draws generated at once (bounds the generator's work space)
+BLOCK_DRAWS = 1 << 22
+
+
+def _blocks(draws: np.ndarray):
+    """Consecutive client ranges ``(a, b)`` of about :data:`BLOCK_DRAWS` draws each (at least one client)."""
+    cum = np.cumsum(draws)
+    a, Q = 0, draws.size
+    while a < Q:
+        base = cum[a - 1] if a else 0
+        b = max(a + 1, int(np.searchsorted(cum, base + BLOCK_DRAWS, side="right")))
+        yield a, min(b, Q)
+        a = b
+
+
+def _argmax_logits(rows: np.ndarray, W: np.ndarray, bias: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """``argmax (x W_k + b_k)`` of every row (client by client, clients of similar size batched), shape (n,)."""
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    out = np.empty(rows.shape[0], dtype=np.int64)
+    width = np.ceil(np.log2(np.maximum(sizes, 1))).astype(np.int64)  # batch clients of sizes (2^(j-1), 2^j]
+    for j in np.unique(width):
+        ks = np.flatnonzero(width == j)
+        n = sizes[ks]
+        pad = int(n.max())
+        pos = np.arange(pad)
+        real = pos < n[:, None]  # (k, pad)
+        idx = np.where(real, starts[ks, None] + pos, 0)
+        Z = np.matmul(rows[idx], W[ks]) + bias[ks, None, :]  # (k, pad, C)
+        out[idx[real]] = np.argmax(Z, axis=-1)[real]  # argmax of softmax = argmax of the logits
+    return out
+
+
+def synthetic_memory_need(n_rows: int, largest: int, dim: int, n_classes: int, *, iid: bool = False) -> int:
+    """Bytes :func:`synthetic_problem` and a run on it need at least: the rows (float64) three times (the train and
+    test splits; their design rows, which the metrics and the oracles' padded layout copy; the validation's
+    temporaries), the labels, and a block of draws (:data:`BLOCK_DRAWS`, or the ``largest`` client's draws).
+
+    ``n_rows``: samples of all clients (train and test); ``largest``: samples of the largest client."""
+    per_client = 0 if iid else dim * n_classes + n_classes + dim
+    block = max(BLOCK_DRAWS, per_client + largest * dim)
+    return 8 * (3 * n_rows * (dim + 1) + 2 * n_rows) + 8 * 4 * block
