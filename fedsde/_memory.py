@@ -4,10 +4,12 @@ one-line refusal when an estimate does not fit."""
 from __future__ import annotations
 
 import math
-
-import torch
+from typing import TYPE_CHECKING
 
 from fedsde.errors import FedsdeInputError
+
+if TYPE_CHECKING:
+    import torch
 
 #: environment variable that caps the memory a run may plan for (bytes, or with a K/M/G/T suffix, e.g. "6G")
 MEMORY_LIMIT_ENV = "FEDSDE_MEMORY_LIMIT"
@@ -39,8 +41,11 @@ def available_memory(device: torch.device | str = "cpu", limit: int | str | None
         limit = os.environ[MEMORY_LIMIT_ENV]
     if limit is not None:
         caps.append(parse_bytes("memory_limit" if not isinstance(limit, str) else MEMORY_LIMIT_ENV, limit))
-    dev = torch.device(device)
-    if dev.type == "cuda":
+    kind = str(device)
+    if kind.startswith("cuda"):  # torch only where a device asks for it: building a problem stays light
+        import torch
+
+        dev = torch.device(device)
         caps.append(int(torch.cuda.mem_get_info(dev)[0]))
         return min(caps)
     caps += _cpu_memory_caps()
