@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import optimize
 
+from fedsde._tolerances import SLSQP_FTOL
 from fedsde._validate import positive_float, positive_int
 from fedsde.errors import FedsdeInputError
 from fedsde.theory.results import BoundValue
@@ -142,6 +143,6 @@ def minimise_bound(n, d, *, tau: int, eta: float, L: float, sigma2: float, B: fl
 
     res = optimize.minimize(f, n.copy() if start is None else np.asarray(start, float), method="SLSQP",
                             bounds=[(0, 1)] * K, constraints=[{"type": "eq", "fun": lambda p: p.sum() - 1.0}],
-                            options={"ftol": 1e-15, "maxiter": 1000})
+                            options={"ftol": SLSQP_FTOL, "maxiter": 1000})
     p = np.clip(res.x, 0, None)
     return p / p.sum()
