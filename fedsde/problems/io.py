@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 import tomli_w
 
 from fedsde._atomic import atomic_write_text
+from fedsde._io import read_text
 from fedsde.errors import FedsdeInputError
 from fedsde.problems.logistic import ClassificationProblem
 from fedsde.problems.quadratic import QuadraticProblem
@@ -82,14 +83,11 @@ def load_problem(path: str | os.PathLike) -> QuadraticProblem | ClassificationPr
     if not p.is_file():
         raise FedsdeInputError(f"problem file {str(p)!r}: does not exist or is not a file")
     suffix = p.suffix.lower()
+    if suffix not in (".toml", ".json"):
+        raise FedsdeInputError(f"problem file {str(p)!r}: suffix must be .toml or .json")
+    text = read_text(p, "problem file")  # one line naming the file and the offset of a byte that is not UTF-8
     try:
-        if suffix == ".toml":
-            with p.open("rb") as fh:
-                data = tomllib.load(fh)
-        elif suffix == ".json":
-            data = json.loads(p.read_text())
-        else:
-            raise FedsdeInputError(f"problem file {str(p)!r}: suffix must be .toml or .json")
+        data = tomllib.loads(text) if suffix == ".toml" else json.loads(text)
     except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
         raise FedsdeInputError(f"problem file {str(p)!r}: cannot be parsed ({exc})") from None
     return problem_from_dict(data, source=f"problem file {str(p)!r}", base_dir=p.parent)
