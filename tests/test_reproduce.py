@@ -112,3 +112,75 @@ def test_help_names_the_whole_gallery():
     reproduce.register(parser.add_subparsers())
     ids = list(GALLERY)
     assert f"gallery {ids[0]}–{ids[-1]}" in parser.format_help()
+
+
+# ---------------------------------------------------------------- figures on several processes
+def _summary(out: Path) -> dict:
+    return json.loads((out / "summary.json").read_text())
+
+
+def test_parallel_run_gives_the_sequential_numbers(tmp_path, monkeypatch):
+    import fedsde.report.runner as runner
+    from fedsde.report.runner import reproduce
+
+    # three cheap checks stand in for the claims table: one that F10 runs itself, two that the workers run
+    few = [c for c in runner._all_claims() if c.id in ("002/lemma-a.1", "002/eq-4", "003/lemma-1")]
+    monkeypatch.setattr(runner, "_all_claims", lambda: few)
+    cfg = load_config(quick=True)
+    only = ("F2", "F5", "F6", "F10")
+    res = {jobs: reproduce(cfg, only, tmp_path / f"j{jobs}", quick=True, progress=False, jobs=jobs)
+           for jobs in (1, 2)}
+    assert res[1].metadata["worker processes"] == 1 and res[2].metadata["worker processes"] == 2
+    a, b = _summary(tmp_path / "j1"), _summary(tmp_path / "j2")
+    assert list(b["figures"]) == list(only)  # the report keeps the order asked for
+    for fid in only:
+        assert a["figures"][fid]["error"] is None and b["figures"][fid]["error"] is None
+        assert b["figures"][fid]["numbers"] == a["figures"][fid]["numbers"], fid
+        assert b["figures"][fid]["caption"] == a["figures"][fid]["caption"], fid
+        assert b["figures"][fid]["cpu_time_s"] > 0
+    strip = [{k: v for k, v in c.items() if k != "seconds"} for c in a["claims"]]
+    assert [c["id"] for c in a["claims"]] == [c.id for c in few]
+    assert [{k: v for k, v in c.items() if k != "seconds"} for c in b["claims"]] == strip
+    assert res[2].errata == res[1].errata and res[2].errata
+    csv_a = sorted(p.name for p in (tmp_path / "j1" / "data").iterdir())
+    assert csv_a == sorted(p.name for p in (tmp_path / "j2" / "data").iterdir())
+    for name in csv_a:
+        assert (tmp_path / "j2" / "data" / name).read_bytes() == (tmp_path / "j1" / "data" / name).read_bytes(), name
+    assert not list((tmp_path / "j2").glob(".partial-*"))
+    assert all(Path(f).is_file() for r in res[2].records for f in r.files)
+    html = (tmp_path / "j2" / "report.html").read_text()
+    assert html.count("data:image/png;base64,") == len(only)
+    assert [html.index(f"id='{fid}'") for fid in only] == sorted(html.index(f"id='{fid}'") for fid in only)
+
+
+def test_plan_shares_work_and_runs_each_piece_once():
+    from fedsde.report.gallery import BOUND_CLAIMS
+    from fedsde.report.parallel import plan
+    from fedsde.report.pending import ERRATA, claim_key
+
+    cfg = load_config(quick=True)
+    scale = cfg["F8"]["scale"]
+    claims = [*BOUND_CLAIMS, "002/lemma-a.1", "002/thm-5.4", "003/thm-1"]
+    pending = (ERRATA, *(claim_key(c, scale) for c in claims))
+    units = plan(("F2", "F3", "F8", "F10", "F11"), cfg, pending)
+    figures = [u.figures for u in units if u.figures]
+    assert sorted(figures) == sorted([("F2", "F3"), ("F8",), ("F10",), ("F11",)])  # F2, F3: one grid
+    assert sorted(k for u in units for k in u.pending) == sorted([ERRATA, claim_key("002/thm-5.4", scale),
+                                                                 claim_key("003/thm-1", scale)])
+    assert [u.cost for u in units] == sorted((u.cost for u in units), reverse=True)
+    assert units[0].figures == ("F11",)
+    # F10 checks Lemma A.1 at its own scale: the claims table, at F8's, needs its own run
+    other = {**cfg, "F10": {**cfg["F10"], "scale": scale / 2}}
+    keys = [k for u in plan(("F10",), other, pending) for k in u.pending]
+    assert claim_key("002/lemma-a.1", scale) in keys and len(keys) == len(pending)
+
+
+def test_jobs_is_checked(tmp_path):
+    from fedsde.report.parallel import check_jobs, usable_cores
+    from fedsde.report.runner import reproduce
+
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(FedsdeInputError, match=rf"jobs={bad!r}: must be an integer >= 1"):
+            reproduce(load_config(quick=True), ("F5",), tmp_path / "x", quick=True, progress=False, jobs=bad)
+    assert not (tmp_path / "x").exists()
+    assert check_jobs(None) == usable_cores() >= 1 and check_jobs(3) == 3

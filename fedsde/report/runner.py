@@ -2,12 +2,14 @@
 ``summary.json``.
 
 Everything is first written to a scratch folder inside the output folder and moved into place at the end, so
-an interrupted run leaves no half-written files that look complete.
+an interrupted run leaves no half-written files that look complete. The figures are made on several worker
+processes (:mod:`fedsde.report.parallel`; ``jobs``), with the numbers of a run on one.
 """
 
 from __future__ import annotations
 
 import platform
+import resource
 import shutil
 import tempfile
 import time
@@ -20,7 +22,10 @@ from tqdm.auto import tqdm
 from fedsde.errors import FedsdeInputError
 from fedsde.problems import load_problem, paper_table_problem
 from fedsde.problems.quadratic import QuadraticProblem
-from fedsde.report.gallery import FigureRecord, RunContext, run_figures
+from fedsde.report.claims_memo import claim_result
+from fedsde.report.gallery import FigureRecord, RunContext, cpu_seconds
+from fedsde.report.parallel import check_jobs, run_figures, single_threaded, worker_count
+from fedsde.report.pending import ERRATA, claim_key, errata_table
 
 TITLE = "fedsde reproduction report — continuous-time analysis of federated averaging"
 INTRO = (
@@ -56,59 +61,89 @@ def resolve_problem(spec: str) -> QuadraticProblem:
     return load_problem(p)
 
 
-def _claims(ctx: RunContext, scale: float) -> list[dict]:
-    """The table of ``fedsde claims``, computed now (checks already run for a figure are reused)."""
-    from fedsde.report.claims_memo import claim_result
+def _all_claims():
     from fedsde.theory.claims import all_claims
 
+    return all_claims()
+
+
+def _children_cpu_seconds() -> float:
+    """User + system CPU seconds of this process's finished child processes (the workers, once shut down)."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def _claims(ctx: RunContext, scale: float) -> list[dict]:
+    """The table of ``fedsde claims`` (checks already run, for a figure or by a worker, are reused)."""
     out = []
-    for c in all_claims():
+    for c in _all_claims():
         claim, res, sec = claim_result(ctx, c.id, scale)
         out.append(claim.result_dict(res, sec))
     return out
 
 
-def _errata() -> list[dict]:
-    from fedsde.symbolic.errata import errata_entries
-
-    return [e.to_dict() if hasattr(e, "to_dict") else dict(e) for e in errata_entries()]
-
-
 def reproduce(cfg: dict, only: Sequence[str], out: Path, *, quick: bool, progress: bool = True,
-              with_claims: bool = True) -> ReproduceResult:
-    """Make the figures ``only`` with configuration ``cfg`` and write the report into ``out``."""
+              with_claims: bool = True, jobs: int | None = None) -> ReproduceResult:
+    """Make the figures ``only`` with configuration ``cfg`` and write the report into ``out``.
+
+    Parameters
+    ----------
+    cfg : dict
+        The validated configuration (:func:`fedsde.report.config.load_config`).
+    only : sequence of str
+        Figure ids, in the order of the report.
+    out : Path
+        Output folder (created; files of an earlier run are replaced).
+    quick : bool
+        Whether ``cfg`` is the quick configuration (recorded, and used by figures with built-in sizes).
+    progress : bool
+        Show a progress bar on stderr.
+    with_claims : bool
+        Add the table of ``fedsde claims``.
+    jobs : int or None
+        Worker processes for the figures and claim checks; ``None``: the usable cores
+        (``os.sched_getaffinity``); 1: one after the other in this process. The numbers do not depend on it.
+    """
     import numpy as np
     import torch
 
     from fedsde.report.config import check_constraints
 
     run = cfg["run"]
+    jobs = check_jobs(jobs)
+    pending = (ERRATA,) + (tuple(claim_key(c.id, cfg["F8"]["scale"]) for c in _all_claims()) if with_claims else ())
     ctx = RunContext(seed=run["seed"], device=run["device"], problem=resolve_problem(run["problem"]),
-                     progress=progress, quick=quick)
+                     progress=progress, quick=quick, jobs=jobs, pending=pending)
     check_constraints(cfg, only, ctx.problem)  # every cross-field constraint, before anything runs
+    workers = worker_count(only, cfg, ctx)
     if out.exists() and not out.is_dir():
         raise FedsdeInputError(f"--out={str(out)!r}: exists and is not a folder")
     out.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(dir=out, prefix=".partial-"))
-    t0 = time.perf_counter()
+    t0, c0, children0 = time.perf_counter(), cpu_seconds(), _children_cpu_seconds()
     try:
-        with tqdm(total=len(only) + int(with_claims), disable=not progress, desc="reproduce", unit="fig") as bar:
+        with single_threaded(), tqdm(total=len(only) + int(with_claims), disable=not progress, desc="reproduce",
+                                     unit="fig") as bar:
             records = run_figures(only, cfg, ctx, scratch, bar)
             claims = None
             if with_claims:
                 bar.set_description("claims")
                 claims = _claims(ctx, cfg["F8"]["scale"])
                 bar.update(1)
-        errata = _errata()
+            errata = errata_table(ctx)
+            threads = torch.get_num_threads()
         wall = time.perf_counter() - t0
+        cpu = cpu_seconds() - c0 + _children_cpu_seconds() - children0
         meta = {
             "fedsde": _version(), "python": platform.python_version(), "torch": torch.__version__,
             "numpy": np.__version__, "platform": platform.platform(), "device": ctx.device,
-            "torch threads": torch.get_num_threads(), "seed": ctx.seed, "quick": quick,
+            "worker processes": workers, "torch threads": threads, "seed": ctx.seed, "quick": quick,
             "problem": ctx.problem.name or run["problem"], "figures": ", ".join(only),
-            "wall time (s)": round(wall, 1),
+            "wall time (s)": round(wall, 1), "cpu time (s)": round(cpu, 1),
         }
         meta.update({f"wall time {r.spec.id} (s)": round(r.wall_time_s, 2) for r in records})
+        meta.update({f"cpu time {r.spec.id} (s)": round(r.cpu_time_s, 2) for r in records
+                     if r.cpu_time_s is not None})
         from fedsde.report.document import build_html, build_markdown
         from fedsde.report.output import atomic_write_text, write_json
 
@@ -118,6 +153,7 @@ def reproduce(cfg: dict, only: Sequence[str], out: Path, *, quick: bool, progres
         write_json(scratch / "summary.json", {
             "metadata": meta, "config": cfg,
             "figures": {r.spec.id: {"title": r.spec.title, "error": r.error, "wall_time_s": r.wall_time_s,
+                                    "cpu_time_s": r.cpu_time_s,
                                     "numbers": None if r.output is None else r.output.numbers,
                                     "caption": None if r.output is None else r.output.caption}
                         for r in records},

@@ -6,9 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from fedsde.report.claims_memo import claim_result, verdict_text
+from fedsde.report.gallery import BOUND_CLAIMS as CLAIMS
 from fedsde.report.gallery import FigureOutput, RunContext
-
-CLAIMS = ("002/thm-4.5", "002/cor-4.6", "002/thm-4.9", "002/cor-4.10")
 
 
 def make(cfg: dict, ctx: RunContext) -> FigureOutput:
