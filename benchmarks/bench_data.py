@@ -7,9 +7,9 @@ local steps, one small torch model per client (minibatch drawn with ``randperm``
 hand).  Reported: client-local-steps per second of both (best of interleaved repeats) and their ratio, at
 R = 16 and R = 128 replicates (the loop's rate does not depend on R: it runs one replicate at a time), and the same
 for a one-hidden-layer MLP (H = 32) and for Q = 10 clients (about 135 samples each, so minibatches are real
-subsets).
+subsets).  ``--float32`` adds the float32 simulator (``dtype=torch.float32``) next to float64, with their ratio.
 
-Usage: python benchmarks/bench_data.py [--threads 1] [--quick] [--device cpu]
+Usage: python benchmarks/bench_data.py [--threads 1] [--quick] [--device cpu] [--float32]
 """
 
 from __future__ import annotations
@@ -73,13 +73,16 @@ def per_client_loop(problem: ClassificationProblem, eta: float, E: int, batch: i
 
 
 def _compare(label: str, pb: ClassificationProblem, E: int, batch: int, Rs: list[int], rounds: int, repeats: int,
-             device: str, loop_R: int, loop_rounds: int) -> None:
+             device: str, loop_R: int, loop_rounds: int, float32: bool = False) -> None:
     eta = 0.05
     w0 = pb.initial_weights()
     runs = {"loop": lambda: per_client_loop(pb, eta, E, batch, loop_rounds, loop_R, 0, w0)}
     for R in Rs:
         runs[R] = lambda R=R: simulate(pb, eta=eta, local_steps=E, rounds=rounds, replicates=R, seed=1, w0=w0,
                                        record=[rounds], device=device)
+        if float32:
+            runs[(R, "f32")] = lambda R=R: simulate(pb, eta=eta, local_steps=E, rounds=rounds, replicates=R, seed=1,
+                                                    w0=w0, record=[rounds], device=device, dtype=torch.float32)
     best = {k: float("inf") for k in runs}
     for _ in range(repeats):  # interleaved, best of `repeats` each: load changes hit all contestants alike
         for k, fn in runs.items():
@@ -90,6 +93,10 @@ def _compare(label: str, pb: ClassificationProblem, E: int, batch: int, Rs: list
     for R in Rs:
         rate = rounds * E * pb.Q * R / best[R]
         print(f"  vectorised simulate, R={R:<4d}  {rate:10.3g} client-steps/s   ratio {rate / loop_rate:6.1f}x")
+        if (R, "f32") in best:
+            rate32 = rounds * E * pb.Q * R / best[(R, "f32")]
+            print(f"    float32,            R={R:<4d}  {rate32:10.3g} client-steps/s   float32/float64 "
+                  f"{rate32 / rate:5.2f}x")
 
 
 def main(argv=None) -> None:
@@ -97,6 +104,7 @@ def main(argv=None) -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--quick", action="store_true", help="fewer rounds and repeats")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--float32", action="store_true", help="also time the float32 simulator")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     rounds = 2 if args.quick else 5
@@ -104,12 +112,14 @@ def main(argv=None) -> None:
     loop_rounds = 1 if args.quick else 2
     print(f"torch {torch.__version__}, threads={torch.get_num_threads()}, device={args.device}, float64")
     digits = federated_classification("digits", n_clients=100, partition="iid", seed=0).replace(batch_size=16)
-    _compare("digits softmax", digits, 5, 16, [16, 128], rounds, repeats, args.device, 2, loop_rounds)
+    f32 = args.float32
+    _compare("digits softmax", digits, 5, 16, [16, 128], rounds, repeats, args.device, 2, loop_rounds, f32)
     if not args.quick:
         mlp = digits.replace(model="mlp", hidden=32, init_seed=0)
-        _compare("digits mlp (H=32)", mlp, 5, 16, [16, 128], rounds, repeats, args.device, 1, loop_rounds)
+        _compare("digits mlp (H=32)", mlp, 5, 16, [16, 128], rounds, repeats, args.device, 1, loop_rounds, f32)
         q10 = federated_classification("digits", n_clients=10, partition="iid", seed=0).replace(batch_size=16)
-        _compare("digits softmax, 10 clients", q10, 5, 16, [16, 128], rounds, repeats, args.device, 2, loop_rounds)
+        _compare("digits softmax, 10 clients", q10, 5, 16, [16, 128], rounds, repeats, args.device, 2, loop_rounds,
+                 f32)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,10 @@
 Same SDE (the corrected quadratic FedAvg SDE of a random problem, d = 10, full matrices), 10⁴ paths, 500 steps:
 
 (a)  fedsde: ``torchsde.sdeint(..., method="euler", bm=GridBrownian)`` through
-     :func:`fedsde.sde.integrate.sdeint_rounds` (float64 draws; also (a32) with ``float32_draws=True``);
+     :func:`fedsde.sde.segments.sdeint_rounds` (float64 draws; also (a32) with ``float32_draws=True``);
+(e)  fedsde's integrator, :func:`fedsde.sde.simulate_sde` with ``moments_only=True`` (its Euler loop,
+     :func:`fedsde.sde.euler.euler_rounds`, gives (a)'s paths bit for bit without torchsde's per-step machinery;
+     chunks of paths in ``--threads`` threads, :mod:`fedsde.sim.workers`);
 (b)  torchsde's default Brownian motion: ``torchsde.sdeint(..., method="euler", dt=h)`` (BrownianInterval);
 (c)  a hand-written fused loop: ``y ← y(I − A dt)ᵀ + A c dt + (√dt z) bᵀ`` with ``z = torch.randn`` in float64;
 (c') the same loop fed with GridBrownian's increments (isolates torchsde's per-step overhead from the RNG).
@@ -29,8 +32,9 @@ import torchsde
 from fedsde.problems import random_quadratic_problem
 from fedsde.sde import quadratic_sde_coefficients
 from fedsde.sde.brownian import GridBrownian
-from fedsde.sde.integrate import sdeint_rounds
+from fedsde.sde.integrate import simulate_sde
 from fedsde.sde.models import FedAvgSDE, QuadraticSDE
+from fedsde.sde.segments import sdeint_rounds
 from fedsde.sde.svag import svag_chain
 
 
@@ -109,9 +113,14 @@ def main() -> None:
             y = torch.addmm(bias, y, T).addmm_(bm.increment(j), Lt_unit)
         return y
 
+    def run_e():
+        return simulate_sde(problem, eta=eta, local_steps=E, server_lr=s, h=h, rounds=n, paths=R, seed=1,
+                            variant="corrected", device=dev, moments_only=True, record=[n])
+
     # warm-up (allocator, kernels), then one timed run each
-    for fn in (run_a, run_c):
+    for fn in (run_a, run_c, run_e):
         fn()
+    te, _ = timed(run_e, dev, reps)
     ta, ya = timed(run_a, dev, reps)
     ta32, _ = timed(lambda: run_a(True), dev, reps)
     tc, _ = timed(run_c, dev, reps)
@@ -128,11 +137,13 @@ def main() -> None:
     print(f"(b)   torchsde default (Interval)  : {tb:8.3f} s  {work / tb:10.3e}")
     print(f"(c)   hand loop, torch.randn       : {tc:8.3f} s  {work / tc:10.3e}")
     print(f"(c')  hand loop, GridBrownian      : {tcb:8.3f} s  {work / tcb:10.3e}")
+    print(f"(e)   fedsde simulate_sde, moments : {te:8.3f} s  {work / te:10.3e}")
     print(f"(a) and (c') give the same paths: max |Δ| = {agree:.2e}")
     print(f"ratio (b)/(a)   = {tb / ta:6.2f}   (target >= 10)")
     print(f"ratio (b)/(a32) = {tb / ta32:6.2f}")
     print(f"ratio (a)/(c)   = {ta / tc:6.2f}   (target <= 1.5)")
     print(f"ratio (a)/(c')  = {ta / tcb:6.2f}   (torchsde's per-step overhead, same RNG)")
+    print(f"ratio (e)/(c)   = {te / tc:6.2f}   (target <= 1.2 on CPU)")
 
     # general SDE: Monte-Carlo coefficients (Q clients × E local steps × S rollouts per path and step)
     Q, S, Rg, ng = 10, 16, (256 if args.quick else 1024), (3 if args.quick else 10)

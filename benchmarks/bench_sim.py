@@ -5,14 +5,23 @@
 (2) the simulator vs the floor: generating the same number of Gaussian noise draws alone;
 (3) the two other paths of the local loop (fedsde.clients.local): unequal local steps (the stop mask) and a
     non-plain local solver (FedProx's proximal step), in client-local-steps per second;
-(4) exact stationary law (d = 50, Q = 100): time at E = 1000 over time at E = 10.
+(4) exact stationary law (d = 50, Q = 100): time at E = 1000 over time at E = 10;
+(5) all the cores (``--scaling``, default on a CPU with several): the quadratic simulator of (1) with 1 thread, with
+    ``T`` torch intra-op threads on one chunk (``workers=1``: what the simulator did before chunks ran in threads),
+    and with ``T`` chunk threads of one intra-op thread each (``workers=T``, :mod:`fedsde.sim.workers`), ``T`` = the
+    cores this process may use (``--max-threads``).  Each configuration pins its threads
+    (``torch.set_num_threads``) and runs ``--scaling-repeats`` times, interleaved; printed: the thread counts, the
+    median, min and max wall time, the CPU time of the process per run, the load average before and after (the
+    machine may be shared: a ratio below the core count with CPU time near wall × threads means the cores were
+    busy elsewhere), and the speed-up of the median against 1 thread.
 
-Usage: python benchmarks/bench_sim.py [--threads 1] [--quick] [--device cpu]
+Usage: python benchmarks/bench_sim.py [--threads 1] [--quick] [--device cpu] [--no-scaling] [--max-threads T]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
@@ -21,7 +30,7 @@ import torch
 
 from fedsde.exact import stationary_law
 from fedsde.problems import QuadraticProblem, random_quadratic_problem
-from fedsde.sim import simulate
+from fedsde.sim import runner, simulate
 
 
 def _best(fn, repeats: int) -> float:
@@ -61,6 +70,9 @@ def main(argv=None) -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--quick", action="store_true", help="fewer rounds and repeats")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--no-scaling", action="store_true", help="skip (5), threads 1 vs all cores")
+    ap.add_argument("--max-threads", type=int, default=len(os.sched_getaffinity(0)))
+    ap.add_argument("--scaling-repeats", type=int, default=None, help="runs per configuration (default 5; quick 3)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     Q, d, R, E = 100, 10, 1000, 10
@@ -113,6 +125,66 @@ def main(argv=None) -> None:
     t1000 = statistics.median(_best(lambda: stat(1000), 1) for _ in range(repeats))
     print(f"exact stationary law d=50, Q=100: E=10 {t10 * 1e3:.1f} ms, E=1000 {t1000 * 1e3:.1f} ms, "
           f"ratio {t1000 / t10:.2f}   (target <= 3)")
+    if not args.no_scaling and args.device == "cpu" and args.max_threads > 1:
+        scaling(pb, eta=eta, E=E, R=R, rounds=rounds, T=args.max_threads,
+                repeats=args.scaling_repeats or (3 if args.quick else 5))
+    torch.set_num_threads(args.threads)
+
+
+def scaling(pb: QuadraticProblem, *, eta: float, E: int, R: int, rounds: int, T: int, repeats: int) -> None:
+    """(5): 1 thread, T intra-op threads on one chunk, T chunk threads (see the module docstring)."""
+    configs = {"1 thread": (1, 1), f"{T} intra-op threads, workers=1": (T, 1), f"workers={T}, 1 thread each": (T, T)}
+    steps = rounds * E * pb.Q * R
+
+    chunk_cpu: list[float] = []  # CPU time of every chunk in its own thread (time.thread_time)
+    inner = runner.run_chunk
+
+    def timed_chunk(*a, **k):
+        c0 = time.thread_time()
+        try:
+            return inner(*a, **k)
+        finally:
+            chunk_cpu.append(time.thread_time() - c0)
+
+    def run(threads: int, workers: int) -> tuple[float, float]:
+        torch.set_num_threads(threads)
+        chunk_cpu.clear()
+        t0, c0 = time.perf_counter(), time.process_time()
+        simulate(pb, eta=eta, local_steps=E, rounds=rounds, replicates=R, seed=1, record=[rounds], workers=workers)
+        return time.perf_counter() - t0, time.process_time() - c0
+
+    runner.run_chunk = timed_chunk
+    critical: list[float] = []  # workers=T: serial CPU time + the longest chunk's: its wall time on free cores
+
+    for threads, workers in configs.values():  # warm-up
+        run(threads, workers)
+    load0 = os.getloadavg()
+    wall: dict[str, list[float]] = {k: [] for k in configs}
+    cpu: dict[str, list[float]] = {k: [] for k in configs}
+    try:
+        for _ in range(repeats):  # interleaved: load changes hit every configuration alike
+            for key, (threads, workers) in configs.items():
+                w, c = run(threads, workers)
+                wall[key].append(w)
+                cpu[key].append(c)
+                if workers > 1:
+                    critical.append(c - sum(chunk_cpu) + max(chunk_cpu))
+    finally:
+        runner.run_chunk = inner
+    load1 = os.getloadavg()
+    print(f"(5) all the cores: Q={pb.Q}, d={pb.d}, R={R}, E={E}, rounds={rounds}, {repeats} interleaved runs each; "
+          f"{T} cores usable; load average {load0[0]:.2f} before, {load1[0]:.2f} after")
+    base = statistics.median(wall["1 thread"])
+    for key, (threads, workers) in configs.items():
+        med = statistics.median(wall[key])
+        print(f"  {key:<34s} torch threads {threads}, workers {workers}: wall median {med:.3f} s "
+              f"[{min(wall[key]):.3f}, {max(wall[key]):.3f}], CPU {statistics.median(cpu[key]):.3f} s, "
+              f"{steps / med:.3e} client-steps/s, speed-up {base / med:.2f}x")
+    cpu1 = statistics.median(cpu["1 thread"])
+    print(f"  workers={T} on free cores (CPU time of 1 thread / (serial CPU time + longest chunk's CPU time), which no "
+          f"other load changes): speed-up {cpu1 / statistics.median(critical):.2f}x "
+          f"[{cpu1 / max(critical):.2f}, {cpu1 / min(critical):.2f}]")
+    print(f"  target: workers={T} >= 1.6x on 2 cores, >= 6x on 8 (median against 1 thread)")
 
 
 if __name__ == "__main__":

@@ -132,3 +132,27 @@ def test_cuda_brownian_is_reproducible_and_normal():
     assert abs(x.mean()) < 5 / np.sqrt(x.size) and abs(x.var() - 1) < 5 * np.sqrt(2 / x.size)
     rest = GridBrownian(0.0, 0.01, (2048 - BLOCK, 4), seed=1, first_block=1, device="cuda").increment(3)
     torch.testing.assert_close(z[3, BLOCK:], rest, rtol=0, atol=0)
+
+
+def test_last_window_draws_only_the_grid_steps_and_the_same_numbers():
+    """A grid of 40 steps draws 32 + 8 steps (not 64); its increments are those of a longer grid, bit for bit."""
+    short = GridBrownian(0.0, 0.1, (300, 3), seed=5, steps=40)
+    long = GridBrownian(0.0, 0.1, (300, 3), seed=5, steps=1000)
+    long_free = GridBrownian(0.0, 0.1, (300, 3), seed=5)
+    np.testing.assert_array_equal(_increments(short, 40), _increments(long, 40))
+    np.testing.assert_array_equal(_increments(short, 40), _increments(long_free, 40))
+    short.increment(39)
+    assert short._buf.shape[0] == 40 - STEPS_PER_WINDOW
+    view = long.view(37)  # a view's last window ends where its parent's does
+    np.testing.assert_array_equal(view.increment(2).numpy(), long.increment(39).numpy())
+    np.testing.assert_array_equal(GridBrownian(0.0, 0.1, (300, 3), seed=5, steps=40).view(35).increment(4).numpy(),
+                                  short.increment(39).numpy())
+
+
+def test_the_device_layout_of_a_window_gives_the_same_increments():
+    """The GPU's draw (blocks drawn contiguous, transposed by the erfinv pass), run on the CPU with one generator per
+    block: the same numbers as the CPU's strided draw."""
+    ref = GridBrownian(0.0, 0.1, (300, 3), seed=5, steps=40)
+    dev = GridBrownian(0.0, 0.1, (300, 3), seed=5, steps=40)
+    dev._contiguous = True
+    np.testing.assert_array_equal(_increments(dev, 40), _increments(ref, 40))

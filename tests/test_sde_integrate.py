@@ -186,3 +186,70 @@ def test_cuda_matches_the_law_and_is_reproducible():
     assert_moments_within(a.final, chain.mean[-1], chain.cov[-1])
     g = simulate_sde(pb, variant="general", inner_samples=4, **(kw | {"paths": 1024}))
     assert_moments_within(g.final, chain.mean[-1], chain.cov[-1])
+
+
+# ---------------------------------------------------------------- the Euler loop is torchsde's, bit for bit
+def _reference(pb, variant, *, rounds, paths, seed, substeps=1, record=None, dtype=torch.float64, **kw):
+    """The same run through torchsde.sdeint (fedsde.sde.segments.sdeint_rounds) with the same Brownian motion."""
+    from fedsde.clients.streams import resolve_block_size
+    from fedsde.sde.brownian import GridBrownian
+    from fedsde.sde.models import FedAvgSDE, QuadraticSDE
+    from fedsde.sde.segments import sdeint_rounds
+
+    eta, E, s, h = kw["eta"], kw["local_steps"], kw.get("server_lr", 1.0), kw.get("h")
+    if variant == "general":
+        sde = FedAvgSDE(pb, eta, E, s, h, inner_samples=kw["inner_samples"], seed=seed, dtype=dtype,
+                        block_size=resolve_block_size(None, paths))
+    else:
+        sde = QuadraticSDE(pb, eta, E, s, h, variant, dtype=dtype)
+    bm = GridBrownian(0.0, sde.h / substeps, (paths, sde.brownian_channels), seed=seed, steps=rounds * substeps,
+                      dtype=dtype)
+    y0 = torch.zeros(paths, pb.d, dtype=dtype)
+    return sdeint_rounds(sde, y0, bm, h=sde.h, rounds=rounds, substeps=substeps, record=record).numpy()
+
+
+@pytest.mark.parametrize(("variant", "extra"), [
+    ("corrected", {}),
+    ("paper", {"substeps": 3, "record": [0, 2, 7]}),
+    ("corrected", {"dtype": torch.float32}),
+    ("corrected", {"eta": np.linspace(0.05, 0.02, 9), "h": 0.05, "server_lr": np.linspace(1.0, 0.5, 9)}),
+    ("general", {"inner_samples": 3, "substeps": 2}),
+])
+def test_euler_loop_gives_torchsde_paths_bit_for_bit(variant, extra):
+    pb = random_quadratic_problem(4, 3, seed=1)
+    kw = {"eta": 0.05, "local_steps": 3, "rounds": 9, "paths": 200, "seed": 5} | extra
+    got = simulate_sde(pb, variant=variant, **kw)
+    ref = _reference(pb, variant, **kw)
+    np.testing.assert_array_equal(got.weights, ref)
+    diag = random_quadratic_problem(3, 2, seed=2, diagonal=True)  # the elementwise fast path
+    np.testing.assert_array_equal(simulate_sde(diag, variant="corrected", eta=0.05, local_steps=2, rounds=5,
+                                               paths=130, seed=3).weights,
+                                  _reference(diag, "corrected", eta=0.05, local_steps=2, rounds=5, paths=130, seed=3))
+
+
+def test_euler_loop_across_segments_is_torchsde(monkeypatch):
+    """Several segments on restarted clocks (a small SEGMENT_STEPS in both integrators)."""
+    import fedsde.sde.integrate as integrate
+    import fedsde.sde.segments as segments
+
+    monkeypatch.setattr(segments, "SEGMENT_STEPS", 8)
+    monkeypatch.setattr(integrate, "SEGMENT_STEPS", 8)
+    pb = random_quadratic_problem(3, 2, seed=4)
+    kw = {"eta": 0.05, "local_steps": 2, "rounds": 20, "paths": 150, "seed": 8, "substeps": 3}
+    np.testing.assert_array_equal(simulate_sde(pb, variant="corrected", **kw).weights,
+                                  _reference(pb, "corrected", **kw))
+
+
+def test_moments_only_and_samples_stay_on_the_device_until_the_end(monkeypatch):
+    """No transfer inside the loop: the recorded states of a chunk reach the host once (here: one stack per chunk)."""
+    pb = random_quadratic_problem(3, 2, seed=4)
+    calls = []
+    orig = torch.Tensor.cpu
+
+    def spy(self, *a, **k):
+        calls.append(tuple(self.shape))
+        return orig(self, *a, **k)
+
+    monkeypatch.setattr(torch.Tensor, "cpu", spy)
+    simulate_sde(pb, eta=0.05, local_steps=2, rounds=30, paths=300, seed=1, chunk_size=128, workers=1)
+    assert calls == [(31, 128, 2), (31, 128, 2), (31, 44, 2)]

@@ -160,3 +160,104 @@ def test_aggregator_with_bad_parameters_is_an_input_error():
 
     with pytest.raises(FedsdeInputError, match=r"aggregator='fedavgm': bad parameters \['bogus'\]"):
         get_aggregator("fedavgm", bogus=1)
+
+
+# ---------------------------------------------------------------- cross-device regime: many clients, few taking part
+def _many(Q: int, d: int, seed: int, diagonal: bool = True) -> QuadraticProblem:
+    rng = np.random.default_rng(seed)
+    if diagonal:
+        U = np.eye(d) * rng.uniform(0.5, 2.0, (Q, 1, d))
+        S = np.eye(d) * rng.uniform(0.1, 0.5, (Q, 1, d))
+    else:
+        G = rng.standard_normal((Q, d, d)) * 0.3
+        U = np.eye(d) + G @ G.transpose(0, 2, 1)
+        S = 0.2 * np.eye(d) + 0.1 * G @ G.transpose(0, 2, 1)
+    return QuadraticProblem.from_arrays(U, rng.standard_normal((Q, d)), S, rng.uniform(0.5, 1.5, Q))
+
+
+def test_cross_device_regime_is_chosen_by_documented_thresholds():
+    from fedsde.sim.participation import CROSS_DEVICE_Q
+    from fedsde.sim.plan import make_plan
+
+    big = _many(CROSS_DEVICE_Q, 2, seed=0)
+    kw = {"eta": 0.1, "local_steps": 2, "rounds": 1, "replicates": 4, "seed": 0, "participation": 5}
+    assert make_plan(big, **kw).sparse and make_plan(big, **kw).slots == 5
+    assert make_plan(big, weighting="renormalised", **kw).sparse
+    assert not make_plan(big, weighting="multinomial", **kw).sparse
+    assert not make_plan(big, aggregator="fedadam", **kw).sparse  # server state: the dense round
+    assert not make_plan(big, **(kw | {"participation": None})).sparse
+    assert not make_plan(_many(CROSS_DEVICE_Q - 1, 2, seed=0), **kw).sparse  # below: today's draws, unchanged
+
+
+@pytest.mark.parametrize(("weighting", "diagonal"), [("unbiased", True), ("renormalised", False)])
+def test_cross_device_regime_has_the_law_of_sampling(weighting, diagonal):
+    from fedsde.sim.participation import CROSS_DEVICE_Q
+
+    pb = _many(CROSS_DEVICE_Q, 2, seed=1, diagonal=diagonal)
+    kw = {"eta": 0.1, "local_steps": 3, "rounds": 3, "server_lr": 0.8, "seed": 2, "participation": 4,
+          "w0": [1.0, -1.0], "record": [3]}
+    res = simulate(pb, replicates=6000, weighting=weighting, **kw)
+    if weighting == "unbiased":
+        tr = transient_moments(pb, 0.1, 3, 3, 0.8, w0=[1.0, -1.0], participation=4, record=[3])
+        assert_moments_within(res.final, tr.final_mean, tr.final_cov)
+    else:  # no closed form: the dense draw of the same law (forced by a threshold above Q) within 5 s.e.
+        import fedsde.sim.participation as part
+
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(part, "CROSS_DEVICE_Q", 10**9)
+            ref = simulate(pb, replicates=6000, weighting=weighting, **(kw | {"seed": 3}))
+        diff = res.final.mean(0) - ref.final.mean(0)
+        se = np.sqrt(res.final.var(0, ddof=1) / 6000 + ref.final.var(0, ddof=1) / 6000)
+        assert np.all(np.abs(diff) < 5 * se), (diff, se)
+
+
+def test_cross_device_participants_are_uniform_subsets():
+    import torch
+
+    from fedsde.clients.streams import ReplicateStreams
+    from fedsde.sim.participation import draw_subsets
+
+    Q, m, nb = 50, 5, 40
+    streams = ReplicateStreams(0, 0, nb, "cpu", purpose=1)
+    p = torch.full((Q,), 1.0 / Q, dtype=torch.float64)
+    counts = torch.zeros(Q)
+    for _ in range(5):
+        cid, w = draw_subsets(streams, nb, Q, m, "unbiased", p)
+        assert bool((cid[:, 1:] > cid[:, :-1]).all())  # distinct, increasing
+        torch.testing.assert_close(w, torch.full_like(w, 1.0 / m))  # p_k Q/m
+        counts += torch.bincount(cid.reshape(-1), minlength=Q)
+    n = 5 * nb * BLOCK
+    expected, sd = n * m / Q, np.sqrt(n * (m / Q) * (1 - m / Q))
+    assert float((counts - expected).abs().max()) < 5 * sd
+
+
+def test_cross_device_runs_are_bit_identical_across_chunks_and_workers_and_name_clients():
+    from fedsde.sim.participation import CROSS_DEVICE_Q
+
+    pb = _many(CROSS_DEVICE_Q, 3, seed=4, diagonal=False)
+    kw = {"eta": 0.1, "local_steps": 2, "rounds": 2, "replicates": 700, "seed": 1, "participation": 6}
+    a = simulate(pb, **kw).weights
+    np.testing.assert_array_equal(simulate(pb, chunk_size=256, **kw).weights, a)
+    np.testing.assert_array_equal(simulate(pb, workers=3, **kw).weights, a)
+    fewer = simulate(pb, **(kw | {"replicates": 300}), block_size=128).weights
+    np.testing.assert_array_equal(fewer, a[:, :300])
+    bad = QuadraticProblem.from_arrays(np.r_[np.ones(CROSS_DEVICE_Q - 1), 100.0], np.zeros(CROSS_DEVICE_Q),
+                                       np.full(CROSS_DEVICE_Q, 0.1))
+    with pytest.warns(Warning), pytest.raises(SimulationDivergedError, match=rf"client {CROSS_DEVICE_Q - 1} "):
+        simulate(bad, eta=0.5, local_steps=50, rounds=20, replicates=2000, seed=0, participation=500)
+
+
+def test_ragged_rows_give_the_padded_rows_results(monkeypatch):
+    """Gathering minibatches from the problem's own rows (cross-device client counts) or from the padded layout gives
+    the same simulation."""
+    import fedsde.clients.data_rows as rows
+    from fedsde.problems import federated_classification
+
+    pb = federated_classification("digits", n_clients=6, partition="dirichlet", alpha=0.5, seed=2).replace(
+        batch_size=4, model="mlp", hidden=5, init_seed=1)
+    kw = {"eta": 0.05, "local_steps": 3, "rounds": 2, "replicates": 12, "seed": 3}
+    for batch, extra in ((4, {}), (4, {"participation": 2}), (200, {"participation": 2})):  # gathered, dense rows
+        padded = simulate(pb.replace(batch_size=batch), **kw, **extra).weights
+        monkeypatch.setattr(rows, "RAGGED_FLOATS", 0)
+        np.testing.assert_array_equal(simulate(pb.replace(batch_size=batch), **kw, **extra).weights, padded)
+        monkeypatch.undo()

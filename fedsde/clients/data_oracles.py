@@ -37,6 +37,7 @@ from __future__ import annotations
 import torch
 
 from fedsde._validate import positive_int
+from fedsde.clients.data_rows import ClientRows
 from fedsde.clients.oracles import OracleBase
 from fedsde.clients.streams import ReplicateStreams
 from fedsde.errors import FedsdeInputError
@@ -54,26 +55,20 @@ class _DataOracle(OracleBase):
 
     #: the simulator may hand over only the round's participants (``clients`` in :meth:`begin_round`)
     participants_only = True
+    accepts_clients = True
 
     def __init__(self, problem, nblocks: int, device, dtype, batch_size: int | None):
         if not hasattr(problem, "padded"):
             raise FedsdeInputError(
                 f"oracle: {type(problem).__name__} has no per-sample data; data oracles need a ClassificationProblem"
             )
-        Xp, yp = problem.padded()
         self.problem = problem
-        self.Q, self.n_max, self.F = Xp.shape
+        self.rows = ClientRows(problem, device, dtype)  # padded (built on first use) or ragged rows
+        self.Q, self.n_max, self.F = self.rows.Q, self.rows.n_max, self.rows.F
         self.K = problem.n_outputs
         self.logistic = problem.model == "logistic"
         self.H = int(problem.hidden) if problem.model == "mlp" else 0
         self.l2 = float(problem.l2)
-        self.X = torch.as_tensor(Xp, dtype=dtype, device=device)  # (Q, N, F)
-        self.Xt = self.X.transpose(1, 2).contiguous()  # (Q, F, N)
-        y = torch.as_tensor(yp, device=device)
-        if self.logistic:
-            self.Y = y.to(dtype).unsqueeze(-1)  # (Q, N, 1)
-        else:
-            self.Y = torch.nn.functional.one_hot(y, self.K).to(dtype)  # (Q, N, K)
         self.sizes = torch.as_tensor(problem.sizes, device=device)  # (Q,)
         self.pos = torch.arange(self.n_max, device=device)
         self.dtype, self.device = dtype, device
@@ -87,6 +82,21 @@ class _DataOracle(OracleBase):
         self._bufs: dict[str, torch.Tensor] = {}
         self._from_fixed = True
         self._mean_w = None
+
+    @property
+    def X(self) -> torch.Tensor:
+        """Design rows of every client, padded: (Q, N_max, F)."""
+        return self.rows.X
+
+    @property
+    def Xt(self) -> torch.Tensor:
+        """Their transpose, (Q, F, N_max)."""
+        return self.rows.Xt
+
+    @property
+    def Y(self) -> torch.Tensor:
+        """Targets, padded: (Q, N_max, 1) (logistic) or one-hot (Q, N_max, K)."""
+        return self.rows.Y
 
     def begin_round(self, batch: torch.Tensor | None = None, max_batch: int | None = None,
                     clients: torch.Tensor | None = None) -> None:
@@ -146,9 +156,8 @@ class _DataOracle(OracleBase):
         """``Σ_i wts_i ∇ℓ_i(x) + λx`` over all (padded) rows of every slot's client; ``wts`` (nb, S, B, N)."""
         if self.clients is None:
             return self._grad_shared(x, wts)
-        if self._rows is None:  # the slots' client rows, gathered once per round
-            Xr = self.X[self.clients].flatten(0, 2)  # (M, N, F)
-            self._rows = (Xr, Xr.transpose(1, 2).contiguous(), self.Y[self.clients].flatten(0, 2))
+        if self._rows is None:  # the slots' client rows (M, N, F), gathered once per round
+            self._rows = self.rows.slot_rows(self.clients)
         g = self._grad_rows(x, *self._rows, wts)
         return g.add_(x, alpha=self.l2) if self.l2 else g
 
@@ -247,16 +256,7 @@ class _DataOracle(OracleBase):
 
     def _gather(self, idx: torch.Tensor):
         """Rows ``idx`` (nb, S, B, n) of every slot's client: (M, n, F), its transpose and targets (M, n, K)."""
-        nb, S, B, n = idx.shape
-        if self.clients is None:
-            base = (torch.arange(self.Q, device=self.device) * self.n_max).view(1, S, 1, 1)
-        else:
-            base = (self.clients * self.n_max).unsqueeze(-1)
-        flat = (idx + base).reshape(-1)
-        M = nb * S * B
-        Xb = self.X.view(-1, self.F).index_select(0, flat).view(M, n, self.F)
-        Yb = self.Y.view(-1, self.Y.shape[-1]).index_select(0, flat).view(M, n, -1)
-        return Xb, Xb.transpose(1, 2).contiguous(), Yb
+        return self.rows.gather(idx, self.clients)
 
 
 def floyd_sample(u: torch.Tensor, n: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -70,6 +70,7 @@ class LeastSquaresMinibatchOracle:
 
     #: the simulator may hand over only the round's participants (``clients`` in :meth:`begin_round`)
     participants_only = True
+    accepts_clients = True
 
     def __init__(self, problem, nblocks: int, device, dtype, *, batch_size: int | None = None,
                  sampling: str | None = None):

@@ -14,7 +14,7 @@ from typing import Protocol
 
 import torch
 
-from fedsde.clients.streams import BLOCK, ReplicateStreams
+from fedsde.clients.streams import ReplicateStreams
 from fedsde.problems.quadratic import QuadraticProblem
 
 
@@ -26,6 +26,11 @@ class GradientOracle(Protocol):
     participants_only : bool
         True when :meth:`begin_round` accepts ``clients``: the simulator may then hand over only the round's
         participants (``S = m`` slots instead of ``Q``) under partial participation.
+    accepts_clients : bool
+        True when :meth:`begin_round` accepts ``clients`` (every ``participants_only`` oracle does); an oracle that
+        accepts them without ``participants_only`` (the Gaussian quadratic one, whose draws for all ``Q`` clients
+        define the numbers of ordinary runs) gets only the participants in the cross-device regime of
+        :mod:`fedsde.sim.participation`.
 
     Methods
     -------
@@ -38,12 +43,13 @@ class GradientOracle(Protocol):
     sample(x, streams)
         ``g = ∇F_k(x) + ξ`` of the shape of ``x``, ``(nb, S, B, d)``, drawing only from ``streams``.
 
-    :class:`OracleBase` gives the defaults (``participants_only = False``, a ``begin_round`` that does nothing).
-    An object with only ``sample`` is accepted too: the loop reads a missing ``begin_round`` and
-    ``participants_only`` as those defaults.
+    :class:`OracleBase` gives the defaults (``participants_only = accepts_clients = False``, a ``begin_round`` that
+    does nothing).  An object with only ``sample`` is accepted too: the loop reads a missing ``begin_round``,
+    ``participants_only`` and ``accepts_clients`` as those defaults.
     """
 
     participants_only: bool
+    accepts_clients: bool
 
     def begin_round(self, batch: torch.Tensor | None = None, max_batch: int | None = None,
                     clients: torch.Tensor | None = None) -> None: ...
@@ -56,6 +62,7 @@ class OracleBase:
 
     #: the oracle does not accept ``clients`` in :meth:`begin_round`
     participants_only = False
+    accepts_clients = False
 
     def begin_round(self, batch: torch.Tensor | None = None, max_batch: int | None = None,
                     clients: torch.Tensor | None = None) -> None:
@@ -67,7 +74,9 @@ class GaussianQuadraticOracle(OracleBase):
     """``g_k(x) = U_k (x − a_k) + L_k z``, ``z ~ N(0, I)``, ``L_k L_kᵀ = Σ_k`` (seed 002, Assumption 4.4).
 
     Elementwise products when every ``U_k`` and ``Σ_k`` is diagonal; batched matmuls of fixed shape
-    ``(B, d) @ (d, d)`` otherwise.
+    ``(B, d) @ (d, d)`` otherwise.  Slot ``k`` holds client ``k`` unless :meth:`begin_round` hands over
+    ``clients`` (the cross-device regime of :mod:`fedsde.sim.participation`): then every slot of every replicate
+    computes with its own client's ``U``, ``a`` and ``L`` (gathered once per round).
 
     Parameters
     ----------
@@ -78,32 +87,61 @@ class GaussianQuadraticOracle(OracleBase):
         Where and in what precision to compute.
     """
 
+    #: :meth:`begin_round` accepts ``clients`` (used only in the cross-device regime, see :class:`GradientOracle`)
+    accepts_clients = True
+
     def __init__(self, problem: QuadraticProblem, nblocks: int, device: torch.device, dtype: torch.dtype):
-        Q, d = problem.Q, problem.d
+        self.problem, self.nblocks, self.device, self.dtype = problem, nblocks, device, dtype
         self.diagonal = problem.is_diagonal
-        a = torch.as_tensor(problem.a, dtype=dtype, device=device)
+        self.clients = None
+        kw = {"dtype": dtype, "device": device}
+        self._a = torch.as_tensor(problem.a, **kw)  # (Q, d)
         if self.diagonal:
-            self.u = torch.as_tensor(problem.U.diagonal(axis1=1, axis2=2).copy(), dtype=dtype,
-                                     device=device)[None, :, None, :]  # (1, Q, 1, d)
-            self.l = torch.as_tensor(problem.Sigma.diagonal(axis1=1, axis2=2).copy() ** 0.5, dtype=dtype,
-                                     device=device)[None, :, None, :]
-            self.ua = self.u * a[None, :, None, :]
+            self._u = torch.as_tensor(problem.U.diagonal(axis1=1, axis2=2).copy(), **kw)  # (Q, d)
+            self._l = torch.as_tensor(problem.Sigma.diagonal(axis1=1, axis2=2).copy() ** 0.5, **kw)
+            self.u = self._u[None, :, None, :]  # (1, Q, 1, d)
+            self.l = self._l[None, :, None, :]
+            self.ua = self.u * self._a[None, :, None, :]
+        self._per_block = None  # (Uᵀ, Lᵀ, −aᵀU) repeated per block, built at the first full-matrix step
+        self._z = None
+
+    def begin_round(self, batch=None, max_batch=None, clients: torch.Tensor | None = None) -> None:
+        """Start a round; ``clients`` (nb, S, B): the client of every slot (default: slot ``k`` is client ``k``)."""
+        self.clients = None
+        if clients is None:
+            return
+        if self.diagonal:
+            self.clients = (self._u[clients], self._l[clients], self._u[clients] * self._a[clients])
         else:
-            Ut = torch.as_tensor(problem.U.transpose(0, 2, 1).copy(), dtype=dtype, device=device)
-            Lt = torch.as_tensor(problem.noise_factors().transpose(0, 2, 1).copy(), dtype=dtype, device=device)
-            self.Ut = Ut.expand(nblocks, Q, d, d).reshape(nblocks * Q, d, d)  # x @ U_kᵀ, per block
-            self.Lt = Lt.expand(nblocks, Q, d, d).reshape(nblocks * Q, d, d)
-            neg_aU = -torch.bmm(a[:, None, :], Ut)  # (Q, 1, d)
-            self.neg_aU = neg_aU.expand(nblocks, Q, 1, d).reshape(nblocks * Q, 1, d)
-        self._z = torch.empty((nblocks, Q, BLOCK, d), dtype=dtype, device=device)
+            Ut, Lt, neg_aU = self._matrices()
+            self.clients = (Ut[clients], Lt[clients], neg_aU[clients])  # (nb, S, B, d, d), …, (nb, S, B, 1, d)
+
+    def _matrices(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``U_kᵀ``, ``L_kᵀ`` (Q, d, d) and ``−a_kᵀU_kᵀ`` (Q, 1, d) (cached)."""
+        if not hasattr(self, "_mats"):
+            kw = {"dtype": self.dtype, "device": self.device}
+            Ut = torch.as_tensor(self.problem.U.transpose(0, 2, 1).copy(), **kw)
+            Lt = torch.as_tensor(self.problem.noise_factors().transpose(0, 2, 1).copy(), **kw)
+            self._mats = (Ut, Lt, -torch.bmm(self._a[:, None, :], Ut))
+        return self._mats
 
     def sample(self, x: torch.Tensor, streams: ReplicateStreams) -> torch.Tensor:
-        if self._z.shape != x.shape:  # blocks of another size than BLOCK
+        if self._z is None or self._z.shape != x.shape:
             self._z = torch.empty_like(x)
         z = streams.normal_(self._z)
+        nb, Q, B, d = x.shape
+        if self.clients is not None:  # every slot with its own client
+            if self.diagonal:
+                u, ell, ua = self.clients
+                return torch.addcmul(torch.addcmul(-ua, u, x), ell, z)
+            Ut, Lt, neg_aU = (t.reshape(nb * Q * B, *t.shape[-2:]) for t in self.clients)
+            g = torch.baddbmm(neg_aU, x.reshape(nb * Q * B, 1, d), Ut)
+            return torch.baddbmm(g, z.reshape(nb * Q * B, 1, d), Lt).view(nb, Q, B, d)
         if self.diagonal:
             return torch.addcmul(torch.addcmul(-self.ua, self.u, x), self.l, z)
-        nb, Q, B, d = x.shape
-        g = torch.baddbmm(self.neg_aU, x.reshape(nb * Q, B, d), self.Ut)
-        g = torch.baddbmm(g, z.reshape(nb * Q, B, d), self.Lt)
+        if self._per_block is None or self._per_block[0].shape[0] != nb * Q:
+            self._per_block = tuple(m.expand(nb, *m.shape).reshape(nb * Q, *m.shape[1:]) for m in self._matrices())
+        Ut, Lt, neg_aU = self._per_block  # x @ U_kᵀ, per block
+        g = torch.baddbmm(neg_aU, x.reshape(nb * Q, B, d), Ut)
+        g = torch.baddbmm(g, z.reshape(nb * Q, B, d), Lt)
         return g.view(nb, Q, B, d)

@@ -13,6 +13,13 @@ block size — always when ``R' >= BLOCK`` (both use :data:`BLOCK`); a run with 
 streams (its block size ``R'`` enters the seed, see :func:`block_seed`).  Pass an explicit ``block_size`` to
 share streams across such runs.
 No global RNG is touched.
+
+On a GPU one generator call per block would cost one kernel launch (and one seeded generator) per ``block``
+replicates — thousands per step at 10⁶ paths.  There, blocks are drawn in groups of :data:`DEVICE_GROUP`
+consecutive blocks: group ``g`` (blocks ``g·G … g·G + G − 1``) draws from one generator seeded from
+``(seed, g)``, always for the whole group (a chunk that covers part of a group draws it in full and keeps its
+blocks), so chunking and the prefix property hold on the device as on the CPU.  CPU numbers are unchanged (one
+generator per block); GPU numbers differ from the CPU's anyway (another generator).
 """
 
 from __future__ import annotations
@@ -24,6 +31,9 @@ from fedsde.errors import FedsdeInputError
 
 #: replicates per random stream; chunk sizes are rounded to multiples of it
 BLOCK = 128
+#: blocks drawn by one generator call on a non-CPU device (see the module docstring)
+DEVICE_GROUP = 64
+_GROUP_TAG = 0x67726F75  # separates the group streams of a device from the block streams of the CPU
 
 
 def resolve_seed(seed: int | torch.Generator | None) -> int:
@@ -52,8 +62,9 @@ class ReplicateStreams:
     """Random draws for whole blocks ``first_block … first_block + nblocks − 1`` of :data:`BLOCK` replicates.
 
     Tensors it fills have the block index first: shape ``(nblocks, …)``; block ``b`` is filled from its own
-    generator, and always in full (replicates past ``R`` are padding), so a replicate's draws never depend
-    on how many replicates are simulated next to it.
+    generator (CPU) or from its group's (other devices, :data:`DEVICE_GROUP` blocks per generator call), and always
+    in full (replicates past ``R`` are padding), so a replicate's draws never depend on how many replicates are
+    simulated next to it.
 
     Parameters
     ----------
@@ -65,36 +76,71 @@ class ReplicateStreams:
         Separates independent stream families with the same seed.
     block : int
         Replicates per block (default :data:`BLOCK`).
+    group : int, optional
+        Blocks per generator call (default: 1 on the CPU, :data:`DEVICE_GROUP` on other devices; part of the
+        definition of the numbers).
     """
 
     def __init__(self, seed: int, first_block: int, nblocks: int, device: torch.device, purpose: int = 0,
-                 block: int = BLOCK):
+                 block: int = BLOCK, group: int | None = None):
         self.device = torch.device(device)
         self.nblocks = nblocks
         self.block = int(block)
+        self.first_block = int(first_block)
+        self.group = int(group) if group is not None else (1 if self.device.type == "cpu" else DEVICE_GROUP)
         self._gens = []
-        for i in range(nblocks):
-            g = torch.Generator(device=self.device)
-            g.manual_seed(block_seed(seed, first_block + i, purpose, self.block))
-            self._gens.append(g)
+        if self.group == 1:
+            for i in range(nblocks):
+                self._gens.append(_generator(self.device, block_seed(seed, first_block + i, purpose, self.block)))
+        else:
+            g0, g1 = self.first_block // self.group, -(-(self.first_block + nblocks) // self.group)
+            for g in range(g0, g1):
+                entropy = [seed, purpose, g, self.block, self.group, _GROUP_TAG]
+                state = np.random.SeedSequence(entropy).generate_state(2, np.uint32)
+                self._gens.append(_generator(self.device, (int(state[0]) << 31) ^ int(state[1])))
+
+    def _fill(self, out: torch.Tensor, method: str, *args) -> torch.Tensor:
+        if self.group == 1:
+            for b, g in enumerate(self._gens):
+                getattr(out[b], method)(*args, generator=g)
+            return out
+        G = self.group
+        base = (self.first_block // G) * G
+        for i, g in enumerate(self._gens):
+            lo = max(0, base + i * G - self.first_block)  # this group's blocks in out: [lo, hi)
+            hi = min(self.nblocks, base + (i + 1) * G - self.first_block)
+            skip = self.first_block + lo - (base + i * G)  # blocks of the group before lo
+            part = out[lo:hi]
+            if hi - lo == G and part.is_contiguous():
+                getattr(part, method)(*args, generator=g)
+            else:  # the whole group, drawn as one contiguous tensor of fixed shape, then the chunk's blocks kept
+                full = torch.empty((G, *out.shape[1:]), dtype=out.dtype, device=out.device)
+                getattr(full, method)(*args, generator=g)
+                part.copy_(full[skip:skip + hi - lo])
+        return out
 
     def normal_(self, out: torch.Tensor) -> torch.Tensor:
-        """Fill ``out`` (shape (nblocks, …)) with standard normals, one block per generator."""
-        for b, g in enumerate(self._gens):
-            out[b].normal_(generator=g)
-        return out
+        """Fill ``out`` (shape (nblocks, …)) with standard normals, one block (or group) per generator."""
+        return self._fill(out, "normal_")
 
     def uniform_(self, out: torch.Tensor) -> torch.Tensor:
-        """Fill ``out`` (shape (nblocks, …)) with U[0, 1) draws, one block per generator."""
-        for b, g in enumerate(self._gens):
-            out[b].uniform_(generator=g)
-        return out
+        """Fill ``out`` (shape (nblocks, …)) with U[0, 1) draws, one block (or group) per generator."""
+        return self._fill(out, "uniform_")
 
     def randint(self, low: int, high: int, shape: tuple[int, ...]) -> torch.Tensor:
         """Integers uniform in ``[low, high)``, shape (nblocks, *shape)."""
-        return torch.stack(
-            [torch.randint(low, high, shape, generator=g, device=self.device) for g in self._gens]
-        )
+        if self.group == 1:
+            return torch.stack(
+                [torch.randint(low, high, shape, generator=g, device=self.device) for g in self._gens]
+            )
+        out = torch.empty((self.nblocks, *shape), dtype=torch.int64, device=self.device)
+        return self._fill(out, "random_", low, high)
+
+
+def _generator(device: torch.device, seed: int) -> torch.Generator:
+    g = torch.Generator(device=device)
+    g.manual_seed(seed)
+    return g
 
 
 def resolve_block_size(block_size: int | None, replicates: int) -> int:

@@ -5,8 +5,10 @@ Clock: round ``n`` sits at ``t = n·h``; the actual server step is ``s = h·η�
 * :mod:`fedsde.sde.coefficients` — drift and diffusion of the linear variants ``paper | corrected | matched``;
 * :mod:`fedsde.sde.models` — torchsde modules: :class:`QuadraticSDE` and the Monte-Carlo :class:`FedAvgSDE`;
 * :mod:`fedsde.sde.brownian` — :class:`GridBrownian`, a seeded, chunk-invariant Brownian motion on a fixed grid;
-* :mod:`fedsde.sde.integrate` — :func:`simulate_sde` (torchsde Euler–Maruyama on the round grid, or exact OU
-  transitions);
+* :mod:`fedsde.sde.integrate` — :func:`simulate_sde` (Euler–Maruyama on the round grid, or exact OU transitions;
+  chunks of paths in parallel threads, :mod:`fedsde.sim.workers`);
+* :mod:`fedsde.sde.euler` — the Euler–Maruyama loop: torchsde's ``sdeint(method="euler")`` bit for bit, without its
+  per-step machinery;
 * :mod:`fedsde.sde.segments` — :func:`sdeint_rounds`: one torchsde run on the round grid, cut into segments on
   restarted clocks so that any number of steps stays on the grid;
 * :mod:`fedsde.sde.schedules` — time-varying rates ``η(t)``, ``s(t)``;

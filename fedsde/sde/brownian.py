@@ -20,6 +20,12 @@ symmetric grid ``{−1 + 2⁻⁵³ + j·2⁻⁵²}`` (53 random bits, tails to `
 vectorised tensor passes, about twice as fast on CPU as ``Tensor.normal_`` in float64.  With
 ``float32_draws=True`` the normals are drawn by torch's vectorised float32 generator and promoted to the path
 dtype: faster still, at the price of 24-bit uniforms (``|z| <= 5.8``).
+
+The last window of a grid with a known number of ``steps`` draws only the steps the grid has (on the CPU: a block's
+uniforms fill its window step by step, so the steps drawn are the first ones of a full window, bit for bit; the
+``float32_draws`` generator and other devices always draw whole windows, whose numbers depend on the window's
+size).  On a GPU the blocks of a window are drawn :data:`~fedsde.clients.streams.DEVICE_GROUP` at a time
+(:class:`~fedsde.clients.streams.ReplicateStreams`).
 """
 
 from __future__ import annotations
@@ -105,6 +111,7 @@ class GridBrownian(torchsde.BaseBrownian):
         if self._first_step < 0:
             raise FedsdeInputError(f"first_step={first_step!r}: must be an integer >= 0")
         self._nblocks = -(-self._shape[0] // BLOCK)
+        self._contiguous = self._device.type != "cpu"  # draw (blocks, steps, ·) then transpose: see _draw_window
         self._window = -1
         self._buf: torch.Tensor | None = None
 
@@ -196,14 +203,22 @@ class GridBrownian(torchsde.BaseBrownian):
         nb, m, W = self._nblocks, self._shape[1], STEPS_PER_WINDOW
         streams = ReplicateStreams(self._seed, self._first_block, nb, self._device, _PURPOSE + w)
         K = BLOCK * m
+        left = None if self._steps is None else self._first_step + self._steps - w * STEPS_PER_WINDOW
+        if left is not None and left > 0 and not self._float32_draws and self._device.type == "cpu":
+            W = min(W, left)  # the grid's steps in this window
         if self._float32_draws:
             z32 = torch.empty((nb, W, K), dtype=torch.float32, device=self._device)
             streams.normal_(z32)
             out = torch.empty((W, nb, K), dtype=self._dtype, device=self._device)
             out.copy_(z32.transpose(0, 1)).mul_(math.sqrt(self._dt))
-        else:
+        elif not self._contiguous:
             out = torch.empty((W, nb, K), dtype=self._dtype, device=self._device)
             streams.uniform_(out.transpose(0, 1))  # block b fills out[:, b] with U ∈ [0, 1), 53-bit grid
             half_ulp = torch.finfo(self._dtype).eps / 2  # v = 2U − 1 + 2⁻⁵³ (exact): symmetric, never ±1
             out.mul_(2.0).sub_(1.0 - half_ulp).erfinv_().mul_(math.sqrt(2.0 * self._dt))
+        else:  # groups of blocks drawn contiguous (no staging copy), transposed by the erfinv pass itself
+            u = streams.uniform_(torch.empty((nb, W, K), dtype=self._dtype, device=self._device))
+            half_ulp = torch.finfo(self._dtype).eps / 2
+            out = torch.empty((W, nb, K), dtype=self._dtype, device=self._device)
+            torch.erfinv(u.mul_(2.0).sub_(1.0 - half_ulp).transpose(0, 1), out=out).mul_(math.sqrt(2.0 * self._dt))
         return out.view(W, nb * BLOCK, m)

@@ -1,13 +1,20 @@
-"""Integrating the FedAvg SDEs on the round grid: torchsde Euler–Maruyama with :class:`GridBrownian`, or exact OU.
+"""Integrating the FedAvg SDEs on the round grid: Euler–Maruyama with :class:`GridBrownian`, or exact OU.
 
 Clock: ``t = n·h``; every round time ``n·h`` is a solver grid point and results are returned on the round grid.
 With ``substeps = k`` the solver step is ``dt = h/k``.  Time is kept by integer index, so any number of steps stays
-on the grid: the torchsde calls are cut into segments on restarted clocks (:mod:`fedsde.sde.segments`).
+on the grid: the run is cut into segments on restarted clocks (:mod:`fedsde.sde.segments`).  Each segment is
+integrated by :func:`fedsde.sde.euler.euler_rounds`, a plain loop that computes torchsde's ``sdeint(...,
+method="euler")`` operation for operation (the same paths, bit for bit, without its per-step overhead).
 
 Randomness: the Brownian increments come from :class:`~fedsde.sde.brownian.GridBrownian` and the general SDE's
 rollouts from their own streams, both per block of :data:`~fedsde.clients.streams.BLOCK` paths, so the same seed gives
-the same paths whatever ``chunk_size``.  torchsde's contract check draws one random tensor from the global RNG;
-it runs under ``torch.random.fork_rng`` so the caller's global RNG state is left unchanged.
+the same paths whatever ``chunk_size`` and however many threads integrate the chunks (``workers``,
+:mod:`fedsde.sim.workers`).  No global RNG is touched.
+
+On a GPU: one chunk when the device's memory allows it, the Brownian increments of
+:data:`~fedsde.clients.streams.DEVICE_GROUP` blocks drawn by one generator call, no transfer to the host inside the
+loop (the recorded states stay on the device; streamed moments are reduced there and their block sums reach the
+host once, :class:`fedsde.sim.moments.StreamingMoments`).
 """
 
 from __future__ import annotations
@@ -24,15 +31,17 @@ from fedsde._memory import available_memory
 from fedsde._samples import ReplicateMoments
 from fedsde._validate import device_dtype, positive_int, start_point
 from fedsde.clients.oracles import GradientOracle
-from fedsde.clients.streams import BLOCK, resolve_block_size, resolve_seed, split_chunks
+from fedsde.clients.streams import BLOCK, resolve_block_size, resolve_seed
 from fedsde.errors import FedsdeInputError, SimulationDivergedError
 from fedsde.problems.quadratic import QuadraticProblem
-from fedsde.sde.brownian import GridBrownian
+from fedsde.sde.brownian import STEPS_PER_WINDOW, GridBrownian
 from fedsde.sde.coefficients import VARIANTS, psd_sqrt, quadratic_sde_coefficients
+from fedsde.sde.euler import euler_rounds, record_plan
 from fedsde.sde.models import ClientProblem, FedAvgSDE, QuadraticSDE
 from fedsde.sde.schedules import RateLike
-from fedsde.sde.segments import SEGMENT_STEPS, ShiftedClock, sdeint_rounds
-from fedsde.sim.moments import BlowUpWatch, StreamingMoments, plan_chunks, problem_scale
+from fedsde.sde.segments import SEGMENT_STEPS, sdeint_rounds  # noqa: F401 (sdeint_rounds: re-exported)
+from fedsde.sim.moments import BlowUpWatch, StreamingMoments, plan_chunks, problem_scale, working_set
+from fedsde.sim.workers import diverged, plan_workers, resolve_workers, run_chunks
 
 #: what :func:`simulate_sde` can integrate: the quadratic variants and the general (Monte-Carlo) SDE
 MODELS = (*VARIANTS, "general")
@@ -103,6 +112,7 @@ def simulate_sde(
     float32_draws: bool = False,
     moments_only: bool = False,
     memory_limit: int | str | None = None,
+    workers: int | None = None,
 ) -> SDEPaths:
     """Simulate ``paths`` independent paths of a FedAvg SDE, returned at round times ``t = n·h``.
 
@@ -154,6 +164,9 @@ def simulate_sde(
     memory_limit : int or str, optional
         Bytes the run may plan for (default: what is free); without ``chunk_size`` the paths are chunked to fit, and
         a run whose stored paths cannot fit is refused up front with the estimate.
+    workers : int, optional
+        Threads that integrate chunks of paths at the same time, one CPU core each (default: the threads torch may
+        use on the CPU, 1 on a GPU; :mod:`fedsde.sim.workers`).  Paths are bit-identical for every value.
 
     Returns
     -------
@@ -195,46 +208,54 @@ def simulate_sde(
     for sched in (proto.eta, proto.server_lr):
         if sched.rounds is not None and sched.rounds < rounds:
             raise FedsdeInputError(f"{sched.name}: per-round schedule has {sched.rounds} values, need {rounds}")
-    # per path: the chunk's recorded states, a dozen (d,) work tensors, the general SDE's (d, S) diffusion and
-    # rollouts; the per-block moment sums (d² per block)
-    per_path = 8 * (2 * keep.size * d + 12 * d) + (32 * inner_samples * d * max(1, problem.Q)
-                                                   if variant == "general" else 0) + 16 * d * d // BLOCK
+    # per path: the chunk's recorded states, a dozen (d,) work tensors, a window of Brownian increments, the general
+    # SDE's (d, S) diffusion and rollouts; the per-block moment sums (d² per block)
+    channels = inner_samples if variant == "general" else d
+    per_path = 8 * (2 * keep.size * d + 12 * d + STEPS_PER_WINDOW * channels) + (
+        32 * inner_samples * d * max(1, problem.Q) if variant == "general" else 0) + 16 * d * d // BLOCK
+    available = available_memory(dev, memory_limit)
     chunk_size = plan_chunks(f"paths={paths}", paths, chunk_size, BLOCK, per_path,
-                             0 if moments_only else 8 * keep.size * paths * d, available_memory(dev, memory_limit),
+                             0 if moments_only else 8 * keep.size * paths * d, available,
                              "use fewer paths or record fewer rounds" if moments_only else
                              "keep moments only (moments_only=True; the sde command does), record fewer rounds, or "
-                             "use fewer paths")
-    chunks = split_chunks(paths, chunk_size)
+                             "use fewer paths", working_set=working_set(dev, available))
+    workers = resolve_workers(workers, dev)
+    chunks = plan_workers(paths, chunk_size, BLOCK, workers, d * channels)
     out = StreamingMoments(keep.size, d, BLOCK) if moments_only else np.empty((keep.size, paths, d))
     # checks and progress between segments of at most SEGMENT_STEPS steps (the same whether or not progress shows)
     bounds = np.unique(np.r_[np.arange(0, rounds, max(1, SEGMENT_STEPS // substeps)), rounds])
     watch = BlowUpWatch(problem_scale(problem, start), f"the SDE ({variant})")
     bar = tqdm(total=max(rounds, 1) * len(chunks), desc=f"sde[{variant}]", unit="round", disable=not progress,
                leave=False)
+
+    def run(a: int, b: int, halt) -> None:
+        first_block = a // BLOCK
+        module = proto if a == 0 else _build_module(
+            problem, variant, eta, local_steps, server_lr, h, dev, dtype, inner_samples=inner_samples,
+            estimator=estimator, seed=base_seed, first_block=first_block, oracle_factory=oracle_factory,
+            block_size=block)
+        y = torch.as_tensor(start, dtype=dtype, device=dev).expand(b - a, d).clone()
+        if method == "exact":
+            res = _exact_chunk(module, y, seed=base_seed, first_block=first_block, rounds=rounds, keep=keep,
+                               bar=bar, watch=watch, halt=halt)
+        else:
+            bm = GridBrownian(0.0, hh / substeps, (b - a, module.brownian_channels), seed=base_seed,
+                              first_block=first_block, steps=rounds * substeps, dtype=dtype, device=dev,
+                              float32_draws=float32_draws)
+            res = _euler_chunk(module, y, bm=bm, h=hh, substeps=substeps, rounds=rounds, keep=keep,
+                               bounds=bounds, bar=bar, watch=watch, halt=halt)
+        if moments_only:  # reduced where the paths are (on a GPU: on the device, block sums to the host once)
+            for i in range(keep.size):
+                out.add(i, a, res[i])
+        else:  # one transfer per chunk
+            out[:, a:b] = torch.stack(res).cpu().numpy()
+
     try:
-        for a, b in chunks:
-            first_block = a // BLOCK
-            module = proto if a == 0 else _build_module(
-                problem, variant, eta, local_steps, server_lr, h, dev, dtype, inner_samples=inner_samples,
-                estimator=estimator, seed=base_seed, first_block=first_block, oracle_factory=oracle_factory,
-                block_size=block)
-            y = torch.as_tensor(start, dtype=dtype, device=dev).expand(b - a, d).clone()
-            if method == "exact":
-                res = _exact_chunk(module, y, seed=base_seed, first_block=first_block, rounds=rounds, keep=keep,
-                                   bar=bar, watch=watch)
-            else:
-                bm = GridBrownian(0.0, hh / substeps, (b - a, module.brownian_channels), seed=base_seed,
-                                  first_block=first_block, steps=rounds * substeps, dtype=dtype, device=dev,
-                                  float32_draws=float32_draws)
-                res = _euler_chunk(module, y, bm=bm, h=hh, substeps=substeps, rounds=rounds, keep=keep,
-                                   bounds=bounds, bar=bar, watch=watch)
-            if moments_only:
-                for i in range(keep.size):
-                    out.add(i, a, res[i])
-            else:
-                out[:, a:b] = res
+        run_chunks(run, chunks, workers, on_error=out.abort if moments_only else None,
+                   before_raise=lambda exc: watch.flush(before=getattr(exc, "fedsde_when", -1), stacklevel=6))
     finally:
         bar.close()
+    watch.flush(stacklevel=3)
     config = {
         "variant": variant, "method": method, "eta": proto.eta.describe(), "server_lr": proto.server_lr.describe(),
         "local_steps": np.atleast_1d(local_steps).tolist(), "h": hh, "rounds": rounds, "paths": paths,
@@ -268,53 +289,58 @@ def _check_euler_stability(problem, variant, eta, local_steps, server_lr, h, sub
         )
 
 
-def _check_finite(y: torch.Tensor, t: float, watch: BlowUpWatch, first: int = 0) -> None:
-    """NaN/inf: an error naming the path and time; growth far beyond the problem's scale: one warning per run."""
-    if not watch.scan(y, f"time t={t:.6g}", first=first, noun="path"):
+def _check_finite(y: torch.Tensor, t: float, watch: BlowUpWatch, first: int, when: int) -> None:
+    """NaN/inf: an error naming the path and time; growth far beyond the problem's scale: one warning per run (the
+    chunk starting at path ``first`` records its event at round ``when``, :meth:`BlowUpWatch.flush` warns)."""
+    if not watch.scan(y, f"time t={t:.6g}", first=first, noun="path", order=first, when=when):
         r = int(torch.nonzero(~torch.isfinite(y).all(-1))[0, 0])
-        raise SimulationDivergedError(f"SDE path {first + r} became NaN/inf by time t={t:.6g}; reduce the step or "
-                                      "rates")
+        raise diverged(SimulationDivergedError(f"SDE path {first + r} became NaN/inf by time t={t:.6g}; reduce the "
+                                               "step or rates"), when, first + r)
 
 
 def _euler_chunk(module, y: torch.Tensor, *, bm: GridBrownian, h: float, substeps: int, rounds: int, keep: np.ndarray,
-                 bounds: np.ndarray, bar, watch: BlowUpWatch) -> np.ndarray:
+                 bounds: np.ndarray, bar, watch: BlowUpWatch, halt=None) -> list[torch.Tensor]:
     """Euler–Maruyama of the paths ``y`` (R, d) over ``rounds`` rounds of ``substeps`` steps, in segments cut at
-    ``bounds`` (round indices; checks and progress between them); the states at the rounds ``keep``, (T, R, d)."""
-    res = np.empty((keep.size, y.shape[0], y.shape[1]))
+    ``bounds`` (round indices; checks and progress between them), by :func:`fedsde.sde.euler.euler_rounds` (the
+    numbers of torchsde's ``sdeint``); the states at the rounds ``keep``, T tensors (R, d) on the paths' device."""
+    res: list[torch.Tensor | None] = [None] * keep.size
     keep_idx = {int(k): i for i, k in enumerate(keep)}
     if 0 in keep_idx:
-        res[keep_idx[0]] = y.cpu().numpy()
+        res[keep_idx[0]] = y.clone()
     for lo, hi in itertools.pairwise(bounds):
         lo, hi = int(lo), int(hi)
-        inside = [int(k) - lo for k in keep if lo < k <= hi]
-        rec = sorted(set(inside) | {hi - lo})
+        if halt is not None:
+            halt.check(hi)
+        rec = record_plan(keep, lo, hi)
         # one segment on a clock restarted at 0: the SDE sees t = lo·h + τ, the increments from step lo·substeps on
-        seg_module = module if lo == 0 else ShiftedClock(module, lo * h)
-        ys = sdeint_rounds(seg_module, y, bm.view(lo * substeps), h=h, rounds=hi - lo, substeps=substeps,
-                           record=rec)
-        _check_finite(ys[-1], hi * h, watch, bm._first_block * BLOCK)
-        for i, r in enumerate(rec):
+        ys = euler_rounds(module, y, bm.view(lo * substeps), h=h, rounds=hi - lo, substeps=substeps, record=rec,
+                          offset=lo * h if lo else 0.0)
+        _check_finite(ys[-1], hi * h, watch, bm._first_block * BLOCK, hi)
+        for r, state in zip(rec, ys, strict=True):
             if r + lo in keep_idx:
-                res[keep_idx[r + lo]] = ys[i].cpu().numpy()
+                res[keep_idx[r + lo]] = state
         y = ys[-1]
         bar.update(hi - lo)
     return res
 
 
 def _exact_chunk(module: QuadraticSDE, y: torch.Tensor, *, seed: int, first_block: int, rounds: int,
-                 keep: np.ndarray, bar, watch: BlowUpWatch) -> np.ndarray:
-    """Exact OU transitions ``w ← c + Φ(w − c) + K^{1/2} z`` over each round (normals: unit-step GridBrownian)."""
+                 keep: np.ndarray, bar, watch: BlowUpWatch, halt=None) -> list[torch.Tensor]:
+    """Exact OU transitions ``w ← c + Φ(w − c) + K^{1/2} z`` over each round (normals: unit-step GridBrownian); the
+    states at the rounds ``keep``, T tensors (R, d) on the paths' device."""
     d = y.shape[1]
-    res = np.empty((keep.size, y.shape[0], d))
+    res: list[torch.Tensor | None] = [None] * keep.size
     keep_idx = {int(k): i for i, k in enumerate(keep)}
     if 0 in keep_idx:
-        res[keep_idx[0]] = y.cpu().numpy()
+        res[keep_idx[0]] = y.clone()
     normals = GridBrownian(0.0, 1.0, (y.shape[0], d), seed=seed, first_block=first_block, steps=max(rounds, 1),
                            dtype=y.dtype, device=y.device)
     h = module.h
     cache: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
     kw = {"dtype": y.dtype, "device": y.device}
     for n in range(rounds):
+        if halt is not None:
+            halt.check(n + 1)
         lin = module.coefficients(n * h)
         entry = cache.get(id(lin))
         if entry is None:
@@ -324,7 +350,7 @@ def _exact_chunk(module: QuadraticSDE, y: torch.Tensor, *, seed: int, first_bloc
         PhiT, c, LT = entry
         y = torch.addmm(c, y - c, PhiT).addmm_(normals.increment(n), LT)
         if n + 1 in keep_idx:
-            _check_finite(y, (n + 1) * h, watch, first_block * BLOCK)
-            res[keep_idx[n + 1]] = y.cpu().numpy()
+            _check_finite(y, (n + 1) * h, watch, first_block * BLOCK, n + 1)
+            res[keep_idx[n + 1]] = y
         bar.update(1)
     return res

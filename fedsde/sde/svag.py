@@ -37,6 +37,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from fedsde._memory import available_memory
 from fedsde._validate import client_steps, device_dtype, positive_float, positive_int, schedule, start_point
 from fedsde.clients.least_squares_oracle import least_squares_oracle
 from fedsde.clients.local import run_local_steps, step_limits
@@ -45,7 +46,8 @@ from fedsde.clients.streams import ReplicateStreams, resolve_block_size, resolve
 from fedsde.errors import FedsdeInputError, SimulationDivergedError
 from fedsde.problems.quadratic import QuadraticProblem
 from fedsde.problems.regression import RegressionProblem
-from fedsde.sim.moments import BlowUpWatch, problem_scale
+from fedsde.sim.moments import BlowUpWatch, plan_chunks, problem_scale, working_set
+from fedsde.sim.workers import diverged, plan_workers, resolve_workers, run_chunks
 
 #: stream family of the SVAG rollouts: purpose = _SVAG + ℓ (disjoint from the simulator's 0, 1, 2, the general
 #: SDE's 1 << 19 and the Brownian motion's 1 << 20 + window)
@@ -134,6 +136,7 @@ def svag_chain(
     block_size: int | None = None,
     bar=None,
     what: str | None = None,
+    workers: int | None = None,
 ) -> SVAGPaths:
     """Run the SVAG chain with parameter ``ell`` for ``rounds`` base rounds (``ell·rounds`` SVAG steps).
 
@@ -164,8 +167,9 @@ def svag_chain(
     record : sequence of int, optional
         Base rounds (0..rounds) whose weights are kept (memory ``O(T·R·d)``); default none.
     on_grid : callable, optional
-        ``on_grid(n, w)`` at every base round ``n = 0..rounds`` with the weights ``w`` (R, d) (a view: copy what
-        you keep).
+        ``on_grid(n, start, w)`` at every base round ``n = 0..rounds`` with the weights ``w`` (R_c, d) of the
+        replicates ``start … start + R_c − 1`` (a chunk: the chains run in chunks of replicate blocks, in parallel
+        threads on the CPU; a view on the run's device and dtype: copy what you keep).
     device, dtype
     block_size : int, optional
         Replicates per random stream (default ``min(R, BLOCK)``, as in :func:`fedsde.sim.simulate`); ``R`` is padded
@@ -174,6 +178,9 @@ def svag_chain(
         Progress bar advanced by one per SVAG step.
     what : str, optional
         Name of the run in the blow-up warning (default ``"the SVAG chain (ell=ℓ)"``).
+    workers : int, optional
+        Threads that run chunks of replicates at the same time (default: the threads torch may use on the CPU, 1 on a
+        GPU; :mod:`fedsde.sim.workers`).  The chains are bit-identical for every value.
 
     NaN/inf weights raise :class:`~fedsde.errors.SimulationDivergedError` naming the base round, step and
     replicate; growth of ``max |w|`` far beyond the problem's scale issues one
@@ -208,65 +215,118 @@ def svag_chain(
     keep = np.zeros(0, np.int64) if record is None else np.unique(np.asarray(record, dtype=np.int64).reshape(-1))
     if keep.size and (keep.min() < 0 or keep.max() > rounds):
         raise FedsdeInputError(f"record: rounds must lie in [0, {rounds}]")
-    keep_idx = {int(k): i for i, k in enumerate(keep)}
-    out = np.empty((keep.size, R, d))
-
-    nb = -(-R // block)
-    Rp = nb * block
     rollouts = 1 if ell == 1 else 2
-    nbi = nb * rollouts
-    streams = ReplicateStreams(base_seed, 0, nbi, dev, 0 if ell == 1 else _SVAG + ell, block)
-    oracle = oracle_factory(problem, nbi, dev, dtype)
-    p = torch.as_tensor(np.asarray(problem.p, dtype=np.float64), dtype=dtype, device=dev)
-    limits = step_limits(steps, device=dev)  # None when every client runs the same number of steps
-    n_steps = int(steps.max())
-    c1, c2 = svag_coefficients(ell)
-    coef = torch.tensor([c1, c2], dtype=dtype, device=dev).view(1, 2, 1, 1)
     w_start = start_point(w0, d)
-    w = torch.as_tensor(w_start, dtype=dtype, device=dev).expand(Rp, d).clone()
-    watch = BlowUpWatch(problem_scale(problem, w_start), what or f"the SVAG chain (ell={ell})")
-    weights_p = p.expand(Rp, Q)
-
-    def emit(n: int) -> None:
-        if n in keep_idx:
-            out[keep_idx[n]] = w[:R].cpu().numpy()
-        if on_grid is not None:
-            on_grid(n, w[:R])
-
-    emit(0)
-    for n in range(rounds):
-        eta_n, s = float(etas[n]), float(lrs[n]) / ell
-        for j in range(ell):
-            if ell == 1:  # the simulator's round, operation for operation
-                wb = w.view(nb, 1, block, d)
-                x = wb.expand(nb, Q, block, d).clone()
-            else:  # block b's two rollouts sit at blocks 2b, 2b + 1
-                wb = w.view(nb, 1, 1, block, d)
-                x = wb.expand(nb, 2, Q, block, d).clone().view(nbi, Q, block, d)
-            run_local_steps(x=x, oracle=oracle, streams=streams, eta=eta_n, n_steps=n_steps, local_steps=limits)
-            if ell == 1:
-                delta = (x - wb).transpose(1, 2).reshape(Rp, Q, d)
-                w = w + s * torch.bmm(weights_p.unsqueeze(1), delta).squeeze(1)
-            else:
-                disp = x.view(nb, 2, Q, block, d) - wb
-                A = torch.einsum("q,njqbd->njbd", p, disp)  # (nb, 2, B, d)
-                w = w + s * (A * coef).sum(1).reshape(Rp, d)
-            if not watch.scan(w[:R], f"base round {n + 1}, step {j}"):
-                r = int(torch.nonzero(~torch.isfinite(w[:R]).all(-1))[0, 0])
-                raise SimulationDivergedError(
-                    f"SVAG chain (ell={ell}) produced NaN/inf at base round {n}, step {j} (replicate {r}); "
-                    "reduce eta or server_lr"
-                )
-            if bar is not None:
-                bar.update(1)
-        emit(n + 1)
+    # per replicate: the clients' weights and a few (rollouts, Q, d) work tensors of the local round; stored: the
+    # recorded weights; chunks of blocks run in parallel threads (fedsde.sim.workers: the same numbers)
+    item = torch.finfo(dtype).bits // 8
+    available = available_memory(dev, None)
+    chunk_size = plan_chunks(f"replicates={R}", R, None, block, item * (10 * rollouts * Q * d + 6 * d),
+                             8 * keep.size * R * d, available, "use fewer replicates or record fewer rounds",
+                             working_set=working_set(dev, available))
+    workers = resolve_workers(workers, dev)
+    chunks = plan_workers(R, chunk_size, block, workers, rollouts * Q * d)
+    run = _Chain(problem=problem, ell=ell, R=R, block=block, seed=base_seed, oracle_factory=oracle_factory, dev=dev,
+                 dtype=dtype, etas=etas, lrs=lrs, steps=steps, w_start=w_start, keep=keep, on_grid=on_grid, bar=bar,
+                 watch=BlowUpWatch(problem_scale(problem, w_start), what or f"the SVAG chain (ell={ell})"))
+    run_chunks(run, chunks, workers,
+               before_raise=lambda exc: run.watch.flush(before=getattr(exc, "fedsde_when", -1), stacklevel=7))
+    run.watch.flush(stacklevel=3)
     config = {"ell": ell, "eta": etas.tolist() if np.ndim(eta) else float(eta), "local_steps": steps.tolist(),
               "rounds": rounds, "replicates": R, "seed": base_seed, "h": h,
               "server_lr": lrs.tolist() if np.ndim(server_lr) else float(server_lr), "device": str(dev),
               "dtype": str(dtype).replace("torch.", ""), "block_size": block,
               "oracle": getattr(oracle_factory, "describe", getattr(oracle_factory, "__name__", repr(oracle_factory)))}
-    return SVAGPaths(ell=ell, h=h, rounds=keep, times=keep * h, weights=out, final=w[:R].cpu().numpy(),
-                     config=config)
+    return SVAGPaths(ell=ell, h=h, rounds=keep, times=keep * h, weights=run.out, final=run.final, config=config)
+
+
+@dataclass
+class _Chain:
+    """The SVAG chain of :func:`svag_chain` on one chunk of replicates, ``run(start, stop)`` (start on a block
+    boundary): recorded weights into ``out`` (T, R, d) and the final ones into ``final`` (R, d), on the host in one
+    transfer per chunk."""
+
+    problem: object
+    ell: int
+    R: int
+    block: int
+    seed: int
+    oracle_factory: Callable
+    dev: torch.device
+    dtype: torch.dtype
+    etas: np.ndarray
+    lrs: np.ndarray
+    steps: np.ndarray
+    w_start: np.ndarray
+    keep: np.ndarray
+    on_grid: Callable | None
+    bar: object
+    watch: BlowUpWatch
+
+    def __post_init__(self):
+        self.out = np.empty((self.keep.size, self.R, self.problem.d))
+        self.final = np.empty((self.R, self.problem.d))
+
+    def __call__(self, start: int, stop: int, halt=None) -> None:
+        ell, block, dev, dtype = self.ell, self.block, self.dev, self.dtype
+        Q, d, R = self.problem.Q, self.problem.d, stop - start
+        nb = -(-R // block)
+        Rp = nb * block
+        rollouts = 1 if ell == 1 else 2
+        nbi = nb * rollouts
+        b0 = start // block
+        streams = ReplicateStreams(self.seed, b0 * rollouts, nbi, dev, 0 if ell == 1 else _SVAG + ell, block)
+        oracle = self.oracle_factory(self.problem, nbi, dev, dtype)
+        p = torch.as_tensor(np.asarray(self.problem.p, dtype=np.float64), dtype=dtype, device=dev)
+        limits = step_limits(self.steps, device=dev)  # None when every client runs the same number of steps
+        n_steps = int(self.steps.max())
+        c1, c2 = svag_coefficients(ell)
+        coef = torch.tensor([c1, c2], dtype=dtype, device=dev).view(1, 2, 1, 1)
+        w = torch.as_tensor(self.w_start, dtype=dtype, device=dev).expand(Rp, d).clone()
+        weights_p = p.expand(Rp, Q)
+        keep_idx = {int(k): i for i, k in enumerate(self.keep)}
+        kept: dict[int, torch.Tensor] = {}
+        share = R / self.R  # of one step of the progress bar
+
+        def emit(n: int) -> None:
+            if n in keep_idx:
+                kept[keep_idx[n]] = w[:R].clone()
+            if self.on_grid is not None:
+                self.on_grid(n, start, w[:R])
+
+        emit(0)
+        for n in range(self.etas.size):
+            eta_n, s = float(self.etas[n]), float(self.lrs[n]) / ell
+            for j in range(ell):
+                if halt is not None:
+                    halt.check(n * ell + j)
+                if ell == 1:  # the simulator's round, operation for operation
+                    wb = w.view(nb, 1, block, d)
+                    x = wb.expand(nb, Q, block, d).clone()
+                else:  # block b's two rollouts sit at blocks 2b, 2b + 1
+                    wb = w.view(nb, 1, 1, block, d)
+                    x = wb.expand(nb, 2, Q, block, d).clone().view(nbi, Q, block, d)
+                run_local_steps(x=x, oracle=oracle, streams=streams, eta=eta_n, n_steps=n_steps, local_steps=limits)
+                if ell == 1:
+                    delta = (x - wb).transpose(1, 2).reshape(Rp, Q, d)
+                    w = w + s * torch.bmm(weights_p.unsqueeze(1), delta).squeeze(1)
+                else:
+                    disp = x.view(nb, 2, Q, block, d) - wb
+                    A = torch.einsum("q,njqbd->njbd", p, disp)  # (nb, 2, B, d)
+                    w = w + s * (A * coef).sum(1).reshape(Rp, d)
+                if not self.watch.scan(w[:R], f"base round {n + 1}, step {j}", first=start, order=start,
+                                       when=n * ell + j):
+                    r = start + int(torch.nonzero(~torch.isfinite(w[:R]).all(-1))[0, 0])
+                    raise diverged(SimulationDivergedError(
+                        f"SVAG chain (ell={ell}) produced NaN/inf at base round {n}, step {j} (replicate {r}); "
+                        "reduce eta or server_lr"
+                    ), n * ell + j, r)
+                if self.bar is not None:
+                    self.bar.update(share)
+            emit(n + 1)
+        if kept:
+            self.out[:, start:stop] = torch.stack([kept[i] for i in range(self.keep.size)]).cpu().numpy()
+        self.final[start:stop] = w[:R].cpu().numpy()
 
 
 def simulate_svag(problem, *, eta, local_steps, rounds: int, paths: int, seed, ell: int, server_lr=1.0, h=None,

@@ -8,16 +8,56 @@ Schemes (:data:`WEIGHTINGS`; seed 003, eq. (14) for the multinomial one), with c
 * ``"multinomial"`` — ``m`` draws with replacement with probabilities ``p_k``, each weighted ``1/m``.
 
 Without sampling (``m`` None or ``Q``, not multinomial) every client takes part with weight ``p_k``.
+
+**Cross-device regime** (:func:`is_cross_device`: at least :data:`CROSS_DEVICE_Q` clients, at most
+:data:`CROSS_DEVICE_M` participants, a uniform ``m``-subset scheme).  The ordinary draw keeps the ``m`` smallest of
+``Q`` uniforms per replicate (O(Q) draws and work, and the whole ``(R, Q)`` mask); here the subset is drawn by
+Floyd's algorithm from ``m`` uniforms per replicate (:func:`draw_subsets`, O(m²) work), and the round trains,
+weights and aggregates only the participants (:mod:`fedsde.sim.runner`).  The law is the same (a uniform
+``m``-subset, the same weights); the random numbers are not, which is why the regime starts at a threshold that no
+run of ordinary size reaches: below it every draw is what it always was.
 """
 
 from __future__ import annotations
 
 import torch
 
+from fedsde.clients.data_oracles import floyd_sample
 from fedsde.clients.streams import BLOCK, ReplicateStreams
 
 #: participation schemes: uniform m-subsets weighted p_k Q/m or p_k/Σ_S p_j; m draws with replacement ∝ p, 1/m each
 WEIGHTINGS = ("unbiased", "renormalised", "multinomial")
+
+
+#: cross-device regime (module docstring): at least this many clients …
+CROSS_DEVICE_Q = 10_000
+#: … and at most this many participants per round (Floyd's draw does O(m²) work per replicate)
+CROSS_DEVICE_M = 1024
+
+
+def is_cross_device(m: int | None, Q: int, weighting: str) -> bool:
+    """True when a round draws and trains only its ``m`` participants (see the module docstring)."""
+    return (m is not None and m < Q and Q >= CROSS_DEVICE_Q and m <= CROSS_DEVICE_M
+            and weighting in ("unbiased", "renormalised"))
+
+
+def draw_subsets(streams: ReplicateStreams, nb: int, Q: int, m: int, weighting: str, p: torch.Tensor,
+                 block: int = BLOCK) -> tuple[torch.Tensor, torch.Tensor]:
+    """The cross-device draw: participants and their weights, both of shape (nb·block, m), for one round.
+
+    A uniform ``m``-subset of ``0..Q−1`` per replicate by Floyd's algorithm (``m`` uniforms, sorted increasingly),
+    weighted ``p_k Q/m`` (``"unbiased"``) or ``p_k / Σ_{j∈S} p_j`` (``"renormalised"``); parameters as
+    :func:`draw_participation`.
+    """
+    R = nb * block
+    u = streams.uniform_(torch.empty((nb, block, m), dtype=torch.float64, device=p.device)).view(R, m)
+    full = torch.full((R,), m, dtype=torch.int64, device=p.device)
+    cid = torch.sort(floyd_sample(u, full.new_full((R,), Q), full), dim=1).values
+    pm = p[cid]
+    if weighting == "unbiased":
+        return cid, pm * (Q / m)
+    tot = pm.sum(1, keepdim=True)
+    return cid, torch.where(tot > 0, pm / tot.clamp_min(torch.finfo(p.dtype).tiny), pm)
 
 
 def is_sampled(m: int | None, Q: int, weighting: str) -> bool:

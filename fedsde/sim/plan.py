@@ -25,8 +25,9 @@ from fedsde.clients.streams import resolve_block_size, resolve_seed
 from fedsde.errors import FedsdeInputError
 from fedsde.problems.quadratic import QuadraticProblem
 from fedsde.problems.regression import RegressionProblem
-from fedsde.sim.moments import BlowUpWatch, plan_chunks, problem_scale
-from fedsde.sim.participation import WEIGHTINGS, is_sampled
+from fedsde.sim.moments import BlowUpWatch, plan_chunks, problem_scale, working_set
+from fedsde.sim.participation import WEIGHTINGS, is_cross_device, is_sampled
+from fedsde.sim.workers import resolve_workers
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,11 @@ class SimulationPlan:
         Keep streamed moments instead of the samples.
     watch : BlowUpWatch
         The run's blow-up watch (one warning per run).
+    workers : int
+        Threads that may simulate chunks at once (:mod:`fedsde.sim.workers`).
+    sparse : bool
+        The cross-device regime (:mod:`fedsde.sim.participation`): only the ``m`` participants are drawn, trained
+        and aggregated.
     """
 
     problem: Any
@@ -90,6 +96,8 @@ class SimulationPlan:
     chunk_size: int | None
     moments_only: bool
     watch: BlowUpWatch
+    workers: int = 1
+    sparse: bool = False
 
     @property
     def Q(self) -> int:
@@ -109,9 +117,24 @@ class SimulationPlan:
         return max_local_steps(self.steps)
 
     @property
+    def slots(self) -> int:
+        """Client slots trained per replicate: ``m`` in the cross-device regime, else ``Q``."""
+        return int(self.participation) if self.sparse else self.Q
+
+    @property
     def sampled(self) -> bool:
         """True when participants are drawn every round (see :func:`fedsde.sim.participation.is_sampled`)."""
         return is_sampled(self.participation, self.Q, self.weighting)
+
+
+def compact_rule(agg: Aggregator) -> bool:
+    """True when the rule's step is ``w + s Σ_k ω_k Δ_k`` with ``ω`` the participation scheme's own weights and
+    nothing kept per client: no server state, correction, norms, first gradients or warm start, and
+    ``exact_under_sampling`` (:mod:`fedsde.aggregators.base`).  Such a rule gives the same step on the ``m``
+    participants' slots as on all ``Q`` clients (the others have zero weight), which the cross-device regime uses.
+    """
+    return bool(agg.exact_under_sampling and not agg.stateful and not agg.needs_norms and not agg.needs_first_grads
+                and agg.warm_start_rounds == 0 and agg.correction(None) is None)
 
 
 def max_local_steps(steps: np.ndarray | RandomSteps | EpochSteps) -> int:
@@ -140,6 +163,7 @@ def make_plan(
     block_size: int | None = None,
     moments_only: bool = False,
     memory_limit: int | str | None = None,
+    workers: int | None = None,
 ) -> SimulationPlan:
     """Validate the arguments of :func:`fedsde.sim.simulate` (same names and meaning) and resolve them."""
     rounds = positive_int("rounds", rounds, minimum=0)
@@ -170,14 +194,18 @@ def make_plan(
     make_oracle = oracle_factory or _default_oracle(problem, steps)
     if moments_only and drift_keep.size:
         raise FedsdeInputError("record_drift: needs the samples; not available with moments_only=True")
-    chunk_size = _chunk_size(replicates=replicates, chunk_size=chunk_size, block=block_size, Q=Q, d=d,
-                             recorded=keep.size, drift_cols=drift_keep.size * max_local_steps(steps),
-                             moments_only=moments_only, device=dev, dtype=dtype, memory_limit=memory_limit)
+    workers = resolve_workers(workers, dev)
+    sparse = is_cross_device(participation, Q, weighting) and compact_rule(agg) and not drift_keep.size
+    chunk_size = _chunk_size(replicates=replicates, chunk_size=chunk_size, block=block_size,
+                             Q=participation if sparse else Q, d=d, recorded=keep.size,
+                             drift_cols=drift_keep.size * max_local_steps(steps), moments_only=moments_only,
+                             device=dev, dtype=dtype, memory_limit=memory_limit)
     return SimulationPlan(
         problem=problem, aggregator=agg, make_oracle=make_oracle, seed=base_seed, device=dev, dtype=dtype,
         etas=etas, server_lrs=lrs, steps=steps, participation=participation, weighting=weighting, w_start=w_start,
         record=keep, drift_rounds=drift_keep, block_size=block_size, replicates=replicates, chunk_size=chunk_size,
         moments_only=bool(moments_only), watch=BlowUpWatch(problem_scale(problem, w_start), "the simulation"),
+        workers=workers, sparse=sparse,
     )
 
 
@@ -185,15 +213,19 @@ def _chunk_size(*, replicates: int, chunk_size: int | None, block: int, Q: int, 
                 drift_cols: int, moments_only: bool, device: torch.device, dtype: torch.dtype,
                 memory_limit: int | str | None) -> int | None:
     """Chunk size that fits (``chunk_size`` if given) or a one-line error; per replicate: about ten (Q, d) tensors
-    of the local round, the aggregator's state, a copy of the weights and the per-block moment sums (d² per block);
-    stored: weights (T, R, d) and drift (T_d, E_max, R, Q)."""
+    of the local round (``Q`` the slots trained: ``m`` in the cross-device regime), the aggregator's state, a copy of
+    the weights and the per-block moment sums (d² per block), and on a GPU the chunk's recorded weights (T, d)
+    until its end; stored: weights (T, R, d) and drift (T_d, E_max, R, Q)."""
     item = torch.finfo(dtype).bits // 8
     per_rep = item * (10 * Q * d + 6 * Q + 4 * d) + 16 * d + (16 * d * d // block + 8 * d if moments_only else 0)
+    if device.type != "cpu" and not moments_only:
+        per_rep += item * recorded * d
     stored = 0 if moments_only else 8 * replicates * (recorded * d + drift_cols * Q)
     hint = ("keep moments only (moments_only=True; the simulate command does), record fewer rounds, or use fewer "
             "replicates") if not moments_only else "use a smaller problem or another device"
-    return plan_chunks(f"replicates={replicates}", replicates, chunk_size, block, per_rep, stored,
-                       available_memory(device, memory_limit), hint)
+    available = available_memory(device, memory_limit)
+    return plan_chunks(f"replicates={replicates}", replicates, chunk_size, block, per_rep, stored, available, hint,
+                       working_set=working_set(device, available))
 
 
 def _default_oracle(problem, steps):

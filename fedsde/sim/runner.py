@@ -19,7 +19,11 @@ All ``R`` replicates and ``Q`` clients advance together: one batched tensor oper
 Python loop over clients or replicates.  Randomness comes from per-block streams
 (:mod:`fedsde.clients.streams`): the same seed gives bit-identical results on CPU, however the replicates are
 chunked.  :func:`simulate` resolves its arguments once into a :class:`~fedsde.sim.plan.SimulationPlan` and runs
-the replicates chunk by chunk (:func:`run_chunk`); participation is drawn by :mod:`fedsde.sim.participation`.
+the replicates chunk by chunk (:func:`run_chunk`), the chunks in parallel threads on the CPU
+(:mod:`fedsde.sim.workers`, ``workers=``: the same numbers whatever the number of threads); participation is drawn
+by :mod:`fedsde.sim.participation`.  In its cross-device regime (many clients, few participants; server rules whose
+step is the scheme's weighted mean, :func:`fedsde.sim.plan.compact_rule`) a round costs in proportion to the
+participants: they alone are drawn, trained and aggregated, as ``(R, m, d)`` slots.
 """
 
 from __future__ import annotations
@@ -34,13 +38,14 @@ from tqdm.auto import tqdm
 from fedsde.aggregators import Aggregator, RoundContext
 from fedsde.clients.local import run_local_steps
 from fedsde.clients.steps import EpochSteps, RandomSteps
-from fedsde.clients.streams import ReplicateStreams, split_chunks
+from fedsde.clients.streams import ReplicateStreams
 from fedsde.errors import SimulationDivergedError
 from fedsde.problems.quadratic import QuadraticProblem
 from fedsde.sim.moments import StreamingMoments
-from fedsde.sim.participation import draw_participation, participant_slots, scatter_slots
+from fedsde.sim.participation import draw_participation, draw_subsets, participant_slots, scatter_slots
 from fedsde.sim.plan import SimulationPlan, make_plan
 from fedsde.sim.result import SimulationResult
+from fedsde.sim.workers import Stop, diverged, plan_workers, run_chunks
 
 # stream families (independent for the same seed)
 _NOISE, _PARTICIPATION, _STEPS = 0, 1, 2
@@ -69,6 +74,7 @@ def simulate(
     block_size: int | None = None,
     moments_only: bool = False,
     memory_limit: int | str | None = None,
+    workers: int | None = None,
 ) -> SimulationResult:
     """Simulate ``replicates`` independent runs of a federated algorithm on ``problem``.
 
@@ -102,8 +108,18 @@ def simulate(
         Rounds (0..rounds) at which to keep the server weights; default every round.
     record_drift : bool or sequence of int
         Also record ``‖w_k^{(i)} − w_n‖`` at every local step, for all rounds (True) or the given ones.
-    device, dtype
-        Torch device (``"cpu"``, ``"cuda"``) and precision (float64 by default).
+    device : str or torch.device
+        Torch device (``"cpu"``, ``"cuda"``).  On a GPU the chunk is sized to its free memory (usually one chunk),
+        the random draws of :data:`~fedsde.clients.streams.DEVICE_GROUP` blocks come from one generator call, and the
+        streamed moments are reduced on the device and reach the host once (docs/determinism.md: same law as the
+        CPU, other numbers).
+    dtype : torch.dtype
+        Precision of the whole simulation: ``torch.float64`` (default; what the exact laws and the theory are
+        compared with) or ``torch.float32`` (about twice as fast, half the memory, and what a GPU computes fastest).
+        float32 rounds each step to about 6·10⁻⁸ relative; over the runs of this package its mean and covariance
+        agree with float64's within their standard errors (``tests/test_float32.py``: quadratic clients, digits
+        softmax and MLP, 5 s.e.), but not in bits, and the random draws are float32 draws (other numbers than
+        float64's for the same seed).  Streamed moments are accumulated in float64 either way.
     chunk_size : int, optional
         Simulate at most this many replicates at once (rounded up to a multiple of
         :data:`fedsde.clients.streams.BLOCK`); results do not depend on it.
@@ -123,6 +139,10 @@ def simulate(
         Bytes the run may plan for (default: what is free; see :func:`fedsde._memory.available_memory`).  Without
         ``chunk_size`` the replicates are chunked to fit; a run whose stored samples alone cannot fit is refused up
         front with the estimate.
+    workers : int, optional
+        Threads that simulate chunks of replicates at the same time, one CPU core each (default: the threads torch
+        may use, ``torch.get_num_threads()``, on the CPU; 1 on a GPU).  Runs too small to share stay in one thread
+        (:func:`fedsde.sim.workers.plan_workers`).  Results are bit-identical for every value.
 
     Returns
     -------
@@ -139,17 +159,20 @@ def simulate(
         server_lr=server_lr, w0=w0, participation=participation, weighting=weighting, aggregator=aggregator,
         record=record, record_drift=record_drift, device=device, dtype=dtype, chunk_size=chunk_size,
         oracle_factory=oracle_factory, block_size=block_size, moments_only=moments_only, memory_limit=memory_limit,
+        workers=workers,
     )
     keep, drift_keep, R = plan.record, plan.drift_rounds, plan.replicates
-    chunks = split_chunks(R, plan.chunk_size, plan.block_size)
+    chunks = plan_workers(R, plan.chunk_size, plan.block_size, plan.workers, plan.slots * plan.d)
     out_w = StreamingMoments(keep.size, plan.d, plan.block_size) if moments_only else np.empty((keep.size, R, plan.d))
     out_drift = np.empty((drift_keep.size, plan.max_steps, R, plan.Q)) if drift_keep.size else None
     bar = tqdm(total=plan.rounds * len(chunks), desc="simulate", unit="round", disable=not progress, leave=False)
     try:
-        for start, stop in chunks:
-            run_chunk(plan, start, stop - start, out_w, out_drift, bar)
+        run_chunks(lambda a, b, halt: run_chunk(plan, a, b - a, out_w, out_drift, bar, halt), chunks, plan.workers,
+                   on_error=out_w.abort if moments_only else None,
+                   before_raise=lambda exc: plan.watch.flush(before=getattr(exc, "fedsde_when", -1), stacklevel=6))
     finally:
         bar.close()
+    plan.watch.flush(stacklevel=3)
     config = _config(plan, eta, server_lr)
     if moments_only:
         return SimulationResult(rounds=keep, weights=None, config=config, streamed=out_w)
@@ -212,12 +235,14 @@ class _StepDraws:
         return self.steps.draw(self.streams, self.Q), self.steps.max_steps(), None, None
 
 
-def run_chunk(plan: SimulationPlan, start: int, R: int, out_w, out_drift: np.ndarray | None, bar) -> None:
+def run_chunk(plan: SimulationPlan, start: int, R: int, out_w, out_drift: np.ndarray | None, bar,
+              halt: Stop | None = None) -> None:
     """Simulate replicates ``[start, start + R)`` (``start`` a multiple of the block), padded to whole blocks.
 
     The server weights of the recorded rounds go to ``out_w`` (an array (T, R_total, d) or
     :class:`~fedsde.sim.moments.StreamingMoments`), the drift to ``out_drift`` (T_d, E_max, R_total, Q); ``bar``
-    advances by one per round.
+    advances by one per round.  Blow-up events go to ``plan.watch`` under the chunk's ``start``; the chunk stops
+    past the step of another chunk's failure (``halt``, :class:`fedsde.sim.workers.Stop`).
     """
     Q, d, block, dev, dtype = plan.Q, plan.d, plan.block_size, plan.device, plan.dtype
     agg: Aggregator = plan.aggregator
@@ -228,35 +253,47 @@ def run_chunk(plan: SimulationPlan, start: int, R: int, out_w, out_drift: np.nda
     part = ReplicateStreams(plan.seed, start // block, nb, dev, _PARTICIPATION, block) if plan.sampled else None
     draws = _StepDraws(plan, start, nb)
     oracle = plan.make_oracle(plan.problem, nb, dev, dtype)
-    # train only the m participants of each replicate (m slots instead of Q) when the oracle allows it
-    slots_ok = (getattr(oracle, "participants_only", False) and m is not None and m < Q
-                and weighting != "multinomial" and out_drift is None)
+    # train only the m participants of each replicate (m slots instead of Q) when the oracle allows it; in the
+    # cross-device regime also draw and aggregate only them (plan.sparse)
+    takes_clients = getattr(oracle, "participants_only", False)
+    sparse = plan.sparse and (takes_clients or getattr(oracle, "accepts_clients", False))
+    slots_ok = (takes_clients and m is not None and m < Q and weighting != "multinomial" and out_drift is None)
     p = torch.as_tensor(plan.problem.p, dtype=dtype, device=dev)
     w = torch.as_tensor(plan.w_start, dtype=dtype, device=dev).expand(Rp, d).clone()
     state = agg.init(w)
     solver = agg.local_solver
     keep_idx = {int(k): i for i, k in enumerate(plan.record)}
     drift_idx = {int(k): i for i, k in enumerate(plan.drift_rounds)}
+    store = _Recorder(out_w, start, R, len(keep_idx), dev)
     if 0 in keep_idx:
-        _store(out_w, keep_idx[0], start, w[:R])
+        store(keep_idx[0], w[:R])
     for n in range(plan.rounds):
+        if halt is not None:
+            halt.check(n)
         eta, s = float(plan.etas[n]), float(plan.server_lrs[n])
         tau, n_steps, batch, max_batch = draws.next()
-        mask, weights = draw_participation(part, nb, Q, m, weighting, p, block)
         full = n < agg.warm_start_rounds
+        cid, clients, tau_s, mask = None, None, tau, None
+        if sparse:  # compact rules only (fedsde.sim.plan.compact_rule): no warm start, correction or norms
+            cid, weights = draw_subsets(part, nb, Q, m, weighting, p, block)
+            mask = torch.ones_like(cid, dtype=torch.bool)
+        else:
+            mask, weights = draw_participation(part, nb, Q, m, weighting, p, block)
         if full:  # the draws above keep the streams aligned with other rules
             mask = torch.ones((Rp, Q), dtype=torch.bool, device=dev)
             weights = p.expand(Rp, Q)
         wb = w.view(nb, 1, block, d)
         corr = agg.correction(state)  # (Rp, Q, d) or None
-        cid, clients, tau_s = None, None, tau
-        if slots_ok and not full:
+        if slots_ok and not full and not sparse:
             cid, clients = participant_slots(mask, m, block)
+            if corr is not None:
+                corr = corr.gather(1, cid.unsqueeze(-1).expand(Rp, m, d))
+        elif sparse:
+            clients = cid.view(nb, block, m).transpose(1, 2)
+        if cid is not None:
             tau_s = tau.gather(1, cid)
             if batch is not None:
                 batch = batch.gather(1, cid)
-            if corr is not None:
-                corr = corr.gather(1, cid.unsqueeze(-1).expand(Rp, m, d))
         S = Q if cid is None else m
         x = wb.expand(nb, S, block, d).clone()  # (nb, S, B, d)
         rec = drift_idx.get(n)
@@ -273,29 +310,50 @@ def run_chunk(plan: SimulationPlan, start: int, R: int, out_w, out_drift: np.nda
             out_drift[rec, n_steps:, start:start + R] = out_drift[rec, n_steps - 1, start:start + R]
         delta = (x - wb).transpose(1, 2).reshape(Rp, S, d)  # (Rp, S, d)
         g0 = None if first_grads is None else first_grads.transpose(1, 2).reshape(Rp, S, d)
-        if cid is not None:
-            delta = scatter_slots(delta, cid, Q)
-            if g0 is not None:
-                g0 = scatter_slots(g0, cid, Q)
-        elif m is not None and not bool(mask.all()):
-            delta = delta * mask.unsqueeze(-1).to(dtype)
-        norms = solver.accumulation_norm(tau, eta).to(dtype) if agg.needs_norms else None
-        ctx = RoundContext(round=n, server_lr=s, eta=eta, local_steps=tau, participating=mask, p=p,
-                           norms=norms, first_grads=g0)
+        if sparse:  # the rule sees the m participants as its clients
+            ctx = RoundContext(round=n, server_lr=s, eta=eta, local_steps=tau_s, participating=mask, p=p)
+        else:
+            if cid is not None:
+                delta = scatter_slots(delta, cid, Q)
+                if g0 is not None:
+                    g0 = scatter_slots(g0, cid, Q)
+            elif m is not None and not bool(mask.all()):
+                delta = delta * mask.unsqueeze(-1).to(dtype)
+            norms = solver.accumulation_norm(tau, eta).to(dtype) if agg.needs_norms else None
+            ctx = RoundContext(round=n, server_lr=s, eta=eta, local_steps=tau, participating=mask, p=p,
+                               norms=norms, first_grads=g0)
         w, state = agg.apply(w, delta, weights, state, ctx)
-        if not plan.watch.scan(w[:R], f"round {n + 1}", first=start):
-            _raise_diverged(n, start, delta[:R], w[:R])
+        if not plan.watch.scan(w[:R], f"round {n + 1}", first=start, order=start, when=n):
+            _raise_diverged(n, start, delta[:R], w[:R], cid[:R] if sparse else None)
         if n + 1 in keep_idx:
-            _store(out_w, keep_idx[n + 1], start, w[:R])
+            store(keep_idx[n + 1], w[:R])
         bar.update(1)
+    store.close()
 
 
-def _store(out_w, t: int, start: int, w: torch.Tensor) -> None:
-    """Keep the server weights of rows ``[start, start + len(w))`` at recorded index ``t`` (samples or moments)."""
-    if isinstance(out_w, StreamingMoments):
-        out_w.add(t, start, w)
-    else:
-        out_w[t, start:start + w.shape[0]] = w.cpu().numpy()
+class _Recorder:
+    """Server weights of the recorded rounds into ``out_w`` (samples (T, R_total, d) or
+    :class:`~fedsde.sim.moments.StreamingMoments`) for the rows ``[start, start + R)``.  Samples computed on a GPU
+    stay there until :meth:`close` (one transfer per chunk, not one per recorded round)."""
+
+    def __init__(self, out_w, start: int, R: int, T: int, device: torch.device):
+        self.out_w, self.start, self.R = out_w, start, R
+        self.moments = isinstance(out_w, StreamingMoments)
+        self.buffer = {} if device.type != "cpu" and not self.moments else None
+
+    def __call__(self, t: int, w: torch.Tensor) -> None:
+        if self.moments:
+            self.out_w.add(t, self.start, w)
+        elif self.buffer is not None:
+            self.buffer[t] = w.clone()
+        else:
+            self.out_w[t, self.start:self.start + self.R] = w.numpy()
+
+    def close(self) -> None:
+        if self.buffer:
+            ts = sorted(self.buffer)
+            host = torch.stack([self.buffer[t] for t in ts]).cpu().numpy()
+            self.out_w[ts, self.start:self.start + self.R] = host
 
 
 def _record_drift(out_drift, rec, i, x, *, wb, start, R):
@@ -304,14 +362,16 @@ def _record_drift(out_drift, rec, i, x, *, wb, start, R):
     out_drift[rec, i, start:start + R] = dist.transpose(1, 2).reshape(-1, dist.shape[1])[:R].cpu().numpy()
 
 
-def _raise_diverged(n: int, start: int, delta: torch.Tensor, w: torch.Tensor) -> None:
-    bad = ~torch.isfinite(delta).all(-1)  # (R, Q)
+def _raise_diverged(n: int, start: int, delta: torch.Tensor, w: torch.Tensor, cid: torch.Tensor | None = None):
+    """Raise :class:`SimulationDivergedError` naming the round and the first client (or the server update) whose
+    numbers are not finite; ``delta`` (R, S, d) per client or per participant slot (``cid`` (R, S): their clients)."""
+    bad = ~torch.isfinite(delta).all(-1)  # (R, S)
     if bool(bad.any()):
         r, k = (int(v) for v in torch.nonzero(bad)[0])
-        where = f"client {k} (replicate {start + r})"
+        where = f"client {k if cid is None else int(cid[r, k])} (replicate {start + r})"
     else:
         r = int(torch.nonzero(~torch.isfinite(w).all(-1))[0, 0])
         where = f"the server update (replicate {start + r})"
-    raise SimulationDivergedError(
+    raise diverged(SimulationDivergedError(
         f"simulation produced NaN/inf at round {n} in {where}; reduce eta or server_lr"
-    )
+    ), n, start + r)

@@ -1,5 +1,10 @@
 """The validity test: run FedAvg (and SVAG chains), record metrics on the base grid ``t = n·h``, and judge FedAvg
-against the SDE (its exact law, or the SVAG chains' limit)."""
+against the SDE (its exact law, or the SVAG chains' limit).
+
+The metrics are evaluated where the chains run, in their dtype (:func:`fedsde.problems.metrics.evaluate_metrics_torch`):
+every chunk of replicates hands its weights to :class:`MetricGrid` at every grid time, whose per-replicate values
+accumulate in one tensor on the device and reach the host once per chain.
+"""
 
 from __future__ import annotations
 
@@ -11,10 +16,10 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from fedsde._validate import positive_float, positive_int, start_point
+from fedsde._validate import device_dtype, positive_float, positive_int, start_point
 from fedsde.clients.streams import resolve_seed
 from fedsde.errors import FedsdeInputError
-from fedsde.problems.metrics import evaluate_metrics, metric_names
+from fedsde.problems.metrics import evaluate_metrics_torch, metric_names
 from fedsde.sde.svag import default_oracle_factory, svag_chain
 from fedsde.validity.reference import (
     ell_ratios,
@@ -37,6 +42,37 @@ def default_start(problem, w0) -> np.ndarray | None:
         return w0
     init = getattr(problem, "initial_weights", None)
     return None if init is None else np.asarray(init(), dtype=np.float64)
+
+
+def evaluate_metrics(problem, w: torch.Tensor, w0, names: Sequence[str]):
+    """Metrics of weights ``w`` (…, d) on their device and in their dtype, name → Tensor (…): the one place the
+    validity test evaluates them (:func:`fedsde.problems.metrics.evaluate_metrics_torch`)."""
+    return evaluate_metrics_torch(problem, w, w0, names=names)
+
+
+class MetricGrid:
+    """Metrics of ``R`` replicates at the grid times ``grid`` (base rounds), on ``device`` in ``dtype``.
+
+    Called as ``on_grid(n, start, w)`` by :func:`fedsde.sde.svag.svag_chain` (rows ``start … start + len(w) − 1``,
+    any thread), it evaluates :func:`evaluate_metrics` at the grid's rounds into one
+    tensor (M, T, R) on the device; :meth:`host` moves it once: name → ndarray (T, R), float64.
+    """
+
+    def __init__(self, problem, names: Sequence[str], grid: np.ndarray, R: int, w0: np.ndarray, device, dtype):
+        self.problem, self.names, self.w0 = problem, list(names), w0
+        self.gidx = {int(n): i for i, n in enumerate(grid)}
+        self.values = torch.empty((len(self.names), len(grid), R), dtype=dtype, device=device)
+
+    def __call__(self, n: int, start: int, w: torch.Tensor) -> None:
+        t = self.gidx.get(int(n))
+        if t is not None:
+            got = evaluate_metrics(self.problem, w, self.w0, self.names)
+            for i, m in enumerate(self.names):
+                self.values[i, t, start:start + w.shape[0]] = got[m]
+
+    def host(self) -> dict[str, np.ndarray]:
+        vals = self.values.to(torch.float64).cpu().numpy()
+        return {m: vals[i] for i, m in enumerate(self.names)}
 
 
 @dataclass
@@ -204,27 +240,23 @@ def validity_test(
     if reference == "exact":  # closed form, before any chain runs (its errors are the user's to fix first)
         law = exact_sde_law(problem, eta=float(eta), local_steps=local_steps, server_lr=float(server_lr), h=hh)
         sde_exact = exact_sde_paths(problem, law, grid, hh, w0_arr, judged)
-    gidx = {int(n): i for i, n in enumerate(grid)}
     L, T = len(ells), grid.size
     values = {m: np.empty((L, T, R)) for m in names}
     final_mean, final_cov = np.empty((L, problem.d)), np.empty((L, problem.d, problem.d))
     seconds: list[float] = []
+    dev, dt = device_dtype(device, dtype)
     bar = tqdm(total=rounds * sum(ells), desc="validity", unit="step", disable=not progress, leave=False)
     try:
         for li, ell in enumerate(ells):
             bar.set_description(f"validity ℓ={ell}")
-
-            def on_grid(n, w, li=li):
-                if n in gidx:
-                    vals = evaluate_metrics(problem, w.detach().cpu().to(torch.float64).numpy(), w0_arr, names=names)
-                    for m in names:
-                        values[m][li, gidx[n]] = vals[m]
-
+            on_grid = MetricGrid(problem, names, grid, R, w0_arr, dev, dt)
             tic = time.perf_counter()
             res = svag_chain(problem, eta=eta, local_steps=local_steps, rounds=rounds, ell=ell, replicates=R,
                              seed=seed, server_lr=server_lr, h=hh, w0=start, oracle_factory=oracle_factory,
-                             on_grid=on_grid, device=device, dtype=dtype, bar=bar)
+                             on_grid=on_grid, device=dev, dtype=dt, bar=bar)
             seconds.append(time.perf_counter() - tic)
+            for m, v in on_grid.host().items():
+                values[m][li] = v
             final_mean[li] = res.final.mean(0)
             final_cov[li] = np.cov(res.final, rowvar=False).reshape(problem.d, problem.d)
     finally:

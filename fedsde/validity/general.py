@@ -26,10 +26,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from fedsde._validate import positive_int, start_point
-from fedsde.problems.metrics import evaluate_metrics
+from fedsde._validate import device_dtype, positive_int, start_point
 from fedsde.sde.svag import default_oracle_factory, svag_chain
-from fedsde.validity.core import default_start, parse_ells
+from fedsde.validity.core import MetricGrid, default_start, evaluate_metrics, parse_ells
 from fedsde.validity.verdict import richardson_limit
 
 Z95 = 1.959963984540054
@@ -202,20 +201,20 @@ def general_sde_study(
         per_round |= {("mc-euler", k): _best_time(mc_once, k) for k in subs}
     runs = []  # (scheme, param, step, seconds, values (T, R) per metric)
     hh = None
-    for ell in ells:
+    dev, dt = device_dtype(device, dtype)
+    for ell in ells:  # metrics on the chains' device as they run (MetricGrid: one transfer per chain)
+        on_grid = MetricGrid(problem, names, grid, R, w0_arr, dev, dt)
         tic = time.perf_counter()
-        res = svag_chain(problem, ell=ell, replicates=R, seed=seed, record=grid, **common)
+        res = svag_chain(problem, ell=ell, replicates=R, seed=seed, on_grid=on_grid, **common)
         sec = time.perf_counter() - tic
         hh = res.h
-        vals = evaluate_metrics(problem, res.weights, w0_arr, names=names)
-        runs.append(("svag", ell, hh / ell, sec, vals))
+        runs.append(("svag", ell, hh / ell, sec, on_grid.host()))
     for k in subs:
         tic = time.perf_counter()
         res = simulate_sde(problem, variant="general", paths=R, seed=seed + 1, substeps=k,
                            inner_samples=inner_samples, record=grid, **common)
         sec = time.perf_counter() - tic
-        vals = evaluate_metrics(problem, res.weights, w0_arr, names=names)
-        runs.append(("mc-euler", k, hh / k, sec, vals))
+        runs.append(("mc-euler", k, hh / k, sec, _device_metrics(problem, res.weights, w0_arr, names, dev, dt)))
 
     svag_means = np.stack([[_summary(v)[0][m] for m in names] for s, _, _, _, v in runs if s == "svag"])
     svag_ses = np.stack([[_summary(v)[1][m] for m in names] for s, _, _, _, v in runs if s == "svag"])
@@ -252,6 +251,12 @@ def general_sde_study(
               "timing": TIMING, "slope_points": SLOPE_POINTS}
     return GeneralSDEStudy(rows=rows, reference=reference, slopes=slopes, times=grid * hh, moments=moments,
                            config=config)
+
+
+def _device_metrics(problem, weights: np.ndarray, w0: np.ndarray, names, device, dtype) -> dict[str, np.ndarray]:
+    """Metrics of recorded weights (T, R, d), evaluated on the run's device and dtype (one transfer each way)."""
+    got = evaluate_metrics(problem, torch.as_tensor(weights, device=device).to(dtype), w0, names)
+    return {m: got[m].to(torch.float64).cpu().numpy() for m in names}
 
 
 def cost_to_error(study: GeneralSDEStudy, metric: str, target: float, *, z: float = 0.0) -> dict:
