@@ -181,7 +181,7 @@ def evaluate_metrics_torch(problem, w, w0=None, names: Sequence[str] | None = No
         sampling = plan["describe"]
         got, se = _data_metrics(problem, flat, need, plan)
         vals |= got
-    elif need and isinstance(problem, QuadraticProblem):
+    elif need and _plain_quadratic(problem):
         vals |= _quadratic_metrics(problem, flat, need)
     elif need:
         host = flat.detach().cpu().to(torch.float64).numpy()
@@ -192,6 +192,15 @@ def evaluate_metrics_torch(problem, w, w0=None, names: Sequence[str] | None = No
     out = {n: vals[n].reshape(lead) for n in names}
     errs = {n: (se[n] if n in se else torch.zeros_like(vals[n])).reshape(lead) for n in names}
     return MetricValues(out, errs, sampling)
+
+
+def _plain_quadratic(problem) -> bool:
+    """A quadratic problem whose loss and gradient are the class's own (a subclass that changes them, e.g. by a
+    constant in every client loss, is evaluated through its own ``loss``/``grad`` instead of the closed form)."""
+    if not isinstance(problem, QuadraticProblem):
+        return False
+    cls = type(problem)
+    return all(getattr(cls, m) is getattr(QuadraticProblem, m) for m in ("loss", "grad", "client_loss"))
 
 
 def _start(problem, w0, like):
