@@ -178,3 +178,27 @@ def test_the_default_is_exact_below_metric_samples_and_a_subsample_above(many, m
     vals = evaluate_metrics(many, w)
     assert vals.sampled and vals.sampling["train"]["samples"] == 2048 and vals.sampling["seed"] == 0
     assert evaluate_metrics(many.replace(metric_samples=10**5), w).sampling["train"]["exact"]
+
+
+def test_cross_device_generator_streams_blocks_and_keeps_the_law(monkeypatch):
+    # from PARALLEL_CLIENTS clients on, each block of clients has its own child stream of the seed: the result does
+    # not depend on the number of threads, and the features keep their law x_j ~ N(v_j, (j+1)^-1.2) around the
+    # client means (here β = 0 and α = 0: v ~ N(0, 1) per client and feature)
+    import fedsde.problems.synthetic as S
+
+    monkeypatch.setattr(S, "PARALLEL_CLIENTS", 100)
+    monkeypatch.setattr(S, "BLOCK_DRAWS", 1 << 14)  # several blocks
+    kw = dict(alpha=0.0, beta=0.0, seed=5, n_clients=400, dim=6, max_samples=60)
+    a = synthetic_problem(**kw)
+    monkeypatch.setattr(S.os, "sched_getaffinity", lambda _: {0})  # one thread
+    b = synthetic_problem(**kw)
+    for x, y in ((a.X, b.X), (a.y, b.y), (a.X_test, b.X_test), (a.sizes, b.sizes)):
+        np.testing.assert_array_equal(x, y)
+    X = np.concatenate([a.X, a.X_test])
+    starts = np.cumsum(np.concatenate([[0], a.sizes[:-1]]))
+    means = np.stack([a.X[s:s + n].mean(0) for s, n in zip(starts, a.sizes, strict=True)])  # ≈ v_k
+    sd_v = means.std(0, ddof=1)
+    # the client means spread like N(0, 1) (plus the within-client noise over ~54 rows): 5σ on a 400-sample sd
+    within = np.power(np.arange(1, 7), -1.2) / 54
+    np.testing.assert_array_less(np.abs(sd_v**2 - (1 + within)), 5 * np.sqrt(2.0 / 399) * (1 + within))
+    assert X.shape[1] == 6 and np.isfinite(X).all()

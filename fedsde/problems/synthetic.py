@@ -11,11 +11,20 @@ client ``k``:
 * labels ``y = argmax softmax(x W_k + b_k)``.
 
 ``iid=True`` gives the IID variant: one shared ``(W, b)`` drawn ``~ N(0, 1)`` and ``v = 0`` for every client.
+
+Randomness: one stream from ``seed`` draws the sizes, ``u`` and ``B``, then every client's parameters and rows in
+client order.  From :data:`PARALLEL_CLIENTS` clients on (cross-device sizes) the parameters and rows of each block of
+clients come from its own child stream of ``seed`` and the blocks are generated in parallel threads: the same law,
+results independent of the number of threads, but other numbers than the one-stream order.
 The resulting problem is a multinomial logistic regression (:class:`ClassificationProblem`, unstandardised
 features, intercept, ridge ``l2``).
 """
 
 from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -84,35 +93,28 @@ def synthetic_problem(
     n_test = np.minimum(np.round(tf * sizes).astype(np.int64), sizes - 1)  # the first n_test rows of each client
     train, test = _Split(sizes - n_test, F), _Split(n_test, F)
     per = 0 if iid else F * C + C + F
+    fill = _BlockFiller(sizes, n_test, u, B, shared, F, C, per, cov_sd, train, test)
     # the draws of client k, in the generator's order: W_k (F·C), b_k (C), v_k (F), then its rows (N_k·F); drawn for
     # blocks of clients at once into one buffer (one standard-normal stream: the values of a client-by-client loop)
     blocks = list(_blocks(per + sizes * F))
-    buf = np.empty(max(int(np.sum(per + sizes[a:b] * F)) for a, b in blocks))
-    for a, b in blocks:
-        n, k = sizes[a:b], b - a
-        z = rng.standard_normal(out=buf[:int(np.sum(per + n * F))])
-        if n.min() == n.max():  # equal sizes: views of the buffer, written straight into the splits
-            z2 = z.reshape(k, -1)
-            W, bias, v = _parameters(z2[:, :per], u[a:b], B[a:b], shared, F, C)
-            rows = z2[:, per:].reshape(k, int(n[0]), F)
-            nt = int(n_test[a])
-            for part, lo, hi in ((test, 0, nt), (train, nt, int(n[0]))):
-                dest = part.X[part.at:part.at + k * (hi - lo)].reshape(k, hi - lo, F)
-                np.multiply(rows[:, lo:hi], cov_sd, out=dest)
-                dest += v[:, None, :]  # x = v_k + N(0, Σ)
-                # labels: argmax of softmax = argmax of the logits
-                part.y[part.at:part.at + k * (hi - lo)] = np.argmax(np.matmul(dest, W) + bias[:, None, :], -1).ravel()
-                part.at += k * (hi - lo)
-            continue
-        own = np.repeat(np.tile([True, False], k), np.stack([np.full(k, per), n * F], 1).ravel())
-        W, bias, v = _parameters(z[own].reshape(k, per), u[a:b], B[a:b], shared, F, C)
-        rows = z[~own].reshape(-1, F)
-        rows *= cov_sd
-        rows += np.repeat(v, n, axis=0)
-        labels = _argmax_logits(rows, np.broadcast_to(W, (k, F, C)), np.broadcast_to(bias, (k, C)), n)
-        held = (np.arange(rows.shape[0]) - np.repeat(np.cumsum(n) - n, n)) < np.repeat(n_test[a:b], n)
-        test.put(rows[held], labels[held])
-        train.put(rows[~held], labels[~held])
+    if Q < PARALLEL_CLIENTS:
+        buf = np.empty(max(int(np.sum(per + sizes[a:b] * F)) for a, b in blocks))
+        for a, b in blocks:
+            fill(a, b, rng.standard_normal(out=buf[:int(np.sum(per + sizes[a:b] * F))]))
+    else:  # cross-device sizes: each block of clients from its own stream, the blocks filled in parallel threads
+        streams = np.random.SeedSequence(seed).spawn(len(blocks))
+        local = threading.local()  # one draw buffer per thread, reused block after block (no fresh pages per block)
+        need = max(int(np.sum(per + sizes[a:b] * F)) for a, b in blocks)
+
+        def run(i: int) -> None:
+            a, b = blocks[i]
+            if getattr(local, "buf", None) is None:
+                local.buf = np.empty(need)
+            z = local.buf[:int(np.sum(per + sizes[a:b] * F))]
+            fill(a, b, np.random.default_rng(streams[i]).standard_normal(out=z))
+
+        with ThreadPoolExecutor(max_workers=max(1, min(len(blocks), len(os.sched_getaffinity(0))))) as pool:
+            list(pool.map(run, range(len(blocks))))
     info = {"dataset": "synthetic", "alpha": alpha, "beta": beta, "iid": bool(iid), "seed": seed,
             "test_fraction": tf, "max_samples": max_samples}
     return ClassificationProblem.from_arrays(
@@ -131,22 +133,57 @@ def _parameters(params: np.ndarray, u: np.ndarray, B: np.ndarray, shared, F: int
     return W, u[:, None] + params[:, F * C:F * C + C], B[:, None] + params[:, F * C + C:]
 
 
+class _BlockFiller:
+    """Turns the standard-normal draws of clients ``[a, b)`` into their parameters, rows and labels, written into
+    the train and test splits at the clients' own offsets (so blocks may be filled in any order)."""
+
+    def __init__(self, sizes, n_test, u, B, shared, F: int, C: int, per: int, cov_sd, train, test):
+        self.sizes, self.n_test, self.u, self.B, self.shared = sizes, n_test, u, B, shared
+        self.F, self.C, self.per, self.cov_sd, self.train, self.test = F, C, per, cov_sd, train, test
+        self.tr_off = np.concatenate([[0], np.cumsum(sizes - n_test)])
+        self.te_off = np.concatenate([[0], np.cumsum(n_test)])
+
+    def __call__(self, a: int, b: int, z: np.ndarray) -> None:
+        F, C, per, cov_sd = self.F, self.C, self.per, self.cov_sd
+        n, k = self.sizes[a:b], b - a
+        if n.min() == n.max():  # equal sizes: views of the buffer, written straight into the splits
+            z2 = z.reshape(k, -1)
+            W, bias, v = _parameters(z2[:, :per], self.u[a:b], self.B[a:b], self.shared, F, C)
+            rows = z2[:, per:].reshape(k, int(n[0]), F)
+            nt = int(self.n_test[a])
+            for part, lo, hi, at in ((self.test, 0, nt, self.te_off[a]), (self.train, nt, int(n[0]), self.tr_off[a])):
+                dest = part.X[at:at + k * (hi - lo)].reshape(k, hi - lo, F)
+                np.multiply(rows[:, lo:hi], cov_sd, out=dest)
+                dest += v[:, None, :]  # x = v_k + N(0, Σ)
+                # labels: argmax of softmax = argmax of the logits
+                part.y[at:at + k * (hi - lo)] = np.argmax(np.matmul(dest, W) + bias[:, None, :], -1).ravel()
+            return
+        own = np.repeat(np.tile([True, False], k), np.stack([np.full(k, per), n * F], 1).ravel())
+        W, bias, v = _parameters(z[own].reshape(k, per), self.u[a:b], self.B[a:b], self.shared, F, C)
+        rows = z[~own].reshape(-1, F)
+        rows *= cov_sd
+        rows += np.repeat(v, n, axis=0)
+        labels = _argmax_logits(rows, np.broadcast_to(W, (k, F, C)), np.broadcast_to(bias, (k, C)), n)
+        held = (np.arange(rows.shape[0]) - np.repeat(np.cumsum(n) - n, n)) < np.repeat(self.n_test[a:b], n)
+        for part, sel, off in ((self.test, held, self.te_off), (self.train, ~held, self.tr_off)):
+            part.X[off[a]:off[b]] = rows[sel]
+            part.y[off[a]:off[b]] = labels[sel]
+
+
 class _Split:
-    """Rows and labels of one split, filled block by block in client order."""
+    """Rows and labels of one split, in client order."""
 
     def __init__(self, sizes: np.ndarray, F: int):
-        self.sizes, self.at = sizes, 0
+        self.sizes = sizes
         self.X = np.empty((int(sizes.sum()), F))
         self.y = np.empty(self.X.shape[0], dtype=np.int64)
-
-    def put(self, rows: np.ndarray, labels: np.ndarray) -> None:
-        self.X[self.at:self.at + rows.shape[0]] = rows
-        self.y[self.at:self.at + rows.shape[0]] = labels
-        self.at += rows.shape[0]
 
 
 #: standard-normal draws generated at once (bounds the generator's work space)
 BLOCK_DRAWS = 1 << 22
+#: from this many clients on, each block of clients is drawn from its own stream (``SeedSequence(seed).spawn``) and
+#: the blocks are filled in parallel threads: the same law, other numbers than the one-stream generator below it
+PARALLEL_CLIENTS = 10_000
 
 
 def _blocks(draws: np.ndarray):
