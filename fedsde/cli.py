@@ -1,39 +1,32 @@
 """The ``fedsde`` command line.
 
-Each subcommand lives in ``fedsde/_cli/<name>.py`` and exposes ``register(subparsers)``; its handler returns
-a JSON-able dict (printed as one JSON object under ``--json``) and prints a human-readable view otherwise.
-User mistakes (:class:`fedsde.errors.FedsdeInputError`, missing files, bad numbers) and simulations that diverge
-with the parameters given (:class:`fedsde.errors.SimulationDivergedError`, which names the round and client) become
-a one-line ``fedsde COMMAND: error: …`` message and exit status 2, without a traceback; so do operating-system
-errors (files, folders) and running out of memory.  Warnings raised while a command runs (e.g. a run that grows far
-beyond its start and optimum, :class:`fedsde.errors.DivergenceWarning`) are reported on stderr and in the JSON
-``warnings`` list, and become such an error under ``--strict`` (see :mod:`fedsde._cli.common`).
+The commands are declared in :data:`SUBCOMMANDS` (home: :mod:`fedsde._cli`): each one's name, one-line help, and
+whether a sweep cell can run it (:func:`cell_commands`, the table the command line hands to
+:func:`fedsde.sweep.run`).  A command lives in ``fedsde/_cli/<name>.py`` (``-`` in a name is ``_`` there) and
+exposes ``register(subparsers)``, which only declares its flags: the heavy modules (torch, scipy, sympy, dask,
+matplotlib and fedsde's numerical subpackages) are imported by the handler that runs.  :func:`main` registers in
+full only the command named on the command line and lists the others by their one-line help, so ``fedsde --help``
+and a mistyped flag answer at once.
+
+A handler returns a JSON-able dict (printed as one JSON object under ``--json``) and prints a human-readable view
+otherwise.  User mistakes (:class:`fedsde.errors.FedsdeInputError`, missing files, bad numbers) and simulations
+that diverge with the parameters given (:class:`fedsde.errors.SimulationDivergedError`, which names the round and
+client) become a one-line ``fedsde COMMAND: error: …`` message and exit status 2, without a traceback; so do
+operating-system errors (files, folders) and running out of memory.  Warnings raised while a command runs (e.g. a
+run that grows far beyond its start and optimum, :class:`fedsde.errors.DivergenceWarning`) are reported on stderr
+and in the JSON ``warnings`` list, and become such an error under ``--strict`` (see :mod:`fedsde._cli.common`).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
+from collections.abc import Sequence
 
-import numpy as np
-
+from fedsde._cli import SUBCOMMANDS, CommandTable, Subcommand, cell_commands
 from fedsde.errors import FedsdeInputError, SimulationDivergedError
 
-#: subcommand modules under fedsde._cli, in the order ``--help`` lists them
-SUBCOMMANDS = (
-    "exact",
-    "simulate",
-    "derive",
-    "sde",
-    "compare",
-    "claims",
-    "compare_aggregators",
-    "validity",
-    "scaling",
-    "sweep",
-    "reproduce",
-)
+__all__ = ["SUBCOMMANDS", "CommandTable", "Subcommand", "build_parser", "cell_commands", "main"]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -41,8 +34,21 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with every available subcommand registered."""
+def _named_command(argv: Sequence[str]) -> str | None:
+    """The command ``argv`` names: its first word that is not an option (``fedsde`` takes no option values)."""
+    return next((word for word in argv if isinstance(word, str) and not word.startswith("-")), None)
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The argument parser of ``fedsde``.
+
+    Parameters
+    ----------
+    argv
+        ``None`` (default): every command registered with all its flags.  A command line: only the command it
+        names is registered in full; the others are listed by their one-line help (enough for ``fedsde --help``
+        and for the error on an unknown command).
+    """
     parser = _Parser(
         prog="fedsde",
         description="Continuous-time (SDE) analysis and simulation of federated optimisation.",
@@ -52,21 +58,23 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"fedsde {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
-    for name in SUBCOMMANDS:
-        try:
-            mod = importlib.import_module(f"fedsde._cli.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"fedsde._cli.{name}":
-                continue  # subcommand not shipped in this build
-            raise
-        mod.register(sub)
+    named = None if argv is None else _named_command(argv)
+    for command in SUBCOMMANDS:
+        if not command.shipped():
+            continue  # not in this build
+        if argv is None or command.name == named:
+            command.register(sub)
+        else:
+            sub.add_parser(command.name, help=command.help)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``fedsde`` console script."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(argv).parse_args(argv)
+    import numpy as np
+
     from fedsde._cli.common import capture_warnings
 
     try:

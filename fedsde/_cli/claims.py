@@ -11,20 +11,20 @@ import argparse
 import sys
 import time
 
+from fedsde._cli import one_line_help
+from fedsde._cli._names import CLAIM_PAPERS
 from fedsde._cli.common import add_json_flag, emit, writable_folder
 from fedsde.errors import FedsdeInputError
-from fedsde.theory.claims import PAPERS, CheckOptions, all_claims, get_claim, run_claims
-from fedsde.theory.claims.figures import save_claim_figure
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "claims",
-        help="check the seed papers' claims (bounds, constants, CLT, Section 6) as printed and corrected",
+        help=one_line_help("claims"),
         description="Run the claims registry: each claim of the seed papers is checked on a documented problem, "
         "as printed and as corrected; prints claim, verdict and margin (positive when the claim holds).",
     )
-    p.add_argument("--paper", choices=PAPERS, default=None, help="only the claims of one seed (default: all)")
+    p.add_argument("--paper", choices=CLAIM_PAPERS, default=None, help="only the claims of one seed (default: all)")
     p.add_argument("--claim", action="append", default=None, metavar="ID",
                    help="only this claim id (repeatable), e.g. 002/thm-4.5")
     p.add_argument("--figures", default=None, metavar="DIR", help="save bound-vs-empirical figures (PNG) into DIR")
@@ -46,6 +46,9 @@ def _fmt(v: dict | None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from fedsde.theory.claims import CheckOptions, all_claims, get_claim, run_claims
+    from fedsde.theory.claims.figures import save_claim_figure
+
     if args.seed < 0:
         raise FedsdeInputError(f"--seed={args.seed}: must be >= 0")
     if not args.scale > 0:

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from fedsde._atomic import atomic_write_bytes
+from fedsde._cli import one_line_help
 from fedsde._cli.common import add_json_flag, emit, to_jsonable, writable_folder
 from fedsde.errors import FedsdeInputError
 from fedsde.report.aggregator_comparison import (
@@ -73,7 +74,7 @@ def write_outputs(results: dict, out: Path, *, plot: bool = True, rows: list[dic
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "compare-aggregators",
-        help="compare server rules on digits under FedAWARE's heterogeneity settings",
+        help=one_line_help("compare-aggregators"),
         description="Compare server rules on digits softmax regression under FedAWARE's statistical / hybrid / "
         "hybrid+ heterogeneity settings.",
     )

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from fedsde._cli import one_line_help
 from fedsde._cli.common import add_json_flag, emit, fmt_array
 from fedsde.errors import FedsdeInputError
 
@@ -26,7 +27,7 @@ FORMATS = ("text", "latex", "json")
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "derive",
-        help="symbolic derivation of the SDE (paper / corrected / matched), or its coefficients on a problem",
+        help=one_line_help("derive"),
         description="Print the sympy derivation of a variant's SDE for FedAvg on quadratic clients (clock "
         "t = n·h; seed 002 Section 6 uses h = η, s = 1), or, with --problem, evaluate its coefficients.",
     )

@@ -7,6 +7,8 @@ import warnings
 
 import numpy as np
 
+from fedsde._cli import one_line_help
+from fedsde._cli._names import AGGREGATOR_NAMES
 from fedsde._cli.common import (
     add_aggregator_option,
     add_json_flag,
@@ -16,21 +18,16 @@ from fedsde._cli.common import (
     check_aggregator_problem,
     emit,
     fmt_array,
-    known_divergence,
     local_steps_from_args,
     parse_vector,
     warn,
 )
-from fedsde.aggregators import AGGREGATORS
-from fedsde.errors import NoStationaryLawError
-from fedsde.exact import aggregator_round_weights, round_law, stationary_law, transient_moments
-from fedsde.problems import load_problem, require_quadratic
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "exact",
-        help="exact laws of the discrete chain (no sampling)",
+        help=one_line_help("exact"),
         description="Exact one-round law, stationary law and (with --rounds) transient law of FedAvg on "
         "quadratic clients. Clock: rounds n (t = n·h in the SDE's notation).",
     )
@@ -39,7 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--w0", default=None, metavar="w1,w2,…", help="start point (default zero)")
     p.add_argument("--participation", type=int, default=None, metavar="m",
                    help="clients sampled per round (uniform without replacement, weights p_k Q/m)")
-    p.add_argument("--aggregator", default="fedavg", choices=sorted(AGGREGATORS), metavar="NAME",
+    p.add_argument("--aggregator", default="fedavg", choices=AGGREGATOR_NAMES, metavar="NAME",
                    help="server rule: exact laws exist for the rules linear in the client displacements, fedavg, "
                    "fednova and feddisco (feddisco reads label_distributions from the problem file; fednova and "
                    "feddisco only under full participation); the others give an error")
@@ -49,6 +46,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from fedsde.errors import NoStationaryLawError
+    from fedsde.exact import aggregator_round_weights, round_law, stationary_law, transient_moments
+    from fedsde.exact.stability import known_divergence
+    from fedsde.problems import load_problem, require_quadratic
+
     problem = load_problem(args.problem)
     require_quadratic(problem, "exact", "the exact law of the discrete chain is a closed form for quadratic "
                        "losses only; sample FedAvg with `fedsde simulate` or test the SDE with `fedsde validity`")

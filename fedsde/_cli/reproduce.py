@@ -6,21 +6,14 @@ import argparse
 import sys
 from pathlib import Path
 
+from fedsde._cli import one_line_help
 from fedsde._cli.common import add_json_flag, emit
-
-
-def gallery_range() -> str:
-    """``"F1–F15"``: the first and last figure of the gallery registry."""
-    from fedsde.report.gallery import GALLERY
-
-    ids = list(GALLERY)
-    return f"{ids[0]}–{ids[-1]}" if len(ids) > 1 else ids[0]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "reproduce",
-        help=f"run the main job: the gallery {gallery_range()} and report.html",
+        help=one_line_help("reproduce"),
         description="Reproduce and correct seed 002's analysis: discrete FedAvg vs its SDE, bounds vs what the "
         "algorithm does, and the quadratic generalisation analysis (printed vs corrected vs exact). Writes "
         "DIR/report.html (self-contained), DIR/report.md, DIR/figures/ (PNG and PDF), DIR/data/ (CSV) and "

@@ -6,6 +6,8 @@ import argparse
 
 import numpy as np
 
+from fedsde._cli import one_line_help
+from fedsde._cli._names import SDE_ESTIMATORS, SDE_METHODS, SDE_MODELS
 from fedsde._cli.common import (
     add_json_flag,
     add_problem_args,
@@ -15,35 +17,31 @@ from fedsde._cli.common import (
     parse_vector,
     refuse_known_divergence,
 )
-from fedsde.problems import load_problem, require_quadratic
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from fedsde.sde.integrate import METHODS, MODELS
-    from fedsde.sde.models import ESTIMATORS
-
     p = sub.add_parser(
         "sde",
-        help="simulate the SDE of FedAvg (torchsde Euler–Maruyama on the round grid, or exact OU)",
+        help=one_line_help("sde"),
         description="Simulate B paths of the FedAvg SDE dw = −A(w − c) dt + b dB (variants paper, corrected, "
         "matched) or of seed 002 eq. (2) with Monte-Carlo coefficients (general), on the clock t = n·h with "
         "server step s = h·η₀, and report the moments of the paths at the last round.",
     )
     add_problem_args(p)
-    p.add_argument("--variant", choices=MODELS, default="corrected", help="SDE variant (default corrected)")
+    p.add_argument("--variant", choices=SDE_MODELS, default="corrected", help="SDE variant (default corrected)")
     p.add_argument("--h", type=float, default=None, metavar="h", help="time step of one round (default η)")
     p.add_argument("--rounds", type=int, required=True, metavar="n", help="rounds: the paths run to t = n·h")
     p.add_argument("--paths", type=int, required=True, metavar="B", help="number of independent paths (>= 2)")
     p.add_argument("--seed", type=int, required=True, metavar="S")
     p.add_argument("--substeps", type=int, default=1, metavar="k", help="Euler steps per round (dt = h/k)")
-    p.add_argument("--method", choices=METHODS, default="euler",
+    p.add_argument("--method", choices=SDE_METHODS, default="euler",
                    help="euler (torchsde) or exact (OU transitions; linear variants)")
     p.add_argument("--w0", default=None, metavar="w1,w2,…",
                    help="start point (default: zero for quadratic clients, the problem's initial weights for a data "
                    "problem)")
     p.add_argument("--inner-samples", type=int, default=None, metavar="S",
                    help="general variant, mc-euler integrator: Monte-Carlo rollouts per path and step (default 16)")
-    p.add_argument("--estimator", choices=ESTIMATORS, default="compensated",
+    p.add_argument("--estimator", choices=SDE_ESTIMATORS, default="compensated",
                    help="general variant: diffusion estimator")
     p.add_argument("--integrator", choices=("mc-euler", "svag"), default="mc-euler",
                    help="general variant: mc-euler (Euler–Maruyama with Monte-Carlo M̂, V̂ from --inner-samples "
@@ -64,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from fedsde.errors import FedsdeInputError
+    from fedsde.problems import load_problem, require_quadratic
     from fedsde.sde import quadratic_sde_coefficients
     from fedsde.sde.integrate import simulate_sde
 

@@ -12,6 +12,8 @@ import argparse
 
 import numpy as np
 
+from fedsde._cli import one_line_help
+from fedsde._cli._names import AGGREGATOR_NAMES, WEIGHTINGS
 from fedsde._cli.common import (
     add_aggregator_option,
     add_json_flag,
@@ -26,16 +28,13 @@ from fedsde._cli.common import (
     refuse_known_divergence,
     warn,
 )
-from fedsde.aggregators import AGGREGATORS
 from fedsde.errors import FedsdeInputError
-from fedsde.problems import is_data_problem, load_problem
-from fedsde.sim import WEIGHTINGS, simulate
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "simulate",
-        help="simulate the discrete algorithm (replicates × clients, vectorised)",
+        help=one_line_help("simulate"),
         description="Simulate R independent runs of federated training on quadratic clients or a data problem "
         "and report the moments of the server weights after the last round (data problems: also train loss, "
         "‖∇F‖², test accuracy and ‖w − w0‖ over rounds, mean ± s.e.).",
@@ -56,8 +55,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "unbiased for Σ p_k Δ_k; renormalised: a uniform m-subset S, weights p_k/Σ_{j∈S} p_j (summing "
                    "to one, biased); multinomial: m draws with replacement with probabilities p_k, each draw "
                    "weighted 1/m (seed 003, eq. (14))")
-    p.add_argument("--aggregator", default="fedavg", choices=sorted(AGGREGATORS), metavar="NAME",
-                   help=f"server rule with its default settings ({', '.join(sorted(AGGREGATORS))}; feddisco reads "
+    p.add_argument("--aggregator", default="fedavg", choices=AGGREGATOR_NAMES, metavar="NAME",
+                   help="server rule with its default settings (%(choices)s; feddisco reads "
                    "label_distributions from the problem file)")
     add_aggregator_option(p)
     p.add_argument("--device", default="cpu", help="torch device (cpu, cuda, cuda:1, …)")
@@ -68,6 +67,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import torch
+
+    from fedsde.problems import is_data_problem, load_problem
+    from fedsde.sim import simulate
 
     problem = load_problem(args.problem)
     steps = local_steps_from_args(args, problem.Q)
@@ -116,6 +118,7 @@ def _run_data(args: argparse.Namespace, problem, steps, w0, agg) -> int:
     import torch
 
     from fedsde.problems.metrics import evaluate_metrics, summarise
+    from fedsde.sim import simulate
 
     n = args.rounds
     every = args.record_every if args.record_every is not None else max(1, -(-n // 20))

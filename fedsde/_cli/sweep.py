@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import argparse
 
+from fedsde._cli import one_line_help
 from fedsde._cli.common import add_json_flag, emit, warn, writable_folder
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from fedsde.sweep.spec import MAX_CELLS  # light: numpy and the standard library
+
     p = sub.add_parser(
         "sweep",
-        help="run a command over a grid of options (in-process or on Dask), one stored file per cell",
+        help=one_line_help("sweep"),
         description="Run the cells of a sweep spec (TOML: [run] command and seed, [base] options, [grid] axes, "
         "optional [zip] axes that vary together) and store each finished cell in --out. Each cell's seed derives "
         "from the spec's seed and the cell's coordinates, so results do not depend on workers or order. Load the "
@@ -23,6 +26,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                        help="1 (default): in-process; N > 1: a Dask LocalCluster of N single-threaded processes")
     where.add_argument("--scheduler", default=None, metavar="tcp://HOST:PORT",
                        help="run on the Dask cluster whose scheduler listens at this address")
+    p.add_argument("--max-cells", type=int, default=MAX_CELLS, metavar="N",
+                   help=f"refuse a grid of more than N cells, counted from the axis lengths before anything runs "
+                   f"(default {MAX_CELLS})")
     p.add_argument("--resume", action="store_true",
                    help="continue the sweep in --out: skip finished cells, run missing and failed ones (the spec "
                    "must be the stored one)")
@@ -34,11 +40,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from fedsde._cli import cell_commands
     from fedsde.sweep import run as run_sweep
 
     out = writable_folder("--out", args.out)
     summary = run_sweep(args.spec, out, workers=args.workers, scheduler=args.scheduler, resume=args.resume,
-                        progress=not args.json)
+                        progress=not args.json, commands=cell_commands(), max_cells=args.max_cells)
     lines = [f"{summary['cells']} cells in {summary['out']}: {summary['done']} done, {summary['skipped']} skipped "
              f"(finished earlier), {summary['failed']} failed, {summary['warned']} with warnings "
              f"({summary['wall_s']:.1f} s)"]

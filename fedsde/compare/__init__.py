@@ -1,7 +1,11 @@
-"""Discrete chain vs SDE vs exact laws: moments over time, distances between laws, weak error and its order."""
+"""Discrete chain vs SDE vs exact laws: moments over time, distances between laws, weak error and its order.
+
+:func:`quadratic_sde_study` puts them together on quadratic clients (what ``fedsde compare`` reports).
+"""
 
 from fedsde.compare.distances import KSResult, gaussian_w2, ks_per_coordinate
 from fedsde.compare.moments import MomentComparison, compare_moments, initial_law, linear_sde_law, sde_moments
+from fedsde.compare.study import QuadraticSDEStudy, quadratic_sde_study, refinement_grid
 from fedsde.compare.weak_error import (
     NOISE_SCALINGS,
     PHIS,
@@ -23,6 +27,7 @@ __all__ = [
     "KSResult",
     "MCDifference",
     "MomentComparison",
+    "QuadraticSDEStudy",
     "WeakErrorCurve",
     "compare_moments",
     "expected_phi",
@@ -34,6 +39,8 @@ __all__ = [
     "local_loglog_slopes",
     "mc_difference",
     "phi_function",
+    "quadratic_sde_study",
+    "refinement_grid",
     "sde_moments",
     "weak_error_exact",
     "weak_error_mc_vs_step",

@@ -1,13 +1,21 @@
-"""The one link between sweeps and the command line: run a subcommand's own handler in-process for one cell.
+"""The link between sweeps and the commands they run: a cell runs a command's own handler in-process.
 
-A cell is ``fedsde COMMAND <options> --json``.  Rather than start a process per cell, the subcommand module
-``fedsde._cli.COMMAND`` registers itself (its ``register(subparsers)``) on a small parser of our own, the cell's
-flags are parsed by it and its handler runs in this process with stdout captured; the one JSON object it prints is
-the cell's result.  The mapping from exceptions to outcomes follows the ``fedsde`` entry point: a user mistake or a
+A cell is ``fedsde COMMAND <options> --json``.  The commands a cell can run come as a table, ``commands``: a
+mapping from a command's name to the function that registers its parser on an ``argparse`` subparsers action
+(``register(subparsers)``, the contract of the ``fedsde`` subcommand modules: it adds the parser and sets its
+handler as the default ``func``); a table may also carry ``refused``, name → why a cell cannot run that command, so
+that a spec naming one is told why rather than "unknown command".  The command line hands its own table
+(:func:`fedsde.cli.cell_commands`); the Python API defaults to that same table (:func:`default_commands`, the one
+place where this layer reaches up to the command line, by one explicit import inside that function).  The
+functions of a table pickle by reference, so a cell runs the same on a Dask worker, given only its own command's
+entry.
+
+Rather than start a process per cell, the command registers itself on a small parser of our own, the cell's flags
+are parsed by it and its handler runs in this process with stdout captured; the one JSON object it prints is the
+cell's result.  The mapping from exceptions to outcomes follows the ``fedsde`` entry point: a user mistake or a
 diverged simulation (the CLI's exit status 2, one line on stderr) becomes a failed cell carrying that line; any
-other exception a failed cell carrying the exception text.  ``fedsde.cli`` itself is not imported (nothing imports
-it), so every command present under ``fedsde/_cli/`` is available to sweeps, including ones added later, but
-``sweep`` itself and the commands that write files of their own (:data:`_NOT_CELL_COMMANDS`).
+other exception a failed cell carrying the exception text.  The flags a command declares are recorded as it
+declares them (:class:`CommandInfo`), through argparse's public API only.
 """
 
 from __future__ import annotations
@@ -15,21 +23,19 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
-import importlib
 import io
 import json
-import pkgutil
 import threading
 import time
 import warnings
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from fedsde.errors import FedsdeInputError, SimulationDivergedError
 
-#: modules under fedsde._cli that are not commands a cell can run: helpers, and commands that write files of
-#: their own outside the sweep folder or run sweeps themselves
-_NOT_CELL_COMMANDS = frozenset({"common", "sweep", "reproduce", "compare_aggregators"})
+#: registers one command's parser on an argparse subparsers action
+Register = Callable[[Any], None]
 #: options of cell commands that a spec may not set (they write outside the sweep folder or start clusters)
 NOT_CELL_OPTIONS = {"out": "writes files outside the sweep folder", "figures": "writes files outside the sweep folder",
                     "sweep_out": "writes files outside the sweep folder",
@@ -40,64 +46,123 @@ _EXIT2 = (FedsdeInputError, SimulationDivergedError, FileNotFoundError, IsADirec
 CELL_LOCK = threading.RLock()
 
 
+def default_commands() -> Mapping[str, Register]:
+    """The table of the ``fedsde`` command line (:func:`fedsde.cli.cell_commands`): what a sweep runs when no
+    ``commands`` are given.  The one import from the sweep layer up to the command line, made here on purpose:
+    Python users name cells by their ``fedsde`` command."""
+    from fedsde.cli import cell_commands
+
+    return cell_commands()
+
+
+def resolve_commands(commands: Mapping[str, Register] | None) -> Mapping[str, Register]:
+    """``commands``, or the command line's table when ``None``."""
+    return default_commands() if commands is None else commands
+
+
 class ArgumentError(Exception):
     """A cell's flags were rejected by the command's parser (the CLI's exit status 2)."""
 
 
+class _Recorder:
+    """What a command declares: every action its ``add_argument`` calls return, with the ``action=`` they named."""
+
+    def __init__(self, target, declared: list):
+        self._target, self._declared = target, declared
+
+    def add_argument(self, *args, **kwargs):
+        action = self._target.add_argument(*args, **kwargs)
+        self._declared.append((action, kwargs.get("action")))
+        return action
+
+    def add_argument_group(self, *args, **kwargs):
+        return _Recorder(self._target.add_argument_group(*args, **kwargs), self._declared)
+
+    def add_mutually_exclusive_group(self, *args, **kwargs):
+        return _Recorder(self._target.add_mutually_exclusive_group(*args, **kwargs), self._declared)
+
+    def __getattr__(self, name):
+        return getattr(self._target, name)
+
+
 class _Parser(argparse.ArgumentParser):
+    """A command's parser for cells: errors raise :class:`ArgumentError`; the flags the command declares (after
+    argparse's own set-up) are recorded in ``declared``."""
+
+    def __init__(self, *args, **kwargs):
+        self.declared: list[tuple[argparse.Action, Any]] = []
+        self.recording = False
+        super().__init__(*args, **kwargs)
+        self.recording = True
+
+    def _wrap(self, target):
+        return _Recorder(target, self.declared) if self.recording else target
+
+    def add_argument(self, *args, **kwargs):
+        return self._wrap(super()).add_argument(*args, **kwargs)
+
+    def add_argument_group(self, *args, **kwargs):
+        return self._wrap(super().add_argument_group(*args, **kwargs))
+
+    def add_mutually_exclusive_group(self, *args, **kwargs):
+        return self._wrap(super().add_mutually_exclusive_group(*args, **kwargs))
+
     def error(self, message: str):
         raise ArgumentError(f"{self.prog}: error: {message}")
 
 
 @dataclass(frozen=True)
 class CommandInfo:
-    """A cell command: its module name, the name ``fedsde`` knows it by, and its parser."""
+    """A cell command: the name ``fedsde`` knows it by, its parser and the flags it declares."""
 
-    module: str
     name: str
     parser: argparse.ArgumentParser  # the parser of ``fedsde NAME`` (errors raise ArgumentError)
     options: dict[str, argparse.Action]  # spec key (long flag without dashes, '-' → '_') → action
     positionals: tuple[argparse.Action, ...]
+    repeated: frozenset[str]  # spec keys whose flag is given once per value (append actions)
+    register: Register
 
     @property
     def takes_seed(self) -> bool:
         return "seed" in self.options
 
 
-def available_commands() -> list[str]:
-    """Names of the commands a sweep cell can run (every module under ``fedsde/_cli`` but common and sweep)."""
-    import fedsde._cli as pkg
-
-    return sorted(m.name.replace("_", "-") for m in pkgutil.iter_modules(pkg.__path__)
-                  if not m.name.startswith("_") and m.name not in _NOT_CELL_COMMANDS)
+def command_info(command: str, commands: Mapping[str, Register] | None = None) -> CommandInfo:
+    """The parser and options of ``fedsde COMMAND`` (``-`` or ``_`` in the name) in the table ``commands``
+    (default: the command line's); FedsdeInputError when the table has no such command."""
+    table = resolve_commands(commands)
+    name = str(command).replace("_", "-")
+    register = table.get(name, table.get(str(command)))
+    if register is None:
+        known = ", ".join(sorted(table))
+        refused = getattr(table, "refused", {})
+        why = (f"not a command a sweep cell can run ({refused[name]})" if name in refused else "unknown command")
+        raise FedsdeInputError(f"run.command={command!r}: {why}; cell commands: {known}")
+    return _command_info(name, register)
 
 
 @functools.cache
-def command_info(command: str) -> CommandInfo:
-    """The parser and options of ``fedsde COMMAND`` (``-`` or ``_`` in the name); FedsdeInputError if unknown."""
-    module = str(command).replace("-", "_")
-    known = available_commands()
-    if module.replace("_", "-") not in known:
-        what = ("not a command a sweep cell can run (it writes files outside the sweep folder or runs sweeps)"
-                if module in _NOT_CELL_COMMANDS and module != "common" else "unknown command")
-        raise FedsdeInputError(f"run.command={command!r}: {what}; cell commands: {', '.join(known)}")
-    mod = importlib.import_module(f"fedsde._cli.{module}")
-    root = _Parser(prog="fedsde")
+def _command_info(name: str, register: Register) -> CommandInfo:
+    root = argparse.ArgumentParser(prog="fedsde")
     sub = root.add_subparsers(dest="command", parser_class=_Parser)
-    mod.register(sub)
-    name, parser = next(iter(sub.choices.items()))
+    register(sub)
+    parser = sub.choices.get(name) or next(iter(sub.choices.values()))
     options: dict[str, argparse.Action] = {}
     positionals = []
-    for action in parser._actions:
-        if isinstance(action, argparse._HelpAction):
+    repeated = set()
+    for action, kind in parser.declared:
+        if kind in ("help", "version"):
             continue
         if not action.option_strings:
             positionals.append(action)
             options[action.dest] = action
         for flag in action.option_strings:
             if flag.startswith("--"):
-                options[flag[2:].replace("-", "_")] = action
-    return CommandInfo(module, name, parser, options, tuple(positionals))
+                key = flag[2:].replace("-", "_")
+                options[key] = action
+                if kind in ("append", "extend"):
+                    repeated.add(key)
+    return CommandInfo(name, parser, options, tuple(positionals), frozenset(repeated), register)
 
 
 def option_argv(info: CommandInfo, key: str, value: Any) -> list[str]:
@@ -112,7 +177,7 @@ def option_argv(info: CommandInfo, key: str, value: Any) -> list[str]:
         if not isinstance(value, bool):
             raise FedsdeInputError(f"{key}={value!r}: {flag} is a switch; give true or false")
         return [flag] if value else []
-    if isinstance(action, argparse._AppendAction):
+    if key in info.repeated:
         return [x for v in (value if isinstance(value, list) else [value]) for x in (flag, str(v))]
     if isinstance(value, list):
         if action.nargs in ("+", "*") or isinstance(action.nargs, int):
@@ -126,7 +191,7 @@ def parse_cell_args(info: CommandInfo, argv: list[str]) -> argparse.Namespace:
     return info.parser.parse_args(argv)
 
 
-def run_command(command: str, argv: list[str]) -> dict[str, Any]:
+def run_command(command: str, argv: list[str], commands: Mapping[str, Register] | None = None) -> dict[str, Any]:
     """Run ``fedsde COMMAND argv --json`` in this process and return the outcome.
 
     Returns ``{"status": "done", "result": {...}}`` with the parsed JSON object, or ``{"status": "failed",
@@ -135,15 +200,15 @@ def run_command(command: str, argv: list[str]) -> dict[str, Any]:
     a Dask worker with several threads runs its cells in turn, so give workers one thread each.
     """
     with CELL_LOCK:
-        return _run_command(command, argv)
+        return _run_command(command, argv, commands)
 
 
-def _run_command(command: str, argv: list[str]) -> dict[str, Any]:
+def _run_command(command: str, argv: list[str], commands: Mapping[str, Register] | None) -> dict[str, Any]:
     t0 = time.perf_counter()
     out, err = io.StringIO(), io.StringIO()
     outcome: dict[str, Any]
     try:
-        info = command_info(command)
+        info = command_info(command, commands)
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), warnings.catch_warnings():
             warnings.simplefilter("default")
             args = parse_cell_args(info, [*argv, "--json"])

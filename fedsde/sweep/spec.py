@@ -3,13 +3,18 @@
 A spec is a TOML file (or the equivalent dict) with the tables
 
 * ``[run]``: ``command`` (a cell command: a ``fedsde`` subcommand whose whole output is its ``--json`` object,
-  see :func:`fedsde.sweep.command.available_commands`), ``seed`` (an integer >= 0; required
-  when the command takes ``--seed``) and optionally ``seeds = "derived"`` (default) or ``"shared"``;
+  see :func:`fedsde.cli.cell_commands`, or a command of the table passed as ``commands``), ``seed`` (an integer
+  >= 0; required when the command takes ``--seed``) and optionally ``seeds = "derived"`` (default) or
+  ``"shared"``;
 * ``[base]``: the command's options shared by every cell, named like its long flags (``local-steps`` or
   ``local_steps``); switches take ``true``/``false``, vectors a list or a comma-separated string;
 * ``[grid]``: axes, each a non-empty list of values; the cells are their Cartesian product;
 * ``[zip]`` (optional): axes of equal length that vary together along one dimension named ``zip``, or several
   such groups as sub-tables ``[zip.NAME]``, each along its own dimension ``NAME``.
+
+The number of cells is the product of the axis lengths, known before any cell is built; a grid of more than
+:data:`MAX_CELLS` is refused unless a larger limit is given, and cells are produced one at a time
+(:meth:`SweepSpec.cells`), never held all at once.
 
 A cell is identified by its coordinates (axis name → value).  Its seed is derived from the spec's seed and those
 coordinates only (:func:`cell_seed`), so it does not depend on the order cells run in, on the number of workers
@@ -25,18 +30,23 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 import os
 import tomllib
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from fedsde._io import read_text
 from fedsde.errors import FedsdeInputError
 
 TABLES = ("run", "base", "grid", "zip")
+#: most cells a sweep takes unless told otherwise (``--max-cells``, ``max_cells=``): one file per cell in one
+#: folder, and loading holds every result at once; larger grids are better split into several sweeps
+MAX_CELLS = 100_000
 _RESERVED = {"json": "is added to every cell", "help": "is not an option of a cell"}
 
 
@@ -86,6 +96,8 @@ class SweepSpec:
     zips: dict[str, dict[str, list]]
     root: Path = field(default_factory=Path.cwd, compare=False)  # folder that relative file paths start from
     seeds: str = "derived"  # "derived": cell_seed(seed, coordinates); "shared": every cell gets ``seed``
+    #: the commands table the spec was checked against (None: the command line's, see fedsde.sweep.command)
+    commands: Mapping | None = field(default=None, compare=False, repr=False)
 
     @property
     def dims(self) -> dict[str, int]:
@@ -105,15 +117,20 @@ class SweepSpec:
 
     @property
     def n_cells(self) -> int:
-        return int(np.prod(list(self.dims.values()), dtype=np.int64))
+        """The number of cells: the product of the dimensions' lengths (no cell is built)."""
+        return math.prod(self.dims.values())
 
     def cells(self) -> Iterator[Cell]:
-        """Every cell, in C order over ``dims``."""
-        axes = self.axes
+        """Every cell, in C order over ``dims``, one at a time (a grid is never held in memory)."""
         for index in itertools.product(*(range(n) for n in self.dims.values())):
-            coords = {a: self.axis_values(a)[i] for dim, i in zip(axes, index, strict=True) for a in axes[dim]}
-            seed = self.seed if self.seeds == "shared" else cell_seed(self.seed, coords)
-            yield Cell(index, coords, cell_id(coords), seed)
+            yield self.cell_at(index)
+
+    def cell_at(self, index: tuple[int, ...]) -> Cell:
+        """The cell at ``index`` (one position per dimension, in the order of ``dims``)."""
+        axes = self.axes
+        coords = {a: self.axis_values(a)[i] for dim, i in zip(axes, index, strict=True) for a in axes[dim]}
+        seed = self.seed if self.seeds == "shared" else cell_seed(self.seed, coords)
+        return Cell(tuple(index), coords, cell_id(coords), seed)
 
     def to_dict(self) -> dict[str, Any]:
         """The spec as a plain dict (the content of the stored ``spec.toml``)."""
@@ -139,8 +156,8 @@ def _read(spec: str | os.PathLike | Mapping) -> tuple[dict, Path]:
         return dict(spec), Path.cwd()
     path = Path(spec)
     try:
-        text = path.read_text(encoding="utf-8")
-    except (FileNotFoundError, IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
+        text = read_text(path, "sweep spec")  # not UTF-8: one line naming the file and the offset
+    except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
         raise FedsdeInputError(f"SPEC={str(path)!r}: cannot read it ({type(exc).__name__})") from None
     try:
         data = tomllib.loads(text)
@@ -244,25 +261,47 @@ def parse_structure(data: Mapping) -> SweepSpec:
     return SweepSpec(command=command, seed=seed, base=base, grid=grid, zips=zips, seeds=seeds)
 
 
-def load_spec(spec: str | os.PathLike | Mapping | SweepSpec) -> SweepSpec:
+def check_size(spec: SweepSpec, max_cells: int = MAX_CELLS) -> None:
+    """Refuse a grid of more than ``max_cells`` cells, counted from the axis lengths (one line: count, limit)."""
+    if isinstance(max_cells, bool) or not isinstance(max_cells, int) or max_cells < 1:
+        raise FedsdeInputError(f"--max-cells={max_cells!r}: must be an integer >= 1")
+    n = spec.n_cells
+    if n > max_cells:
+        shape = " × ".join(f"{dim} {k}" for dim, k in spec.dims.items())
+        raise FedsdeInputError(f"grid: {n} cells ({shape}), more than the limit of {max_cells}; split it into "
+                               "several sweeps or raise the limit (fedsde sweep --max-cells N, max_cells= in Python)")
+
+
+def load_spec(spec: str | os.PathLike | Mapping | SweepSpec, *, commands: Mapping | None = None,
+              max_cells: int = MAX_CELLS) -> SweepSpec:
     """Read and validate a sweep spec (a TOML file path or a dict with the same tables).
 
     Besides the structure (known tables, non-empty axes with distinct values, zip axes of equal length, no option
-    both in ``[base]`` and an axis), the command must exist and know every option, and every cell's flags must
-    parse with the command's own parser; relative paths of ``FILE`` options start from the spec's folder.
+    both in ``[base]`` and an axis) and the size (at most ``max_cells`` cells, counted without building them), the
+    command must be in the table ``commands`` (default: the ``fedsde`` command line's, see
+    :mod:`fedsde.sweep.command`) and know every option, and the cells' flags must parse with the command's own
+    parser: every value of every axis is parsed (the other options at their first values), and every combination
+    of switches and repeated flags present or absent across dimensions, which is what a parser's verdict on a cell
+    depends on; relative paths of ``FILE`` options start from the spec's folder.
 
     Raises
     ------
     FedsdeInputError
-        with a one-line message naming the table, key and constraint.
+        with a one-line message naming the table, key and constraint (for a cell: its coordinates).
     """
     if isinstance(spec, SweepSpec):
-        return spec
+        if commands is None or commands is spec.commands:
+            check_size(spec, max_cells)
+            return spec
+        parsed, root, seed_given = spec, spec.root, True
+    else:
+        data, root = _read(spec)
+        parsed = parse_structure(data)
+        seed_given = "seed" in {k.replace("-", "_") for k in _table(data, "run")}
+    check_size(parsed, max_cells)
     from fedsde.sweep.command import NOT_CELL_OPTIONS, command_info
 
-    data, root = _read(spec)
-    parsed = parse_structure(data)
-    info = command_info(parsed.command)
+    info = command_info(parsed.command, commands)
     for where, keys in (("base", parsed.base), ("grid", parsed.grid),
                         *((f"zip.{d}" if d != "zip" else "zip", g) for d, g in parsed.zips.items())):
         for key in keys:
@@ -285,13 +324,13 @@ def load_spec(spec: str | os.PathLike | Mapping | SweepSpec) -> SweepSpec:
                 flags = ", ".join(sorted("--" + k.replace("_", "-") for k in info.options
                                          if k not in ("seed", *_RESERVED, *NOT_CELL_OPTIONS)))
                 raise FedsdeInputError(f"{where}.{key}: unknown option of fedsde {info.name}; its options: {flags}")
-    if info.takes_seed and "seed" not in {k.replace("-", "_") for k in _table(data, "run")}:
+    if info.takes_seed and not seed_given:
         raise FedsdeInputError(f"run.seed: required, fedsde {info.name} takes --seed (cell seeds derive from it)")
-    spec_obj = SweepSpec(parsed.command, parsed.seed, parsed.base, parsed.grid, parsed.zips, root=root,
-                         seeds=parsed.seeds)
+    spec_obj = replace(parsed, root=root, commands=commands)
     from fedsde.sweep.command import ArgumentError, parse_cell_args
 
-    for cell in spec_obj.cells():
+    for index in _telling_cells(spec_obj, info):
+        cell = spec_obj.cell_at(index)
         argv = cell_argv(spec_obj, cell)
         try:
             parse_cell_args(info, argv)
@@ -301,11 +340,44 @@ def load_spec(spec: str | os.PathLike | Mapping | SweepSpec) -> SweepSpec:
     return spec_obj
 
 
+def _telling_cells(spec: SweepSpec, info) -> list[tuple[int, ...]]:
+    """Indices of the cells whose flags tell whether every cell's flags parse, in C order.
+
+    A parser rejects a cell for a value (its type, its choices, its count: one value at a time) or for which
+    options are present (required ones, mutually exclusive ones).  Flags of one option depend on its value only,
+    and an option is absent only as a switch set false or an empty list.  So the first cell, each value of each
+    dimension with the others at their first values, and one cell per combination of presence patterns across the
+    dimensions where presence varies, cover every way a cell can fail; the first failing cell in C order is
+    among them.
+    """
+    from fedsde.sweep.command import option_argv
+
+    dims, axes = list(spec.dims.items()), spec.axes
+    zero = (0,) * len(dims)
+    picks = {zero}
+    patterns: list[dict[tuple, int]] = []  # per dimension: presence pattern → first index showing it
+    for k, (dim, n) in enumerate(dims):
+        seen: dict[tuple, int] = {}
+        for i in range(n):
+            if i:
+                picks.add((*zero[:k], i, *zero[k + 1:]))
+            pattern = tuple(a == "seed" or bool(option_argv(info, a, spec.axis_values(a)[i])) for a in axes[dim])
+            seen.setdefault(pattern, i)
+        patterns.append(seen)
+    varying = [k for k, seen in enumerate(patterns) if len(seen) > 1]
+    for combo in itertools.product(*(list(patterns[k].values()) for k in varying)):
+        index = list(zero)
+        for k, i in zip(varying, combo, strict=True):
+            index[k] = i
+        picks.add(tuple(index))
+    return sorted(picks)
+
+
 def cell_argv(spec: SweepSpec, cell: Cell) -> list[str]:
     """The flags of one cell (without ``--json``): base options, the cell's coordinates, its derived seed."""
     from fedsde.sweep.command import command_info, option_argv
 
-    info = command_info(spec.command)
+    info = command_info(spec.command, spec.commands)
     options = {**spec.base, **{k: v for k, v in cell.coords.items() if k != "seed"}}
     argv: list[str] = []
     positional = [a.dest for a in info.positionals]
