@@ -37,7 +37,6 @@ from typing import Any
 import numpy as np
 
 from fedsde.errors import FedsdeInputError
-from fedsde.exact.stability import known_divergence
 
 
 def add_json_flag(p: argparse.ArgumentParser) -> None:
@@ -259,6 +258,8 @@ def refuse_known_divergence(problem, eta: float, steps, server_lr: float = 1.0, 
                             participation: int | None = None) -> None:
     """Raise a one-line :class:`FedsdeInputError` when :func:`known_divergence` finds a reason (commands that run
     the algorithm or its SDE call this before any work)."""
+    from fedsde.exact.stability import known_divergence
+
     why = known_divergence(problem, eta, steps, server_lr, aggregator=aggregator, participation=participation)
     if why:
         raise FedsdeInputError(why[0])

@@ -6,6 +6,7 @@ import argparse
 
 import numpy as np
 
+from fedsde._cli import cell_commands, one_line_help
 from fedsde._cli.common import add_json_flag, capture_warnings, emit, fmt_array, parse_vector, warn
 from fedsde.errors import FedsdeInputError
 from fedsde.scaling.rules import RULES, FedAvgConfig, get_rule
@@ -14,7 +15,7 @@ from fedsde.scaling.rules import RULES, FedAvgConfig, get_rule
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "scaling",
-        help="first-order SDE scaling rules: the scaled configuration and how far it is from the base",
+        help=one_line_help("scaling"),
         description="Map (η, E, s, n[, Q, b]) along a scaling rule that keeps the first-order SDE (temperature "
         "s·η·Σ p_k²Σ_k and horizon τ = n·s·η·E) and measure the discrepancy between the two ends: exactly on "
         "quadratic problems, by simulation (metric curves vs τ with standard errors) on data problems. "
@@ -265,7 +266,7 @@ def _sweep_kappas(args, kappas: list[float], workers: int) -> list[dict]:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(args.sweep_out) if args.sweep_out else Path(tmp) / "sweep"
         resume = bool(args.sweep_out) and out.exists()
-        sweep.run(spec, out, workers=workers, resume=resume, progress=False)
+        sweep.run(spec, out, workers=workers, resume=resume, progress=False, commands=cell_commands())
         recs = read_cells(out)
     by_kappa = {}
     for rec in recs.values():

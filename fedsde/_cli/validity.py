@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from fedsde._cli import one_line_help
 from fedsde._cli.common import (
     add_json_flag,
     add_problem_args,
@@ -12,7 +13,6 @@ from fedsde._cli.common import (
     parse_vector,
     refuse_known_divergence,
 )
-from fedsde.problems import load_problem
 
 #: values of ``--reference``
 REFERENCES = ("exact", "svag")
@@ -21,7 +21,7 @@ REFERENCES = ("exact", "svag")
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "validity",
-        help="does the SDE of FedAvg track FedAvg on this problem? (FedAvg against the SDE's exact law or SVAG)",
+        help=one_line_help("validity"),
         description="Run FedAvg (ℓ = 1, R replicates) and judge it against seed 002's SDE (2) on the grid t = n·h: "
         "d(t) = |E φ_FedAvg(t) − E φ_SDE(t)| / (range of E φ_SDE over [0, T]) for the train loss, ‖∇F‖² and ‖w − w0‖ "
         "(test accuracy: the gap in accuracy units). The SDE's value is its exact law (--reference exact, quadratic "
@@ -120,6 +120,7 @@ def run(args: argparse.Namespace) -> int:
 
     from fedsde._validate import positive_float
     from fedsde.errors import FedsdeInputError
+    from fedsde.problems import load_problem
     from fedsde.validity import validity_test
     from fedsde.validity.core import DEFAULT_ELLS
     from fedsde.validity.reference import resolve_reference

@@ -31,7 +31,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-import scipy.optimize
 
 from fedsde._validate import positive_float, positive_int
 from fedsde.errors import FedsdeInputError
@@ -373,6 +372,8 @@ class ClassificationProblem(LabelledClients):
         reaches from :meth:`initial_weights` (no Newton polish; tolerance ``1e-6``).
         """
         if "optimum" not in self._cache:
+            import scipy.optimize  # only where an optimum is solved: loading a problem stays light
+
             convex = self.classifier.convex
             res = scipy.optimize.minimize(
                 self._loss_and_grad, self.initial_weights(), jac=True, method="L-BFGS-B",

@@ -29,58 +29,47 @@ Mapping: :func:`apply_rule` (``FedAvgConfig`` × ``κ`` → ``FedAvgConfig``).  
 :func:`horizon_discrepancy`.
 """
 
-from fedsde.scaling.data import (
-    TEMPERATURE_TOL,
-    DataScaling,
-    MetricCurves,
-    compare_data,
-    invariant_notes,
-    memory_need,
-    paired_difference,
-    split_clients,
-    temperature_trace,
-)
-from fedsde.scaling.horizon import HorizonCurves, horizon_discrepancy, noisy_logistic_problem, quadratic_model
-from fedsde.scaling.quadratic import (
-    EndLaw,
-    QuadraticScaling,
-    compare_quadratic,
-    end_law,
-    first_order_coefficients,
-    first_order_correction,
-    law_discrepancy,
-    scaled_problem,
-    temperature_matrix,
-)
-from fedsde.scaling.rules import NAIVE, RULES, FedAvgConfig, ScalingRule, apply_rule, get_rule
+from __future__ import annotations
 
-__all__ = [
-    "NAIVE",
-    "RULES",
-    "TEMPERATURE_TOL",
-    "DataScaling",
-    "EndLaw",
-    "FedAvgConfig",
-    "HorizonCurves",
-    "MetricCurves",
-    "QuadraticScaling",
-    "ScalingRule",
-    "apply_rule",
-    "compare_data",
-    "compare_quadratic",
-    "end_law",
-    "first_order_coefficients",
-    "first_order_correction",
-    "get_rule",
-    "horizon_discrepancy",
-    "invariant_notes",
-    "law_discrepancy",
-    "memory_need",
-    "noisy_logistic_problem",
-    "paired_difference",
-    "quadratic_model",
-    "scaled_problem",
-    "split_clients",
-    "temperature_matrix",
-    "temperature_trace",
-]
+import importlib
+
+#: public name -> the module of fedsde.scaling that defines it (imported on first use: the command line reads
+#: the rules without importing the simulator)
+_EXPORTS = {
+    "DataScaling": "data",
+    "EndLaw": "quadratic",
+    "FedAvgConfig": "rules",
+    "HorizonCurves": "horizon",
+    "MetricCurves": "data",
+    "NAIVE": "rules",
+    "QuadraticScaling": "quadratic",
+    "RULES": "rules",
+    "ScalingRule": "rules",
+    "TEMPERATURE_TOL": "data",
+    "apply_rule": "rules",
+    "compare_data": "data",
+    "compare_quadratic": "quadratic",
+    "end_law": "quadratic",
+    "first_order_coefficients": "quadratic",
+    "first_order_correction": "quadratic",
+    "get_rule": "rules",
+    "horizon_discrepancy": "horizon",
+    "invariant_notes": "data",
+    "law_discrepancy": "quadratic",
+    "memory_need": "data",
+    "noisy_logistic_problem": "horizon",
+    "paired_difference": "data",
+    "quadratic_model": "horizon",
+    "scaled_problem": "quadratic",
+    "split_clients": "data",
+    "temperature_matrix": "quadratic",
+    "temperature_trace": "data",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"fedsde.scaling.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module 'fedsde.scaling' has no attribute {name!r}")
