@@ -93,7 +93,8 @@ def synthetic_problem(
     n_test = np.minimum(np.round(tf * sizes).astype(np.int64), sizes - 1)  # the first n_test rows of each client
     train, test = _Split(sizes - n_test, F), _Split(n_test, F)
     per = 0 if iid else F * C + C + F
-    fill = _BlockFiller(sizes, n_test, u, B, shared, F, C, per, cov_sd, train, test)
+    fill = _BlockFiller(sizes=sizes, n_test=n_test, u=u, B=B, shared=shared, F=F, C=C, per=per, cov_sd=cov_sd,
+                        train=train, test=test)
     # the draws of client k, in the generator's order: W_k (F·C), b_k (C), v_k (F), then its rows (N_k·F); drawn for
     # blocks of clients at once into one buffer (one standard-normal stream: the values of a client-by-client loop)
     blocks = list(_blocks(per + sizes * F))
@@ -137,7 +138,7 @@ class _BlockFiller:
     """Turns the standard-normal draws of clients ``[a, b)`` into their parameters, rows and labels, written into
     the train and test splits at the clients' own offsets (so blocks may be filled in any order)."""
 
-    def __init__(self, sizes, n_test, u, B, shared, F: int, C: int, per: int, cov_sd, train, test):
+    def __init__(self, *, sizes, n_test, u, B, shared, F: int, C: int, per: int, cov_sd, train, test):
         self.sizes, self.n_test, self.u, self.B, self.shared = sizes, n_test, u, B, shared
         self.F, self.C, self.per, self.cov_sd, self.train, self.test = F, C, per, cov_sd, train, test
         self.tr_off = np.concatenate([[0], np.cumsum(sizes - n_test)])
