@@ -286,16 +286,63 @@ def data_file(draw):
     return data
 
 
-def _write(tmp: Path, data: dict, suffix: str) -> Path:
+@st.composite
+def csv_text(draw) -> str:
+    """A user's CSV: a header (sometimes missing a column), 1-3 sites of 1-6 rows, now and then a cell that is not a
+    number, a NaN, an empty cell or a short row."""
+    cols = draw(mostly([["site", "x1", "x2", "y"]], [["site", "x1", "y"], ["x1", "x2", "y"]]))
+    rows = [",".join(cols)]
+    for k in range(draw(st.integers(1, 3))):
+        for _ in range(draw(st.integers(1, 6))):
+            cells = [f"s{k}" if c == "site" else repr(draw(st.floats(-3, 3))) for c in cols]
+            if draw(mostly([False], [True])):
+                cells[draw(st.integers(0, len(cells) - 1))] = draw(st.sampled_from(["abc", "nan", "", "1e400"]))
+            if draw(mostly([False], [True])):
+                cells = cells[:-1]
+            rows.append(",".join(cells))
+    return "\n".join(rows) + "\n"
+
+
+@st.composite
+def regression_file(draw):
+    """A least-squares problem: a CSV of the user's own (written next to the file) or a packaged set."""
+    data = {"kind": "regression", "model": draw(mostly(["least-squares"], ["ols"])),
+            "batch_size": draw(mostly([1, 2, 3], [0, 50, "x"])),
+            "sampling": draw(mostly(["with-replacement", "without-replacement"], ["epoch", "nope"]))}
+    source = draw(mostly(["csv", "grunfeld"], ["diabetes", "both", "none"]))
+    if source in ("csv", "both"):
+        data |= {"data": "data.csv", "features": draw(mostly([["x1", "x2"]], [["x1", "zz"], [], "x1"])),
+                 "target": draw(mostly(["y"], ["x1", "nope"])), "client_column": draw(mostly(["site"], ["nope"]))}
+    if source in ("grunfeld", "diabetes", "both"):
+        data["dataset"] = source if source != "both" else "grunfeld"
+        if source == "diabetes":
+            data |= {"clients": draw(mostly([3], [0, 500])), "partition": "iid", "seed": 0}
+    for key, values in (("l2", [0.0, 0.1, -1.0]), ("intercept", [True, False, "yes"]),
+                        ("standardise", [True, False, 3]), ("p", [[1.0, 2.0], [-1.0, 1.0]]), ("bogus", [1])):
+        if draw(st.booleans()):
+            data[key] = draw(mostly(values[:1], values[1:]))
+    return data, draw(csv_text())
+
+
+def _write(tmp: Path, data: dict, suffix: str, *, latin1: bool = False) -> Path:
     path = tmp / f"pb{suffix}"
-    path.write_text(tomli_w.dumps(data) if suffix == ".toml" else json.dumps(data))
+    text = tomli_w.dumps(data) if suffix == ".toml" else json.dumps(data)
+    path.write_bytes(text.encode() + (b"\n# caf\xe9\n" if latin1 and suffix == ".toml" else b""))
     return path
 
 
 @st.composite
 def problem_file_argv(draw, tmp: Path):
-    data = draw(st.one_of(quadratic_file(), data_file()))
-    path = _write(tmp, data, draw(st.sampled_from([".toml", ".json"])))
+    data = draw(st.one_of(quadratic_file(), data_file(), regression_file()))
+    if isinstance(data, tuple):  # a regression problem and its CSV (sometimes not UTF-8)
+        data, csv = data
+        (tmp / "data.csv").write_bytes(csv.encode() + (b"s9,caf\xe9,1,1\n" if draw(mostly([False], [True])) else b""))
+    path = _write(tmp, data, draw(st.sampled_from([".toml", ".json"])), latin1=draw(mostly([False], [True])))
+    if data.get("kind") == "regression":
+        cmd = draw(st.sampled_from(["exact", "simulate"]))
+        argv = [cmd, "--problem", path, "--eta", draw(st.sampled_from(["0.01", "0.05", "50"])), "--local-steps", "2",
+                "--rounds", "2", "--json"]
+        return argv if cmd == "exact" else [*argv, "--replicates", "2", "--seed", "0"]
     if data.get("kind") == "classification":  # a data problem: a short simulation with small minibatches
         return ["simulate", "--problem", path, "--eta", draw(st.sampled_from(["0.05", "50"])), "--local-steps", "1",
                 "--rounds", "1", "--replicates", "2", "--seed", "0", "--json"]
@@ -402,6 +449,8 @@ def sweep_spec(draw):
         spec["base"]["rounds"] = draw(st.sampled_from([1, -1]))
     spec["grid"] = {draw(st.sampled_from(["eta", "server-lr", "json", "nope"])):
                     draw(st.sampled_from([[0.05, 0.1], [], 0.1, [0.6], ["x"]]))}
+    if draw(mostly([False], [True])):  # a huge grid: refused from the axis lengths, never built
+        spec["grid"] |= {"rounds": list(range(1, 1001)), "seed": list(range(draw(st.sampled_from([1000, 10**6]))))}
     if draw(st.booleans()):
         spec["zip"] = {"eta": [0.05], "local_steps": draw(st.sampled_from([[1], [1, 2]]))}
     if draw(st.booleans()):
@@ -439,7 +488,9 @@ def test_fuzz_sweep_cli(tmp_path_factory, spec):
         tomllib.loads(path.read_text())
     except (TypeError, ValueError):
         return
-    check_cli(["sweep", path, "--out", tmp / "out", "--json"])
+    if spec["run"].get("seed") == -1:  # now and then a spec that is not UTF-8
+        path.write_bytes(path.read_bytes() + b"# caf\xe9\n")
+    check_cli(["sweep", path, "--out", tmp / "out", "--json"], outputs=(tmp / "out",))
 
 
 # ---------------------------------------------------------------- a few real processes
