@@ -13,9 +13,15 @@
     (``torch.set_num_threads``) and runs ``--scaling-repeats`` times, interleaved; printed: the thread counts, the
     median, min and max wall time, the CPU time of the process per run, the load average before and after (the
     machine may be shared: a ratio below the core count with CPU time near wall × threads means the cores were
-    busy elsewhere), and the speed-up of the median against 1 thread.
+    busy elsewhere), and the speed-up of the median against 1 thread;
+(6) the cross-device regime (``--cross-device``): 10⁵ clients, 10 participants per round, 2 rounds, 4 replicates —
+    ``simulate`` on a quadratic problem (in this process), and the whole ``fedsde simulate`` command on FedProx's
+    synthetic(α, β) with 10⁵ clients (a fresh process: start-up, building the problem, the run and the metrics);
+(7) the command line's fixed costs (``--startup``): ``fedsde --help``, a parse error and a tiny command, each a fresh
+    process (the timing of ``benchmarks/bench_sweep.py --startup``).
 
 Usage: python benchmarks/bench_sim.py [--threads 1] [--quick] [--device cpu] [--no-scaling] [--max-threads T]
+       [--cross-device] [--startup] [--repeats-cli 5]
 """
 
 from __future__ import annotations
@@ -73,6 +79,9 @@ def main(argv=None) -> None:
     ap.add_argument("--no-scaling", action="store_true", help="skip (5), threads 1 vs all cores")
     ap.add_argument("--max-threads", type=int, default=len(os.sched_getaffinity(0)))
     ap.add_argument("--scaling-repeats", type=int, default=None, help="runs per configuration (default 5; quick 3)")
+    ap.add_argument("--cross-device", action="store_true", help="(6): 10⁵ clients, 10 participants per round")
+    ap.add_argument("--startup", action="store_true", help="(7): fixed costs of the command line")
+    ap.add_argument("--repeats-cli", type=int, default=5, help="(6), (7): fresh processes per case (default 5)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     Q, d, R, E = 100, 10, 1000, 10
@@ -129,6 +138,44 @@ def main(argv=None) -> None:
         scaling(pb, eta=eta, E=E, R=R, rounds=rounds, T=args.max_threads,
                 repeats=args.scaling_repeats or (3 if args.quick else 5))
     torch.set_num_threads(args.threads)
+    if args.cross_device:
+        cross_device(args.repeats_cli, device=args.device)
+    if args.startup:
+        from bench_sweep import startup_section  # the same timing as bench_sweep's section (f)
+
+        startup_section(args.repeats_cli, [])
+
+
+def cross_device(repeats: int, *, device: str = "cpu") -> None:
+    """(6): 10⁵ clients, 10 participants, 2 rounds, 4 replicates (see the module docstring)."""
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    Q = 100_000
+    rng = np.random.default_rng(0)
+    U = rng.uniform(0.5, 2.0, (Q, 2))  # diagonal clients, d = 2
+    big = QuadraticProblem.from_arrays(U, rng.normal(0.0, 1.0, (Q, 2)), np.ones((Q, 2)))
+    times = [_best(lambda: simulate(big, eta=0.05, local_steps=2, rounds=2, replicates=4, seed=0, participation=10,
+                                    device=device), 1) for _ in range(repeats)]
+    print(f"(6) cross-device, quadratic Q={Q}, d=2, m=10, 2 rounds, R=4: simulate {statistics.median(times):.2f} s "
+          f"(min {min(times):.2f}, max {max(times):.2f}, {repeats} runs)")
+    with tempfile.TemporaryDirectory() as tmp:
+        spec = Path(tmp) / "synthetic.toml"
+        spec.write_text('kind = "classification"\ndataset = "synthetic"\nclients = 100000\nmax_samples = 50\n'
+                        'batch_size = 10\nseed = 0\n')
+        argv = [sys.executable, "-m", "fedsde.cli", "simulate", "--problem", str(spec), "--eta", "0.05",
+                "--local-steps", "2", "--rounds", "2", "--replicates", "4", "--seed", "0", "--participation", "10",
+                "--json"]
+        walls = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            subprocess.run(argv, check=True, capture_output=True)
+            walls.append(time.perf_counter() - t0)
+    print(f"    fedsde simulate, synthetic(1, 1) Q={Q} (≤ 50 samples each, d = 610), m=10, 2 rounds, R=4, start-up "
+          f"included: {statistics.median(walls):.2f} s (min {min(walls):.2f}, max {max(walls):.2f}; "
+          f"load {os.getloadavg()[0]:.2f})")
 
 
 def scaling(pb: QuadraticProblem, *, eta: float, E: int, R: int, rounds: int, T: int, repeats: int) -> None:
