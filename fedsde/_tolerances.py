@@ -5,9 +5,10 @@ to what.  A number that is a model parameter (a default learning rate, a ridge c
 its own (a figure's axis limit, the step size of an experiment) is not a tolerance and stays where it is used.
 
 Groups: floating point (:data:`EPS`, :data:`DIVISION_FLOOR`); matrices (symmetric, positive semi-definite,
-singular, numerical rank); linear chains (contracting, stationary, power iteration); integers and time grids;
-solvers (min-norm weights, SLSQP, quadrature); statistics (:data:`Z95`); and the margins of the seeds' claims
-(:func:`label` writes a tolerance the way the claims' margin descriptions print it, ``1e-9``).
+singular, numerical rank); linear chains (contracting, stationary, power iteration, burn-in); integers and time
+grids; solvers (min-norm weights, SLSQP, quadrature, Lanczos, L-BFGS and Newton for an optimum); statistics
+(:data:`Z95`, a path that does not move); and the margins of the seeds' claims (:func:`label` writes a tolerance
+the way the claims' margin descriptions print it, ``1e-9``).
 """
 
 from __future__ import annotations
@@ -38,7 +39,9 @@ SINGULAR_TOL = 1e-12
 RANK_TOL = 1e-14
 
 # ---------------------------------------------------------------------------------------------------------- chains
-#: A linear chain has a stationary law only when its spectral radius is ``< 1 − STATIONARY_MARGIN``.
+#: A linear chain has a stationary law only when its spectral radius is ``< 1 − STATIONARY_MARGIN``; a linear
+#: SDE only when every eigenvalue of its (second-moment) generator ``A`` has real part
+#: ``< −STATIONARY_MARGIN · max(1, max|A|)``.
 STATIONARY_MARGIN = 1e-12
 
 #: A server recursion is reported as diverging when its spectral radius is ``> 1 + DIVERGENCE_SLACK``: a radius
@@ -48,10 +51,14 @@ DIVERGENCE_SLACK = 1e-9
 #: Power iteration stops when two successive estimates differ by less than ``POWER_ITERATION_RTOL · max(1, λ)``.
 POWER_ITERATION_RTOL = 1e-10
 
+#: The transient of a chain, decaying like ``ρⁿ`` (``ρ`` its spectral radius), is over once ``ρⁿ < BURN_IN_TOL``
+#: (relative to its start): the chain then counts as stationary.
+BURN_IN_TOL = 1e-6
+
 # ------------------------------------------------------------------------------------------- integers, time grids
 #: A float ``x`` counts as the integer ``k`` when ``|x − k| <= INT_TOL · max(1, |x|)`` (scaling factors, step
 #: counts); also the offset added before ``floor(t/h)`` so that a time ``n·h`` computed in floating point lands
-#: in round ``n``.
+#: in round ``n``, and the relative tolerance at which two times computed in different ways are the same time.
 INT_TOL = 1e-9
 
 #: A time counts as a point of a fixed step grid when it is within ``GRID_TOL`` steps of it.
@@ -75,6 +82,28 @@ SLSQP_FTOL_MULTISTART = 1e-14
 #: Relative accuracy ``epsrel`` of adaptive quadrature (``scipy.integrate.quad``) of a schedule.
 QUAD_RTOL = 1e-11
 
+#: Relative accuracy ``tol`` of a Lanczos eigenvalue (``scipy.sparse.linalg.eigsh``).
+LANCZOS_RTOL = 1e-8
+
+#: ``gtol`` of L-BFGS-B (largest entry of the projected gradient) when it solves for an optimum to rounding
+#: (the optimum of a data problem, then polished by Newton steps and checked against :data:`OPTIMUM_GTOL`).
+LBFGS_GTOL = 1e-12
+
+#: ``ftol`` of L-BFGS-B (relative reduction of the objective per iteration) wherever it solves for an optimum.
+LBFGS_FTOL = 1e-15
+
+#: Newton steps that polish an optimum stop once ``‖∇F(w)‖₂ < NEWTON_GTOL``.
+NEWTON_GTOL = 1e-13
+
+#: The optimum of a convex (strongly convex with the ridge) problem is accepted when ``‖∇F(w*)‖₂ <= OPTIMUM_GTOL``;
+#: a larger gradient means that no minimiser was found (e.g. no ridge on separable data).
+OPTIMUM_GTOL = 1e-8
+
+#: As :data:`OPTIMUM_GTOL` for a minimiser that no Newton step polishes: a non-convex model's local minimiser
+#: (accepted at ``‖∇F‖₂ <= LOCAL_OPTIMUM_GTOL``), or an approximate optimum where only the curvature matters
+#: (L-BFGS-B's ``gtol``).
+LOCAL_OPTIMUM_GTOL = 1e-6
+
 #: A weight ``<= ZERO_WEIGHT`` counts as zero (clients dropped by a min-norm solution).
 ZERO_WEIGHT = 1e-12
 
@@ -82,9 +111,15 @@ ZERO_WEIGHT = 1e-12
 #: The normal 97.5 % quantile, ``scipy.stats.norm.ppf(0.975)``: half-width of a 95 % interval in standard errors.
 Z95 = 1.959963984540054
 
+#: A path whose range ``max − min`` is at most ``RANGE_FLOOR · max|path|`` does not move (its range is
+#: floating-point noise): a quantity relative to its movement is undefined.
+RANGE_FLOOR = 1e-9
+
 # -------------------------------------------------------------------------------------------- claims' inequalities
 #: An inequality that may hold with equality is checked as ``lhs <= rhs · (1 + ROUNDING_SLACK) (+ ROUNDING_ATOL)``
-#: (and a margin that is zero at equality gets ``+ ROUNDING_SLACK``): equality up to rounding holds.
+#: (and a margin that is zero at equality gets ``+ ROUNDING_SLACK``): equality up to rounding holds.  Also the
+#: size below which a difference without noise, relative to ``max(1, scale)``, is rounding (and two times near 0
+#: are the same time).
 ROUNDING_SLACK = 1e-12
 
 #: The absolute part of the rounding slack, for inequalities whose two sides may both be zero.

@@ -44,3 +44,48 @@ def test_matrix_tolerances_decide_symmetric_and_psd_inputs():
     with pytest.raises(FedsdeInputError, match="singular"):
         QuadraticProblem.from_arrays(U=[[1.0, 0.5 * tol.SINGULAR_TOL]], a=[[0.0, 0.0]], Sigma=[[1.0, 1.0]])
     QuadraticProblem.from_arrays(U=[[1.0, 4 * tol.SINGULAR_TOL]], a=[[0.0, 0.0]], Sigma=[[1.0, 1.0]])
+
+
+def test_tolerances_of_solvers_statistics_and_chains_keep_their_values():
+    from fedsde.problems import models
+    from fedsde.validity import general, verdict
+
+    assert (tol.LBFGS_GTOL, tol.LBFGS_FTOL, tol.NEWTON_GTOL) == (1e-12, 1e-15, 1e-13)
+    assert (tol.OPTIMUM_GTOL, tol.LOCAL_OPTIMUM_GTOL, tol.LANCZOS_RTOL) == (1e-8, 1e-6, 1e-8)
+    assert (tol.BURN_IN_TOL, tol.RANGE_FLOOR) == (1e-6, 1e-9)
+    # the names the modules exported before are the shared ones
+    assert general.Z95 is tol.Z95 and verdict.RANGE_FLOOR is tol.RANGE_FLOOR
+    assert models.FD_STEP == 1e-5  # a step, not a tolerance: it stays with the finite differences
+
+
+def test_grid_round_and_integer_tolerances_decide():
+    from fedsde.problems import paper_table_problem
+    from fedsde.scaling.quadratic import scaled_problem
+    from fedsde.sde.brownian import GridBrownian
+    from fedsde.sde.schedules import RateSchedule
+
+    bm = GridBrownian(0.0, 0.1, (1, 1), seed=0, steps=10)
+    assert bm.index(0.3 + 0.5 * tol.GRID_TOL * 0.1) == 3  # within GRID_TOL steps of the grid
+    with pytest.raises(FedsdeInputError, match="not on the grid"):
+        bm.index(0.3 + 4 * tol.GRID_TOL * 0.1)
+    sched = RateSchedule("eta", [1.0, 2.0, 3.0], 0.1)
+    assert sched(0.2 * (1 - 0.25 * tol.INT_TOL)) == 3.0  # a time just short of n·h is in round n
+    assert sched(0.2 * (1 - 4 * tol.INT_TOL)) == 2.0
+    pb = paper_table_problem()
+    assert scaled_problem(pb, "clients", 2 * (1 + 0.5 * tol.INT_TOL)).Q == 2 * pb.Q
+    with pytest.raises(FedsdeInputError, match="whole number"):
+        scaled_problem(pb, "clients", 2 * (1 + 4 * tol.INT_TOL))
+
+
+def test_psd_burn_in_and_optimum_tolerances_decide():
+    from fedsde.report.stationary import burn_in_rounds
+    from fedsde.sde.coefficients import psd_sqrt
+    from fedsde.theory.problems import synthetic_logistic
+
+    np.testing.assert_allclose(psd_sqrt(np.diag([4.0, -0.5 * tol.PSD_TOL])), np.diag([2.0, 0.0]))
+    with pytest.raises(FedsdeInputError, match="not positive semi-definite"):
+        psd_sqrt(np.diag([1.0, -4 * tol.PSD_TOL]))
+    # ρⁿ < BURN_IN_TOL: 0.5^20 ≈ 9.5e-7 < 1e-6 <= 0.5^19
+    assert burn_in_rounds(0.5) == burn_in_rounds(0.5, tol.BURN_IN_TOL) == 20
+    pb = synthetic_logistic(3, 20, kind="iid", seed=3)
+    assert np.linalg.norm(pb.grad(pb.optimum)) <= tol.OPTIMUM_GTOL

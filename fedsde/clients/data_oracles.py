@@ -36,11 +36,12 @@ from __future__ import annotations
 
 import torch
 
-from fedsde._validate import positive_int
+from fedsde._validate import choice, positive_int
 from fedsde.clients.data_rows import ClientRows
 from fedsde.clients.oracles import OracleBase
 from fedsde.clients.streams import ReplicateStreams
 from fedsde.errors import FedsdeInputError
+from fedsde.problems.models import LogisticModel
 
 SAMPLINGS = ("minibatch", "epoch")
 
@@ -66,8 +67,9 @@ class _DataOracle(OracleBase):
         self.rows = ClientRows(problem, device, dtype)  # padded (built on first use) or ragged rows
         self.Q, self.n_max, self.F = self.rows.Q, self.rows.n_max, self.rows.F
         self.K = problem.n_outputs
-        self.logistic = problem.model == "logistic"
-        self.H = int(problem.hidden) if problem.model == "mlp" else 0
+        model = problem.classifier
+        self.logistic = isinstance(model, LogisticModel)
+        self.H = int(model.hidden) if model.hidden_layer else 0
         self.l2 = float(problem.l2)
         self.sizes = torch.as_tensor(problem.sizes, device=device)  # (Q,)
         self.pos = torch.arange(self.n_max, device=device)
@@ -298,9 +300,7 @@ class MinibatchOracle(_DataOracle):
     def __init__(self, problem, nblocks, device, dtype, *, batch_size: int | None = None,
                  sampling: str = "minibatch"):
         super().__init__(problem, nblocks, device, dtype, batch_size)
-        if sampling not in SAMPLINGS:
-            raise FedsdeInputError(f"sampling={sampling!r}: must be one of {', '.join(SAMPLINGS)}")
-        self.sampling = sampling
+        self.sampling = choice("sampling", sampling, SAMPLINGS)
         self._u = None
         self._perm = None
         # every slot's batch covers all its rows: the minibatch is the whole client (no randomness needed)
@@ -389,8 +389,7 @@ class FullGradientOracle(_DataOracle):
 
 def minibatch_oracle(batch_size: int | None = None, sampling: str = "minibatch"):
     """Oracle factory ``(problem, nblocks, device, dtype) -> MinibatchOracle`` for :func:`fedsde.sim.simulate`."""
-    if sampling not in SAMPLINGS:
-        raise FedsdeInputError(f"sampling={sampling!r}: must be one of {', '.join(SAMPLINGS)}")
+    choice("sampling", sampling, SAMPLINGS)
     if batch_size is not None:
         positive_int("batch_size", batch_size)
 

@@ -22,6 +22,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from fedsde.problems.models import LogisticModel
+
 #: padded layouts above this many floats are never formed for gathers (the ragged rows are read instead)
 RAGGED_FLOATS = 1 << 24
 
@@ -43,7 +45,7 @@ class ClientRows:
         self.Q = int(problem.Q)
         self.n_max = int(np.max(problem.sizes))
         self.F = int(problem.n_features)
-        self.logistic = problem.model == "logistic"
+        self.logistic = isinstance(problem.classifier, LogisticModel)
         self.K = 1 if self.logistic else int(problem.n_outputs)
         self.ragged = self.Q * self.n_max * self.F > RAGGED_FLOATS
         self._padded = None

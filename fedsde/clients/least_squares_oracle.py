@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from fedsde._validate import positive_int
+from fedsde._validate import choice, positive_int
 from fedsde.errors import FedsdeInputError
 
 SAMPLINGS = ("without-replacement", "with-replacement")
@@ -77,9 +77,7 @@ class LeastSquaresMinibatchOracle:
         if not hasattr(problem, "padded_rows"):
             raise FedsdeInputError(f"oracle: {type(problem).__name__} has no regression rows; the least-squares "
                                    "oracle needs a RegressionProblem")
-        sampling = problem.sampling if sampling is None else sampling
-        if sampling not in SAMPLINGS:
-            raise FedsdeInputError(f"sampling={sampling!r}: must be one of {', '.join(SAMPLINGS)}")
+        sampling = choice("sampling", problem.sampling if sampling is None else sampling, SAMPLINGS)
         Xp, yp, _ = problem.padded_rows()
         self.Q, self.n_max, self.d = Xp.shape
         self.X = torch.as_tensor(Xp, dtype=dtype, device=device).reshape(-1, self.d)  # (Q·N, d)
@@ -163,8 +161,8 @@ class LeastSquaresMinibatchOracle:
 def least_squares_oracle(batch_size: int | None = None, sampling: str | None = None):
     """Oracle factory ``(problem, nblocks, device, dtype) -> LeastSquaresMinibatchOracle`` for
     :func:`fedsde.sim.simulate` (``oracle_factory=``); ``None`` takes the problem's batch size / sampling."""
-    if sampling is not None and sampling not in SAMPLINGS:
-        raise FedsdeInputError(f"sampling={sampling!r}: must be one of {', '.join(SAMPLINGS)}")
+    if sampling is not None:
+        choice("sampling", sampling, SAMPLINGS)
     if batch_size is not None:
         positive_int("batch_size", batch_size)
 

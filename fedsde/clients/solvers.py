@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from fedsde._validate import positive_float
+from fedsde._validate import positive_float, unit_interval
 from fedsde.clients.local import StepHook, local_loop
 from fedsde.clients.oracles import GradientOracle
 from fedsde.clients.streams import ReplicateStreams
@@ -60,9 +60,7 @@ class LocalSolver:
     prox_in_buffer: bool = False
 
     def __post_init__(self):
-        rho = positive_float("momentum", self.momentum, allow_zero=True)
-        if rho >= 1.0:
-            raise FedsdeInputError(f"momentum={self.momentum!r}: must lie in [0, 1)")
+        unit_interval("momentum", self.momentum)
         positive_float("prox", self.prox, allow_zero=True)
 
     @property

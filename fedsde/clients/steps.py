@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from fedsde._validate import client_steps, positive_int
+from fedsde._validate import choice, client_steps, positive_int
 from fedsde.clients.streams import BLOCK, ReplicateStreams
 from fedsde.errors import FedsdeInputError
 
@@ -100,8 +100,7 @@ class EpochSteps:
         if _range("epochs", self.epochs)[1] is None:
             raise FedsdeInputError(f"epochs={self.epochs!r}: the upper end must be given")
         _range("batch_size", self.batch_size)
-        if self.rounding not in ("ceil", "floor"):
-            raise FedsdeInputError(f"rounding={self.rounding!r}: must be 'ceil' or 'floor'")
+        choice("rounding", self.rounding, ("ceil", "floor"))
 
     @property
     def random(self) -> bool:

@@ -29,7 +29,17 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fedsde._memory import available_memory, memory_fits
-from fedsde._validate import client_steps, positive_float, positive_int, schedule, start_point
+from fedsde._tolerances import PSD_TOL, STATIONARY_MARGIN, SYM_TOL
+from fedsde._validate import (
+    choice,
+    client_steps,
+    client_weights,
+    positive_float,
+    positive_int,
+    record_rounds,
+    schedule,
+    start_point,
+)
 from fedsde.errors import FedsdeInputError, NoStationaryLawError
 from fedsde.exact._least_squares_steps import LocalData, weight_moments
 from fedsde.exact.moments import Moments
@@ -234,8 +244,7 @@ def least_squares_round_law(
     server_lr = positive_float("server_lr", server_lr)
     steps = client_steps("local_steps", local_steps, problem.Q)
     Q = problem.Q
-    if weighting not in WEIGHTINGS:
-        raise FedsdeInputError(f"weighting={weighting!r}: must be one of {', '.join(WEIGHTINGS)}")
+    choice("weighting", weighting, WEIGHTINGS)
     if participation is not None:
         participation = positive_int("participation", participation)
         if participation > Q:
@@ -245,15 +254,7 @@ def least_squares_round_law(
     else:
         if weighting == "multinomial" and participation is not None:
             raise FedsdeInputError("weights: not used by weighting='multinomial' (its draws follow p, weights 1/m)")
-        omega = np.asarray(weights, dtype=np.float64).reshape(-1)
-        if omega.shape != (Q,):
-            raise FedsdeInputError(f"weights: shape {np.shape(weights)} must be ({Q},), one per client")
-        bad = ~np.isfinite(omega) | (omega < 0)
-        if bad.any():
-            k = int(np.argmax(bad))
-            raise FedsdeInputError(f"weights[{k}]={float(omega[k])!r}: must be finite and >= 0")
-        if omega.sum() <= 0:
-            raise FedsdeInputError("weights: all zero; the server would never move")
+        omega = client_weights("weights", weights, Q, normalise=False, noun="")
     mu, C = weight_moments(omega, participation, weighting, problem.p)
     data = LocalData(problem, eta, steps, shift)
     return LeastSquaresRoundLaw(eta=eta, server_lr=server_lr, local_steps=steps, participation=participation,
@@ -267,8 +268,8 @@ def _initial(d: int, w0, cov0) -> tuple[np.ndarray, np.ndarray]:
     P0 = np.asarray(cov0, dtype=np.float64)
     if P0.ndim == 0:
         P0 = float(P0) * np.eye(d)
-    if P0.shape != (d, d) or not np.all(np.isfinite(P0)) or np.abs(P0 - P0.T).max() > 1e-10 * max(
-            1.0, np.abs(P0).max()) or np.linalg.eigvalsh(0.5 * (P0 + P0.T))[0] < -1e-10 * max(1.0, np.abs(P0).max()):
+    if P0.shape != (d, d) or not np.all(np.isfinite(P0)) or np.abs(P0 - P0.T).max() > SYM_TOL * max(
+            1.0, np.abs(P0).max()) or np.linalg.eigvalsh(0.5 * (P0 + P0.T))[0] < -PSD_TOL * max(1.0, np.abs(P0).max()):
         raise FedsdeInputError(f"cov0: shape {np.shape(cov0)} must be ({d}, {d}), finite, symmetric PSD")
     return m0, 0.5 * (P0 + P0.T)
 
@@ -314,9 +315,7 @@ def least_squares_transient_moments(
     etas = schedule("eta", eta, rounds) if rounds else np.array([positive_float("eta", np.ravel(eta)[0])])
     lrs = schedule("server_lr", server_lr, rounds) if rounds else np.array([np.ravel(server_lr)[0]])
     m, P = _initial(problem.d, problem.initial_weights() if w0 is None else w0, cov0)
-    keep = np.arange(rounds + 1) if record is None else np.unique(np.asarray(record, dtype=np.int64))
-    if keep.size and (keep.min() < 0 or keep.max() > rounds):
-        raise FedsdeInputError(f"record: rounds must lie in [0, {rounds}]")
+    keep = record_rounds("record", record, rounds)
     at = {int(k): i for i, k in enumerate(keep)}
     means, covs = np.empty((keep.size, problem.d)), np.empty((keep.size, problem.d, problem.d))
     laws: dict[tuple[float, float], LeastSquaresRoundLaw] = {}
@@ -376,12 +375,12 @@ def least_squares_stationary_law(
     where = (f"eta={law.eta}, local_steps={_steps_repr(law.local_steps)}, server_lr={law.server_lr}"
              + (f", participation={participation}" if participation is not None else ""))
     rho1 = law.spectral_radius
-    if rho1 >= 1.0 - 1e-12:
+    if rho1 >= 1.0 - STATIONARY_MARGIN:
         raise NoStationaryLawError(f"{where}: the mean map has spectral radius {rho1:.6g} >= 1, so the chain has "
                                    "no stationary law")
     T = law.second_moment_operator(memory_limit=memory_limit)
     rho2 = float(np.max(np.abs(np.linalg.eigvals(T))))
-    if rho2 >= 1.0 - 1e-12:
+    if rho2 >= 1.0 - STATIONARY_MARGIN:
         raise NoStationaryLawError(f"{where}: the second-moment operator has spectral radius {rho2:.6g} >= 1 (the "
                                    "minibatch noise makes the variance diverge), so there is no stationary law")
     d = problem.d

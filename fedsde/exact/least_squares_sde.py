@@ -26,6 +26,7 @@ import numpy as np
 import scipy.linalg
 
 from fedsde._memory import available_memory, memory_fits
+from fedsde._tolerances import STATIONARY_MARGIN
 from fedsde._validate import positive_float
 from fedsde.errors import FedsdeInputError, NoStationaryLawError
 from fedsde.exact.least_squares import LeastSquaresRoundLaw, _initial, least_squares_round_law, operator_bytes
@@ -172,7 +173,7 @@ class LeastSquaresSDE:
         Z = self.generator()
         A = Z[:d * d, :d * d]
         lead = float(np.max(np.linalg.eigvals(A).real))
-        if lead >= -1e-12 * max(1.0, float(np.abs(A).max())):
+        if lead >= -STATIONARY_MARGIN * max(1.0, float(np.abs(A).max())):
             raise NoStationaryLawError(f"the SDE's second-moment generator has an eigenvalue with real part "
                                        f"{lead:.6g} >= 0, so the SDE has no stationary law")
         P = np.linalg.solve(A, -Z[:d * d, -1]).reshape(d, d)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedsde._tolerances import RANK_TOL
 from fedsde.exact.least_squares import LeastSquaresStationaryLaw, _check_problem, least_squares_stationary_law
 from fedsde.exact.moments import StationaryLaw, stationary_law
 from fedsde.problems.quadratic import QuadraticProblem
@@ -99,7 +100,7 @@ def surrogate_gap(
     Pe, Ps = exact.cov, sur.cov
     spread = float(np.sqrt(max(np.trace(Pe), np.finfo(float).tiny)))
     lam, V = np.linalg.eigh(Pe)
-    keep = lam > 1e-14 * max(lam.max(), np.finfo(float).tiny)
+    keep = lam > RANK_TOL * max(lam.max(), np.finfo(float).tiny)  # the numerical rank of Pe
     root = V[:, keep] / np.sqrt(lam[keep])
     rel = np.linalg.eigvalsh(root.T @ Ps @ root) if keep.any() else np.array([np.nan])
     return SurrogateGap(

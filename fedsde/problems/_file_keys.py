@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fedsde._validate import positive_float, positive_int
+from fedsde._validate import choice, positive_float, positive_int
 from fedsde.errors import FedsdeInputError
 
 
@@ -26,10 +26,10 @@ class _Keys:
             if default is None:
                 raise self.fail(f"missing key {key!r} (one of {', '.join(choices)})")
             return default
-        v = self.data[key]
-        if not isinstance(v, str) or v not in choices:
-            raise self.fail(f"{key}={v!r}: must be one of {', '.join(choices)}")
-        return v
+        try:
+            return choice(key, self.data[key], choices)
+        except FedsdeInputError as exc:
+            raise self.fail(str(exc)) from None
 
     def integer(self, key: str, default: int | None = None, *, minimum: int = 1, required: bool = False) -> Any:
         if key not in self.data:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedsde.errors import FedsdeInputError
+from fedsde._validate import choice, unit_interval
 from fedsde.problems.logistic import ClassificationProblem
 
 DATASETS = ("digits", "breast_cancer")
@@ -23,12 +23,8 @@ def load_dataset(name: str) -> tuple[np.ndarray, np.ndarray]:
     """
     from sklearn import datasets
 
-    if name == "digits":
-        data = datasets.load_digits()
-    elif name == "breast_cancer":
-        data = datasets.load_breast_cancer()
-    else:
-        raise FedsdeInputError(f"dataset={name!r}: must be one of {', '.join(DATASETS)}")
+    choice("dataset", name, DATASETS)
+    data = datasets.load_digits() if name == "digits" else datasets.load_breast_cancer()
     return np.asarray(data.data, dtype=np.float64), np.asarray(data.target, dtype=np.int64)
 
 
@@ -80,13 +76,9 @@ def federated_classification(
     from fedsde.problems import partition as part
 
     X, y = load_dataset(dataset)
-    if partition not in PARTITIONS:
-        raise FedsdeInputError(f"partition={partition!r}: must be one of {', '.join(PARTITIONS)}")
-    tf = float(test_fraction)
-    if not 0.0 <= tf < 1.0:
-        raise FedsdeInputError(f"test_fraction={test_fraction!r}: must lie in [0, 1)")
-    if weights not in ("size", "uniform"):
-        raise FedsdeInputError(f"weights={weights!r}: must be 'size' or 'uniform'")
+    choice("partition", partition, PARTITIONS)
+    tf = unit_interval("test_fraction", test_fraction)
+    choice("weights", weights, ("size", "uniform"))
     ss = np.random.SeedSequence(seed)
     s_part, s_split = (int(s.generate_state(1)[0]) for s in ss.spawn(2))
     if partition == "iid":

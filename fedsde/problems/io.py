@@ -30,6 +30,7 @@ import tomli_w
 from fedsde._atomic import atomic_write_text
 from fedsde._io import read_text
 from fedsde.errors import FedsdeInputError
+from fedsde.problems._file_keys import _Keys
 from fedsde.problems.logistic import ClassificationProblem
 from fedsde.problems.quadratic import QuadraticProblem
 
@@ -51,7 +52,7 @@ def problem_from_dict(data: dict, *, source: str = "problem",
     if not isinstance(data, dict):
         raise FedsdeInputError(f"{source}: must be a table/object with keys U, a, Sigma, p")
     if "kind" in data:
-        kind = data["kind"]
+        kind = _Keys(data, source).choice("kind", KINDS)
         if kind == "classification":
             from fedsde.problems.data_files import data_problem_from_dict
 
@@ -60,8 +61,6 @@ def problem_from_dict(data: dict, *, source: str = "problem",
             from fedsde.problems.regression_files import regression_problem_from_dict
 
             return regression_problem_from_dict(data, source=source, base_dir=base_dir)
-        if kind != "quadratic":
-            raise FedsdeInputError(f"{source}: kind={kind!r}: must be one of {', '.join(KINDS)}")
         data = {k: v for k, v in data.items() if k != "kind"}
     missing = [k for k in ("U", "a", "Sigma") if k not in data]
     if missing:

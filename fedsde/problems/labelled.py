@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from fedsde._validate import positive_int
+from fedsde._validate import client_weights, positive_int
 from fedsde.errors import FedsdeInputError
 
 
@@ -129,10 +129,7 @@ def checked_client_weights(p, sizes: np.ndarray) -> np.ndarray:
     Q = sizes.size
     if p is None:
         return sizes / sizes.sum()
-    p_arr = np.asarray(p, dtype=np.float64).reshape(-1)
-    if p_arr.shape != (Q,) or not np.all(np.isfinite(p_arr)) or np.any(p_arr < 0) or p_arr.sum() <= 0:
-        raise FedsdeInputError(f"p: shape {np.shape(p)} must be ({Q},), finite, >= 0, not all zero")
-    return p_arr / p_arr.sum()
+    return client_weights("p", p, Q)
 
 
 class LabelledClients:

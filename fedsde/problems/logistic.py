@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fedsde._validate import positive_float, positive_int
+from fedsde._tolerances import LBFGS_FTOL, LBFGS_GTOL, LOCAL_OPTIMUM_GTOL, NEWTON_GTOL, OPTIMUM_GTOL
+from fedsde._validate import choice, positive_float, positive_int
 from fedsde.errors import FedsdeInputError
 from fedsde.problems.labelled import LabelledClients, checked_arrays, checked_client_arrays, checked_client_weights
 from fedsde.problems.models import (
@@ -201,8 +202,7 @@ class ClassificationProblem(LabelledClients):
         model, hidden = checked_model(model, C, hidden)
         if batch_size is not None:
             batch_size = positive_int("batch_size", batch_size)
-        if sampling not in SAMPLINGS:
-            raise FedsdeInputError(f"sampling={sampling!r}: must be one of {', '.join(SAMPLINGS)}")
+        choice("sampling", sampling, SAMPLINGS)
         if init_seed is not None:
             init_seed = positive_int("init_seed", init_seed, minimum=0)
         if metric_samples is not None:
@@ -367,9 +367,10 @@ class ClassificationProblem(LabelledClients):
     def optimum(self) -> np.ndarray:
         """``w* = argmin F`` by L-BFGS, polished by Newton steps (``d <= 2000``), shape (d,).
 
-        Raises :class:`FedsdeInputError` when the gradient cannot be driven to ``1e-8`` (e.g. ``l2 = 0`` on
-        separable data, where no minimiser exists).  For the (non-convex) MLP: the local minimiser that L-BFGS
-        reaches from :meth:`initial_weights` (no Newton polish; tolerance ``1e-6``).
+        Raises :class:`FedsdeInputError` when the gradient cannot be driven to ``1e-8``
+        (:data:`~fedsde._tolerances.OPTIMUM_GTOL`; e.g. ``l2 = 0`` on separable data, where no minimiser exists).
+        For the (non-convex) MLP: the local minimiser that L-BFGS reaches from :meth:`initial_weights` (no Newton
+        polish; tolerance ``1e-6``, :data:`~fedsde._tolerances.LOCAL_OPTIMUM_GTOL`).
         """
         if "optimum" not in self._cache:
             import scipy.optimize  # only where an optimum is solved: loading a problem stays light
@@ -377,20 +378,20 @@ class ClassificationProblem(LabelledClients):
             convex = self.classifier.convex
             res = scipy.optimize.minimize(
                 self._loss_and_grad, self.initial_weights(), jac=True, method="L-BFGS-B",
-                options={"maxiter": 20000, "gtol": 1e-12, "ftol": 1e-15, "maxcor": 30},
+                options={"maxiter": 20000, "gtol": LBFGS_GTOL, "ftol": LBFGS_FTOL, "maxcor": 30},
             )
             w = res.x
             if self.d <= 2000 and convex:
                 for _ in range(20):
                     g = self.grad(w)
-                    if np.linalg.norm(g) < 1e-13:
+                    if np.linalg.norm(g) < NEWTON_GTOL:
                         break
                     try:
                         w = w - np.linalg.solve(self.hessian(w), g)
                     except np.linalg.LinAlgError:
                         break
             gnorm = float(np.linalg.norm(self.grad(w)))
-            if not np.isfinite(gnorm) or gnorm > (1e-8 if convex else 1e-6):
+            if not np.isfinite(gnorm) or gnorm > (OPTIMUM_GTOL if convex else LOCAL_OPTIMUM_GTOL):
                 raise FedsdeInputError(
                     f"l2={self.l2}: could not find the minimiser of F (|grad F| = {gnorm:.3g} after L-BFGS and "
                     "Newton); with l2 = 0 on separable data none exists, so use l2 > 0"

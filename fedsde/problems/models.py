@@ -34,7 +34,7 @@ from typing import ClassVar, Protocol
 import numpy as np
 from scipy.special import expit, log_expit, logsumexp, softmax
 
-from fedsde._validate import positive_int
+from fedsde._validate import choice, positive_int
 from fedsde.errors import FedsdeInputError
 from fedsde.problems import mlp as _mlp
 
@@ -66,13 +66,18 @@ def segment_sum(a: np.ndarray, sizes: np.ndarray, axis: int) -> np.ndarray:
     return np.moveaxis(out, 0, axis)
 
 
+#: Relative step of central finite differences, ``h = FD_STEP·max(1, ‖w‖_∞)``: truncation error ``O(h²) ≈ 1e-10``
+#: relative, rounding error ``O(ε/h) ≈ 2e-11`` (a step, not a tolerance).
+FD_STEP = 1e-5
+
+
 def central_difference_hessian(w: np.ndarray, grad: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
     """Central differences of an analytic gradient ``grad`` ((m, d) -> (m, …, d)), symmetrised, shape (…, d, d).
 
-    Step ``h = 1e-5·max(1, ‖w‖_∞)``: truncation error O(h²) ≈ 1e-10 relative.
+    Step ``h = FD_STEP·max(1, ‖w‖_∞)`` (:data:`FD_STEP` = 1e-5): truncation error O(h²) ≈ 1e-10 relative.
     """
     d = w.size
-    h = 1e-5 * max(1.0, float(np.abs(w).max()))
+    h = FD_STEP * max(1.0, float(np.abs(w).max()))
     cols = []
     for a in range(0, d, 64):
         eye = np.eye(d)[a:a + 64] * h
@@ -373,8 +378,7 @@ def checked_model(model: str | None, n_classes: int, hidden: int | None) -> tupl
     """The model name (default: logistic for two classes, softmax otherwise) and its validated hidden units."""
     if model is None:
         model = "logistic" if n_classes == 2 else "softmax"
-    if model not in MODELS:
-        raise FedsdeInputError(f"model={model!r}: must be one of {', '.join(MODELS)}")
+    choice("model", model, MODELS)
     return model, MODEL_TYPES[model].checked_hidden(n_classes, hidden)
 
 

@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fedsde._validate import positive_float, positive_int, start_point
+from fedsde._tolerances import SINGULAR_TOL
+from fedsde._validate import choice, client_weights, positive_float, positive_int, start_point
 from fedsde.errors import FedsdeInputError
 
 MODELS = ("least-squares",)
@@ -168,12 +169,8 @@ class RegressionProblem:
         if p is None:
             p_arr = sizes / sizes.sum()
         else:
-            p_arr = np.asarray(p, dtype=np.float64).reshape(-1)
-            if p_arr.shape != (Q,) or not np.all(np.isfinite(p_arr)) or np.any(p_arr < 0) or p_arr.sum() <= 0:
-                raise FedsdeInputError(f"p: shape {np.shape(p)} must be ({Q},), finite, >= 0, not all zero")
-            p_arr = p_arr / p_arr.sum()
-        if sampling not in SAMPLINGS:
-            raise FedsdeInputError(f"sampling={sampling!r}: must be one of {', '.join(SAMPLINGS)}")
+            p_arr = client_weights("p", p, Q)
+        choice("sampling", sampling, SAMPLINGS)
         if batch_size is not None:
             batch_size = positive_int("batch_size", batch_size)
             if sampling == "without-replacement" and batch_size > sizes.min():
@@ -325,7 +322,7 @@ class RegressionProblem:
         if "optimum" not in self._cache:
             H = self.hessian()
             lam = np.linalg.eigvalsh(H)
-            if lam[0] <= 1e-12 * max(1.0, lam[-1]):
+            if lam[0] <= SINGULAR_TOL * max(1.0, lam[-1]):
                 raise FedsdeInputError(
                     f"l2={self.l2}: the Hessian Σ p_k (Ā_k + l2·I) is singular (smallest eigenvalue {lam[0]:.3g}), "
                     "so the least-squares solution is not unique; use l2 > 0 or fewer features"
@@ -338,7 +335,7 @@ class RegressionProblem:
         """``a_k = U_k⁻¹ c̄_k``: every client's own solution, shape (Q, d)."""
         U = self.client_hessian()
         lam = np.linalg.eigvalsh(U)
-        bad = np.flatnonzero(lam[:, 0] <= 1e-12 * np.maximum(1.0, lam[:, -1]))
+        bad = np.flatnonzero(lam[:, 0] <= SINGULAR_TOL * np.maximum(1.0, lam[:, -1]))
         if bad.size:
             k = int(bad[0])
             raise FedsdeInputError(
@@ -358,9 +355,7 @@ class RegressionProblem:
 
     # ------------------------------------------------------------------ minibatch noise
     def _batch(self, batch_size, sampling) -> tuple[int, str]:
-        sampling = self.sampling if sampling is None else sampling
-        if sampling not in SAMPLINGS:
-            raise FedsdeInputError(f"sampling={sampling!r}: must be one of {', '.join(SAMPLINGS)}")
+        sampling = choice("sampling", self.sampling if sampling is None else sampling, SAMPLINGS)
         b = self.batch_size if batch_size is None else positive_int("batch_size", batch_size)
         if b is None:
             raise FedsdeInputError("batch_size: the problem has none; give batch_size (rows per local step)")

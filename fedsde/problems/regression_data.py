@@ -22,6 +22,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from fedsde._io import read_text
+from fedsde._validate import choice
 from fedsde.errors import FedsdeInputError
 
 DATASETS = ("grunfeld", "diabetes")
@@ -113,6 +114,7 @@ def diabetes_clients(*, clients: int, partition: str, seed: int, alpha: float = 
 
     from fedsde.problems import partition as part
 
+    choice("partition", partition, DIABETES_PARTITIONS)
     data = load_diabetes(scaled=False)
     X = np.asarray(data.data, dtype=np.float64)
     y = np.asarray(data.target, dtype=np.float64)
@@ -122,10 +124,8 @@ def diabetes_clients(*, clients: int, partition: str, seed: int, alpha: float = 
         edges = np.quantile(y, np.linspace(0.0, 1.0, bins + 1)[1:-1])
         labels = np.searchsorted(edges, y, side="right")
         parts = part.dirichlet_partition(labels, clients, alpha, seed=seed, min_size=min_size)
-    elif partition == "quantity":
+    else:  # quantity
         parts = part.quantity_skew_partition(y.size, clients, quantity_beta, seed=seed, min_size=min_size)
-    else:
-        raise FedsdeInputError(f"partition={partition!r}: must be one of {', '.join(DIABETES_PARTITIONS)}")
     parts = [np.sort(i) for i in parts]
     return ([X[i] for i in parts], [y[i] for i in parts], [str(k) for k in range(len(parts))],
             list(data.feature_names))

@@ -46,6 +46,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fedsde._validate import client_weights
 from fedsde.errors import FedsdeInputError
 from fedsde.problems._file_keys import _Keys
 from fedsde.problems.regression import MODELS, SAMPLINGS, RegressionProblem
@@ -196,9 +197,10 @@ def _weights(k: _Keys, clients: list[str]) -> np.ndarray | None:
     for i, x in enumerate(v):
         if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x) or x < 0:
             raise k.fail(f"p[{i}]={x!r}: weights must be finite numbers >= 0")
-    if sum(v) <= 0:
-        raise k.fail("p: all weights are zero")
-    return np.asarray(v, dtype=np.float64)
+    try:
+        return client_weights("p", v, normalise=False)
+    except FedsdeInputError as exc:  # all zero
+        raise k.fail(str(exc)) from None
 
 
 def _w0(k: _Keys, d: int) -> np.ndarray | None:

@@ -28,8 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from fedsde._validate import positive_float, positive_int
-from fedsde.errors import FedsdeInputError
+from fedsde._validate import positive_float, positive_int, unit_interval
 from fedsde.problems.logistic import ClassificationProblem
 from fedsde.problems.models import check_memory
 
@@ -71,9 +70,7 @@ def synthetic_problem(
     Q = positive_int("n_clients", n_clients)
     F = positive_int("dim", dim)
     C = positive_int("n_classes", n_classes, minimum=2)
-    tf = float(test_fraction)
-    if not 0.0 <= tf < 1.0:
-        raise FedsdeInputError(f"test_fraction={test_fraction!r}: must lie in [0, 1)")
+    tf = unit_interval("test_fraction", test_fraction)
     if max_samples is not None:
         max_samples = positive_int("max_samples", max_samples, minimum=2)
     hint = "use fewer clients, a smaller dim or a smaller max_samples"

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm.auto import tqdm
 
+from fedsde._tolerances import BURN_IN_TOL
 from fedsde.exact import stationary_law
 from fedsde.problems.quadratic import QuadraticProblem
 from fedsde.sim import simulate
@@ -61,8 +62,9 @@ def _bias(mean: np.ndarray, w_star: np.ndarray) -> float:
     return float(diff[0]) if diff.size == 1 else float(np.linalg.norm(diff))
 
 
-def burn_in_rounds(rho: float, tol: float = 1e-6, minimum: int = 10) -> int:
-    """Rounds after which the mean's transient, decaying like ``rho^n``, is below ``tol`` of its start."""
+def burn_in_rounds(rho: float, tol: float = BURN_IN_TOL, minimum: int = 10) -> int:
+    """Rounds after which the mean's transient, decaying like ``rho^n``, is below ``tol`` of its start (default
+    :data:`~fedsde._tolerances.BURN_IN_TOL`), at least ``minimum``."""
     if rho <= 0:
         return minimum
     return max(minimum, math.ceil(math.log(tol) / math.log(rho)))
@@ -76,7 +78,7 @@ def stationary_scan(
     replicates: int,
     seed: int,
     server_lr: float = 1.0,
-    tol: float = 1e-6,
+    tol: float = BURN_IN_TOL,
     progress: bool = False,
     device: str = "cpu",
 ) -> list[StationaryRow]:

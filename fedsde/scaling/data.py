@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from fedsde._tolerances import INT_TOL, ROUNDING_SLACK
 from fedsde._validate import positive_int
 from fedsde.errors import FedsdeInputError
 from fedsde.scaling.rules import FedAvgConfig, ScalingRule, check_client_step, get_rule
@@ -180,9 +181,10 @@ def paired_difference(base: MetricCurves, scaled: MetricCurves) -> tuple[np.ndar
     Returns ``(tau, diff, se)`` with ``diff[name]``, ``se[name]`` of shape (K',).  When both ends kept their
     per-replicate values with the same ``R`` (paired replicates, module docstring) the standard error is that of
     the per-replicate differences, ``sd(D)/√R``; otherwise the ends are treated as independent,
-    ``√(se_b² + se_s²)``.
+    ``√(se_b² + se_s²)``.  Two times are the same ``τ`` when they agree to :data:`~fedsde._tolerances.INT_TOL`
+    relatively (:data:`~fedsde._tolerances.ROUNDING_SLACK` absolutely).
     """
-    ib, is_ = np.nonzero(np.isclose(base.tau[:, None], scaled.tau[None, :], rtol=1e-9, atol=1e-12))
+    ib, is_ = np.nonzero(np.isclose(base.tau[:, None], scaled.tau[None, :], rtol=INT_TOL, atol=ROUNDING_SLACK))
     diff, se = {}, {}
     for name in base.mean:
         vb = None if base.values is None else base.values.get(name)
@@ -203,14 +205,16 @@ def separation(base: MetricCurves, scaled: MetricCurves, z: float = 3.5) -> dict
     ``None``); the standard error is the paired one when both ends kept their replicates
     (:func:`paired_difference`).
 
-    Only the values of ``τ`` that both curves reach (to rounding) are compared.
+    Only the values of ``τ`` that both curves reach (to rounding) are compared.  A difference without noise
+    (standard error 0) counts when it exceeds rounding, :data:`~fedsde._tolerances.ROUNDING_SLACK` relative to
+    ``max(1, max|base|)``.
     """
     tau, diffs, ses = paired_difference(base, scaled)
     out = {}
     for name in base.mean:
         diff, se = np.abs(diffs[name]), ses[name]
         scale = max(1.0, float(np.max(np.abs(base.mean[name]))))
-        hit = np.flatnonzero(np.where(se > 0, diff > z * se, diff > 1e-12 * scale))
+        hit = np.flatnonzero(np.where(se > 0, diff > z * se, diff > ROUNDING_SLACK * scale))
         out[name] = float(tau[hit[0]]) if hit.size else None
     return out
 
@@ -296,7 +300,7 @@ def map_end(problem, config: FedAvgConfig, rule: str | ScalingRule, kappa: float
         raise FedsdeInputError(f"kappa={kappa:g}: rule {rule.name!r} on a data problem splits each client into κ "
                                "clients, so κ must be a whole number >= 1")
     new = rule.apply(config, kappa)
-    if problem.model != "mlp":  # no global curvature bound for a network
+    if problem.classifier.curvature is not None:  # a network has no global curvature bound
         lam = float(np.max(problem.max_curvature()))
         check_client_step(config.eta, lam, which="base")
         check_client_step(new.eta, lam, which=f"kappa={kappa:g} (rule {rule.name!r}, eta={new.eta:g})")

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from fedsde._tolerances import INT_TOL
 from fedsde._validate import start_point
 from fedsde.compare.distances import gaussian_w2
 from fedsde.errors import FedsdeInputError, NoStationaryLawError
@@ -118,7 +119,7 @@ def scaled_problem(problem: QuadraticProblem, rule: str | ScalingRule, kappa: fl
     if "clients" not in rule.changes:
         return problem
     copies = round(kappa)
-    if copies < 1 or abs(kappa - copies) > 1e-9 * max(1.0, kappa):
+    if copies < 1 or abs(kappa - copies) > INT_TOL * max(1.0, kappa):
         raise FedsdeInputError(
             f"kappa={kappa:g}: rule {rule.name!r} on a quadratic problem copies each client κ times, so κ must be a "
             "whole number >= 1"

@@ -31,11 +31,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
-from fedsde._validate import positive_float, positive_int
+from fedsde._tolerances import INT_TOL
+from fedsde._validate import choice, positive_float, positive_int
 from fedsde.errors import FedsdeInputError
-
-#: relative tolerance when deciding that ``κ·x`` is an integer
-_INT_TOL = 1e-9
 
 
 @dataclass(frozen=True)
@@ -141,7 +139,7 @@ class ScalingRule:
             scaled = value * kappa**power
             if key in ("local_steps", "rounds", "clients", "batch_size"):
                 near = round(scaled)
-                if near < 1 or abs(scaled - near) > _INT_TOL * max(1.0, abs(scaled)):
+                if near < 1 or abs(scaled - near) > INT_TOL * max(1.0, abs(scaled)):
                     op = "·" if power > 0 else "/"
                     raise FedsdeInputError(
                         f"kappa={kappa:g}: rule {self.name!r} maps {key}={value} to {value}{op}{kappa:g} = "
@@ -225,9 +223,7 @@ def get_rule(name: str | ScalingRule) -> ScalingRule:
     """The rule registered under ``name`` (or ``name`` itself if it is a rule)."""
     if isinstance(name, ScalingRule):
         return name
-    if name not in RULES:
-        raise FedsdeInputError(f"rule={name!r}: must be one of {', '.join(RULES)}")
-    return RULES[name]
+    return RULES[choice("rule", name, tuple(RULES))]
 
 
 def apply_rule(config: FedAvgConfig, rule: str | ScalingRule, kappa: float) -> FedAvgConfig:

@@ -35,6 +35,7 @@ import math
 import torch
 import torchsde
 
+from fedsde._tolerances import GRID_TOL
 from fedsde.clients.streams import BLOCK, ReplicateStreams, resolve_seed
 from fedsde.errors import FedsdeInputError
 
@@ -43,8 +44,6 @@ STEPS_PER_WINDOW = 32
 
 # stream family of the Brownian increments: purpose = _PURPOSE + window (disjoint from the simulator's 0, 1, 2)
 _PURPOSE = 1 << 20
-
-_GRID_TOL = 1e-6  # in steps
 
 
 class GridBrownian(torchsde.BaseBrownian):
@@ -179,10 +178,11 @@ class GridBrownian(torchsde.BaseBrownian):
         return v
 
     def index(self, t) -> int:
-        """Grid index ``j`` of a time ``t = t0 + j·dt`` (raises if ``t`` is off the grid)."""
+        """Grid index ``j`` of a time ``t = t0 + j·dt`` (raises if ``t`` is off the grid by more than
+        :data:`~fedsde._tolerances.GRID_TOL` steps)."""
         x = (float(t) - self._t0) / self._dt
         j = round(x)
-        if abs(x - j) > _GRID_TOL or j < 0:
+        if abs(x - j) > GRID_TOL or j < 0:
             raise FedsdeInputError(f"t={float(t)!r}: not on the grid t0 + j·dt (t0={self._t0}, dt={self._dt})")
         if self._steps is not None and j > self._steps:
             raise FedsdeInputError(f"t={float(t)!r}: beyond the last grid time (step {self._steps})")

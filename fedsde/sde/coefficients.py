@@ -34,7 +34,8 @@ from typing import NamedTuple
 import numpy as np
 import scipy.linalg
 
-from fedsde._validate import positive_float
+from fedsde._tolerances import PSD_TOL, SINGULAR_TOL
+from fedsde._validate import choice, positive_float
 from fedsde.errors import FedsdeInputError, NoStationaryLawError
 from fedsde.exact.round_law import RoundLaw, round_law
 from fedsde.problems.quadratic import QuadraticProblem
@@ -56,12 +57,13 @@ def psd_sqrt(M: np.ndarray, *, name: str = "matrix") -> np.ndarray:
     Raises
     ------
     FedsdeInputError
-        If ``M`` has an eigenvalue below ``−1e-10·max(1, ‖M‖)``: no real square root exists.
+        If ``M`` has an eigenvalue below ``−PSD_TOL·max(1, ‖M‖)`` (:data:`~fedsde._tolerances.PSD_TOL`): no real
+        square root exists.
     """
     M = 0.5 * (M + M.T)
     lam, V = np.linalg.eigh(M)
     scale = max(1.0, float(np.abs(lam).max(initial=0.0)))
-    if lam.size and lam[0] < -1e-10 * scale:
+    if lam.size and lam[0] < -PSD_TOL * scale:
         raise FedsdeInputError(f"{name}: not positive semi-definite (smallest eigenvalue {lam[0]:.6g})")
     return (V * np.sqrt(np.clip(lam, 0.0, None))) @ V.T
 
@@ -137,10 +139,11 @@ class LinearSDE:
     def stationary(self) -> GaussianLaw | None:
         """Stationary law ``N(c, P)``, ``A P + P Aᵀ = b bᵀ`` (``scipy.linalg.solve_continuous_lyapunov``).
 
-        Returns ``None`` when some eigenvalue of ``A`` has real part ``<= 0`` (no stationary law).
+        Returns ``None`` when some eigenvalue of ``A`` has real part ``<= 0`` (no stationary law), up to
+        :data:`~fedsde._tolerances.SINGULAR_TOL` relative to ``max(1, max|eig(A)|)``.
         """
         eig = np.linalg.eigvals(self.A)
-        if eig.real.min() <= 1e-12 * max(1.0, float(np.abs(eig).max())):
+        if eig.real.min() <= SINGULAR_TOL * max(1.0, float(np.abs(eig).max())):
             return None
         P = scipy.linalg.solve_continuous_lyapunov(self.A, self.diffusion_cov)
         return GaussianLaw(self.c.copy(), 0.5 * (P + P.T))
@@ -239,8 +242,7 @@ def quadratic_sde_coefficients(
     NoStationaryLawError
         ``matched`` when some eigenvalue of ``I − sB`` is ``>= 1`` (no stationary law to match).
     """
-    if variant not in VARIANTS:
-        raise FedsdeInputError(f"variant={variant!r}: must be one of {', '.join(VARIANTS)}")
+    choice("variant", variant, VARIANTS)
     eta = positive_float("eta", eta)
     server_lr = positive_float("server_lr", server_lr)
     h = eta if h is None else positive_float("h", h)

@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 
 from fedsde._memory import available_memory
 from fedsde._samples import ReplicateMoments
-from fedsde._validate import device_dtype, positive_int, start_point
+from fedsde._validate import choice, device_dtype, positive_int, record_rounds, start_point
 from fedsde.clients.oracles import GradientOracle
 from fedsde.clients.streams import BLOCK, resolve_block_size, resolve_seed
 from fedsde.errors import FedsdeInputError, SimulationDivergedError
@@ -178,10 +178,8 @@ def simulate_sde(
     seed, i.e. the Euler increments of round ``n`` divided by ``√h`` when ``substeps = 1``: the two methods are
     coupled path by path.
     """
-    if variant not in MODELS:
-        raise FedsdeInputError(f"variant={variant!r}: must be one of {', '.join(MODELS)}")
-    if method not in METHODS:
-        raise FedsdeInputError(f"method={method!r}: must be one of {', '.join(METHODS)}")
+    choice("variant", variant, MODELS)
+    choice("method", method, METHODS)
     if method == "exact" and variant == "general":
         raise FedsdeInputError("method='exact': only for the linear variants (paper, corrected, matched)")
     if variant != "general" and not isinstance(problem, QuadraticProblem):
@@ -192,8 +190,8 @@ def simulate_sde(
     base_seed = resolve_seed(seed)
     dev, dtype = device_dtype(device, dtype)
     d = int(problem.d)
-    keep = np.arange(rounds + 1) if record is None else np.unique(np.asarray(record, dtype=np.int64).reshape(-1))
-    if keep.size == 0 or keep.min() < 0 or keep.max() > rounds:
+    keep = record_rounds("record", record, rounds)
+    if keep.size == 0:
         raise FedsdeInputError(f"record: rounds must lie in [0, {rounds}] (and at least one)")
     start = start_point(w0, d)
     if method == "euler":

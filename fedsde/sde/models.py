@@ -28,7 +28,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from fedsde._validate import client_steps, device_dtype, positive_float, positive_int
+from fedsde._validate import choice, client_steps, device_dtype, positive_float, positive_int
 from fedsde.clients.local import run_local_steps, step_limits
 from fedsde.clients.oracles import GaussianQuadraticOracle, GradientOracle
 from fedsde.clients.streams import BLOCK, ReplicateStreams, resolve_block_size, resolve_seed
@@ -111,8 +111,7 @@ class QuadraticSDE(torch.nn.Module):
         dtype: torch.dtype = torch.float64,
     ):
         super().__init__()
-        if variant not in VARIANTS:
-            raise FedsdeInputError(f"variant={variant!r}: must be one of {', '.join(VARIANTS)}")
+        choice("variant", variant, VARIANTS)
         self.h = _default_h(h, eta)
         self.problem = problem
         self.variant = variant
@@ -268,8 +267,7 @@ class FedAvgSDE(torch.nn.Module):
     ):
         super().__init__()
         self.block = resolve_block_size(block_size, BLOCK)
-        if estimator not in ESTIMATORS:
-            raise FedsdeInputError(f"estimator={estimator!r}: must be one of {', '.join(ESTIMATORS)}")
+        choice("estimator", estimator, ESTIMATORS)
         self.S = positive_int("inner_samples", inner_samples)
         if estimator == "unbiased" and self.S < 2:
             raise FedsdeInputError(f"inner_samples={inner_samples}: estimator='unbiased' needs at least 2")

@@ -17,13 +17,11 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from fedsde._tolerances import INT_TOL
 from fedsde._validate import positive_float
 from fedsde.errors import FedsdeInputError
 
 RateLike = float | Sequence[float] | np.ndarray | Callable[[float], float]
-
-# tolerance (in rounds) when mapping a time to its round: accumulated grid times may fall just short of n·h
-_ROUND_TOL = 1e-9
 
 
 class RateSchedule:
@@ -77,7 +75,7 @@ class RateSchedule:
         if self.constant is not None:
             return self.constant
         if self._arr is not None:
-            n = math.floor(t / self.h + _ROUND_TOL)
+            n = math.floor(t / self.h + INT_TOL)  # accumulated grid times may fall just short of n·h
             if n >= self._arr.size:
                 raise FedsdeInputError(
                     f"{self.name}: per-round schedule has {self._arr.size} values but time t={t:.6g} is in round {n}"

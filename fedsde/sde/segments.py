@@ -18,6 +18,7 @@ import numpy as np
 import torch
 import torchsde
 
+from fedsde._validate import record_rounds
 from fedsde.errors import FedsdeInputError
 from fedsde.sde.brownian import GridBrownian
 
@@ -84,8 +85,8 @@ def sdeint_rounds(
     restarted clocks (module docstring), so any number of steps works; other Brownian motions get one torchsde
     call on the accumulated clock.
     """
-    keep = np.arange(rounds + 1) if record is None else np.unique(np.asarray(record, dtype=np.int64))
-    if keep.size == 0 or keep.min() < 0 or keep.max() > rounds:
+    keep = record_rounds("record", record, rounds)
+    if keep.size == 0:
         raise FedsdeInputError(f"record: rounds must lie in [0, {rounds}] (and at least one)")
     if rounds == 0:
         return y0.unsqueeze(0).expand(keep.size, *y0.shape).clone()

@@ -38,7 +38,15 @@ import torch
 from tqdm.auto import tqdm
 
 from fedsde._memory import available_memory
-from fedsde._validate import client_steps, device_dtype, positive_float, positive_int, schedule, start_point
+from fedsde._validate import (
+    client_steps,
+    device_dtype,
+    positive_float,
+    positive_int,
+    record_rounds,
+    schedule,
+    start_point,
+)
 from fedsde.clients.least_squares_oracle import least_squares_oracle
 from fedsde.clients.local import run_local_steps, step_limits
 from fedsde.clients.oracles import GaussianQuadraticOracle
@@ -212,9 +220,7 @@ def svag_chain(
             )
         oracle_factory = GaussianQuadraticOracle
     dev, dtype = device_dtype(device, dtype)
-    keep = np.zeros(0, np.int64) if record is None else np.unique(np.asarray(record, dtype=np.int64).reshape(-1))
-    if keep.size and (keep.min() < 0 or keep.max() > rounds):
-        raise FedsdeInputError(f"record: rounds must lie in [0, {rounds}]")
+    keep = record_rounds("record", record, rounds, default_all=False)
     rollouts = 1 if ell == 1 else 2
     w_start = start_point(w0, d)
     # per replicate: the clients' weights and a few (rollouts, Q, d) work tensors of the local round; stored: the
@@ -376,9 +382,7 @@ def svag_transient_moments(problem: QuadraticProblem, eta: float, local_steps, r
 
     rounds = positive_int("rounds", rounds, minimum=0)
     law = svag_round_law(problem, eta, local_steps, server_lr, ell)
-    keep = np.arange(rounds + 1) if record is None else np.unique(np.asarray(record, dtype=np.int64))
-    if keep.size and (keep.min() < 0 or keep.max() > rounds):
-        raise FedsdeInputError(f"record: rounds must lie in [0, {rounds}]")
+    keep = record_rounds("record", record, rounds)
     m = start_point(w0, problem.d)
     P = np.zeros((problem.d, problem.d))
     idx = {int(k): i for i, k in enumerate(keep)}

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from fedsde._memory import available_memory
-from fedsde._validate import device_dtype, positive_int, record_rounds, schedule, start_point
+from fedsde._validate import choice, device_dtype, positive_int, record_rounds, schedule, start_point
 from fedsde.aggregators import Aggregator, get_aggregator
 from fedsde.clients.data_oracles import minibatch_oracle
 from fedsde.clients.least_squares_oracle import least_squares_oracle
@@ -178,8 +178,7 @@ def make_plan(
         participation = positive_int("participation", participation)
         if participation > Q:
             raise FedsdeInputError(f"participation={participation}: cannot exceed the number of clients Q={Q}")
-    if weighting not in WEIGHTINGS:
-        raise FedsdeInputError(f"weighting={weighting!r}: must be one of {', '.join(WEIGHTINGS)}")
+    choice("weighting", weighting, WEIGHTINGS)
     agg = get_aggregator(aggregator)
     if etas.size:
         agg.local_solver.check_eta(float(etas.max()))

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedsde._tolerances import OPTIMUM_GTOL, label
 from fedsde._validate import positive_float, positive_int
 from fedsde.errors import FedsdeInputError
 from fedsde.exact import client_round_maps, transient_moments
@@ -209,6 +210,11 @@ def classification_constants(
         Server weights visited by pilot runs.
     seed : int
         Seed of the Monte-Carlo rounds for ``V*``.
+
+    Raises
+    ------
+    FedsdeInputError
+        For a non-convex model (the MLP): ``r``, ``c`` and ``τ = 1`` above hold for logistic and softmax only.
     """
     from fedsde.clients.data_oracles import minibatch_oracle
     from fedsde.theory.clt import client_update_samples
@@ -219,8 +225,12 @@ def classification_constants(
     S = positive_int("batch_size", batch_size)
     pts = np.asarray(pilot_points, dtype=np.float64).reshape(-1, problem.d)
     Xd = problem.design(problem.X)
-    softmax = problem.model == "softmax"
-    r, c = (np.sqrt(2.0), 0.5) if softmax else (1.0, 0.25)
+    model = problem.classifier
+    if not model.convex or model.curvature is None:
+        raise FedsdeInputError(f"problem: model={model.name!r} is not convex; the constants of Thms 4.5/4.9 need a "
+                               "logistic or softmax model")
+    # ‖∂ℓ/∂z‖ <= 1 for one logit (|σ − y|), √2 for C logits (‖softmax − e_y‖); ∂²ℓ/∂z² ≼ curvature·I
+    r, c = (1.0 if model.n_outputs == 1 else np.sqrt(2.0)), model.curvature
     ws = problem.optimum
     wmax = float(max(np.linalg.norm(pts, axis=1).max(), np.linalg.norm(ws)))
     lam = float(problem.l2)
@@ -252,7 +262,7 @@ def classification_constants(
     cs = {
         "d": Constant(problem.d, GIVEN),
         "p": Constant(problem.p.copy(), GIVEN),
-        "w_star": Constant(ws, OPTIMISATION, note="full-batch L-BFGS + Newton, ‖∇F(w*)‖ < 1e-8"),
+        "w_star": Constant(ws, OPTIMISATION, note=f"full-batch L-BFGS + Newton, ‖∇F(w*)‖ < {label(OPTIMUM_GTOL)}"),
         "F_star": Constant(problem.min_loss, OPTIMISATION, note="F(w*)"),
         "L": Constant(L2, CLOSED_FORM, note=f"{r:.4g}·max_i‖x̃_i‖₂ + λ·max‖w‖ (bound on ‖∇ℓ_i‖₂; global when λ=0)"),
         "L_inf": Constant(Linf, CLOSED_FORM, note=f"{r:.4g}·max_i‖x̃_i‖_∞ + λ·max‖w‖"),

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from fedsde._validate import device_dtype, positive_float, positive_int, start_point
+from fedsde._validate import device_dtype, positive_float, positive_int, start_point, unit_interval
 from fedsde.clients.streams import resolve_seed
 from fedsde.errors import FedsdeInputError
 from fedsde.problems.metrics import evaluate_metrics_torch, metric_names
@@ -222,9 +222,7 @@ def validity_test(
     # the verdict's inputs are checked before any chain runs (a typo must not cost the whole run)
     tolerance = positive_float("tolerance", tolerance)
     accuracy_tolerance = positive_float("accuracy_tolerance", accuracy_tolerance)
-    alpha = float(alpha)
-    if not 0.0 < alpha < 1.0:
-        raise FedsdeInputError(f"alpha={alpha!r}: must lie in (0, 1)")
+    alpha = unit_interval("alpha", alpha, open_left=True)
     unknown = [m for m in (verdict_metrics or ()) if m not in names]
     if unknown:
         raise FedsdeInputError(f"verdict_metrics={unknown}: not recorded (recorded: {', '.join(names)})")

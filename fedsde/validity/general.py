@@ -26,12 +26,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from fedsde._tolerances import Z95
 from fedsde._validate import device_dtype, positive_int, start_point
 from fedsde.sde.svag import default_oracle_factory, svag_chain
 from fedsde.validity.core import MetricGrid, default_start, evaluate_metrics, parse_ells
 from fedsde.validity.verdict import richardson_limit
 
-Z95 = 1.959963984540054
 #: runs of FedAvg (ℓ = 1) timed; the minimum is the denominator of the cost ratios
 TIMING_REPEATS = 3
 TIMING = (f"cost_ratio: wall time of one base round of the scheme over FedAvg's (same replicates), each the minimum "
@@ -261,8 +261,8 @@ def _device_metrics(problem, weights: np.ndarray, w0: np.ndarray, names, device,
 
 def cost_to_error(study: GeneralSDEStudy, metric: str, target: float, *, z: float = 0.0) -> dict:
     """Cheapest row of each scheme (FedAvg itself excluded) whose ``|error| + z·s.e.`` is at most ``target``:
-    scheme → cost ratio (``nan`` when no step reaches it).  ``z = 0``: the point estimate; ``z = 1.96``: the
-    upper end of the 95 % interval."""
+    scheme → cost ratio (``nan`` when no step reaches it).  ``z = 0``: the point estimate;
+    ``z =`` :data:`~fedsde._tolerances.Z95` (1.96): the upper end of the 95 % interval."""
     out = {}
     for scheme in ("svag", "mc-euler"):
         ok = [r.cost_ratio for r in study.rows if r.scheme == scheme and not (scheme == "svag" and r.param == 1)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from fedsde._tolerances import LANCZOS_RTOL, LBFGS_FTOL, LOCAL_OPTIMUM_GTOL
 from fedsde._validate import client_steps, positive_float
 from fedsde.errors import FedsdeInputError
 
@@ -68,20 +69,21 @@ def round_contraction(problem, *, eta: float, local_steps, server_lr: float = 1.
         return out
 
     op = sla.LinearOperator((d, d), matvec=matvec, dtype=np.float64)
-    lam = sla.eigsh(op, k=1, which="LA", return_eigenvectors=False, tol=1e-8)[0]
+    lam = sla.eigsh(op, k=1, which="LA", return_eigenvectors=False, tol=LANCZOS_RTOL)[0]
     return s * float(lam)
 
 
 def approximate_optimum(problem) -> np.ndarray:
     """``w*`` of a data problem by L-BFGS on ``loss``/``grad`` from its initial weights, to ``‖∇F‖ <= 1e-6``
-    (enough for the curvature there; the problem's own ``optimum`` polishes further with Newton steps), cached."""
+    (:data:`~fedsde._tolerances.LOCAL_OPTIMUM_GTOL`: enough for the curvature there; the problem's own
+    ``optimum`` polishes further with Newton steps), cached."""
     cache = getattr(problem, "_cache", None)
     if cache is not None and "validity_optimum" in cache:
         return cache["validity_optimum"].copy()
     import scipy.optimize
 
     start = problem.initial_weights() if hasattr(problem, "initial_weights") else np.zeros(problem.d)
-    options = {"gtol": 1e-6, "ftol": 1e-15, "maxiter": 5000, "maxcor": 30}
+    options = {"gtol": LOCAL_OPTIMUM_GTOL, "ftol": LBFGS_FTOL, "maxiter": 5000, "maxcor": 30}
     res = scipy.optimize.minimize(lambda x: (float(problem.loss(x)), np.asarray(problem.grad(x))), start, jac=True,
                                   method="L-BFGS-B", options=options)
     if cache is not None:

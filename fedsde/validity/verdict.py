@@ -31,8 +31,10 @@ interval lies inside the tolerance, non-equivalence when it lies outside):
 
 Fewer replicates only widen the intervals, so noise can turn a decision into "inconclusive", never "does not
 track" into "tracks" (up to the ``α`` the test allows).  A metric whose SDE path does not move (range at the
-floating-point floor, :data:`RANGE_FLOOR`) cannot be judged relative to its movement: it is left out of the
-verdict and named in ``skipped``.
+floating-point floor, :data:`~fedsde._tolerances.RANGE_FLOOR`) cannot be judged relative to its movement: it is
+left out of the verdict and named in ``skipped``; so is a metric for which the reference has no value
+(:attr:`GapPath.unjudged`, e.g. ``‖w − w₀‖`` under the exact law of the least-squares SDE, which gives the mean and
+covariance of ``w`` but not the mean of a norm).
 """
 
 from __future__ import annotations
@@ -43,10 +45,10 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 from scipy.special import ndtri, stdtrit
 
+from fedsde._tolerances import RANGE_FLOOR
+
 #: metrics judged in their own units (``accuracy_tolerance``), not relative to their movement
 ABSOLUTE_METRICS = ("test_accuracy",)
-#: a range at most this fraction of the path's magnitude is floating-point noise: the metric does not move
-RANGE_FLOOR = 1e-9
 #: search limit of :func:`replicates_needed`
 MAX_REPLICATES = 10**9
 OUTCOMES = ("tracks", "does not track", "inconclusive")
@@ -66,12 +68,16 @@ class GapPath:
         ``E φ_SDE(t)`` (exact, or the SVAG chains' Richardson limit).
     sde_se : ndarray, shape (T,)
         Its standard error (zero for an exact law).
+    unjudged : str
+        Non-empty: why the SDE has no value for this metric (e.g. no closed form under its exact law); the metric
+        is then left out of the verdict and named in ``skipped`` with this reason.
     """
 
     estimate: np.ndarray
     se: np.ndarray
     sde_mean: np.ndarray
     sde_se: np.ndarray
+    unjudged: str = ""
 
 
 @dataclass(frozen=True)
@@ -275,6 +281,9 @@ def validity_verdict(
     skipped: dict[str, str] = {}
     paths: dict[str, GapPath] = {}
     for m, p in gaps.items():
+        if p.unjudged:
+            skipped[m] = p.unjudged
+            continue
         sde = np.asarray(p.sde_mean, dtype=np.float64)
         rng = float(sde.max() - sde.min()) if sde.size else 0.0
         if not absolute[m] and not rng > RANGE_FLOOR * float(np.max(np.abs(sde), initial=0.0)):
@@ -345,7 +354,10 @@ def _reason(outcome: str, w: dict, base: str, T: float, R: int, needed: int | No
                 "no number of replicates decides at these estimates")
         text = f"whether the SDE tracks {base} on [0, {T:.4g}] is undecided at R = {R} ({at}); {more}"
     if skipped:
-        text += f"; not judged: {', '.join(skipped)} (does not move)"
+        still = [m for m, why in skipped.items() if "does not move" in why]
+        other = [m for m in skipped if m not in still]
+        text += "".join(f"; not judged: {', '.join(ms)}{why}" for ms, why in (
+            (still, " (does not move)"), (other, " (no value under the SDE's law)")) if ms)
     return text
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from fedsde._tolerances import Z95
 from fedsde.report.figures.common import colors, one_torch_thread, subplots
 from fedsde.report.gallery import FigureOutput, RunContext
 
@@ -42,12 +43,12 @@ def _curves(ax, res, m: str, ylabel: str, cols) -> list:
         lab = "ℓ = 1 (FedAvg)" if ell == 1 else f"ℓ = {ell}"
         ax.plot(res.times, mean[li], "o-" if ell == 1 else "-", ms=3, lw=1.6 if ell == 1 else 0.8, color=cols[li],
                 label=lab)
-        ax.fill_between(res.times, mean[li] - 1.96 * se[li], mean[li] + 1.96 * se[li], color=cols[li], alpha=0.15,
+        ax.fill_between(res.times, mean[li] - Z95 * se[li], mean[li] + Z95 * se[li], color=cols[li], alpha=0.15,
                         lw=0)
         rows += [[ell, m, float(t), float(a), float(b)] for t, a, b in zip(res.times, mean[li], se[li], strict=True)]
     sde = res.sde[m]
     ax.plot(res.times, sde["mean"], "k--", lw=1.2, label="SDE (Richardson)")
-    ax.fill_between(res.times, sde["mean"] - 1.96 * sde["se"], sde["mean"] + 1.96 * sde["se"], color="k", alpha=0.1,
+    ax.fill_between(res.times, sde["mean"] - Z95 * sde["se"], sde["mean"] + Z95 * sde["se"], color="k", alpha=0.1,
                     lw=0)
     ax.set_xlabel("t = n·h")
     ax.set_ylabel(ylabel)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from fedsde._tolerances import EXACT_AGREEMENT, NUMERICAL_AGREEMENT, ROUNDING_SLACK
+from fedsde._tolerances import label as tol_label
 from fedsde.exact import round_law, stationary_law
 from fedsde.exact.round_law import one_minus_power
 from fedsde.problems import QuadraticProblem
@@ -62,12 +64,14 @@ def scalar_bias(U, a, p, eta: float, E) -> np.ndarray:
 
 def check_claim_bias_E(opt: CheckOptions) -> ClaimResult:
     """Printed: ``|C4(E) − w*|`` increases with ``E`` (the paper: the mean "diverges").  Margin per problem:
-    ``min_E Δ|bias| / |Σp_ka_k − w*| + 1e-12`` over a geometric ``E`` grid up to saturation (decreases below
-    1e-12 of the limit count as rounding); positive exactly when the bias never decreases.
+    ``min_E Δ|bias| / |Σp_ka_k − w*| + ε`` over a geometric ``E`` grid up to saturation (decreases below
+    ``ε`` = :data:`~fedsde._tolerances.ROUNDING_SLACK` of the limit count as rounding); positive exactly when the
+    bias never decreases.
 
     Corrected: the bias is 0 at ``E = 1`` and tends to ``Σ p_k a_k − w*`` as ``E → ∞`` (monotone on some
-    problems, not on others).  Margin per problem: ``log10(1e-9 / max(|bias(1)|, |bias(E_∞) − limit|)/scale)``
-    with ``E_∞`` where every ``|r_k|^E < 1e-16`` and ``scale = max_k |a_k − w*|``.
+    problems, not on others).  Margin per problem: ``log10(tol / max(|bias(1)|, |bias(E_∞) − limit|)/scale)``
+    with ``E_∞`` where every ``|r_k|^E < 1e-16``, ``scale = max_k |a_k − w*|`` and ``tol`` =
+    :data:`~fedsde._tolerances.EXACT_AGREEMENT`.
     """
     fam = scalar_family(max(50, round(400 * opt.scale)), opt.seed + 61)
     pm, cm = [], []
@@ -82,7 +86,7 @@ def check_claim_bias_E(opt: CheckOptions) -> ClaimResult:
         mag = np.abs(bias)
         inc = np.diff(mag) / abs(limit)
         k = int(np.argmin(inc))
-        margin_p = float(inc[k]) + 1e-12
+        margin_p = float(inc[k]) + ROUNDING_SLACK
         n_mono += margin_p > 0
         peak = int(np.argmax(mag))
         nums = {"limit": limit, "max_|bias|/|limit|": float(mag[peak] / abs(limit)), "at_E": float(grid[peak]),
@@ -90,19 +94,20 @@ def check_claim_bias_E(opt: CheckOptions) -> ClaimResult:
         pm.append(Member(label, rounded(par), margin_p, nums))
         scale = float(np.max(np.abs(a - ws)))
         dev = max(abs(float(bias[0])), abs(float(bias[-1]) - limit)) / scale
-        cm.append(Member(label, rounded(par), log_margin(1e-9, dev),
+        cm.append(Member(label, rounded(par), log_margin(EXACT_AGREEMENT, dev),
                          {"|bias(E=1)|": abs(float(bias[0])), "|bias(E_inf) − limit|": abs(float(bias[-1]) - limit),
                           "E_inf": e_inf}))
     frac = n_mono / len(fam)
     fam_name = (f"table problem at η ∈ {list(TABLE_ETAS)}, the audit counterexample and {len(fam) - 8} random "
                 "scalar 3-client problems")
     printed = family_verdict(
-        fam_name, pm, "min_E Δ|C4 − w*| / |Σp_ka_k − w*| + 1e-12 (over problems: the worst)",
+        fam_name, pm, f"min_E Δ|C4 − w*| / |Σp_ka_k − w*| + {tol_label(ROUNDING_SLACK)} (over problems: the worst)",
         "|C4 − w*| increases with E on every problem",
         "|C4 − w*| is not monotone in E on {worst} ({failing} problems are not monotone); it stays "
         "bounded and tends to Σp_ka_k − w*, it does not diverge", keep=5)
     corrected = family_verdict(
-        fam_name, cm, "log10(1e-9 / max(|bias(1)|, |bias(∞) − (Σpa − w*)|)/max|a − w*|) (worst problem)",
+        fam_name, cm,
+        f"log10({tol_label(EXACT_AGREEMENT)} / max(|bias(1)|, |bias(∞) − (Σpa − w*)|)/max|a − w*|) (worst problem)",
         "C4 − w* is 0 at E = 1 and tends to Σ p_k a_k − w* on every problem",
         "C4 − w* misses 0 at E = 1 or its limit Σ p_k a_k − w* on {worst}",
         {"fraction_monotone": frac}, keep=3)
@@ -119,7 +124,8 @@ def check_claim_variance_E2(opt: CheckOptions) -> ClaimResult:
     somewhere is the weakest reading, threshold 1).
 
     Corrected: bounded in ``E``, tending to ``η Σ p_k² Σ_k/(U_k(2 − ηU_k))`` as ``E → ∞`` (exact stationary law).
-    Margin per problem: ``log10(1e-6 / relative error at E = E_∞)``; on the table problem also ``(0.1 − max
+    Margin per problem: ``log10(1e-6 / relative error at E = E_∞)`` (:data:`~fedsde._tolerances.NUMERICAL_AGREEMENT`);
+    on the table problem also ``(0.1 − max
     |slope|)/0.1`` (flat within 0.1), the smaller one counts.
     """
     fam = scalar_family(max(10, round(40 * opt.scale)), opt.seed + 62, etas=(0.01, 0.05, 0.1))
@@ -132,7 +138,7 @@ def check_claim_variance_E2(opt: CheckOptions) -> ClaimResult:
         limit = float(np.sum(p**2 * eta * S / (U * (2 - eta * U))))
         e_inf = int(_e_inf(eta, U))
         rel = abs(var_exact(pr, eta, e_inf) - limit) / limit
-        m_c = log_margin(1e-6, rel)
+        m_c = log_margin(NUMERICAL_AGREEMENT, rel)
         if label.startswith("table"):
             m_c = min(m_c, (0.1 - max(map(abs, slopes))) / 0.1)
         nums = {"slopes": slopes, "limit": limit, "E_inf": e_inf, "rel_error_at_E_inf": rel}
@@ -144,7 +150,8 @@ def check_claim_variance_E2(opt: CheckOptions) -> ClaimResult:
                              "the exact stationary variance does not grow with E (worst: {worst}, slopes <= "
                              "1 on {failing} problems)", keep=3)
     corrected = family_verdict(name, cm,
-                               "min(log10(1e-6/rel. error of the E → ∞ limit), table: (0.1 − max|slope|)/0.1)",
+                               f"min(log10({tol_label(NUMERICAL_AGREEMENT)}/rel. error of the E → ∞ limit), "
+                               "table: (0.1 − max|slope|)/0.1)",
                                "bounded in E with limit η Σ p_k² Σ_k/(U_k(2 − ηU_k)); flat on the table problem",
                                "wrong limit or not flat on {worst}", keep=3)
     return ClaimResult(printed, corrected)
@@ -195,7 +202,7 @@ def check_claim_variance_Q(opt: CheckOptions) -> ClaimResult:
     (weights ``p_k/r``).
 
     Corrected: the variance falls as ``1/Q`` (exact chain and corrected SDE).  Margin: ``log10(1e-6/|slope + 1|)``
-    (worst of the two).
+    (worst of the two; :data:`~fedsde._tolerances.NUMERICAL_AGREEMENT`).
     """
     fam = scalar_family(max(3, round(8 * opt.scale)), opt.seed + 64, etas=(0.05,))
     reps = [1, 4, 16]
@@ -209,12 +216,12 @@ def check_claim_variance_Q(opt: CheckOptions) -> ClaimResult:
         s_ex, s_co = loglog_slope(Qs, ex), loglog_slope(Qs, co)
         nums = {"Q": Qs, "exact": ex, "corrected_sde": co, "slope_exact": s_ex, "slope_corrected_sde": s_co}
         pm.append(Member(label, rounded(par), 0.1 - abs(s_ex), nums))
-        cm.append(Member(label, rounded(par), log_margin(1e-6, max(abs(s_ex + 1), abs(s_co + 1))), nums))
+        cm.append(Member(label, rounded(par), log_margin(NUMERICAL_AGREEMENT, max(abs(s_ex + 1), abs(s_co + 1))), nums))
     name = f"table problem (η = 0.05), the audit problem and {len(fam) - 2} random scalar problems, E = 5"
     printed = family_verdict(name, pm, "0.1 − |slope of exact Var in Q| (worst problem)",
                              "variance independent of Q on every problem",
                              "exact variance ∝ Q^(−1) (worst: {worst}); the printed law (p_k, not p_k²) is flat")
-    corrected = family_verdict(name, cm, "log10(1e-6 / |slope + 1|) (worst problem)",
+    corrected = family_verdict(name, cm, f"log10({tol_label(NUMERICAL_AGREEMENT)} / |slope + 1|) (worst problem)",
                                "variance ∝ 1/Q on every problem (corrected SDE and exact chain)",
                                "not ∝ 1/Q on {worst}")
     return ClaimResult(printed, corrected)
@@ -253,9 +260,10 @@ def hessian_noise_pairs(n: int, seed: int) -> list[tuple[str, dict, np.ndarray, 
 
 def check_lemma_a_2(opt: CheckOptions) -> ClaimResult:
     """Printed (as Thm 4.5's ``B₂`` step uses it): ``Tr(∇²F Σ̄) <= ‖∇²F‖_S‖Σ̄‖_S``.  Margin per pair:
-    ``1 − Tr(AB)/(‖A‖‖B‖) + 1e-12`` (rounding tolerance: the bound is attained in d = 1).
+    ``1 − Tr(AB)/(‖A‖‖B‖) + ε`` (rounding tolerance ``ε`` = :data:`~fedsde._tolerances.ROUNDING_SLACK`: the
+    bound is attained in d = 1).
 
-    Corrected (Lemma A.2 with its ``d``): ``Tr(AB) <= d‖A‖‖B‖``.  Margin: ``(d − ratio)/d + 1e-12``.
+    Corrected (Lemma A.2 with its ``d``): ``Tr(AB) <= d‖A‖‖B‖``.  Margin: ``(d − ratio)/d + ε``.
     """
     pairs = hessian_noise_pairs(max(50, round(200 * opt.scale)), opt.seed + 31)
     pm, cm = [], []
@@ -263,16 +271,16 @@ def check_lemma_a_2(opt: CheckOptions) -> ClaimResult:
         ratio = trace_ratio(A, B)
         d = A.shape[0]
         nums = {"ratio_TrAB_over_normA_normB": ratio, "d": d}
-        pm.append(Member(label, par, 1.0 - ratio + 1e-12, nums))
-        cm.append(Member(label, par, (d - ratio) / d + 1e-12, nums))
+        pm.append(Member(label, par, 1.0 - ratio + ROUNDING_SLACK, nums))
+        cm.append(Member(label, par, (d - ratio) / d + ROUNDING_SLACK, nums))
     name = f"(∇²F, Σ p_k²Σ_k) of the 2 Sec. 4 problems and {len(pairs) - 2} random quadratic problems (d ∈ {{2,3,5}})"
-    printed = family_verdict(name, pm, "1 − Tr(AB)/(‖A‖‖B‖) + 1e-12 (worst pair)",
+    printed = family_verdict(name, pm, f"1 − Tr(AB)/(‖A‖‖B‖) + {tol_label(ROUNDING_SLACK)} (worst pair)",
                              "Tr(∇²F Σ̄) <= ‖∇²F‖‖Σ̄‖ on every pair",
                              "Tr(∇²F Σ̄) > ‖∇²F‖‖Σ̄‖ on {worst} ({failing} pairs fail): Thm 4.5 "
                              "needs Lemma A.2's d", keep=3)
-    corrected = family_verdict(name, cm, "(d − Tr(AB)/(‖A‖‖B‖))/d + 1e-12 (worst pair)",
+    corrected = family_verdict(name, cm, f"(d − Tr(AB)/(‖A‖‖B‖))/d + {tol_label(ROUNDING_SLACK)} (worst pair)",
                                "Tr(∇²F Σ̄) <= d‖∇²F‖‖Σ̄‖ on every pair (Lemma A.2 with its d; equality, margin "
-                               "1e-12, for d = 1)",
+                               f"{tol_label(ROUNDING_SLACK)}, for d = 1)",
                                "ratio exceeds d on {worst}")
     return ClaimResult(printed, corrected)
 
@@ -299,7 +307,7 @@ def check_asm_5_2(opt: CheckOptions) -> ClaimResult:
     Corrected: with ``x̃_k = x_k/x̄`` the LHS is invariant under replication and equals
     ``min_k(½x̃_k² + x̃_k) − ½·mean(x̃²)``, so a ``Q``-independent ``C`` exists exactly when that is positive
     (identical clients: 1; the table: 0.425; strongly heterogeneous clients: negative).  Margin:
-    ``log10(1e-9 / max deviation from the closed form over Q)``.
+    ``log10(1e-9 / max deviation from the closed form over Q)`` (:data:`~fedsde._tolerances.EXACT_AGREEMENT`).
     """
     eta, E, reps = 0.1, 5, [1, 10, 100, 1000]
     fam = [("identical clients U=1, Σ=1", {"U": np.ones(1), "a": np.zeros(1), "p": np.ones(1), "Sigma": np.ones(1)}),
@@ -322,13 +330,15 @@ def check_asm_5_2(opt: CheckOptions) -> ClaimResult:
         nums = {"lhs_as_printed": raw, "lhs_scale_free": sf, "closed_form": closed}
         par = {k: v for k, v in par.items() if k != "eta"} | {"eta": eta, "E": E}
         pm.append(Member(label, rounded(par), m_p, nums))
-        cm.append(Member(label, rounded(par), log_margin(1e-9, dev), nums))
+        cm.append(Member(label, rounded(par), log_margin(EXACT_AGREEMENT, dev), nums))
     name = f"identical clients, the table problem and {len(fam) - 2} random scalar problems, replicated Q₀·(1…1000)"
     printed = family_verdict(name, pm, "1 + log10(LHS(1000Q₀)/LHS(Q₀)), or LHS(Q₀)/x̄² if <= 0 (worst problem)",
                              "the LHS stays bounded away from 0 as Q grows",
                              "no Q-independent C > 0: on {worst} the LHS falls like Q^(−4) with p_k = 1/Q or is "
                              "negative")
-    corrected = family_verdict(name, cm, "log10(1e-9 / max_Q |scale-free LHS − closed form|) (worst problem)",
+    corrected = family_verdict(name, cm,
+                               f"log10({tol_label(EXACT_AGREEMENT)} / max_Q |scale-free LHS − closed form|) "
+                               "(worst problem)",
                                "the scale-free LHS is Q-independent and equals min(½x̃² + x̃) − ½mean(x̃²) on every "
                                "problem (a C > 0 exists on a fraction {{fraction_pos}} of them)",
                                "scale-free LHS depends on Q on {worst}", {"fraction_C_positive": n_pos / len(fam)})

@@ -11,6 +11,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from fedsde._tolerances import (
+    DIVISION_FLOOR,
+    EXACT_AGREEMENT,
+    EXACT_AGREEMENT_STRICT,
+    NUMERICAL_AGREEMENT,
+    ROUNDING_SLACK,
+)
+from fedsde._tolerances import label as tol_label
 from fedsde.exact import round_law, stationary_law
 from fedsde.problems import QuadraticProblem, paper_table_problem
 from fedsde.theory.claims._common import combine, log_margin, loglog_slope, predicate
@@ -52,7 +60,7 @@ def check_thm_5_4(opt: CheckOptions) -> ClaimResult:
         skew = st.column("skewness")
         ks = st.column("ks")
         slope = st.lyapunov_slope
-        skew_slope = loglog_slope(Q, np.maximum(skew, 1e-12))
+        skew_slope = loglog_slope(Q, np.maximum(skew, ROUNDING_SLACK))
         # margin: Lyapunov slope within 0.3 of −1, and skewness and KS distance fall from the first to the last Q
         m_p = min(0.3 - abs(slope + 1.0), (skew[0] - skew[-1]) / skew[0], (ks[0] - ks[-1]) / ks[0])
         nums = {"Q": Q, "lyapunov_ratio": lyap, "lyapunov_slope": slope, "skewness": skew,
@@ -64,7 +72,7 @@ def check_thm_5_4(opt: CheckOptions) -> ClaimResult:
         b1 = np.array([r.get("mardia_b1", np.nan) for r in st.rows])
         pvals = st.column("mardia_skew_p")
         kurt_p = st.column("mardia_kurt_p")
-        b1_slope = loglog_slope(Q, np.maximum(b1, 1e-300)) if np.all(np.isfinite(b1)) else float("nan")
+        b1_slope = loglog_slope(Q, np.maximum(b1, DIVISION_FLOOR)) if np.all(np.isfinite(b1)) else float("nan")
         co[label] = predicate(min(m_p, -0.5 - b1_slope) if np.isfinite(b1_slope) else -1.0,
                               "min(printed margin, −0.5 − slope of Mardia b₁)",
                               {**nums, "mardia_b1": b1, "mardia_b1_slope": b1_slope, "mardia_skew_p": pvals,
@@ -107,20 +115,22 @@ def check_thm_6_2(opt: CheckOptions) -> ClaimResult:
             "exact_var": exact_v, "z_printed": z_p, "z_corrected": z_c, "replicates": R, "table": table,
             "example": {"eta": eta, "U": U, "Sigma": Sig, "a": a, "E": Ee, "w0": w0}}
     zmax = 5.0
-    # the table of (η, U, Σ, E) is the family: formula against the exact law, 1e-10 relative
+    # the table of (η, U, Σ, E) is the family: formula against the exact law, EXACT_AGREEMENT_STRICT relative
     dev_p = max(abs(r["printed_same_draw"] - r["exact"]) / r["exact"] for r in table)
     dev_c = max(abs(r["corrected"] - r["exact"]) / r["exact"] for r in table)
+    agree = [abs(r["printed_same_draw"] - r["exact"]) <= EXACT_AGREEMENT_STRICT * r["exact"] for r in table]
     nums.update({"max_rel_dev_printed_vs_exact_table": dev_p, "max_rel_dev_corrected_vs_exact_table": dev_c,
-                 "fraction_of_table_printed_exact": float(np.mean([abs(r["printed_same_draw"] - r["exact"])
-                                                                    <= 1e-10 * r["exact"] for r in table]))})
-    printed = predicate(min((zmax - abs(z_p)) / zmax, log_margin(1e-10, dev_p)),
-                        "min((5 − |z|)/5 with z = (formula − MC)/s.e., log10(1e-10/max rel. dev. from the exact law "
-                        "over the table))", nums, "printed variance agrees with simulation and the exact law",
+                 "fraction_of_table_printed_exact": float(np.mean(agree))})
+    printed = predicate(min((zmax - abs(z_p)) / zmax, log_margin(EXACT_AGREEMENT_STRICT, dev_p)),
+                        "min((5 − |z|)/5 with z = (formula − MC)/s.e., "
+                        f"log10({tol_label(EXACT_AGREEMENT_STRICT)}/max rel. dev. from the exact law over the table))",
+                        nums, "printed variance agrees with simulation and the exact law",
                         f"printed variance {printed_v:.4g} vs simulated {mc:.4g} ({printed_v / mc:.0f}×); "
                         f"up to {dev_p:.3g} relative off the exact law over the table")
     rel = abs(corr_v - exact_v) / exact_v
-    corrected = predicate(min((zmax - abs(z_c)) / zmax, log_margin(1e-10, max(rel, dev_c))),
-                          "min((5 − |z|)/5, log10(1e-10/max rel. dev. from the exact law))", nums,
+    corrected = predicate(min((zmax - abs(z_c)) / zmax, log_margin(EXACT_AGREEMENT_STRICT, max(rel, dev_c))),
+                          f"min((5 − |z|)/5, log10({tol_label(EXACT_AGREEMENT_STRICT)}/max rel. dev. from the exact "
+                          "law))", nums,
                           "corrected law η²Σ(1 − r^{2E})/(1 − r²) = exact (whole table) = simulated within s.e.",
                           "corrected variance disagrees with simulation or the exact law")
     return ClaimResult(printed, corrected, None, {"table": table})
@@ -137,13 +147,13 @@ def check_eq_4(opt: CheckOptions) -> ClaimResult:
                      "corrected": var_sde(q, eta * lam**2, e, "corrected") / lam**2})
     spread = {k: max(r[k] for r in rows) / min(r[k] for r in rows) for k in ("exact", "paper", "corrected")}
     nums = {"rows": rows, "max_over_min": spread, "example": {"problem": "paper table", "eta": eta, "E": e}}
-    tol = 1e-9
+    tol = EXACT_AGREEMENT
     printed = predicate(log_margin(tol, spread["paper"] - 1),
-                        "log10(1e-9 / (max/min − 1)) of Var/λ² over unit changes", nums,
+                        f"log10({tol_label(tol)} / (max/min − 1)) of Var/λ² over unit changes", nums,
                         "covariant under w → λw", f"paper variance/λ² changes {spread['paper']:.3g}× with the units "
                         "(bare E: dimensionally inconsistent)")
     corrected = predicate(log_margin(tol, max(spread["corrected"] - 1, spread["exact"] - 1)),
-                          "log10(1e-9 / (max/min − 1)) of Var/λ² over unit changes", nums,
+                          f"log10({tol_label(tol)} / (max/min − 1)) of Var/λ² over unit changes", nums,
                           "corrected diffusion √(η Σ p_k² Γ_k) is covariant: Var/λ² is unit-free",
                           "corrected variance not covariant")
     return ClaimResult(printed, corrected)
@@ -187,15 +197,17 @@ def check_thm_6_3(opt: CheckOptions) -> ClaimResult:
     nums = {"ode_residual_paper_rel": res_p, "ode_residual_corrected_rel": res_c,
             "max_paper_over_exact": worst_ratio, "max_|sde/exact − (1 − β/2)|": worst_dev,
             "max_|C4 − exact mean|": worst_mean, "stationary_table": table}
-    tol = 1e-6
+    tol = NUMERICAL_AGREEMENT
     printed = predicate(log_margin(tol, max(res_p, worst_ratio - 1)),
-                        "log10(1e-6 / max(relative ODE residual, paper/exact − 1))", nums,
+                        f"log10({tol_label(tol)} / max(relative ODE residual, paper/exact − 1))", nums,
                         "printed moments solve the moment ODEs",
                         f"v₀ misses its ODE (relative residual {res_p:.2f}, from e^(−Dt)) and its limit is up to "
                         f"{worst_ratio:.3g}× the exact variance; m₀ and C4 are right "
                         f"(|C4 − exact| <= {worst_mean:.1e})")
-    corrected = predicate(min(log_margin(tol, res_c), log_margin(1e-9, worst_dev), log_margin(1e-9, worst_mean)),
-                          "min(log10(1e-6/ODE residual), log10(1e-9/|SDE/exact − (1 − β/2)|), log10(1e-9/|C4 − mean|))",
+    exact = EXACT_AGREEMENT
+    corrected = predicate(min(log_margin(tol, res_c), log_margin(exact, worst_dev), log_margin(exact, worst_mean)),
+                          f"min(log10({tol_label(tol)}/ODE residual), "
+                          f"log10({tol_label(exact)}/|SDE/exact − (1 − β/2)|), log10({tol_label(exact)}/|C4 − mean|))",
                           nums,
                           "v(t) = b²(1 − e^(−2Dt))/(2D) solves the ODE; the corrected SDE's stationary variance is "
                           "exactly (1 − β/2)× the chain's; C4 = exact stationary mean",
