@@ -142,7 +142,9 @@ def simulate(
     workers : int, optional
         Threads that simulate chunks of replicates at the same time, one CPU core each (default: the threads torch
         may use, ``torch.get_num_threads()``, on the CPU; 1 on a GPU).  Runs too small to share stay in one thread
-        (:func:`fedsde.sim.workers.plan_workers`).  Results are bit-identical for every value.
+        (:func:`fedsde.sim.workers.plan_workers`).  Results are bit-identical for every value, given server rules
+        and oracles whose ``apply``/``sample`` have no side effects (every rule of :mod:`fedsde.aggregators`); a
+        custom rule that records what it sees must run with ``workers=1`` (chunks finish in any order).
 
     Returns
     -------

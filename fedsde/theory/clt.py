@@ -80,9 +80,10 @@ def client_update_samples(problem, *, eta: float, local_steps, replicates: int, 
 
     replicates = positive_int("replicates", replicates)
     rec = _RecordingFedAvg()
-    simulate_kwargs.pop("chunk_size", None)  # one chunk: the recorded rows are the replicates in order
+    simulate_kwargs.pop("chunk_size", None)  # one chunk on one worker: the recorded rows are the replicates in order
+    simulate_kwargs.pop("workers", None)
     simulate(problem, eta=eta, local_steps=local_steps, rounds=1, replicates=replicates, seed=seed, w0=w,
-             aggregator=rec, record=[1], oracle_factory=oracle_factory, **simulate_kwargs)
+             aggregator=rec, record=[1], oracle_factory=oracle_factory, workers=1, **simulate_kwargs)
     return rec.terms[0][:replicates]
 
 
