@@ -17,6 +17,13 @@ from fedsde._cli.common import add_json_flag, emit, writable_folder
 from fedsde.errors import FedsdeInputError
 
 
+def run_claims(claims, options, *, progress: bool = False):
+    """:func:`fedsde.theory.claims.run_claims`, imported when a run starts (the parser stays light)."""
+    from fedsde.theory.claims import run_claims as run
+
+    return run(claims, options, progress=progress)
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "claims",
@@ -46,7 +53,7 @@ def _fmt(v: dict | None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fedsde.theory.claims import CheckOptions, all_claims, get_claim, run_claims
+    from fedsde.theory.claims import CheckOptions, all_claims, get_claim
     from fedsde.theory.claims.figures import save_claim_figure
 
     if args.seed < 0:
