@@ -19,7 +19,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "DIR/report.html (self-contained), DIR/report.md, DIR/figures/ (PNG and PDF), DIR/data/ (CSV) and "
         "DIR/summary.json.",
     )
-    p.add_argument("--quick", action="store_true", help="small grids (every figure, a few minutes on 2 cores)")
+    p.add_argument("--quick", action="store_true", help="small grids (every figure, about a minute on 2 cores)")
     p.add_argument("--out", default="fedsde-results", metavar="DIR", help="output folder (default fedsde-results)")
     p.add_argument("--only", default=None, metavar="F3,F5", help="make only these figures")
     p.add_argument("--config", default=None, metavar="FILE",
@@ -27,6 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=None, metavar="S", help="overrides run.seed")
     p.add_argument("--device", default=None, help="torch device for simulations (overrides run.device)")
     p.add_argument("--no-claims", action="store_true", help="skip the claims table (faster)")
+    p.add_argument("--jobs", type=int, default=None, metavar="N",
+                   help="worker processes for the figures (default: the usable cores; 1: one after the other, in "
+                   "this process); the numbers are the same for any N")
     add_json_flag(p)
     p.set_defaults(func=run)
 
@@ -43,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
         cfg["run"]["device"] = args.device
     _check_device(cfg["run"]["device"])
     res = reproduce(cfg, only, Path(args.out), quick=args.quick, progress=not args.json,
-                    with_claims=not args.no_claims)
+                    with_claims=not args.no_claims, jobs=args.jobs)
     lines = [f"fedsde reproduce ({'quick' if args.quick else 'full'}): {len(res.records)} figures in "
              f"{res.wall_time_s:.1f} s → {res.out / 'report.html'}"]
     for r in res.records:
