@@ -350,3 +350,56 @@ def test_sweep_cells_load_the_verdict(tmp_path):
                 "verdict_worst_tolerance", "verdict_replicates_needed"):
         assert ds[key].dims == ("eta",), key
     assert np.all(ds.verdict_worst_lower.values <= ds.verdict_worst_upper.values)
+
+
+# ---------------------------------------------------------------- least-squares clients: the exact reference
+def _least_squares():
+    from fedsde.problems import RegressionProblem
+
+    rng = np.random.default_rng(4)
+    X = [rng.normal(size=(n, 2)) for n in (6, 9, 5)]
+    y = [x @ [1.0, -0.5] + k + 0.3 * rng.normal(size=len(x)) for k, x in enumerate(X)]
+    return RegressionProblem.from_clients(X, y, l2=0.1, intercept=True, batch_size=3, sampling="with-replacement")
+
+
+def test_an_unjudged_metric_is_skipped_with_its_reason():
+    times = np.arange(4.0)
+    moving = np.array([2.0, 1.5, 1.2, 1.0])
+    zero, nan = np.zeros(4), np.full(4, np.nan)
+    v = validity_verdict(times, {"train_loss": GapPath(zero + 0.001, zero, moving, zero),
+                                 "distance_from_start": GapPath(nan, nan, nan, nan, unjudged="no closed form")},
+                         replicates=8, reference="exact")
+    assert v.outcome == "tracks" and v.metrics == ["train_loss"]
+    assert v.skipped == {"distance_from_start": "no closed form"}
+    assert "not judged: distance_from_start (no value under the SDE's law)" in v.reason
+    assert "does not move" not in v.reason
+
+
+def test_least_squares_exact_reference_is_the_sde_moments():
+    """On least-squares clients the exact reference is the least-squares SDE: E F and E‖∇F‖² from its exact mean
+    and covariance (F quadratic, constant Hessian), ‖w − w₀‖ left out with its reason."""
+    from fedsde.exact import LeastSquaresSDE, least_squares_sde_moments
+    from fedsde.validity.reference import NO_NORM_MEAN, resolve_reference
+
+    pb = _least_squares()
+    assert resolve_reference(pb, None) == "exact"
+    law = exact_sde_law(pb, eta=0.05, local_steps=3, server_lr=0.8, h=0.1)
+    assert isinstance(law, LeastSquaresSDE)
+    rounds = np.array([0, 2, 5, 6])
+    w0 = np.array([0.5, -0.5, 0.0])
+    names = ["train_loss", "grad_norm_sq", "distance_from_start"]
+    paths = exact_sde_paths(pb, law, rounds, 0.1, w0, names)
+    mom = least_squares_sde_moments(pb, 0.05, 3, rounds * 0.1, 0.8, 0.1, w0=w0)
+    H = pb.hessian()
+    for i in range(rounds.size):
+        m, C = mom.mean[i], mom.cov[i]
+        assert paths["train_loss"][i] == pytest.approx(pb.loss(m) + 0.5 * np.trace(H @ C), rel=1e-10)
+        g = pb.grad(m)
+        assert paths["grad_norm_sq"][i] == pytest.approx(g @ g + np.trace(H @ C @ H), rel=1e-10)
+    assert paths["distance_from_start"] is None
+    gaps = exact_gaps({m: np.ones((rounds.size, 4)) for m in names}, paths)
+    assert gaps["distance_from_start"].unjudged == NO_NORM_MEAN and not gaps["train_loss"].unjudged
+    # E F(w) = F(m) + ½ tr(H P) holds for any law: check it against samples of the chain's own exact moments
+    w = np.random.default_rng(0).multivariate_normal(mom.mean[-1], mom.cov[-1], size=200_000)
+    mc = pb.loss(w)
+    assert abs(mc.mean() - paths["train_loss"][-1]) < 5 * mc.std() / np.sqrt(mc.size)

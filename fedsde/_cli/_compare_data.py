@@ -1,4 +1,5 @@
-"""``fedsde compare`` on a data problem: discrete FedAvg against the general SDE (2), by sampling."""
+"""``fedsde compare`` on a data problem: discrete FedAvg against the general SDE (2), by sampling; on a
+least-squares regression file, exactly (:func:`fedsde.compare.least_squares_sde_study`)."""
 
 from __future__ import annotations
 
@@ -58,3 +59,47 @@ def run_data(args: argparse.Namespace, problem, steps, w0) -> int:
     lines.append("slopes of |error| vs step: " + "; ".join(
         f"{s}: " + ", ".join(f"{m} {v:+.2f}" for m, v in d.items() if np.isfinite(v)) for s, d in st.slopes.items()))
     return emit(args, result, "\n".join(lines))
+
+
+def run_regression(args: argparse.Namespace, problem, steps, w0) -> int:
+    """FedAvg vs its SDE on least-squares clients, from exact moments (no sampling)."""
+    from fedsde.compare import least_squares_sde_study
+    from fedsde.compare.study import refinement_grid
+    from fedsde.errors import FedsdeInputError
+
+    for option, given in (("--paths", args.paths is not None), ("--variant", args.variant != "corrected"),
+                          ("--noise-scaling", args.noise_scaling not in (None, "fixed"))):
+        if given:
+            raise FedsdeInputError(
+                f"{option}: not used with a least-squares regression file, which is compared exactly with its own SDE "
+                "(eq. (2) with the exact round moments; no sampling, the data's minibatch noise as it is); leave "
+                f"{option} out")
+    if args.record_every is not None and args.record_every < 1:
+        raise FedsdeInputError(f"--record-every={args.record_every}: must be an integer >= 1")
+    h = args.eta if args.h is None else args.h
+    h_grid = None
+    if args.steps:
+        from fedsde._cli.common import parse_vector
+
+        h_grid = refinement_grid(parse_vector("--steps", args.steps), args.rounds * h, name=f"--steps={args.steps!r}")
+    st = least_squares_sde_study(problem, eta=args.eta, local_steps=steps, rounds=args.rounds,
+                                 server_lr=args.server_lr, h=args.h, w0=w0, record_every=args.record_every,
+                                 h_grid=h_grid)
+    t_end, cmp = st.t_end, st.distances
+    lines = [f"problem: {problem.name} (least squares), Q={problem.Q}, d={problem.d}  eta={args.eta}  "
+             f"server_lr={args.server_lr}  h={st.h}  rounds={args.rounds} (t = {t_end:.6g}); exact moments, no "
+             "sampling",
+             f"at t={t_end:.6g}: |Δmean| = {cmp.mean_error[-1]:.6g}   rel. cov error = {cmp.cov_rel_error[-1]:.6g}"
+             f"   W2 of the Gaussian fits (a lower bound) = {cmp.w2[-1]:.6g}",
+             f"refinement steps h = {', '.join(f'{x:.6g}' for x in st.h_grid)} (server step s = h·η₀, η₀ = "
+             f"{args.server_lr / st.h:.6g})"]
+    for phi, v in st.slope.items():
+        lines.append(f"weak error {phi:5s} at t={t_end:.6g}: {st.weak_error[phi][-1]:.6g}   " + (
+            "exact at grid times" if v["exact_at_grid"] else f"slope vs h: {v['slope']:.3f}  (errors "
+            f"{', '.join(f'{e:.3g}' for e in v['errors'])})"))
+    sta = st.stationary
+    if sta["chain"] is not None and sta["sde"] is not None:
+        lines.append(f"stationary: rel. cov error (SDE vs chain) = {sta['cov_rel_error']:.4g}, Gaussian W2 = "
+                     f"{sta['w2']:.4g}")
+    lines += [f"note: {n}" for n in sta["notes"]]
+    return emit(args, st.to_dict(), "\n".join(lines))

@@ -53,12 +53,14 @@ def add_strict_flag(p: argparse.ArgumentParser) -> None:
                        "one line on stderr, nothing on stdout, exit 2")
 
 
-def add_problem_args(p: argparse.ArgumentParser, *, steps: bool = True, data: bool = True) -> None:
+def add_problem_args(p: argparse.ArgumentParser, *, steps: bool = True, data: bool = True,
+                     problem_help: str | None = None) -> None:
     """``--problem FILE --eta η --local-steps E --server-lr s [--client-steps τ1,τ2,…]``; ``data=False`` for
-    commands that take quadratic clients only."""
-    p.add_argument("--problem", required=True, metavar="FILE",
-                   help="problem file (.toml/.json): quadratic clients or a data problem (kind = \"classification\")"
-                   if data else "quadratic problem (.toml or .json)")
+    commands that take quadratic clients only; ``problem_help`` replaces the help of ``--problem``."""
+    if problem_help is None:
+        problem_help = ("problem file (.toml/.json): quadratic clients or a data problem (kind = \"classification\" "
+                        "or \"regression\")" if data else "quadratic problem (.toml or .json)")
+    p.add_argument("--problem", required=True, metavar="FILE", help=problem_help)
     p.add_argument("--eta", required=True, type=float, metavar="η", help="client learning rate")
     if steps:
         p.add_argument("--local-steps", type=int, default=None, metavar="E", help="local SGD steps per round")
@@ -263,3 +265,16 @@ def refuse_known_divergence(problem, eta: float, steps, server_lr: float = 1.0, 
     why = known_divergence(problem, eta, steps, server_lr, aggregator=aggregator, participation=participation)
     if why:
         raise FedsdeInputError(why[0])
+
+
+def refuse_least_squares(problem, what: str) -> None:
+    """One-line error when ``problem`` is a least-squares regression problem and ``what`` (a command or option) needs
+    the constant-noise closed forms of quadratic clients; it names where the exact answers are."""
+    if getattr(problem, "model", None) == "least-squares":
+        raise FedsdeInputError(
+            f"{what}: {problem.name or 'the problem'} is a least-squares regression problem, whose minibatch noise "
+            "depends on w, so the closed forms for constant noise do not apply; its exact laws: `fedsde exact` (the "
+            "chain's moments, with the constant-noise surrogate's stationary law beside them), `fedsde compare` "
+            "(the SDE's exact moments), fedsde.exact.least_squares_round_law / least_squares_stationary_law / "
+            "least_squares_sde_moments; the surrogate as quadratic clients: fedsde.exact.constant_noise_surrogate"
+        )

@@ -22,7 +22,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "chain's law (per-coordinate KS, weak errors with confidence intervals). For a data problem "
         "(kind = \"classification\"): discrete FedAvg against the general SDE (2) sampled by the SVAG chain "
         "(--ells) and by Monte-Carlo-coefficient Euler (--mc-substeps), with --paths paths each: moments of the "
-        "train loss over time, weak error of E F(w_T) and of the test accuracy vs step with 95 % intervals, cost.",
+        "train loss over time, weak error of E F(w_T) and of the test accuracy vs step with 95 % intervals, cost. "
+        "For a least-squares regression file (kind = \"regression\"): exactly, no sampling — the chain's exact "
+        "moments against those of its SDE (eq. (2) with the exact round moments, diffusion quadratic in w), weak "
+        "error over time and against the step at fixed t and η₀ = s/h (the data's minibatch noise as it is) with "
+        "its fitted slope, and both stationary laws.",
     )
     add_problem_args(p)
     p.add_argument("--variant", choices=SDE_VARIANTS, default="corrected", help="SDE variant (default corrected)")
@@ -37,13 +41,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="time steps of the weak-error refinement at fixed t = n·h: at least two, each > 0, snapped "
                    "to t/round(t/h_j) so that t is a whole number of rounds, distinct after snapping "
                    "(default h, h/2, …, h/16)")
-    p.add_argument("--noise-scaling", choices=NOISE_SCALINGS, default="diffusive",
+    p.add_argument("--noise-scaling", choices=NOISE_SCALINGS, default=None,
                    help="how the problem changes as the refinement shrinks h. diffusive (default): the gradient-noise "
                    "covariances are scaled by h_max/h, so the noise injected per unit time is fixed and the chain "
                    "is Euler–Maruyama of one SDE; the right SDE's weak error is O(h) and a wrong diffusion (e.g. "
                    "--variant paper) leaves an error that does not vanish. fixed: the problem as given, a "
                    "small-noise limit in which every SDE with the right drift, even with a wrong diffusion, shows "
-                   "slope about 1")
+                   "slope about 1 (a regression file: always fixed, its minibatch noise is the data's)")
     p.add_argument("--paths", type=int, default=None, metavar="B", help="also simulate B SDE paths")
     p.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the Monte-Carlo part")
     p.add_argument("--substeps", type=int, default=1, metavar="k", help="Euler steps per round (Monte-Carlo)")
@@ -81,10 +85,16 @@ def run(args: argparse.Namespace) -> int:
     n = args.rounds
     if n is None or n < 1:
         raise FedsdeInputError(f"--rounds={n}: must be an integer >= 1")
+    if getattr(problem, "model", None) == "least-squares":  # exact moments of the chain and of its SDE
+        from fedsde._cli._compare_data import run_regression
+
+        return run_regression(args, problem, steps, w0)
     if not isinstance(problem, QuadraticProblem):  # data problem: FedAvg vs the general SDE (2), by sampling
         from fedsde._cli._compare_data import run_data
 
         return run_data(args, problem, steps, w0)
+    if args.noise_scaling is None:
+        args.noise_scaling = "diffusive"
     h_grid = _refinement_steps(args.steps, args)
     if args.paths is not None and args.paths < 2:
         raise FedsdeInputError(f"--paths={args.paths}: must be an integer >= 2 (a covariance needs two paths)")

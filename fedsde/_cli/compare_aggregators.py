@@ -23,7 +23,10 @@ from fedsde.report.aggregator_comparison import (
     SETTINGS,
     ComparisonConfig,
     file_partition,
+    is_regression,
+    metric_of,
     plot_accuracy,
+    rules_without_data,
     run_comparison,
     summary_rows,
     table_text,
@@ -39,7 +42,8 @@ def render_outputs(results: dict, rows: list[dict], *, plot: bool = True) -> dic
         raise FedsdeInputError("compare-aggregators: the comparison produced no summary rows; nothing to write")
     cfg = results["config"]
     what = f"problem file {cfg['problem_file']}" if cfg.get("problem_file") else "digits softmax regression"
-    header = (f"# {what}, final test accuracy (%) after {cfg['rounds']} rounds, "
+    metric = metric_of(results)
+    header = (f"# {what}, final {metric['label']} after {cfg['rounds']} rounds, "
               f"mean ± std over {cfg['runs']} runs (seed {cfg['seed']}, data seed {cfg['data_seed']})\n\n")
     files = {"table": ("table.md", (header + table_text(results) + "\n").encode())}
     buf = io.StringIO()
@@ -58,7 +62,7 @@ def render_outputs(results: dict, rows: list[dict], *, plot: bool = True) -> dic
             fig.savefig(png, format="png", dpi=120)
         finally:
             plt.close(fig)
-        files["figure"] = ("accuracy.png", png.getvalue())
+        files["figure"] = (metric["file"], png.getvalue())
     return files
 
 
@@ -84,7 +88,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--problem", default=None, metavar="FILE",
                    help="a data-problem file (kind = \"classification\") to compare the rules on, instead of the "
                    "three digits settings (its partition, model and batch size, with --epochs local epochs per "
-                   "round)")
+                   "round); or a least-squares regression file (kind = \"regression\": the training objective F(w) "
+                   "is reported instead of the test accuracy, one local epoch by default, and rules that need label "
+                   "distributions leave the default list)")
     p.add_argument("--runs", type=int, default=None, metavar="S", help="runs (seeds) per rule, >= 2 (default 3)")
     p.add_argument("--seed", type=int, default=0, metavar="SEED", help="seed of the runs' random streams")
     p.add_argument("--data-seed", type=int, default=0, metavar="SEED", help="seed of the partition and split")
@@ -100,7 +106,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--aggregators", default=",".join(DEFAULT_AGGREGATORS), metavar="A1,A2,…",
                    help=f"server rules to compare (default {','.join(DEFAULT_AGGREGATORS)})")
     p.add_argument("--out", default="fedsde-results/compare-aggregators", metavar="DIR",
-                   help="where table.md, summary.csv, results.json and accuracy.png go")
+                   help="where table.md, summary.csv, results.json and accuracy.png (train_loss.png for a regression "
+                   "file) go")
     p.add_argument("--no-plot", action="store_true", help="skip the figure")
     add_json_flag(p)
     p.set_defaults(func=run)
@@ -170,6 +177,8 @@ def _configure_file(args: argparse.Namespace, cfg: ComparisonConfig) -> Comparis
             raise FedsdeInputError(f"{opt}: not used with --problem (the file fixes the data, its partition and "
                                    "its seed)")
     problem = load_data_problem(args.problem)
+    if is_regression(problem) and args.epochs is None:
+        cfg.epochs = 1  # local epochs of a regression file's few rows each: one by default
     if args.participation is None:
         cfg.participation = min(cfg.participation, problem.Q)
     elif cfg.participation > problem.Q:
@@ -180,9 +189,19 @@ def _configure_file(args: argparse.Namespace, cfg: ComparisonConfig) -> Comparis
     cfg.data_seed = int(problem.info.get("seed", cfg.data_seed))
     cfg.partition = file_partition(problem)
     cfg.batch_size = int(problem.batch_size)
-    cfg.l2, cfg.test_fraction = problem.l2, float(problem.info.get("test_fraction", cfg.test_fraction))
+    cfg.l2 = problem.l2
+    cfg.test_fraction = 0.0 if is_regression(problem) else float(problem.info.get("test_fraction",
+                                                                                  cfg.test_fraction))
     cfg.settings = (Path(args.problem).stem,)
     cfg.aggregators = _names("--aggregators", args.aggregators, tuple(sorted(AGGREGATORS)), lower=True)
+    if is_regression(problem):  # no labels: rules that need label distributions leave the default list
+        from fedsde.aggregators import get_aggregator
+
+        unfit = rules_without_data(problem, {n: get_aggregator(n, **cfg.params.get(n, {})) for n in cfg.aggregators})
+        if unfit and args.aggregators != ",".join(DEFAULT_AGGREGATORS):
+            raise FedsdeInputError(f"--aggregators={args.aggregators!r}: {', '.join(unfit)} need(s) each client's "
+                                   "label distribution, which a regression problem does not have")
+        cfg.aggregators = tuple(n for n in cfg.aggregators if n not in unfit)
     return cfg
 
 
@@ -199,7 +218,7 @@ def run(args: argparse.Namespace) -> int:
     paths = write_outputs(results, out, plot=not args.no_plot, rows=rows)
     payload = {"config": results["config"], "summary": rows, "files": paths, "seconds": results["seconds"]}
     human = "\n".join([
-        f"final test accuracy (%) after {cfg.rounds} rounds, mean ± std over {cfg.runs} runs "
+        f"final {metric_of(results)['label']} after {cfg.rounds} rounds, mean ± std over {cfg.runs} runs "
         f"(Q={cfg.n_clients}, {cfg.participation} per round, eta={cfg.eta}, seed {cfg.seed}, data seed "
         f"{cfg.data_seed}; {results['seconds']:.1f} s)",
         table_text(results),

@@ -17,7 +17,7 @@ import argparse
 import sys
 
 from fedsde._cli import one_line_help
-from fedsde._cli.common import add_json_flag, emit, fmt_array
+from fedsde._cli.common import add_json_flag, emit, fmt_array, refuse_least_squares
 from fedsde.errors import FedsdeInputError
 
 VARIANT_CHOICES = ("paper", "corrected", "matched")
@@ -92,6 +92,7 @@ def _numeric(args: argparse.Namespace) -> int:
         raise FedsdeInputError("--eta: required with --problem FILE")
     E = _local_steps(args.local_steps, required=True)
     problem = load_problem(args.problem)
+    refuse_least_squares(problem, "derive --problem")
     require_quadratic(problem, "derive --problem", "the symbolic one-round map and the SDE's drift and "
                        "diffusion are closed forms for quadratic losses only")
     sde = sde_coefficients_numeric(problem, args.eta, E, args.server_lr, args.h, variant=args.variant)

@@ -1,4 +1,10 @@
-"""``fedsde exact``: exact one-round, stationary and transient laws of the FedAvg chain (quadratic clients)."""
+"""``fedsde exact``: exact one-round, stationary and transient laws of the FedAvg chain.
+
+Quadratic clients (seed 002, Assumption 6.1): the closed forms of :mod:`fedsde.exact`.  Least-squares regression
+clients (``kind = "regression"``, real minibatch noise): the exact first and second moments of
+:mod:`fedsde.exact.least_squares` (:mod:`fedsde._cli._exact_regression`), with the constant-noise surrogate's
+stationary law beside them.
+"""
 
 from __future__ import annotations
 
@@ -29,11 +35,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         "exact",
         help=one_line_help("exact"),
         description="Exact one-round law, stationary law and (with --rounds) transient law of FedAvg on "
-        "quadratic clients. Clock: rounds n (t = n·h in the SDE's notation).",
+        "quadratic clients, or exact first and second moments on least-squares regression clients (kind = "
+        "\"regression\": minibatch noise that depends on w), with the stationary law of the constant-noise "
+        "surrogate fitted to the same data and its relative error. Clock: rounds n (t = n·h in the SDE's "
+        "notation).",
     )
-    add_problem_args(p, data=False)
+    add_problem_args(p, problem_help="quadratic problem or least-squares regression file (kind = \"regression\"; "
+                     ".toml or .json)")
     p.add_argument("--rounds", type=int, default=None, metavar="n", help="also give the law after n rounds")
-    p.add_argument("--w0", default=None, metavar="w1,w2,…", help="start point (default zero)")
+    p.add_argument("--w0", default=None, metavar="w1,w2,…",
+                   help="start point (default zero; a regression file: its w0, else zero)")
     p.add_argument("--participation", type=int, default=None, metavar="m",
                    help="clients sampled per round (uniform without replacement, weights p_k Q/m)")
     p.add_argument("--aggregator", default="fedavg", choices=AGGREGATOR_NAMES, metavar="NAME",
@@ -52,6 +63,10 @@ def run(args: argparse.Namespace) -> int:
     from fedsde.problems import load_problem, require_quadratic
 
     problem = load_problem(args.problem)
+    if getattr(problem, "model", None) == "least-squares":
+        from fedsde._cli._exact_regression import run_regression
+
+        return run_regression(args, problem)
     require_quadratic(problem, "exact", "the exact law of the discrete chain is a closed form for quadratic "
                        "losses only; sample FedAvg with `fedsde simulate` or test the SDE with `fedsde validity`")
     steps = local_steps_from_args(args, problem.Q)

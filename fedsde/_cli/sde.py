@@ -16,6 +16,7 @@ from fedsde._cli.common import (
     local_steps_from_args,
     parse_vector,
     refuse_known_divergence,
+    refuse_least_squares,
 )
 
 
@@ -68,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
 
     problem = load_problem(args.problem)
     if args.variant != "general":
+        refuse_least_squares(problem, f"--variant={args.variant}")
         require_quadratic(problem, f"--variant={args.variant}", "the linear SDE variants have closed-form drift and "
                           "diffusion for quadratic losses only; use --variant general for a data problem")
     steps = local_steps_from_args(args, problem.Q)

@@ -1,9 +1,12 @@
 """``fedsde simulate``: Monte-Carlo simulation of the discrete algorithm on quadratic clients or a data problem.
 
-For a data problem (a problem file with ``kind = "classification"``) the run starts from the problem's initial
-weights (``--w0`` overrides) and also reports ``metrics`` over the recorded rounds (:mod:`fedsde.problems.metrics`):
+For a data problem (a problem file with ``kind = "classification"`` or ``kind = "regression"``) the run starts
+from the problem's initial weights (``--w0`` overrides) and also reports ``metrics`` over the recorded rounds
+(:mod:`fedsde.problems.metrics`: train loss, ``‖∇F‖²``, test accuracy where there is a test set, ``‖w − w₀‖``):
 name → ``{"mean": [...], "se": [...]}`` over replicates, one entry per round in ``metrics_rounds``; its ``final``
-has the mean and its standard errors but no covariance (d is in the hundreds or thousands).
+has the mean and its standard errors, and the covariance for least-squares regression clients only (their ``d`` is
+small; a classifier's is in the hundreds or thousands).  Least-squares clients draw their minibatches as the file
+says (:mod:`fedsde.clients.least_squares_oracle`), so the moments are comparable with ``fedsde exact``.
 """
 
 from __future__ import annotations
@@ -36,8 +39,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "simulate",
         help=one_line_help("simulate"),
         description="Simulate R independent runs of federated training on quadratic clients or a data problem "
-        "and report the moments of the server weights after the last round (data problems: also train loss, "
-        "‖∇F‖², test accuracy and ‖w − w0‖ over rounds, mean ± s.e.).",
+        "and report the moments of the server weights after the last round (data problems, kind = "
+        "\"classification\" or \"regression\": also train loss, ‖∇F‖², test accuracy (classification) and "
+        "‖w − w0‖ over rounds, mean ± s.e.).",
     )
     add_problem_args(p)
     p.add_argument("--rounds", type=int, required=True, metavar="n")
@@ -135,8 +139,11 @@ def _run_data(args: argparse.Namespace, problem, steps, w0, agg) -> int:
     metrics = summarise(evaluate_metrics(problem, np.swapaxes(res.weights, 0, 1), start), axis=0)
     final = res.weights[-1]
     mean, se = final.mean(0), final.std(0, ddof=1) / np.sqrt(res.replicates)
+    final_law = {"mean": mean, "mean_stderr": se, "round": n}
+    if getattr(problem, "model", None) == "least-squares":  # small d: the covariance, comparable with `fedsde exact`
+        final_law["cov"] = np.cov(final, rowvar=False).reshape(problem.d, problem.d)
     result = {
-        "final": {"mean": mean, "mean_stderr": se, "round": n},
+        "final": final_law,
         "metrics": metrics,
         "metrics_rounds": record,
         "replicates": res.replicates,

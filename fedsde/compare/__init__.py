@@ -1,9 +1,11 @@
 """Discrete chain vs SDE vs exact laws: moments over time, distances between laws, weak error and its order.
 
-:func:`quadratic_sde_study` puts them together on quadratic clients (what ``fedsde compare`` reports).
+:func:`quadratic_sde_study` puts them together on quadratic clients and :func:`least_squares_sde_study` on
+least-squares regression clients, exactly (what ``fedsde compare`` reports).
 """
 
 from fedsde.compare.distances import KSResult, gaussian_w2, ks_per_coordinate
+from fedsde.compare.least_squares import LeastSquaresSDEStudy, least_squares_sde_study
 from fedsde.compare.moments import MomentComparison, compare_moments, initial_law, linear_sde_law, sde_moments
 from fedsde.compare.study import QuadraticSDEStudy, quadratic_sde_study, refinement_grid
 from fedsde.compare.weak_error import (
@@ -25,6 +27,7 @@ __all__ = [
     "NOISE_SCALINGS",
     "PHIS",
     "KSResult",
+    "LeastSquaresSDEStudy",
     "MCDifference",
     "MomentComparison",
     "QuadraticSDEStudy",
@@ -35,6 +38,7 @@ __all__ = [
     "gaussian_w2",
     "initial_law",
     "ks_per_coordinate",
+    "least_squares_sde_study",
     "linear_sde_law",
     "local_loglog_slopes",
     "mc_difference",

@@ -51,7 +51,8 @@ def _check_phi(phi) -> None:
 def expected_phi(problem: QuadraticProblem, mean, cov, phi: str = "dist2") -> np.ndarray:
     """``E φ(w)`` for ``w`` with the given moments: mean (..., d), cov (..., d, d) → shape (...).
 
-    ``dist2``: ``‖m − w*‖² + Tr P``;  ``loss``: ``F(m) + ½ Tr(H P)`` (``H = Σ p_k U_k``).
+    ``dist2``: ``‖m − w*‖² + Tr P``;  ``loss``: ``F(m) + ½ Tr(H P)`` (``H = Σ p_k U_k``; any problem whose loss is
+    quadratic with a constant Hessian ``hessian`` — an array, or a method as on least-squares clients).
     """
     if phi not in PHIS:
         raise FedsdeInputError(f"phi={phi!r}: exact expectations exist for {', '.join(PHIS)}")
@@ -59,7 +60,7 @@ def expected_phi(problem: QuadraticProblem, mean, cov, phi: str = "dist2") -> np
     P = np.asarray(cov, dtype=np.float64)
     if phi == "dist2":
         return np.sum((m - problem.optimum) ** 2, axis=-1) + np.trace(P, axis1=-2, axis2=-1)
-    H = problem.hessian
+    H = problem.hessian() if callable(problem.hessian) else problem.hessian
     return np.asarray(problem.loss(m)) + 0.5 * np.einsum("ij,...ji->...", H, P)
 
 

@@ -13,7 +13,10 @@ minibatches (seed 000 §5, App. C.1; reference/seed-fedaware.md §2.2):
 
 With ``--problem FILE`` (a data-problem file, :mod:`fedsde.problems.data_files`) the comparison runs on that
 problem instead of the three settings: one setting named after the file, ``E`` epochs of the file's batch size,
-minibatches drawn as the file says (``sampling``).
+minibatches drawn as the file says (``sampling``).  A least-squares regression file (``kind = "regression"``,
+:mod:`fedsde.problems.regression_files`) has no test set and no labels: the comparison reports the training
+objective ``F(w)`` instead of the test accuracy (lower is better: ``best`` is the smallest over rounds), and FedDisco,
+whose weights need label distributions, is left out of the default rules (named explicitly, it is refused).
 
 The partition is fixed by ``--data-seed``; the runs of one rule differ by their random streams (replicates
 ``r = 0..S−1`` of :func:`fedsde.sim.simulate` with ``--seed``; every rule sees the same participants in every
@@ -73,6 +76,25 @@ class ComparisonConfig:
         return cls(n_clients=10, participation=5, rounds=15, runs=3, batch_size=20)
 
 
+#: what the comparison reports: test accuracy (classification) or the training objective (least squares)
+METRICS = {
+    "test_accuracy": {"key": "accuracy", "label": "test accuracy (%)", "scale": 100.0, "better": "max",
+                      "file": "accuracy.png"},
+    "train_loss": {"key": "train_loss", "label": "train loss F(w)", "scale": 1.0, "better": "min",
+                   "file": "train_loss.png"},
+}
+
+
+def is_regression(problem) -> bool:
+    """Whether ``problem`` holds least-squares regression clients (reported by their training objective)."""
+    return getattr(problem, "model", None) == "least-squares"
+
+
+def metric_of(results: dict) -> dict:
+    """The reported metric's description (:data:`METRICS`) of a comparison's results."""
+    return METRICS[results.get("metric", "test_accuracy")]
+
+
 def _problem(setting: str, cfg: ComparisonConfig):
     from fedsde.problems import federated_classification
 
@@ -98,13 +120,17 @@ def _steps(setting: str, problem, cfg: ComparisonConfig):
 
 
 def load_data_problem(path: str):
-    """The data problem of ``--problem FILE``; a one-line error for a quadratic file or one without a test set."""
+    """The data problem of ``--problem FILE``; a one-line error for a quadratic file or a classification problem
+    without a test set."""
     from fedsde.problems import is_data_problem, load_problem
 
     problem = load_problem(path)
     if not is_data_problem(problem):
         raise FedsdeInputError(f"--problem={path!r}: compare-aggregators needs a data problem (kind = "
-                               "\"classification\"): it reports test accuracy")
+                               "\"classification\": it reports test accuracy; or kind = \"regression\": the "
+                               "training objective)")
+    if is_regression(problem):
+        return problem
     if int(np.sum(problem.test_sizes)) == 0:
         raise FedsdeInputError(f"--problem={path!r}: the problem has no test samples (test_fraction = 0); the "
                                "comparison reports test accuracy")
@@ -140,7 +166,7 @@ def run_comparison(cfg: ComparisonConfig, *, progress: bool = True) -> dict:
     from tqdm.auto import tqdm
 
     from fedsde.aggregators import AGGREGATORS, get_aggregator
-    from fedsde.sim import minibatch_oracle, simulate
+    from fedsde.sim import simulate
 
     for opt, val in (("--seed", cfg.seed), ("--data-seed", cfg.data_seed)):
         if not isinstance(val, int | np.integer) or val < 0:
@@ -160,11 +186,20 @@ def run_comparison(cfg: ComparisonConfig, *, progress: bool = True) -> dict:
                                f"{cfg.n_clients}]")
     aggs = {name: get_aggregator(name, **cfg.params.get(name, {})) for name in cfg.aggregators}
     problems = {setting: _problem(setting, cfg) for setting in cfg.settings}  # data errors before any run
+    regression = any(is_regression(pb) for pb in problems.values())
     for setting, problem in problems.items():
+        if regression:
+            unfit = rules_without_data(problem, aggs)
+            if unfit:
+                raise FedsdeInputError(f"--aggregators: {', '.join(unfit)} need(s) data that a regression problem "
+                                       f"does not have ({next(iter(unfit.values()))})")
+            continue
         if int(np.sum(problem.test_sizes)) == 0:
             raise FedsdeInputError(f"--clients={cfg.n_clients}: the {setting!r} partition leaves no test samples "
                                    "(too many clients for the data); use fewer clients")
-    results: dict = {"config": _config_record(cfg), "settings": {}}
+    metric = "train_loss" if regression else "test_accuracy"
+    key = METRICS[metric]["key"]
+    results: dict = {"config": _config_record(cfg), "metric": metric, "settings": {}}
     bar = tqdm(total=len(cfg.settings) * len(aggs), desc="compare-aggregators", unit="run", disable=not progress)
     try:
         for setting in cfg.settings:
@@ -178,13 +213,14 @@ def run_comparison(cfg: ComparisonConfig, *, progress: bool = True) -> dict:
                     problem, eta=cfg.eta, local_steps=steps, rounds=cfg.rounds, replicates=cfg.runs,
                     seed=cfg.seed, server_lr=cfg.server_lr.get(name, 1.0), participation=cfg.participation,
                     weighting="renormalised", aggregator=agg, block_size=1, dtype=torch.float64,
-                    oracle_factory=minibatch_oracle(sampling=problem.sampling if cfg.problem_file else "epoch"),
+                    oracle_factory=_oracle(problem, cfg),
                 )
-                acc = np.asarray(problem.accuracy(res.weights))  # (T, R)
+                # (T, R): test accuracy, or the training objective of least-squares clients
+                acc = np.asarray(problem.loss(res.weights) if regression else problem.accuracy(res.weights))
                 entry["rules"][name] = {
-                    "accuracy": acc.T,  # (runs, T)
+                    key: acc.T,  # (runs, T)
                     "final": acc[-1],
-                    "best": acc.max(0),
+                    "best": acc.min(0) if regression else acc.max(0),
                     "seconds": time.perf_counter() - t0,
                     "aggregator": agg.describe(),
                     "server_lr": cfg.server_lr.get(name, 1.0),
@@ -197,37 +233,67 @@ def run_comparison(cfg: ComparisonConfig, *, progress: bool = True) -> dict:
     return results
 
 
+def rules_without_data(problem, rules: dict) -> dict[str, str]:
+    """name → why, for the rules of ``rules`` (name → :class:`~fedsde.aggregators.Aggregator`) that need data the
+    problem does not carry (:meth:`~fedsde.aggregators.Aggregator.check_problem`, e.g. FedDisco's label
+    distributions on a regression problem)."""
+    out = {}
+    for name, agg in rules.items():
+        try:
+            agg.check_problem(problem, problem.name or "problem")
+        except FedsdeInputError as exc:
+            out[name] = str(exc)
+    return out
+
+
+def _oracle(problem, cfg: ComparisonConfig):
+    """Minibatches with the round's epoch batch sizes: as the file says (``sampling``), else shuffled epochs."""
+    from fedsde.sim import minibatch_oracle
+
+    if is_regression(problem):
+        from fedsde.clients.least_squares_oracle import least_squares_oracle
+
+        return least_squares_oracle(sampling=problem.sampling)
+    return minibatch_oracle(sampling=problem.sampling if cfg.problem_file else "epoch")
+
+
 def summary_rows(results: dict) -> list[dict]:
-    """One row per (rule, setting): mean and std (ddof=1) of the final and of the best accuracy, in %."""
+    """One row per (rule, setting): mean and std (ddof=1) of the final and of the best value of the reported metric
+    (accuracy in %, or the training objective of least-squares clients)."""
+    scale = metric_of(results)["scale"]
     rows = []
     for setting, entry in results["settings"].items():
         for name, r in entry["rules"].items():
-            fin, best = 100 * np.asarray(r["final"]), 100 * np.asarray(r["best"])
+            fin, best = scale * np.asarray(r["final"]), scale * np.asarray(r["best"])
             rows.append({
                 "setting": setting, "aggregator": name, "runs": fin.size,
                 "final_mean": fin.mean(), "final_std": fin.std(ddof=1) if fin.size > 1 else 0.0,
                 "best_mean": best.mean(), "best_std": best.std(ddof=1) if best.size > 1 else 0.0,
-                "final_per_run": " ".join(f"{v:.2f}" for v in fin),
+                "final_per_run": " ".join(f"{v:.2f}" if scale != 1.0 else f"{v:.6g}" for v in fin),
             })
     return rows
 
 
 def table_text(results: dict) -> str:
-    """The final-accuracy table (rules × settings, mean ± std in %)."""
+    """The final-value table (rules × settings, mean ± std; accuracy in %)."""
     rows = summary_rows(results)
     settings = list(results["settings"])
     names = list(dict.fromkeys(r["aggregator"] for r in rows))
-    cell = {(r["aggregator"], r["setting"]): f"{r['final_mean']:6.2f} ± {r['final_std']:4.2f}" for r in rows}
-    head = f"| {'aggregator':<10} | " + " | ".join(f"{s:^15}" for s in settings) + " |"
-    sep = "|" + "-" * 12 + "|" + "|".join("-" * 17 for _ in settings) + "|"
+    pct = metric_of(results)["scale"] != 1.0
+    cell = {(r["aggregator"], r["setting"]): (f"{r['final_mean']:6.2f} ± {r['final_std']:4.2f}" if pct else
+                                              f"{r['final_mean']:.5g} ± {r['final_std']:.2g}") for r in rows}
+    w = max([15, *map(len, cell.values())])
+    head = f"| {'aggregator':<10} | " + " | ".join(f"{s:^{w}}" for s in settings) + " |"
+    sep = "|" + "-" * 12 + "|" + "|".join("-" * (w + 2) for _ in settings) + "|"
     lines = [head, sep] + [
-        f"| {n:<10} | " + " | ".join(f"{cell[(n, s)]:^15}" for s in settings) + " |" for n in names
+        f"| {n:<10} | " + " | ".join(f"{cell[(n, s)]:^{w}}" for s in settings) + " |" for n in names
     ]
     return "\n".join(lines)
 
 
 def plot_accuracy(results: dict):
-    """Test accuracy (mean ± sd over runs) against the round index, one panel per setting."""
+    """Test accuracy (or the training objective of least-squares clients; mean ± sd over runs) against the round
+    index, one panel per setting."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -235,22 +301,27 @@ def plot_accuracy(results: dict):
 
     settings = list(results["settings"])
     rounds = np.asarray(results["rounds"])
+    info = metric_of(results)
+    key, scale = info["key"], info["scale"]
     fig, axes = plt.subplots(1, len(settings), figsize=(4.6 * len(settings), 4.0), sharey=True, squeeze=False)
     cmap = plt.get_cmap("tab10")
     for ax, setting in zip(axes[0], settings, strict=True):
         for i, (name, r) in enumerate(results["settings"][setting]["rules"].items()):
-            acc = 100 * np.asarray(r["accuracy"])  # (runs, T)
+            acc = scale * np.asarray(r[key])  # (runs, T)
             mean, sd = acc.mean(0), acc.std(0)
             ax.plot(rounds, mean, color=cmap(i), lw=1.4, label=name)
             ax.fill_between(rounds, mean - sd, mean + sd, color=cmap(i), alpha=0.15, lw=0)
         ax.set_title(setting)
         ax.set_xlabel("round n")
         ax.grid(alpha=0.3)
-    axes[0, 0].set_ylabel("test accuracy (%)")
-    lo = min(float(np.percentile(100 * np.asarray(r["accuracy"])[:, len(rounds) // 4:], 1))
-             for e in results["settings"].values() for r in e["rules"].values())
-    axes[0, 0].set_ylim(max(0.0, lo - 5), 100)
-    axes[0, -1].legend(loc="lower right", fontsize=8, ncol=2)
+    axes[0, 0].set_ylabel(info["label"])
+    if info["better"] == "max":
+        lo = min(float(np.percentile(100 * np.asarray(r["accuracy"])[:, len(rounds) // 4:], 1))
+                 for e in results["settings"].values() for r in e["rules"].values())
+        axes[0, 0].set_ylim(max(0.0, lo - 5), 100)
+    else:
+        axes[0, 0].set_yscale("log")
+    axes[0, -1].legend(loc="lower right" if info["better"] == "max" else "upper right", fontsize=8, ncol=2)
     cfg = results["config"]
     what = f"{cfg['problem_file']}" if cfg.get("problem_file") else "digits softmax regression"
     fig.suptitle(f"{what}, Q={cfg['n_clients']} clients, {cfg['participation']} per round, "

@@ -1,6 +1,6 @@
 """Experiment configurations of ``fedsde reproduce``: TOML files shipped in ``fedsde/configs``.
 
-A configuration has a ``[run]`` table (seed, device, problem) and one table per figure (``[F1]`` … ``[F12]``).
+A configuration has a ``[run]`` table (seed, device, problem) and one table per figure (``[F1]`` … ``[F16]``).
 ``--quick`` starts from ``quick.toml``, otherwise ``full.toml``; ``--config FILE`` overrides fields of that base
 (only the fields it names).  Every field is validated against the schema below, with an error naming the field,
 the value and the constraint.
@@ -102,6 +102,10 @@ SCHEMA: dict[str, dict[str, Field]] = {
             "rate_etas": POS_FLOATS, "data_eta": POS, "data_local_steps": POS_INT, "data_rounds": POS_INT,
             "data_replicates": Field("int", 2), "data_kappa": POS_INT, "data_clients": POS_INT,
             "data_batch_size": POS_INT, "data_hidden": POS_INT},
+    "F16": {"batch_size": POS_INT, "sampling": Field("str", choices=("without-replacement", "with-replacement")),
+            "eta": POS, "E": POS_INT, "E_grid": POS_INTS, "eta_grid": POS_FLOATS, "replicates": Field("int", 2),
+            "burn_in_tol": UNIT, "validity_server_lrs": POS_FLOATS, "validity_rounds": POS_INT,
+            "validity_replicates": Field("int", 2), "tolerance": POS},
 }
 
 FIGURE_IDS = tuple(k for k in SCHEMA if k != "run")
@@ -188,6 +192,8 @@ def check_constraints(cfg: dict, only, problem) -> None:
     * F1: the printed and corrected SDEs are integrated by Euler with step ``h = eta``, which must be stable;
     * F13/F14: ``ells`` strictly increasing, starting at 1 (FedAvg) with at least one (F13) or two (F14: the
       reference is the Richardson limit of the two largest) larger values; ``record_every <= rounds``;
+    * F16 (its own data, Grunfeld): at every ``(eta, E_grid)`` and ``(eta_grid, E)`` point local SGD must not
+      expand and the least-squares chain must have a stationary law; ``batch_size`` at most a firm's 20 years;
     * covariances need ``replicates``/``paths`` >= 2; F6 needs a diagonal problem; F7's ``Qs`` are multiples of the
       problem's Q; F9's ``eta_cs`` are checked on its own Section 4 problem; F9 and F12 at most
       :data:`MAX_FIGURE_ROUNDS` rounds.
@@ -271,6 +277,8 @@ def check_constraints(cfg: dict, only, problem) -> None:
                                    "map rounds n → n/κ on digits, so data_rounds must be a multiple of data_kappa")
         if fid in ("F13", "F14"):
             _check_svag_ells(fid, t)
+        if fid == "F16":
+            _check_f16(t)
         if fid == "F12" and 2 ** (t["levels"] + 1) > MAX_FIGURE_ROUNDS:
             raise FedsdeInputError(f"F12.levels={t['levels']}: the finest step needs {2 ** (t['levels'] + 1)} rounds; "
                                    f"at most {MAX_FIGURE_ROUNDS} (levels <= {int(np.log2(MAX_FIGURE_ROUNDS)) - 1})")
@@ -290,3 +298,32 @@ def _check_svag_ells(fid: str, t: dict) -> None:
     if "record_every" in t and "rounds" in t and t["record_every"] > t["rounds"]:
         raise FedsdeInputError(f"{fid}.record_every={t['record_every']}, {fid}.rounds={t['rounds']}: record_every "
                                "must be at most rounds")
+
+
+def _check_f16(t: dict) -> None:
+    """F16: every point of its scans on Grunfeld has a stationary law (see :func:`check_constraints`)."""
+    from fedsde.errors import NoStationaryLawError
+    from fedsde.exact import least_squares_round_law, least_squares_stationary_law
+    from fedsde.problems import regression_problem_from_dict
+
+    try:
+        pb = regression_problem_from_dict({"kind": "regression", "dataset": "grunfeld", "batch_size": t["batch_size"],
+                                           "sampling": t["sampling"], "standardise": True}, source="F16")
+    except FedsdeInputError as exc:
+        raise FedsdeInputError(f"F16.batch_size={t['batch_size']}: {exc}") from None
+    lam = float(pb.max_curvature().max())
+    grid = [(float(t["eta"]), int(E)) for E in t["E_grid"]] + [(float(eta), int(t["E"])) for eta in t["eta_grid"]]
+    for eta, E in grid:
+        where = f"F16: eta={eta:g}, E={E}"
+        if eta * lam >= 2.0:
+            raise FedsdeInputError(f"{where}: eta*max_eig(U_k) = {eta * lam:.4g} >= 2 on Grunfeld: local SGD diverges; "
+                                   f"need eta < {2.0 / lam:.4g}")
+        try:
+            least_squares_stationary_law(pb, eta, E)
+        except NoStationaryLawError as exc:
+            raise FedsdeInputError(f"{where}: {exc}; F16 needs a stationary law at every point") from None
+    for s in t["validity_server_lrs"]:
+        rho = least_squares_round_law(pb, float(t["eta"]), int(t["E"]), float(s)).spectral_radius
+        if rho > 1.0:
+            raise FedsdeInputError(f"F16.validity_server_lrs ∋ {s:g}: the server recursion of the mean has spectral "
+                                   f"radius {rho:.6g} > 1 (eta={t['eta']:g}, E={t['E']}): the chain diverges")

@@ -139,6 +139,8 @@ GALLERY: dict[str, FigureSpec] = {
                    "f14_general_sde", cost=3.9),
         FigureSpec("F15", "scaling_rules", "First-order SDE scaling rules: where they hold", "f15_scaling",
                    cost=8.4),
+        FigureSpec("F16", "real_data", "Real clients, exact answers: stationary variance and bias on Grunfeld",
+                   "f16_real_data", cost=3.5),
     ]
 }
 

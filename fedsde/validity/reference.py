@@ -7,7 +7,17 @@ whose law from ``w₀`` is Gaussian with closed-form mean and covariance at ever
 (:meth:`fedsde.sde.LinearSDE.transition`).  The metrics of a quadratic loss are functions of them
 (:func:`gaussian_metric_means`).  A problem kind supplies its own exact SDE law through a method
 ``exact_sde_law(*, eta, local_steps, server_lr, h) -> LinearSDE`` (and a constant ``hessian`` for a quadratic
-loss); :func:`exact_sde_law` looks for it first, then knows :class:`~fedsde.problems.QuadraticProblem`.
+loss); :func:`exact_sde_law` looks for it first, then dispatches by kind: :class:`~fedsde.problems.QuadraticProblem`
+(the OU law above) and least-squares regression clients (:class:`~fedsde.problems.RegressionProblem`).
+
+**Least-squares clients.**  Their SDE (eq. (2) with the exact round moments of the chain,
+:func:`fedsde.exact.least_squares_sde`) has a linear drift and a diffusion quadratic in ``w``: its law is not
+Gaussian, but its mean and covariance solve a closed linear ODE (:meth:`fedsde.exact.LeastSquaresSDE.moments`).
+``F`` is quadratic with a constant Hessian ``H``, so ``E F(w) = F(m) + ½ tr(H P)`` and ``E‖∇F(w)‖² = ‖∇F(m)‖² +
+tr(H P H)`` hold for any law with mean ``m`` and covariance ``P`` (:func:`moment_metric_means`).  ``E‖w − w₀‖`` is
+not a function of the first two moments of a non-Gaussian law; against the exact reference it is left out of the
+verdict with that reason (``skipped``; :attr:`fedsde.validity.verdict.GapPath.unjudged`), and the SVAG reference
+(``reference="svag"``) judges it.
 
 **SVAG reference.**  The order-1 Richardson limit ``E_∞ ≈ w_a E_{ℓ_a} + w_b E_{ℓ_b}`` of the two largest ``ℓ``
 (Li, Malladi & Arora 2021).  Its difference with the chain judged is averaged over **paired** per-replicate
@@ -34,14 +44,21 @@ REFERENCES = ("exact", "svag")
 
 
 def exact_sde_law(problem, *, eta: float, local_steps, server_lr: float, h: float):
-    """The linear SDE (2) of ``problem`` with an exact law, as a :class:`fedsde.sde.LinearSDE`, or ``None``.
+    """The SDE (2) of ``problem`` with an exact law: a :class:`fedsde.sde.LinearSDE`, a
+    :class:`fedsde.exact.LeastSquaresSDE` (least-squares clients), or ``None``.
 
     A problem's own ``exact_sde_law(eta=, local_steps=, server_lr=, h=)`` comes first; quadratic clients get
-    the ``corrected`` variant (eq. (2) with the exact round moments, seed 002 §3b).
+    the ``corrected`` variant (eq. (2) with the exact round moments, seed 002 §3b), least-squares clients
+    :func:`fedsde.exact.least_squares_sde` (the same equation with their exact round moments).
     """
     own = getattr(problem, "exact_sde_law", None)
     if callable(own):
         return own(eta=eta, local_steps=local_steps, server_lr=server_lr, h=h)
+    if _is_least_squares(problem):
+        from fedsde.exact import least_squares_sde
+
+        problem.optimum  # noqa: B018 — a one-line error when the solution is not unique (singular Hessian)
+        return least_squares_sde(problem, eta, local_steps, server_lr, h)
     from fedsde.problems.quadratic import QuadraticProblem
 
     if isinstance(problem, QuadraticProblem):
@@ -53,14 +70,16 @@ def exact_sde_law(problem, *, eta: float, local_steps, server_lr: float, h: floa
 
 def resolve_reference(problem, reference: str | None) -> str:
     """``reference`` checked against ``problem``: ``"exact"`` where an exact law exists, else ``"svag"``."""
-    has_exact = callable(getattr(problem, "exact_sde_law", None)) or _is_quadratic(problem)
+    has_exact = (callable(getattr(problem, "exact_sde_law", None)) or _is_quadratic(problem)
+                 or _is_least_squares(problem))
     if reference is None:
         return "exact" if has_exact else "svag"
     if reference not in REFERENCES:
         raise FedsdeInputError(f"reference={reference!r}: must be one of {', '.join(REFERENCES)}")
     if reference == "exact" and not has_exact:
         raise FedsdeInputError(f"reference='exact': no exact law of the SDE for a {type(problem).__name__} (only "
-                               "quadratic clients have one); use the SVAG reference ('svag')")
+                               "quadratic and least-squares regression clients have one); use the SVAG reference "
+                               "('svag')")
     return reference
 
 
@@ -68,6 +87,11 @@ def _is_quadratic(problem) -> bool:
     from fedsde.problems.quadratic import QuadraticProblem
 
     return isinstance(problem, QuadraticProblem)
+
+
+def _is_least_squares(problem) -> bool:
+    """Least-squares regression clients (:class:`~fedsde.problems.RegressionProblem`), by their declared model."""
+    return getattr(problem, "model", None) == "least-squares" and hasattr(problem, "padded_rows")
 
 
 def gaussian_norm_mean(mean: np.ndarray, cov: np.ndarray) -> float:
@@ -124,11 +148,48 @@ def gaussian_metric_means(problem, mean: np.ndarray, cov: np.ndarray, w0: np.nda
     return {m: out[m] for m in names}
 
 
+#: why ``‖w − w₀‖`` has no exact value under the least-squares SDE's law (the verdict's ``skipped``)
+NO_NORM_MEAN = ("E‖w − w₀‖ is not a function of the mean and covariance of the least-squares SDE's law (not "
+                "Gaussian: its diffusion depends on w); judge it against the SVAG reference (reference='svag')")
+
+
+def moment_metric_means(problem, mean: np.ndarray, cov: np.ndarray, names) -> dict:
+    """``E φ(w)`` for a law with mean ``m`` and covariance ``P`` (any law) on a loss quadratic in ``w`` with a constant
+    Hessian ``H`` (least squares, :class:`~fedsde.problems.RegressionProblem`).
+
+    ``E F(w) = F(m) + ½ tr(H P)`` and ``E‖∇F(w)‖² = ‖∇F(m)‖² + tr(H P H)`` (``∇F(w) = H (w − w*)``; the same
+    algebra as :func:`gaussian_metric_means`, which needs no Gaussianity for these two); ``distance_from_start``:
+    ``None`` (:data:`NO_NORM_MEAN`).  Shapes: mean (T, d), cov (T, d, d) → name → (T,) or ``None``.
+    """
+    bad = [m for m in names if m not in GAUSSIAN_METRICS]
+    if bad:
+        raise FedsdeInputError(f"verdict_metrics={bad}: no closed form under the SDE's exact law (closed forms: "
+                               f"{', '.join(GAUSSIAN_METRICS[:2])}); use reference='svag' or leave them out")
+    H = np.asarray(problem.hessian(), dtype=np.float64)
+    out: dict = {}
+    for m in names:
+        if m == "train_loss":
+            out[m] = np.asarray(problem.loss(mean), dtype=np.float64).reshape(-1) + 0.5 * np.einsum("ij,tji->t", H,
+                                                                                                   cov)
+        elif m == "grad_norm_sq":
+            g = np.asarray(problem.grad(mean), dtype=np.float64)
+            out[m] = np.sum(g * g, axis=-1) + np.einsum("ij,tjk,ki->t", H, cov, H)
+        else:
+            out[m] = None
+    return out
+
+
 def exact_sde_paths(problem, law, rounds: np.ndarray, h: float, w0: np.ndarray, names) -> dict:
     """``E φ_SDE(t)`` at ``t = n·h`` for the grid rounds ``n`` (increasing, from 0), from the SDE's exact law.
 
-    Steps the Gaussian law with the exact transition of every distinct spacing (:meth:`LinearSDE.transition`).
+    A :class:`~fedsde.sde.LinearSDE`: steps the Gaussian law with the exact transition of every distinct spacing
+    (:meth:`LinearSDE.transition`).  A :class:`~fedsde.exact.LeastSquaresSDE`: its exact mean and covariance at the
+    grid times (:meth:`~fedsde.exact.LeastSquaresSDE.moments`) through :func:`moment_metric_means` (``None`` for a
+    metric without a value).
     """
+    if hasattr(law, "generator"):  # least squares: moments from the closed linear moment ODE
+        mom = law.moments(np.asarray(rounds, dtype=np.float64) * h, w0)
+        return moment_metric_means(problem, mom.mean, mom.cov, names)
     d = w0.shape[0]
     means, covs = np.empty((rounds.size, d)), np.empty((rounds.size, d, d))
     m, P = w0.astype(np.float64), np.zeros((d, d))
@@ -148,11 +209,16 @@ def exact_sde_paths(problem, law, rounds: np.ndarray, h: float, w0: np.ndarray, 
 
 
 def exact_gaps(values: dict, sde: dict) -> dict:
-    """:class:`GapPath` per metric: the base chain's per-replicate values (T, R) against the exact means (T,)."""
+    """:class:`GapPath` per metric: the base chain's per-replicate values (T, R) against the exact means (T,); a
+    metric whose exact mean is ``None`` is marked ``unjudged`` (:data:`NO_NORM_MEAN`)."""
     out = {}
     for m, mean in sde.items():
         v = values[m]
         R = v.shape[-1]
+        if mean is None:
+            nan = np.full(v.shape[0], np.nan)
+            out[m] = GapPath(estimate=nan, se=nan, sde_mean=nan, sde_se=nan, unjudged=NO_NORM_MEAN)
+            continue
         out[m] = GapPath(estimate=v.mean(-1) - mean, se=v.std(-1, ddof=1) / math.sqrt(R), sde_mean=mean,
                          sde_se=np.zeros_like(mean))
     return out
