@@ -24,18 +24,20 @@ def register(sub: argparse._SubParsersAction) -> None:
         help=one_line_help("validity"),
         description="Run FedAvg (ℓ = 1, R replicates) and judge it against seed 002's SDE (2) on the grid t = n·h: "
         "d(t) = |E φ_FedAvg(t) − E φ_SDE(t)| / (range of E φ_SDE over [0, T]) for the train loss, ‖∇F‖² and ‖w − w0‖ "
-        "(test accuracy: the gap in accuracy units). The SDE's value is its exact law (--reference exact, quadratic "
-        "clients: the OU law of eq. (2) with exact round moments) or the Richardson limit of SVAG chains lifted to "
+        "(test accuracy: the gap in accuracy units). The SDE's value is its exact law (--reference exact: the OU law "
+        "of eq. (2) with exact round moments on quadratic clients, the exact moments of its SDE on least-squares "
+        "clients) or the Richardson limit of SVAG chains lifted to "
         "the server round (--reference svag; Li, Malladi & Arora 2021): ℓ× more rounds with server step s/ℓ and "
         "displacement (1+√(2ℓ−1))/2·Â⁽¹⁾ + (1−√(2ℓ−1))/2·Â⁽²⁾ from two independent client rounds. Simultaneous "
         "Student-t intervals (Bonferroni, level --alpha) give one of three outcomes: tracks (every upper bound of d "
         "<= tolerance), does not track (some lower bound > tolerance), or inconclusive (with the replicates that "
-        "would decide). Quadratic and data problem files (kind = \"classification\") are accepted.",
+        "would decide). Quadratic and data problem files (kind = \"classification\" or \"regression\") are accepted.",
     )
     add_problem_args(p)
     p.add_argument("--rounds", type=int, required=True, metavar="n", help="base rounds: the test runs to t = n·h")
     p.add_argument("--reference", choices=REFERENCES, default=None,
-                   help="the SDE's value: exact (its exact law; default where one exists: quadratic clients) or svag "
+                   help="the SDE's value: exact (its exact law; default where one exists: quadratic and least-squares "
+                   "clients) or svag "
                    "(Richardson limit of the two largest ℓ; default for data problems)")
     p.add_argument("--ells", default=None, metavar="ℓ1,ℓ2,…",
                    help="SVAG parameters, distinct integers >= 1; the smallest is the chain judged (1: FedAvg). "
@@ -168,8 +170,14 @@ def human_report(res, problem, args: argparse.Namespace) -> str:
     v = res.verdict
     T = res.times[-1]
     first = "FedAvg" if res.ells[0] == 1 else f"ℓ={res.ells[0]}"
-    source = ("exact law of the SDE (OU, eq. (2) with exact round moments)" if v.reference == "exact" else
-              f"SVAG: Richardson limit of ℓ = {res.ells[-2]}, {res.ells[-1]}")
+    if v.reference == "exact":
+        from fedsde.problems import RegressionProblem
+
+        source = ("exact moments of the SDE of least-squares clients (eq. (2) with exact round moments)"
+                  if isinstance(problem, RegressionProblem)
+                  else "exact law of the SDE (OU, eq. (2) with exact round moments)")
+    else:
+        source = f"SVAG: Richardson limit of ℓ = {res.ells[-2]}, {res.ells[-1]}"
     lines = [f"problem: Q={problem.Q}, d={problem.d}  eta={args.eta}  server_lr={args.server_lr}  h={res.config['h']}"
              f"  rounds={args.rounds} (t = n·h up to {T:.6g})  replicates={args.replicates} per ℓ",
              f"reference: {source}"]
@@ -178,6 +186,8 @@ def human_report(res, problem, args: argparse.Namespace) -> str:
     for name, s in res.metrics.items():
         cells = "  ".join(f"{m:.5g}±{se:.1g}".ljust(16) for m, se in zip(s["mean"][:, -1], s["se"][:, -1],
                                                                           strict=True))
+        if name in v.skipped:
+            continue
         sde = res.sde.get(name)
         lines.append(f"{name:22s}{cells}  " + ("" if sde is None else f"{sde['mean'][-1]:.5g}"))
     lines.append(v.sentence())
@@ -197,5 +207,5 @@ def human_report(res, problem, args: argparse.Namespace) -> str:
     if res.sde:
         lines.append(f"{first} − SDE at T ({v.reference}): "
                      + ", ".join(f"{m} {float(res.metrics[m]['mean'][0, -1] - s['mean'][-1]):+.3g}"
-                                 for m, s in res.sde.items()))
+                                 for m, s in res.sde.items() if m not in v.skipped))
     return "\n".join(lines)
