@@ -18,10 +18,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         help=one_line_help("scaling"),
         description="Map (η, E, s, n[, Q, b]) along a scaling rule that keeps the first-order SDE (temperature "
         "s·η·Σ p_k²Σ_k and horizon τ = n·s·η·E) and measure the discrepancy between the two ends: exactly on "
-        "quadratic problems, by simulation (metric curves vs τ with standard errors) on data problems. "
+        "quadratic and least-squares regression problems, by simulation (metric curves vs τ with standard errors) on "
+        "classification problems. "
         f"Rules: {', '.join(f'{r.name} ({r.change})' for r in RULES.values())}.",
     )
-    p.add_argument("--problem", required=True, metavar="FILE", help="quadratic or data problem (.toml or .json)")
+    p.add_argument("--problem", required=True, metavar="FILE",
+                   help="quadratic, regression or classification problem (.toml or .json)")
     p.add_argument("--eta", required=True, type=float, metavar="η", help="client learning rate")
     p.add_argument("--local-steps", required=True, type=int, metavar="E", help="local SGD steps per round")
     p.add_argument("--server-lr", type=float, default=1.0, metavar="s", help="actual server step (default 1)")
@@ -30,19 +32,28 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--kappa", required=True, metavar="κ[,κ2,…]",
                    help="scaling factor; a comma-separated list gives the discrepancy as a function of κ")
     p.add_argument("--w0", default=None, metavar="w1,w2,…",
-                   help="start point (quadratic: default zero; data: default the problem's initial weights)")
-    p.add_argument("--replicates", type=int, default=16, metavar="R", help="data problems: runs per end (default 16)")
-    p.add_argument("--seed", type=int, default=0, help="data problems: simulation seed (default 0)")
+                   help="start point (quadratic: default zero; regression and classification: default the problem's "
+                   "initial weights)")
+    p.add_argument("--new-clients", choices=["copy", "split"], default=None,
+                   help="regression problems, rules clients and client-lr: the κQ clients are κ copies of each "
+                   "client with weight p_k/κ (copy, default: the temperature is kept exactly) or each client's rows "
+                   "split at random (--seed) into κ clients (split: the minibatch noise changes)")
+    p.add_argument("--replicates", type=int, default=16, metavar="R", help="classification problems: runs per end "
+                   "(default 16)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="classification problems: simulation seed; regression problems with --new-clients split: seed "
+                   "of the split (default 0)")
     p.add_argument("--points", type=int, default=20, metavar="K",
-                   help="data problems: at most this many τ points on each metric curve (default 20)")
+                   help="classification problems: at most this many τ points on each metric curve (default 20)")
     p.add_argument("--workers", type=int, default=1, metavar="N",
-                   help="data problems with a κ list: the κ cells run as a fedsde sweep on N worker processes "
-                   "(default 1; at most the machine's CPU cores)")
+                   help="classification problems with a κ list: the κ cells run as a fedsde sweep on N worker "
+                   "processes (default 1; at most the machine's CPU cores)")
     p.add_argument("--sweep-out", default=None, metavar="DIR",
-                   help="data problems with a κ list: keep the sweep folder here (resumed if it exists; default: "
-                   "a temporary folder)")
+                   help="classification problems with a κ list: keep the sweep folder here (resumed if it exists; "
+                   "default: a temporary folder)")
     p.add_argument("--z", type=float, default=3.5,
-                   help="data problems: curves separate where they differ by more than z standard errors (3.5)")
+                   help="classification problems: curves separate where they differ by more than z standard "
+                   "errors (3.5)")
     add_json_flag(p)
     p.set_defaults(func=run)
 
@@ -71,6 +82,11 @@ def _run(args: argparse.Namespace) -> int:
     single = "," not in args.kappa
     rule = get_rule(args.rule)
     problem = load_problem(args.problem)
+    if _is_regression(problem):
+        return _run_regression(args, problem, rule, kappas, single)
+    if args.new_clients is not None:
+        raise FedsdeInputError(f"--new-clients={args.new_clients}: only for regression problems (quadratic clients "
+                               "are copied, classification clients split)")
     if _is_data(problem):
         return _run_data(args, problem, rule, kappas, single)
     w0 = parse_vector("--w0", args.w0, problem.d)
@@ -118,6 +134,12 @@ def _is_data(problem) -> bool:
     return bool(is_data_problem(problem))
 
 
+def _is_regression(problem) -> bool:
+    from fedsde.problems import RegressionProblem
+
+    return isinstance(problem, RegressionProblem)
+
+
 def _end(end, keep: tuple[str, ...]) -> dict:
     d = end.config.as_dict(keep=keep)
     return d | {"temperature": end.temperature, "horizon": end.config.horizon,
@@ -163,6 +185,54 @@ def _human_list(out: dict) -> str:
         lines.append(f"{k:8.4g} {c['max_rel'][i]:10.3g} {c['stationary_excess_loss_rel'][i]:10.3g} "
                      f"{c['stationary_cov_rel'][i]:10.3g} {c['stationary_mean_shift_sd'][i]:10.3g}")
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------ least-squares regression
+_LS_MODEL = ("least squares, exact moments of minibatch FedAvg (fedsde.exact.least_squares); temperature "
+             "s·η·Σ_k p_k²Σ_k(w*) at the optimum")
+
+
+def _run_regression(args, problem, rule, kappas: list[float], single: bool) -> int:
+    """Both ends from the exact least-squares laws (:func:`fedsde.scaling.compare_least_squares`): the keys of the
+    quadratic route, plus ``notes`` and, for rules that multiply the clients, ``new_clients``."""
+    from fedsde.scaling.least_squares import compare_least_squares
+
+    w0 = parse_vector("--w0", args.w0, problem.d)
+    config = FedAvgConfig(eta=args.eta, local_steps=args.local_steps, server_lr=args.server_lr, rounds=args.rounds)
+    new_clients = args.new_clients or "copy"
+    results = compare_least_squares(problem, config, rule, kappas, w0=w0, new_clients=new_clients, seed=args.seed)
+    ends = [("base", results[0].base)] + [(f"kappa={r.kappa:g}", r.scaled) for r in results]
+    for name, end in ends:
+        if end.no_stationary is not None:
+            warn(f"{name}: the chain has no stationary law ({end.no_stationary}); its stationary discrepancy is "
+                 "reported as null")
+    keep = tuple(k for k in ("clients", "batch_size") if k in rule.changes)
+    head = {"rule": rule.name, "change": rule.change, "keeps": list(rule.keeps), "model": _LS_MODEL}
+    if "clients" in rule.changes:
+        head["new_clients"] = new_clients
+    cells = [{"kappa": r.kappa, "scaled": _ls_end(r.scaled, keep), "invariants": _invariants(r.base, r.scaled),
+              "discrepancy": {"stationary": r.stationary, "transient": r.transient, "max_rel": r.max_rel},
+              "notes": list(r.notes)} for r in results]
+    if single:
+        c = cells[0]
+        out = head | {"kappa": c["kappa"], "base": _ls_end(results[0].base, keep), "scaled": c["scaled"],
+                      "invariants": c["invariants"], "discrepancy": c["discrepancy"], "notes": c["notes"]}
+        return emit(args, out, f"{_LS_MODEL}\n{_human_single(out)}{_notes_text(out['notes'])}")
+    curve = {"kappa": kappas, "max_rel": [r.max_rel for r in results]}
+    for part in ("stationary", "transient"):
+        for key in results[0].stationary:
+            curve[f"{part}_{key}"] = [getattr(r, part)[key] for r in results]
+    out = head | {"base": _ls_end(results[0].base, keep), "cells": cells, "discrepancy_vs_kappa": curve,
+                  "notes": [f"kappa={c['kappa']:g}: {n}" for c in cells for n in c["notes"]]}
+    return emit(args, out, f"{_LS_MODEL}\n{_human_list(out)}{_notes_text(out['notes'])}")
+
+
+def _ls_end(end, keep: tuple[str, ...]) -> dict:
+    return _end(end, keep) | {"second_moment_radius": end.second_moment_radius}
+
+
+def _notes_text(notes: list[str]) -> str:
+    return "".join(f"\nnote: {n}" for n in notes)
 
 
 # ---------------------------------------------------------------------------------------------- data problems

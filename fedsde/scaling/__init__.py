@@ -23,7 +23,8 @@ with one Hessian; over long horizons the O(η) terms of the others accumulate wh
 loss with identical clients).
 
 Mapping: :func:`apply_rule` (``FedAvgConfig`` × ``κ`` → ``FedAvgConfig``).  Exact checks on quadratic clients:
-:func:`compare_quadratic`.  Simulation checks on data problems: :func:`compare_data`
+:func:`compare_quadratic`; on least-squares regression problems (exact minibatch moments):
+:func:`compare_least_squares`.  Simulation checks on classification problems: :func:`compare_data`
 (common random numbers with paired standard errors; notes when a measured invariant moves beyond
 :data:`TEMPERATURE_TOL`; memory estimated and checked before anything runs, :func:`memory_need`).  Long horizons:
 :func:`horizon_discrepancy`.
@@ -40,6 +41,8 @@ _EXPORTS = {
     "EndLaw": "quadratic",
     "FedAvgConfig": "rules",
     "HorizonCurves": "horizon",
+    "LeastSquaresEnd": "least_squares",
+    "LeastSquaresScaling": "least_squares",
     "MetricCurves": "data",
     "NAIVE": "rules",
     "QuadraticScaling": "quadratic",
@@ -48,6 +51,7 @@ _EXPORTS = {
     "TEMPERATURE_TOL": "data",
     "apply_rule": "rules",
     "compare_data": "data",
+    "compare_least_squares": "least_squares",
     "compare_quadratic": "quadratic",
     "end_law": "quadratic",
     "first_order_coefficients": "quadratic",
@@ -57,10 +61,13 @@ _EXPORTS = {
     "invariant_notes": "data",
     "law_discrepancy": "quadratic",
     "memory_need": "data",
+    "moment_discrepancy": "quadratic",
     "noisy_logistic_problem": "horizon",
     "paired_difference": "data",
     "quadratic_model": "horizon",
     "scaled_problem": "quadratic",
+    "copy_clients": "least_squares_clients",
+    "split_rows": "least_squares_clients",
     "split_clients": "data",
     "temperature_matrix": "quadratic",
     "temperature_trace": "data",

@@ -192,14 +192,26 @@ def law_discrepancy(problem: QuadraticProblem, mean_b, cov_b, mean_s, cov_s) -> 
 
     A missing scaled law (``mean_s is None``: no stationary law) gives ``inf`` everywhere.
     """
+    return moment_discrepancy(problem.hessian, problem.optimum, mean_b, cov_b, mean_s, cov_s)
+
+
+def moment_discrepancy(hessian, optimum, mean_b, cov_b, mean_s, cov_s) -> dict[str, float]:
+    """:func:`law_discrepancy` for any quadratic objective ``F(w) = F* + ½ (w − w*)ᵀH(w − w*)`` (a least-squares
+    problem's too): ``hessian`` H (d, d), ``optimum`` w* (d,), the laws' means (d,) and covariances (d, d)."""
     keys = ("excess_loss_rel", "cov_rel", "mean_shift_sd", "w2_rel")
     if mean_b is None or mean_s is None:
         return dict.fromkeys(keys, float("inf"))
+    H, w_star = np.asarray(hessian, dtype=np.float64), np.asarray(optimum, dtype=np.float64)
+
+    def excess(mean, cov):  # ½ (m − w*)ᵀH(m − w*) + ½ Tr(H P), as QuadraticProblem.excess_loss
+        m = mean - w_star
+        return float(0.5 * m @ H @ m + 0.5 * np.trace(H @ cov))
+
     mb, ms = np.asarray(mean_b, float), np.asarray(mean_s, float)
     Pb, Ps = np.asarray(cov_b, float), np.asarray(cov_s, float)
-    Lb, Ls = problem.excess_loss(mb, Pb), problem.excess_loss(ms, Ps)
+    Lb, Ls = excess(mb, Pb), excess(ms, Ps)
     spread = float(np.trace(Pb))
-    rms = float(np.sqrt(spread + np.sum((mb - problem.optimum) ** 2)))
+    rms = float(np.sqrt(spread + np.sum((mb - w_star) ** 2)))
     nb = float(np.linalg.norm(Pb))
     return {
         "excess_loss_rel": abs(Ls - Lb) / Lb if Lb > 0 else float("inf"),
