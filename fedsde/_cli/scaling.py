@@ -40,6 +40,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "split at random (--seed) into κ clients (split: the minibatch noise changes)")
     p.add_argument("--replicates", type=int, default=16, metavar="R", help="classification problems: runs per end "
                    "(default 16)")
+    p.add_argument("--device", default="cpu", metavar="DEVICE",
+                   help="classification problems: torch device of the simulations (cpu, cuda, cuda:1, …; default cpu)")
     p.add_argument("--seed", type=int, default=0,
                    help="classification problems: simulation seed; regression problems with --new-clients split: seed "
                    "of the split (default 0)")
@@ -280,7 +282,7 @@ def _run_data(args, problem, rule, kappas: list[float], single: bool) -> int:
     keep = tuple(k for k in ("clients", "batch_size") if k in rule.changes)
     if single:
         res = compare_data(problem, config, rule, kappas[0], replicates=args.replicates, seed=args.seed, w0=w0,
-                           points=args.points, z=args.z)
+                           points=args.points, z=args.z, device=args.device)
         out = _data_single(res, keep)
         return emit(args, out, _human_data(out))
     workers = _workers(args.workers)
@@ -326,7 +328,7 @@ def _sweep_kappas(args, kappas: list[float], workers: int) -> list[dict]:
 
     base = {"problem": str(Path(args.problem).resolve()), "eta": args.eta, "local-steps": args.local_steps,
             "server-lr": args.server_lr, "rounds": args.rounds, "rule": args.rule,
-            "replicates": args.replicates, "points": args.points, "z": args.z}
+            "replicates": args.replicates, "points": args.points, "z": args.z, "device": args.device}
     if args.w0 is not None:
         base["w0"] = args.w0
     # every κ runs with --seed itself (shared seeds): the same base run and client split in every cell, and each

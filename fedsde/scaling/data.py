@@ -149,8 +149,9 @@ class MetricCurves:
 
 
 def simulate_end(problem, eval_problem, config: FedAvgConfig, rounds=None, *, replicates: int, seed: int,
-                 w0, metrics=None) -> MetricCurves:
-    """Simulate one end and evaluate its metrics on ``eval_problem`` at ``rounds`` (default: every round).
+                 w0, metrics=None, device: str = "cpu") -> MetricCurves:
+    """Simulate one end on ``device`` and evaluate its metrics on ``eval_problem`` at ``rounds`` (default: every
+    round).
 
     ``metrics`` names the metrics (default: all of :func:`fedsde.problems.metrics.metric_names`); the temperature
     trace is measured at ``w0``.
@@ -162,7 +163,7 @@ def simulate_end(problem, eval_problem, config: FedAvgConfig, rounds=None, *, re
 
     res = simulate(problem, eta=config.eta, local_steps=config.local_steps, rounds=config.rounds,
                    replicates=replicates, seed=seed, server_lr=config.server_lr, w0=w0, record=rounds.tolist(),
-                   block_size=1)  # one stream per replicate: replicate r pairs with replicate r of the other end
+                   block_size=1, device=device)  # one stream per replicate: replicate r pairs with the other end's r
     vals = evaluate_metrics(eval_problem, res.weights, w0, names=metrics)
     mean = {k: v.mean(-1) for k, v in vals.items()}
     se = {k: v.std(-1, ddof=1) / np.sqrt(v.shape[-1]) if v.shape[-1] > 1 else np.full(v.shape[0], np.inf)
@@ -264,13 +265,15 @@ class DataScaling:
 
 
 def compare_data(problem, config: FedAvgConfig, rule: str | ScalingRule, kappa: float, *, replicates: int = 16,
-                 seed: int = 0, w0=None, points: int = 20, z: float = 3.5, memory_limit=None) -> DataScaling:
+                 seed: int = 0, w0=None, points: int = 20, z: float = 3.5, memory_limit=None,
+                 device: str = "cpu") -> DataScaling:
     """Simulate both ends of ``rule`` with factor ``kappa`` on a data problem (module docstring).
 
     ``config.clients``/``config.batch_size`` default to the problem's; ``w0`` to ``problem.initial_weights()``.
     Both ends use ``seed`` with one stream per replicate (common random numbers, paired replicates: ``κ = 1``
-    gives exactly the base).  What the run needs (:func:`memory_need`) is checked against ``memory_limit`` (default:
-    what is free, see :func:`fedsde._memory.available_memory`) before anything is built or simulated.
+    gives exactly the base); both run on ``device``.  What the run needs (:func:`memory_need`) is checked against
+    ``memory_limit`` (default: what is free, see :func:`fedsde._memory.available_memory`) before anything is built
+    or simulated.
     """
     rule = get_rule(rule)
     config, new = map_end(problem, config, rule, kappa)
@@ -278,8 +281,8 @@ def compare_data(problem, config: FedAvgConfig, rule: str | ScalingRule, kappa: 
     other = end_problem(problem, new, split_seed=seed)
     w_start = problem.initial_weights() if w0 is None else np.asarray(w0, dtype=np.float64)
     _, rb, rs = tau_grid(config, new, points)
-    base = simulate_end(problem, problem, config, rb, replicates=replicates, seed=seed, w0=w_start)
-    scaled = simulate_end(other, problem, new, rs, replicates=replicates, seed=seed, w0=w_start)
+    base = simulate_end(problem, problem, config, rb, replicates=replicates, seed=seed, w0=w_start, device=device)
+    scaled = simulate_end(other, problem, new, rs, replicates=replicates, seed=seed, w0=w_start, device=device)
     notes = invariant_notes(rule, float(kappa), problem, other, base, scaled)
     return DataScaling(rule, float(kappa), base, scaled, separation(base, scaled, z), z, notes)
 
