@@ -52,7 +52,7 @@ def test_out_that_cannot_be_created_names_out(tmp_path, capsys):
 def test_nothing_left_behind_when_the_cluster_cannot_be_reached(tmp_path, monkeypatch):
     import fedsde.sweep.execute as execute
 
-    def unreachable(workers, scheduler):
+    def unreachable(workers, scheduler, plan=None):
         raise FedsdeInputError(f"--scheduler={scheduler!r}: cannot connect (OSError: timed out)")
 
     monkeypatch.setattr(execute, "_client", unreachable)

@@ -26,6 +26,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                        help="1 (default): in-process; N > 1: a Dask LocalCluster of N single-threaded processes")
     where.add_argument("--scheduler", default=None, metavar="tcp://HOST:PORT",
                        help="run on the Dask cluster whose scheduler listens at this address")
+    p.add_argument("--gpu-workers", type=int, default=None, metavar="K",
+                   help="with --workers N: K of the N workers get a GPU (each declares the Dask resource GPU=1 and "
+                   "sees its own GPU first); default: one per visible CUDA device, at most N, when a cell's --device "
+                   "is cuda, else 0. Cells on cuda run only on such workers, on any cluster")
     p.add_argument("--max-cells", type=int, default=MAX_CELLS, metavar="N",
                    help=f"refuse a grid of more than N cells, counted from the axis lengths before anything runs "
                    f"(default {MAX_CELLS})")
@@ -44,8 +48,9 @@ def run(args: argparse.Namespace) -> int:
     from fedsde.sweep import run as run_sweep
 
     out = writable_folder("--out", args.out)
-    summary = run_sweep(args.spec, out, workers=args.workers, scheduler=args.scheduler, resume=args.resume,
-                        progress=not args.json, commands=cell_commands(), max_cells=args.max_cells)
+    summary = run_sweep(args.spec, out, workers=args.workers, scheduler=args.scheduler, gpu_workers=args.gpu_workers,
+                        resume=args.resume, progress=not args.json, commands=cell_commands(),
+                        max_cells=args.max_cells)
     lines = [f"{summary['cells']} cells in {summary['out']}: {summary['done']} done, {summary['skipped']} skipped "
              f"(finished earlier), {summary['failed']} failed, {summary['warned']} with warnings "
              f"({summary['wall_s']:.1f} s)"]

@@ -8,6 +8,8 @@
 * :mod:`fedsde.sweep.store`: the sweep folder: ``spec.toml``, its hash, one atomically written file per cell;
 * :mod:`fedsde.sweep.execute`: :func:`run`, in-process, on a ``dask.distributed.LocalCluster`` (its workers warm,
   :mod:`fedsde.sweep.warm`) or on a running Dask cluster;
+* :mod:`fedsde.sweep.resources`: cells on an accelerator (``--device cuda``) run only on workers that declare the
+  Dask resource ``GPU``; the GPU workers of a LocalCluster; a cluster without such a worker is refused;
 * :mod:`fedsde.sweep.load`: :func:`load` (``xarray.Dataset``) and :func:`load_frame` (``pandas.DataFrame``).
 
 Why cells go through the command line handlers: every command, including commands added later, becomes sweepable

@@ -5,6 +5,9 @@ while it runs, so a cell gives bit-identical results wherever it runs.  Results 
 called :func:`run`, which writes each cell's file as soon as it arrives: the sweep folder need not be visible to
 the workers.  Cells are produced one at a time and at most :data:`IN_FLIGHT` per worker thread wait on a cluster,
 so a large grid is never held in memory; the workers of a LocalCluster start warm (:mod:`fedsde.sweep.warm`).
+A cell whose ``--device`` is an accelerator is submitted with a Dask resource requirement (``GPU=1``), so that it
+runs only on a worker that declares one (:mod:`fedsde.sweep.resources`); a cluster without such a worker is
+refused before any cell runs.
 """
 
 from __future__ import annotations
@@ -20,12 +23,15 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from fedsde.errors import FedsdeInputError
+from fedsde.sweep import resources
 from fedsde.sweep.command import command_info
 from fedsde.sweep.spec import MAX_CELLS, Cell, SweepSpec, cell_argv, load_spec
 from fedsde.sweep.store import Store
 
 #: cells submitted ahead per worker thread of a cluster (enough to keep every worker busy between results)
 IN_FLIGHT = 4
+#: seconds between looks for finished cells while cells wait for a resource (see resources.Watch)
+POLL_S = 0.05
 
 
 @contextlib.contextmanager
@@ -54,9 +60,22 @@ def run_cell(command: str, argv: list[str], commands: Mapping | None = None) -> 
     return outcome
 
 
-def _record(cell: Cell, argv: list[str], outcome: dict[str, Any]) -> dict[str, Any]:
+def _on_worker(command: str, argv: list[str], commands: Mapping | None = None) -> dict[str, Any]:
+    """:func:`run_cell` on a Dask worker; the outcome also names the worker (``worker``: its address,
+    ``worker_name``: its name)."""
+    from distributed import get_worker
+
+    outcome = run_cell(command, argv, commands)
+    worker = get_worker()
+    outcome["worker"], outcome["worker_name"] = worker.address, str(worker.name)
+    return outcome
+
+
+def _record(cell: Cell, argv: list[str], outcome: dict[str, Any], need: Mapping | None = None) -> dict[str, Any]:
     rec = {"id": cell.id, "coords": cell.coords, "index": list(cell.index), "seed": cell.seed, "argv": argv,
            **outcome}
+    if need:
+        rec["resources"] = dict(need)
     result = rec.get("result")
     if isinstance(result, dict) and result.get("warnings"):
         rec["warnings"] = result["warnings"]
@@ -70,9 +89,12 @@ def _in_process(spec: SweepSpec, todo: Iterator[Cell]) -> Iterator[dict[str, Any
 
 
 @contextlib.contextmanager
-def _client(workers: int, scheduler: str | None):
+def _client(workers: int, scheduler: str | None, plan: list[tuple[str, dict]] | None = None):
+    """A client of the cluster at ``scheduler``, or of a LocalCluster of ``workers`` single-threaded, warm worker
+    processes laid out by ``plan`` (:func:`fedsde.sweep.resources.plan_workers`; default: CPU workers), closed
+    at the end."""
     import dask
-    from dask.distributed import Client, LocalCluster
+    from dask.distributed import Client
 
     if scheduler is not None:
         try:
@@ -83,11 +105,23 @@ def _client(workers: int, scheduler: str | None):
         with client:
             yield client
         return
+    plan = plan if plan is not None else [(f"cpu-{k}", {}) for k in range(workers)]
     with dask.config.set({"distributed.nanny.pre-spawn-environ": _worker_environ()}), \
-            LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                         silence_logs=logging.ERROR, preload=["fedsde.sweep.warm"]) as cluster, \
-            Client(cluster) as client:
+            _local_cluster(plan) as cluster, Client(cluster) as client:
         yield client
+
+
+def _local_cluster(plan: list[tuple[str, dict]]):
+    """A ``SpecCluster`` on this machine (what ``LocalCluster(processes=True)`` starts) whose workers, one thread
+    and an equal share of the memory each, differ in their resources and environment as ``plan`` says."""
+    from dask.distributed import Nanny, Scheduler, SpecCluster
+
+    local = {"host": "127.0.0.1", "protocol": "tcp://", "dashboard": False, "dashboard_address": None}
+    worker = {"cls": Nanny, "options": {**local, "nthreads": 1, "memory_limit": 1 / len(plan),
+                                        "silence_logs": logging.ERROR, "preload": ["fedsde.sweep.warm"]}}
+    workers = {name: {"cls": Nanny, "options": {**worker["options"], **extra}} for name, extra in plan}
+    return SpecCluster(workers=workers, scheduler={"cls": Scheduler, "options": local}, worker=worker,
+                       silence_logs=logging.ERROR)
 
 
 def _worker_environ() -> dict:
@@ -103,40 +137,71 @@ def _worker_environ() -> dict:
     return {k: v for k, v in environ.items() if k != "MALLOC_TRIM_THRESHOLD_"}
 
 
-def _on_dask(spec: SweepSpec, todo: Iterator[Cell], workers: int, scheduler: str | None) -> Iterator[dict[str, Any]]:
+def _on_dask(spec: SweepSpec, todo: Iterator[Cell], workers: int, scheduler: str | None,
+             plan: list | None = None) -> Iterator[dict[str, Any]]:
     from dask.distributed import as_completed
 
     info = command_info(spec.command, spec.commands)
     entry = {info.name: info.register}  # what a worker needs of the table: this command, pickled by reference
-    with _client(workers, scheduler) as client:
+    devices = resources.CellDevices(spec, info)
+    needs = devices.needs()
+    with _client(workers, scheduler, plan) as client:
+        watch = None
+        if needs:
+            where = f"at --scheduler={scheduler}" if scheduler is not None else f"of --workers={workers}"
+            resources.check_cluster(client, needs, where)
+            watch = resources.Watch(client, needs)
         pending: dict = {}
+        refused: list = []  # records of cells failed without running (their resource is lost)
         done = as_completed()
 
         def submit(cell: Cell) -> None:
             argv = cell_argv(spec, cell)
-            fut = client.submit(run_cell, spec.command, argv, entry, pure=False)
-            pending[fut] = (cell, argv)
+            need = devices.resources(cell.coords)
+            error = watch.lacking(need) if watch is not None and need else None
+            if error is not None:
+                refused.append(_record(cell, argv, {"status": "failed", "error": error, "wall_s": 0.0}, need))
+                return
+            fut = client.submit(_on_worker, spec.command, argv, entry, resources=need or None, pure=False)
+            pending[fut] = (cell, argv, need)
             done.add(fut)
 
-        threads = max(1, sum(client.nthreads().values()))
-        for cell in itertools.islice(todo, IN_FLIGHT * threads):
-            submit(cell)
-        for fut in done:
-            cell, argv = pending.pop(fut)
-            try:
-                outcome = fut.result()
-            except Exception as exc:  # lost worker, cancelled task: the cell failed, the others go on
-                outcome = {"status": "failed", "error": f"{type(exc).__name__}: {' '.join(str(exc).split())}"}
+        capacity = IN_FLIGHT * max(1, sum(client.nthreads().values()))
+        while True:
+            while len(pending) < capacity and (cell := next(todo, None)) is not None:
+                submit(cell)
+                while refused:
+                    yield refused.pop()
+            if not pending:
+                return
+            fut = _next_done(done, watch, pending)
+            cell, argv, need = pending.pop(fut)
+            error = watch.error(fut) if watch is not None else None
+            if error is not None:
+                outcome = {"status": "failed", "error": error, "wall_s": 0.0}
+            else:
+                try:
+                    outcome = fut.result()
+                except Exception as exc:  # lost worker, cancelled task: the cell failed, the others go on
+                    outcome = {"status": "failed", "error": f"{type(exc).__name__}: {' '.join(str(exc).split())}"}
             fut.release()
-            nxt = next(todo, None)
-            if nxt is not None:
-                submit(nxt)
-            yield _record(cell, argv, outcome)
+            yield _record(cell, argv, outcome, need)
+
+
+def _next_done(done, watch: resources.Watch | None, pending: dict):
+    """The next finished future; while cells wait on a resource, the watch looks at the workers meanwhile."""
+    if watch is None:
+        return next(done)
+    while True:
+        watch.poll(pending)
+        if done.has_ready():
+            return next(done)
+        time.sleep(POLL_S)
 
 
 def run(spec: Any, out: str | os.PathLike, *, workers: int = 1, scheduler: str | None = None,
-        resume: bool = False, progress: bool = True, commands: Mapping | None = None,
-        max_cells: int = MAX_CELLS) -> dict[str, Any]:
+        gpu_workers: int | None = None, resume: bool = False, progress: bool = True,
+        commands: Mapping | None = None, max_cells: int = MAX_CELLS) -> dict[str, Any]:
     """Run every cell of a sweep and store each one in ``out`` as it finishes.
 
     Parameters
@@ -146,10 +211,18 @@ def run(spec: Any, out: str | os.PathLike, *, workers: int = 1, scheduler: str |
     out
         the sweep folder (created; see :mod:`fedsde.sweep.store` for its layout).
     workers
-        1 (default): run the cells one after the other in this process; N > 1: a ``dask.distributed.LocalCluster``
-        of N single-threaded worker processes, closed at the end.
+        1 (default): run the cells one after the other in this process; N > 1: a local Dask cluster of N
+        single-threaded worker processes, closed at the end (the "LocalCluster": a ``dask.distributed.SpecCluster``
+        with the workers ``LocalCluster(processes=True)`` starts, except that they may differ in resources).
     scheduler
-        address of a running Dask scheduler (``tcp://HOST:PORT``) to run the cells on instead.
+        address of a running Dask scheduler (``tcp://HOST:PORT``) to run the cells on instead.  A cell whose
+        ``--device`` is ``cuda``/``cuda:K`` (``mps``) runs only on workers that declare the Dask resource ``GPU``
+        (``MPS``); a cluster where none does is refused before any cell runs (see :mod:`fedsde.sweep.resources`).
+    gpu_workers
+        with ``workers`` > 1: how many of the LocalCluster's workers get the machine's accelerator (each declares
+        ``GPU=1``, its own GPU first in ``CUDA_VISIBLE_DEVICES``; several share the GPUs in turn when there are
+        more workers than GPUs); the others are CPU workers.  Default: one per visible CUDA device, at most
+        ``workers``, when some cell's device needs one, else none.
     resume
         continue the sweep stored in ``out``: cells finished there are skipped, missing and failed ones run
         (a failed record is replaced by the new outcome).  Refused when the spec differs from the stored one.
@@ -169,7 +242,10 @@ def run(spec: Any, out: str | os.PathLike, *, workers: int = 1, scheduler: str |
     dict
         ``cells`` (in the grid), ``done`` and ``failed`` (cells run now), ``skipped`` (finished cells found in
         ``out`` and not rerun), ``warned`` (cells run now whose result carries ``warnings``), ``wall_s``,
-        ``out``, ``workers``, ``scheduler``, and ``failures``: up to 20 ``{"coords", "error"}`` of this run.
+        ``out``, ``workers``, ``scheduler``, ``gpu_workers`` (workers of the LocalCluster that declare an
+        accelerator; ``None`` on a cluster at ``scheduler``), and ``failures``: up to 20 ``{"coords", "error"}`` of
+        this run.  Each stored cell run on Dask names its ``worker`` (address) and ``worker_name``, and the
+        ``resources`` it needed.
     """
     t0 = time.perf_counter()
     spec = load_spec(spec, commands=commands, max_cells=max_cells)
@@ -178,11 +254,25 @@ def run(spec: Any, out: str | os.PathLike, *, workers: int = 1, scheduler: str |
     if scheduler is not None and workers != 1:
         raise FedsdeInputError("--workers and --scheduler: give one of them (the cluster at --scheduler has its "
                                "own workers)")
+    plan = None
+    if gpu_workers is not None:
+        if isinstance(gpu_workers, bool) or not isinstance(gpu_workers, int) or gpu_workers < 0:
+            raise FedsdeInputError(f"--gpu-workers={gpu_workers!r}: must be an integer >= 0")
+        if scheduler is not None:
+            raise FedsdeInputError(f"--gpu-workers={gpu_workers}: only with --workers N (the cluster at --scheduler "
+                                   "has its own workers)")
+        if gpu_workers > workers or (gpu_workers and workers == 1):
+            raise FedsdeInputError(f"--gpu-workers={gpu_workers}: must be at most --workers={workers}, and given "
+                                   "with --workers N > 1 (one worker runs the cells in this process)")
+    if scheduler is None and workers > 1:  # refused here, before the sweep folder or any worker is made
+        plan = resources.plan_workers(workers, gpu_workers,
+                                      resources.CellDevices(spec, command_info(spec.command, spec.commands)).needs())
     from tqdm.auto import tqdm
 
     summary: dict[str, Any] = {"cells": spec.n_cells, "done": 0, "skipped": 0, "failed": 0, "warned": 0,
                                "wall_s": 0.0, "out": str(out), "workers": workers, "scheduler": scheduler,
-                               "failures": []}
+                               "gpu_workers": None if plan is None and scheduler is not None else
+                               sum(bool(extra.get("resources")) for _, extra in plan or ()), "failures": []}
     with Store(out, spec, resume=resume) as store:
         finished = {k for k, rec in store.finished().items() if rec.get("status") == "done"}
         skipped = [0]
@@ -199,7 +289,7 @@ def run(spec: Any, out: str | os.PathLike, *, workers: int = 1, scheduler: str |
         if first is not None:
             todo = itertools.chain([first], todo)
             local = scheduler is None and workers == 1
-            records = _in_process(spec, todo) if local else _on_dask(spec, todo, workers, scheduler)
+            records = _in_process(spec, todo) if local else _on_dask(spec, todo, workers, scheduler, plan)
             left = max(1, spec.n_cells - len(finished))
             with tqdm(total=left, desc="sweep", unit="cell", disable=not progress, file=sys.stderr) as bar:
                 for rec in records:

@@ -7,7 +7,8 @@ A spec is a TOML file (or the equivalent dict) with the tables
   >= 0; required when the command takes ``--seed``) and optionally ``seeds = "derived"`` (default) or
   ``"shared"``;
 * ``[base]``: the command's options shared by every cell, named like its long flags (``local-steps`` or
-  ``local_steps``); switches take ``true``/``false``, vectors a list or a comma-separated string;
+  ``local_steps``; a renamed option also by its old flag, e.g. ``paths`` for ``replicates``, but not by both);
+  switches take ``true``/``false``, vectors a list or a comma-separated string;
 * ``[grid]``: axes, each a non-empty list of values; the cells are their Cartesian product;
 * ``[zip]`` (optional): axes of equal length that vary together along one dimension named ``zip``, or several
   such groups as sub-tables ``[zip.NAME]``, each along its own dimension ``NAME``.
@@ -324,6 +325,13 @@ def load_spec(spec: str | os.PathLike | Mapping | SweepSpec, *, commands: Mappin
                 flags = ", ".join(sorted("--" + k.replace("_", "-") for k in info.options
                                          if k not in ("seed", *_RESERVED, *NOT_CELL_OPTIONS)))
                 raise FedsdeInputError(f"{where}.{key}: unknown option of fedsde {info.name}; its options: {flags}")
+    named: dict[int, str] = {}  # an option renamed with its old name kept answers to two keys: one of them only
+    for key in (*parsed.base, *parsed.grid, *(k for g in parsed.zips.values() for k in g)):
+        action = info.options.get(key)
+        if action is not None and named.setdefault(id(action), key) != key:
+            raise FedsdeInputError(f"{named[id(action)]}, {key}: the same option of fedsde {info.name} "
+                                   f"({' or '.join(action.option_strings)}: the first its name, the others old "
+                                   "names); give it once")
     if info.takes_seed and not seed_given:
         raise FedsdeInputError(f"run.seed: required, fedsde {info.name} takes --seed (cell seeds derive from it)")
     spec_obj = replace(parsed, root=root, commands=commands)
