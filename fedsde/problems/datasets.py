@@ -21,11 +21,10 @@ def load_dataset(name: str) -> tuple[np.ndarray, np.ndarray]:
 
     ``"digits"``: 1797 8×8 images, 10 classes; ``"breast_cancer"``: 569 samples, 30 features, 2 classes.
     """
-    from sklearn import datasets
+    from fedsde.problems import bundled
 
     choice("dataset", name, DATASETS)
-    data = datasets.load_digits() if name == "digits" else datasets.load_breast_cancer()
-    return np.asarray(data.data, dtype=np.float64), np.asarray(data.target, dtype=np.int64)
+    return bundled.digits() if name == "digits" else bundled.breast_cancer()
 
 
 def federated_classification(

@@ -110,14 +110,11 @@ def diabetes_clients(*, clients: int, partition: str, seed: int, alpha: float = 
     ``dirichlet``: per-bin Dirichlet(α) skew over the target cut at its ``bins``-quantiles (every client keeps at
     least ``min_size`` rows); ``quantity``: client sizes from Dirichlet(β) proportions.
     """
-    from sklearn.datasets import load_diabetes
-
+    from fedsde.problems import bundled
     from fedsde.problems import partition as part
 
     choice("partition", partition, DIABETES_PARTITIONS)
-    data = load_diabetes(scaled=False)
-    X = np.asarray(data.data, dtype=np.float64)
-    y = np.asarray(data.target, dtype=np.float64)
+    X, y = bundled.diabetes()
     if partition == "iid":
         parts = part.iid_partition(y.size, clients, seed=seed)
     elif partition == "dirichlet":
@@ -128,7 +125,7 @@ def diabetes_clients(*, clients: int, partition: str, seed: int, alpha: float = 
         parts = part.quantity_skew_partition(y.size, clients, quantity_beta, seed=seed, min_size=min_size)
     parts = [np.sort(i) for i in parts]
     return ([X[i] for i in parts], [y[i] for i in parts], [str(k) for k in range(len(parts))],
-            list(data.feature_names))
+            list(bundled.DIABETES_FEATURES))
 
 
 def standardise(X: list[np.ndarray], y: list[np.ndarray]) -> tuple[list[np.ndarray], list[np.ndarray], dict]:
