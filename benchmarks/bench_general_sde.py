@@ -69,7 +69,7 @@ def main() -> None:
                                         args.repeats) / t_fed
     for k in subs:
         cost[("mc-euler", k)] = best_time(lambda k=k: simulate_sde(
-            pb, variant="general", paths=R, seed=1, substeps=k, inner_samples=S, record=[3], **kw),
+            pb, variant="general", replicates=R, seed=1, substeps=k, inner_samples=S, record=[3], **kw),
             args.repeats) / t_fed
     for r in st.rows:
         r.cost_ratio = cost[(r.scheme, r.param)]

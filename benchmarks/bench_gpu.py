@@ -127,7 +127,7 @@ def sde_figures(dev: torch.device, cpu: torch.device, dtype: torch.dtype, size: 
     reps = {"repeats": size["repeats"], "budget": size["budget_s"]}
 
     def fedsde_run(device, paths=R, steps=n):
-        return simulate_sde(problem, **SDE_ARGS, rounds=steps, paths=paths, seed=1, variant="corrected",
+        return simulate_sde(problem, **SDE_ARGS, rounds=steps, replicates=paths, seed=1, variant="corrected",
                             device=device, dtype=dtype, moments_only=True, record=[steps])
 
     def small(device):

@@ -114,7 +114,7 @@ def main() -> None:
         return y
 
     def run_e():
-        return simulate_sde(problem, eta=eta, local_steps=E, server_lr=s, h=h, rounds=n, paths=R, seed=1,
+        return simulate_sde(problem, eta=eta, local_steps=E, server_lr=s, h=h, rounds=n, replicates=R, seed=1,
                             variant="corrected", device=dev, moments_only=True, record=[n])
 
     # warm-up (allocator, kernels), then one timed run each

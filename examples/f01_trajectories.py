@@ -34,9 +34,9 @@ ax.fill_between(t, exact.mean[:, 0] - 2 * sd, exact.mean[:, 0] + 2 * sd, color="
                 label="exact chain ± 2 sd")
 ax.errorbar(t, sim.mean()[:, 0], yerr=2 * np.sqrt(sim.cov()[:, 0, 0]), fmt="k.", label="simulated ± 2 sd")
 for variant, col in (("corrected", "C0"), ("paper", "C3")):
-    paths = simulate_sde(pb, eta=eta, local_steps=E, rounds=n, paths=R, seed=2, variant=variant, server_lr=s,
-                         h=eta, w0=[2.0])  # torchsde Euler–Maruyama, one step per round
-    x = paths.weights[:, :, 0]
+    sde = simulate_sde(pb, eta=eta, local_steps=E, rounds=n, replicates=R, seed=2, variant=variant, server_lr=s,
+                       h=eta, w0=[2.0])  # torchsde Euler–Maruyama, one step per round
+    x = sde.weights[:, :, 0]
     ax.plot(t, x.mean(1) + 2 * x.std(1), ":", color=col)
     ax.plot(t, x.mean(1) - 2 * x.std(1), ":", color=col, label=f"SDE {variant} ± 2 sd")
 ax.set_ylim(0, 2.5)

@@ -28,9 +28,9 @@ pb, E, h, w0 = sec4_quadratic(), 5, 0.5, np.array([3.0])
 sched = PowerSchedule(0.5, 1.0)  # η(t) = 0.5/(1+t)
 horizons = np.array([5.0, 20.0, 50.0] if args.quick else [5.0, 20.0, 50.0, 200.0])
 rounds = int(horizons[-1] / h) + 1
-radius = quadratic_region_radius(pb, sched, E=E, h=h, rounds=rounds, w0=w0)  # region where L is finite
-inputs = quadratic_constants(pb, radius=radius, E=E, eta_max=0.5, w0=w0).bound_inputs(E=E, h=h)
-path = quadratic_exact_path(pb, sched, E=E, h=h, rounds=rounds, w0=w0)  # exact E‖∇F(w_n)‖²
+radius = quadratic_region_radius(pb, sched, local_steps=E, h=h, rounds=rounds, w0=w0)  # region where L is finite
+inputs = quadratic_constants(pb, radius=radius, local_steps=E, eta_max=0.5, w0=w0).bound_inputs(local_steps=E, h=h)
+path = quadratic_exact_path(pb, sched, local_steps=E, h=h, rounds=rounds, w0=w0)  # exact E‖∇F(w_n)‖²
 emp, _ = random_time_average(path.grad_sq, path.eta, (horizons / h).astype(int), exact=True)
 fig, ax = plt.subplots(figsize=(6, 4))
 ax.plot(horizons, emp, "o-", label="empirical (exact chain)")

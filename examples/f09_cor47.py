@@ -27,7 +27,7 @@ T = 200.0 if args.quick else 2000.0
 H2 = pb.hessian @ pb.hessian
 fig, ax = plt.subplots(figsize=(6, 4))
 for eta_c in (0.05, 0.1, 0.2, 0.4):
-    path = quadratic_exact_path(pb, PowerSchedule(eta_c, 0.0), E=E, h=h, rounds=int(T / h) + 1, w0=[3.0],
+    path = quadratic_exact_path(pb, PowerSchedule(eta_c, 0.0), local_steps=E, h=h, rounds=int(T / h) + 1, w0=[3.0],
                                 server_schedule=PowerSchedule(1.0, 1.0))  # η₀(t) = 1/(t+1)
     bias = round_law(pb, eta_c, E).c - pb.optimum
     line, = ax.plot(path.t[1:], path.grad_sq[1:, 0], label=f"η_c = {eta_c:g}")

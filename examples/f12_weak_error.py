@@ -24,7 +24,7 @@ pb = paper_table_problem()
 steps = [0.5 / 2**j for j in range(4 if args.quick else 7)]  # h; server step s = h·η₀ with η₀ = 1
 fig, ax = plt.subplots(figsize=(6, 4))
 for variant, style in (("corrected", "o-"), ("paper", "s--")):
-    curve = weak_error_vs_step(pb, 0.05, 5, t_end=2.0, steps=steps, variant=variant, w0=[2.0],
+    curve = weak_error_vs_step(pb, 0.05, 5, t_end=2.0, time_steps=steps, variant=variant, w0=[2.0],
                                noise_scaling="diffusive")
     ax.plot(curve.steps, curve.errors, style, label=f"{variant} (slope {curve.slope:+.2f})")
 ax.set_xscale("log")

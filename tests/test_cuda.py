@@ -40,6 +40,15 @@ def digits():
         batch_size=8)
 
 
+def assert_rounding(a, b, ulps: int = 256):
+    """``a`` equals ``b`` up to rounding: within ``ulps`` float64 units of the larger magnitude (the SDE's matrix
+    products on CUDA differ in their last bits with the chunk's size; everything else is bit-identical)."""
+    a, b = np.asarray(a), np.asarray(b)
+    assert a.shape == b.shape
+    scale = np.maximum(np.abs(a), np.abs(b)).max()
+    np.testing.assert_allclose(a, b, rtol=0, atol=ulps * np.finfo(np.float64).eps * scale)
+
+
 def test_validity_chains_and_device_metrics_on_cuda_match_the_cpu(digits):
     kw = dict(eta=0.05, local_steps=2, rounds=3, replicates=96, seed=0, ells=(1, 2, 4))
     cpu, gpu = validity_test(digits, **kw), validity_test(digits, device=CUDA, **kw)
@@ -78,7 +87,9 @@ def test_general_sde_on_cuda_matches_the_cpu_and_is_chunk_invariant():
               record=[4])
     cpu, gpu = simulate_sde(pb, **kw), simulate_sde(pb, device=CUDA, **kw)
     samples_agree(gpu.weights[-1], cpu.weights[-1])
-    np.testing.assert_array_equal(simulate_sde(pb, device=CUDA, chunk_size=1024, **kw).weights, gpu.weights)
+    np.testing.assert_array_equal(simulate_sde(pb, device=CUDA, **kw).weights, gpu.weights)  # across runs: bits
+    # across chunkings: the same draws, products to rounding (cuBLAS picks its kernel by the chunk's rows)
+    assert_rounding(simulate_sde(pb, device=CUDA, chunk_size=1024, **kw).weights, gpu.weights)
 
 
 def test_linear_sde_on_cuda_streams_moments_on_the_device_and_keeps_chunk_and_prefix():
@@ -87,15 +98,19 @@ def test_linear_sde_on_cuda_streams_moments_on_the_device_and_keeps_chunk_and_pr
     gpu = simulate_sde(pb, device=CUDA, **kw)
     cpu = simulate_sde(pb, **kw)
     samples_agree(gpu.weights[-1], cpu.weights[-1])
-    np.testing.assert_array_equal(simulate_sde(pb, device=CUDA, chunk_size=128 * 70, **kw).weights, gpu.weights)
+    np.testing.assert_array_equal(simulate_sde(pb, device=CUDA, **kw).weights, gpu.weights)  # across runs: bits
+    assert_rounding(simulate_sde(pb, device=CUDA, chunk_size=128 * 70, **kw).weights, gpu.weights)
     prefix = simulate_sde(pb, device=CUDA, **(kw | {"paths": 9000})).weights
-    np.testing.assert_array_equal(prefix, gpu.weights[:, :9000])
+    assert_rounding(prefix, gpu.weights[:, :9000])
     streamed = simulate_sde(pb, device=CUDA, moments_only=True, **kw)
     np.testing.assert_allclose(streamed.mean()[-1], gpu.weights[-1].mean(0), rtol=1e-10, atol=1e-13)
     np.testing.assert_allclose(streamed.cov()[-1], np.cov(gpu.weights[-1], rowvar=False), rtol=1e-9, atol=1e-15)
+    again = simulate_sde(pb, device=CUDA, moments_only=True, **kw)
+    np.testing.assert_array_equal(again.mean(), streamed.mean())
+    np.testing.assert_array_equal(again.cov(), streamed.cov())
     chunked = simulate_sde(pb, device=CUDA, moments_only=True, chunk_size=128 * 33, **kw)
-    np.testing.assert_array_equal(chunked.mean(), streamed.mean())
-    np.testing.assert_array_equal(chunked.cov(), streamed.cov())
+    assert_rounding(chunked.mean(), streamed.mean())
+    assert_rounding(chunked.cov(), streamed.cov())
 
 
 def test_streaming_moments_reduce_on_the_device_like_the_host():
@@ -145,6 +160,6 @@ def test_cross_device_regime_on_cuda_matches_the_cpu():
     rng = np.random.default_rng(0)
     Q, d = CROSS_DEVICE_Q, 2
     pb = QuadraticProblem.from_arrays(np.eye(d) * rng.uniform(0.5, 2.0, (Q, 1, d)), rng.standard_normal((Q, d)),
-                                      np.eye(d) * 0.2, np.ones(Q))
+                                      np.full((Q, d), 0.2), np.ones(Q))
     kw = dict(eta=0.1, local_steps=3, rounds=3, replicates=8000, seed=2, participation=4, record=[3])
     samples_agree(simulate(pb, device=CUDA, **kw).final, simulate(pb, **kw).final)

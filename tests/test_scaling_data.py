@@ -129,3 +129,32 @@ def test_temperature_change_beyond_tolerance_is_noted(cancer):
     assert f"{rel:+.1%}" in note and "1/b − 1/N_k, not 1/b" in note and "b = 8 → 16" in note
     N = cancer.sizes.mean()
     assert f"{(1 - 16 / N) / (1 - 8 / N) - 1:+.1%}" in note  # the finite-population prediction
+
+
+def test_device_cpu_is_the_default_and_a_bad_device_is_named(cancer):
+    cfg = FedAvgConfig(eta=0.05, local_steps=2, server_lr=1.0, rounds=4)
+    plain = compare_data(cancer, cfg, "batch", 2, replicates=3, seed=1, points=2)
+    cpu = compare_data(cancer, cfg, "batch", 2, replicates=3, seed=1, points=2, device="cpu")
+    for name in plain.base.mean:
+        np.testing.assert_array_equal(cpu.base.values[name], plain.base.values[name])
+        np.testing.assert_array_equal(cpu.scaled.values[name], plain.scaled.values[name])
+    with pytest.raises(FedsdeInputError, match="device='bogus'"):
+        compare_data(cancer, cfg, "batch", 2, replicates=3, seed=1, points=2, device="bogus")
+
+
+@pytest.mark.cuda
+def test_both_ends_on_cuda_agree_with_the_cpu_in_law(cancer):
+    """Other generators on the GPU, same law: each end's metrics at the last grid point agree with the CPU's within
+    5 standard errors (plus a rounding allowance of 1e-9 relative, and one test sample for the accuracy, whose ties
+    may round differently)."""
+    cfg = FedAvgConfig(eta=0.05, local_steps=2, server_lr=1.0, rounds=6)
+    kw = {"replicates": 64, "seed": 3, "points": 2}
+    cpu = compare_data(cancer, cfg, "clients", 2, **kw)
+    gpu = compare_data(cancer, cfg, "clients", 2, device="cuda", **kw)
+    for end in ("base", "scaled"):
+        a, b = getattr(cpu, end), getattr(gpu, end)
+        for name in a.mean:
+            ma, mb = a.mean[name][-1], b.mean[name][-1]
+            se = np.hypot(a.se[name][-1], b.se[name][-1])
+            tie = 1.0 / float(np.sum(cancer.test_sizes)) if "accuracy" in name else 0.0
+            assert abs(ma - mb) <= 5 * se + 1e-9 * abs(ma) + tie, (end, name, ma, mb, se)

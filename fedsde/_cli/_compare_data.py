@@ -7,7 +7,7 @@ import argparse
 
 import numpy as np
 
-from fedsde._cli.common import emit
+from fedsde._cli.common import emit, flag
 
 
 def _ints(option: str, text: str, *, minimum: int) -> list[int]:
@@ -22,14 +22,14 @@ def _ints(option: str, text: str, *, minimum: int) -> list[int]:
     return vals
 
 
-def run_data(args: argparse.Namespace, problem, steps, w0) -> int:
+def run_data(args: argparse.Namespace, problem, local_steps, w0) -> int:
     """FedAvg vs SDE (2) on ``problem`` (see :func:`fedsde.validity.general.general_sde_study`)."""
     from fedsde.errors import FedsdeInputError
     from fedsde.validity.general import Z95, general_sde_study
 
-    if args.paths is None or args.paths < 2:
-        raise FedsdeInputError(f"--paths={args.paths}: a data problem is compared by sampling; give --paths B "
-                               "(>= 2 paths per scheme)")
+    if args.replicates is None or args.replicates < 2:
+        raise FedsdeInputError(f"{flag(args, 'replicates')}={args.replicates}: a data problem is compared by "
+                               "sampling; give --replicates R (old name --paths; >= 2 paths per scheme)")
     if args.variant != "corrected":
         raise FedsdeInputError(f"--variant={args.variant}: the linear SDE variants need quadratic clients; a data "
                                "problem is compared with the general SDE (2) (leave --variant out)")
@@ -40,13 +40,14 @@ def run_data(args: argparse.Namespace, problem, steps, w0) -> int:
     every = args.record_every if args.record_every is not None else max(1, args.rounds // 20)
     if every < 1:
         raise FedsdeInputError(f"--record-every={every}: must be an integer >= 1")
-    st = general_sde_study(problem, eta=args.eta, local_steps=steps, rounds=args.rounds, replicates=args.paths,
-                           seed=args.seed, server_lr=args.server_lr, h=args.h, ells=ells, mc_substeps=subs,
-                           inner_samples=args.inner_samples, record_every=every, w0=w0, device=args.device)
+    st = general_sde_study(problem, eta=args.eta, local_steps=local_steps, rounds=args.rounds,
+                           replicates=args.replicates, seed=args.seed, server_lr=args.server_lr, h=args.h, ells=ells,
+                           mc_substeps=subs, inner_samples=args.inner_samples, record_every=every, w0=w0,
+                           device=args.device)
     result = {"kind": "data", "sde": "general (eq. (2))", **st.to_dict()}
     T = st.times[-1]
     lines = [f"problem: Q={problem.Q}, d={problem.d}  eta={args.eta}  server_lr={args.server_lr}  "
-             f"h={st.config['h']}  rounds={args.rounds} (t = {T:.6g})  paths={args.paths} per scheme",
+             f"h={st.config['h']}  rounds={args.rounds} (t = {T:.6g})  replicates={args.replicates} per scheme",
              "SDE reference (Richardson from the two finest SVAG chains): "
              + ", ".join(f"{m} {v['mean']:.5g} ± {Z95 * v['se']:.2g}" for m, v in st.reference.items()),
              f"{'scheme':10s}{'step':>10s}{'cost×':>8s}  " + "  ".join(f"{m} − SDE (95 % CI)".ljust(30)
@@ -61,13 +62,14 @@ def run_data(args: argparse.Namespace, problem, steps, w0) -> int:
     return emit(args, result, "\n".join(lines))
 
 
-def run_regression(args: argparse.Namespace, problem, steps, w0) -> int:
+def run_regression(args: argparse.Namespace, problem, local_steps, w0) -> int:
     """FedAvg vs its SDE on least-squares clients, from exact moments (no sampling)."""
     from fedsde.compare import least_squares_sde_study
     from fedsde.compare.study import refinement_grid
     from fedsde.errors import FedsdeInputError
 
-    for option, given in (("--paths", args.paths is not None), ("--variant", args.variant != "corrected"),
+    for option, given in ((flag(args, "replicates"), args.replicates is not None),
+                          ("--variant", args.variant != "corrected"),
                           ("--noise-scaling", args.noise_scaling not in (None, "fixed"))):
         if given:
             raise FedsdeInputError(
@@ -78,11 +80,13 @@ def run_regression(args: argparse.Namespace, problem, steps, w0) -> int:
         raise FedsdeInputError(f"--record-every={args.record_every}: must be an integer >= 1")
     h = args.eta if args.h is None else args.h
     h_grid = None
-    if args.steps:
+    if args.time_steps:
         from fedsde._cli.common import parse_vector
 
-        h_grid = refinement_grid(parse_vector("--steps", args.steps), args.rounds * h, name=f"--steps={args.steps!r}")
-    st = least_squares_sde_study(problem, eta=args.eta, local_steps=steps, rounds=args.rounds,
+        option = flag(args, "time_steps")
+        h_grid = refinement_grid(parse_vector(option, args.time_steps), args.rounds * h,
+                                 name=f"{option}={args.time_steps!r}")
+    st = least_squares_sde_study(problem, eta=args.eta, local_steps=local_steps, rounds=args.rounds,
                                  server_lr=args.server_lr, h=args.h, w0=w0, record_every=args.record_every,
                                  h_grid=h_grid)
     t_end, cmp = st.t_end, st.distances

@@ -38,7 +38,7 @@ from fedsde._cli.common import (
 from fedsde.errors import FedsdeInputError
 
 
-def _rule_weights(args: argparse.Namespace, problem, steps) -> np.ndarray:
+def _rule_weights(args: argparse.Namespace, problem, local_steps) -> np.ndarray:
     """The exact-law weights ``ω`` of ``--aggregator``; a rule that needs data a regression file does not carry
     (FedDisco's label distributions) is a one-line error saying how to give them."""
     from fedsde.aggregators import get_aggregator
@@ -52,10 +52,10 @@ def _rule_weights(args: argparse.Namespace, problem, steps) -> np.ndarray:
             f"--aggregator={args.aggregator}: the rule needs each client's label distribution and a regression "
             f"problem has no labels; give them with --aggregator-option label_distributions=[[...], ...] "
             f"({problem.Q} rows, one per client)") from None
-    return aggregator_round_weights(problem, agg, steps, participation=args.participation)
+    return aggregator_round_weights(problem, agg, local_steps, participation=args.participation)
 
 
-def _surrogate(problem, args, steps, omega, w0, exact_cov, transient) -> tuple[dict, list[str]]:
+def _surrogate(problem, args, local_steps, omega, w0, exact_cov, transient) -> tuple[dict, list[str]]:
     """The constant-noise surrogate's laws and their errors against the exact ones."""
     from fedsde.errors import NoStationaryLawError
     from fedsde.exact import constant_noise_surrogate, stationary_law, surrogate_gap, transient_moments
@@ -67,17 +67,18 @@ def _surrogate(problem, args, steps, omega, w0, exact_cov, transient) -> tuple[d
     notes: list[str] = []
     try:
         if exact_cov is not None:
-            gap = surrogate_gap(problem, args.eta, steps, args.server_lr, **kw)
+            gap = surrogate_gap(problem, args.eta, local_steps, args.server_lr, **kw)
             out["stationary"] = {"mean": gap.surrogate.mean, "cov": gap.surrogate.cov}
             out |= {"cov_rel_error": gap.cov_rel_error, "variance_ratio": gap.variance_ratio,
                     "mean_error": gap.mean_error, "worst_direction_ratio": list(gap.worst_direction_ratio)}
         else:
-            st = stationary_law(sur, args.eta, steps, args.server_lr, **kw)
+            st = stationary_law(sur, args.eta, local_steps, args.server_lr, **kw)
             out["stationary"] = {"mean": st.mean, "cov": st.cov}
     except NoStationaryLawError as exc:
         notes.append(f"surrogate: {exc}")
     if transient is not None:
-        tr = transient_moments(sur, args.eta, steps, args.rounds, args.server_lr, w0=w0, record=[args.rounds], **kw)
+        tr = transient_moments(sur, args.eta, local_steps, args.rounds, args.server_lr, w0=w0, record=[args.rounds],
+                               **kw)
         out["transient"] = {"rounds": args.rounds, "mean": tr.final_mean, "cov": tr.final_cov}
         P = np.asarray(transient["cov"])
         den = float(np.linalg.norm(P))

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from fedsde._compat import renamed
 from fedsde.errors import FedsdeInputError
 
 
@@ -53,16 +54,18 @@ def add_strict_flag(p: argparse.ArgumentParser) -> None:
                        "one line on stderr, nothing on stdout, exit 2")
 
 
-def add_problem_args(p: argparse.ArgumentParser, *, steps: bool = True, data: bool = True,
+@renamed(steps="local_steps")
+def add_problem_args(p: argparse.ArgumentParser, *, local_steps: bool = True, data: bool = True,
                      problem_help: str | None = None) -> None:
-    """``--problem FILE --eta η --local-steps E --server-lr s [--client-steps τ1,τ2,…]``; ``data=False`` for
-    commands that take quadratic clients only; ``problem_help`` replaces the help of ``--problem``."""
+    """``--problem FILE --eta η --local-steps E --server-lr s [--client-steps τ1,τ2,…]``; ``local_steps=False``
+    (old name: ``steps``) leaves out the two local-steps flags; ``data=False`` for commands that take quadratic
+    clients only; ``problem_help`` replaces the help of ``--problem``."""
     if problem_help is None:
         problem_help = ("problem file (.toml/.json): quadratic clients or a data problem (kind = \"classification\" "
                         "or \"regression\")" if data else "quadratic problem (.toml or .json)")
     p.add_argument("--problem", required=True, metavar="FILE", help=problem_help)
     p.add_argument("--eta", required=True, type=float, metavar="η", help="client learning rate")
-    if steps:
+    if local_steps:
         p.add_argument("--local-steps", type=int, default=None, metavar="E", help="local SGD steps per round")
         p.add_argument(
             "--client-steps", default=None, metavar="τ1,τ2,…",
@@ -70,6 +73,39 @@ def add_problem_args(p: argparse.ArgumentParser, *, steps: bool = True, data: bo
         )
     p.add_argument("--server-lr", type=float, default=1.0, metavar="s",
                    help="actual server step s = h·η₀ (default 1: plain FedAvg)")
+
+
+class _RenamedFlag(argparse.Action):
+    """Stores the value like ``store`` and records which of the option's strings was typed (:func:`flag`); the
+    option strings after the first are old names: using one issues a :class:`DeprecationWarning` (housekeeping:
+    neither in the JSON ``warnings`` nor fatal under ``--strict``, so the output does not change)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        typed = getattr(namespace, "_flags", None)
+        if typed is None:
+            typed = {}
+            namespace._flags = typed
+        typed[self.dest] = option_string or self.option_strings[0]
+        if option_string is not None and option_string != self.option_strings[0]:
+            warnings.warn(f"{option_string} is the old name of {self.option_strings[0]} and goes away in the next "
+                          f"release; use {self.option_strings[0]}", DeprecationWarning, stacklevel=2)
+
+
+def add_renamed(p, new: str, old: str, *, help: str, **kwargs) -> argparse.Action:
+    """Add the option ``new`` that also answers to its old name ``old`` (accepted for one release; its help says
+    so).  Other keyword arguments are those of ``add_argument`` (``type``, ``default``, ``metavar``, ``required``).
+
+    A sweep spec may name the option by either flag (:mod:`fedsde.sweep.command` reads every option string).
+    """
+    return p.add_argument(new, old, action=_RenamedFlag, help=f"{help} ({old}: its old name, accepted for one "
+                          "release)", **kwargs)
+
+
+def flag(args: argparse.Namespace, dest: str) -> str:
+    """The option string the user typed for ``dest`` (a renamed option's old name when that was used), else the
+    option's name: ``--`` and ``dest`` with ``-`` for ``_``.  Messages about an option name it as it was typed."""
+    return (getattr(args, "_flags", None) or {}).get(dest, "--" + dest.replace("_", "-"))
 
 
 def local_steps_from_args(args: argparse.Namespace, Q: int) -> int | np.ndarray:
@@ -256,13 +292,14 @@ def fmt_array(a) -> str:
     return np.array2string(np.asarray(a), precision=6, suppress_small=False, max_line_width=100)
 
 
-def refuse_known_divergence(problem, eta: float, steps, server_lr: float = 1.0, *, aggregator="fedavg",
+@renamed(steps="local_steps")
+def refuse_known_divergence(problem, eta: float, local_steps, server_lr: float = 1.0, *, aggregator="fedavg",
                             participation: int | None = None) -> None:
     """Raise a one-line :class:`FedsdeInputError` when :func:`known_divergence` finds a reason (commands that run
-    the algorithm or its SDE call this before any work)."""
+    the algorithm or its SDE call this before any work); ``local_steps`` old name: ``steps``."""
     from fedsde.exact.stability import known_divergence
 
-    why = known_divergence(problem, eta, steps, server_lr, aggregator=aggregator, participation=participation)
+    why = known_divergence(problem, eta, local_steps, server_lr, aggregator=aggregator, participation=participation)
     if why:
         raise FedsdeInputError(why[0])
 

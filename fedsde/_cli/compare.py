@@ -8,7 +8,15 @@ import numpy as np
 
 from fedsde._cli import one_line_help
 from fedsde._cli._names import NOISE_SCALINGS, SDE_VARIANTS
-from fedsde._cli.common import add_json_flag, add_problem_args, emit, local_steps_from_args, parse_vector
+from fedsde._cli.common import (
+    add_json_flag,
+    add_problem_args,
+    add_renamed,
+    emit,
+    flag,
+    local_steps_from_args,
+    parse_vector,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -18,10 +26,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Exact comparison (no sampling) of FedAvg on quadratic clients with a linear SDE variant on "
         "the clock t = n·h: means and covariances at round times, Wasserstein-2 distance between the laws, weak "
         "error |E φ(w_n) − E φ(w(n·h))| for φ = ‖w − w*‖² and φ = F(w), and the weak error against the step h at "
-        "fixed t and η₀ = s/h with its fitted log–log slope. With --paths, also Monte-Carlo: SDE paths vs the "
+        "fixed t and η₀ = s/h with its fitted log–log slope. With --replicates, also Monte-Carlo: SDE paths vs the "
         "chain's law (per-coordinate KS, weak errors with confidence intervals). For a data problem "
         "(kind = \"classification\"): discrete FedAvg against the general SDE (2) sampled by the SVAG chain "
-        "(--ells) and by Monte-Carlo-coefficient Euler (--mc-substeps), with --paths paths each: moments of the "
+        "(--ells) and by Monte-Carlo-coefficient Euler (--mc-substeps), with --replicates paths each: moments of the "
         "train loss over time, weak error of E F(w_T) and of the test accuracy vs step with 95 % intervals, cost. "
         "For a least-squares regression file (kind = \"regression\"): exactly, no sampling — the chain's exact "
         "moments against those of its SDE (eq. (2) with the exact round moments, diffusion quadratic in w), weak "
@@ -37,8 +45,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "problem)")
     p.add_argument("--record-every", type=int, default=None, metavar="m",
                    help="report the moments every m rounds (default: about 20 records)")
-    p.add_argument("--steps", default=None, metavar="h1,h2,…",
-                   help="time steps of the weak-error refinement at fixed t = n·h: at least two, each > 0, snapped "
+    add_renamed(p, "--time-steps", "--steps", default=None, metavar="h1,h2,…",
+                help="time steps of the weak-error refinement at fixed t = n·h: at least two, each > 0, snapped "
                    "to t/round(t/h_j) so that t is a whole number of rounds, distinct after snapping "
                    "(default h, h/2, …, h/16)")
     p.add_argument("--noise-scaling", choices=NOISE_SCALINGS, default=None,
@@ -48,8 +56,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "--variant paper) leaves an error that does not vanish. fixed: the problem as given, a "
                    "small-noise limit in which every SDE with the right drift, even with a wrong diffusion, shows "
                    "slope about 1 (a regression file: always fixed, its minibatch noise is the data's)")
-    p.add_argument("--paths", type=int, default=None, metavar="B", help="also simulate B SDE paths")
-    p.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the Monte-Carlo part")
+    add_renamed(p, "--replicates", "--paths", type=int, default=None, metavar="R", help="also simulate R SDE paths")
+    p.add_argument("--seed", type=int, default=0, metavar="SEED", help="seed of the Monte-Carlo part")
     p.add_argument("--substeps", type=int, default=1, metavar="k", help="Euler steps per round (Monte-Carlo)")
     p.add_argument("--device", default="cpu", help="torch device for the Monte-Carlo part")
     p.add_argument("--ells", default="1,2,4,8", metavar="ℓ1,ℓ2,…",
@@ -57,21 +65,22 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "reference; default 1,2,4,8)")
     p.add_argument("--mc-substeps", default="1", metavar="k1,k2,…",
                    help="data problems: substeps of the Monte-Carlo-coefficient Euler runs ('0': none; default 1)")
-    p.add_argument("--inner-samples", type=int, default=8, metavar="S",
+    p.add_argument("--inner-samples", type=int, default=8, metavar="K",
                    help="data problems: Monte-Carlo rollouts per path and step of the Euler runs (default 8)")
     add_json_flag(p)
     p.set_defaults(func=run)
 
 
 def _refinement_steps(text: str | None, args: argparse.Namespace) -> np.ndarray | None:
-    """``--steps`` parsed and snapped so that t = n·h is a whole number of rounds (None: the study's default)."""
+    """``--time-steps`` parsed and snapped so that t = n·h is a whole number of rounds (None: the study's default)."""
     if not text:
         return None
     from fedsde._validate import positive_float
     from fedsde.compare.study import refinement_grid
 
     h = positive_float("eta", args.eta) if args.h is None else positive_float("h", args.h)
-    return refinement_grid(parse_vector("--steps", text), args.rounds * h, name=f"--steps={text!r}")
+    option = flag(args, "time_steps")
+    return refinement_grid(parse_vector(option, text), args.rounds * h, name=f"{option}={text!r}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -95,14 +104,15 @@ def run(args: argparse.Namespace) -> int:
         return run_data(args, problem, steps, w0)
     if args.noise_scaling is None:
         args.noise_scaling = "diffusive"
-    h_grid = _refinement_steps(args.steps, args)
-    if args.paths is not None and args.paths < 2:
-        raise FedsdeInputError(f"--paths={args.paths}: must be an integer >= 2 (a covariance needs two paths)")
+    h_grid = _refinement_steps(args.time_steps, args)
+    if args.replicates is not None and args.replicates < 2:
+        raise FedsdeInputError(f"{flag(args, 'replicates')}={args.replicates}: must be an integer >= 2 (a covariance "
+                               "needs two paths)")
     if args.record_every is not None and args.record_every < 1:
         raise FedsdeInputError(f"--record-every={args.record_every}: must be an integer >= 1")
     st = quadratic_sde_study(problem, eta=args.eta, local_steps=steps, rounds=n, server_lr=args.server_lr, h=args.h,
                              variant=args.variant, w0=w0, record_every=args.record_every, h_grid=h_grid,
-                             noise_scaling=args.noise_scaling, paths=args.paths, seed=args.seed,
+                             noise_scaling=args.noise_scaling, replicates=args.replicates, seed=args.seed,
                              substeps=args.substeps, device=args.device, progress=not args.json)
     return emit(args, st.to_dict(), _human(st, args, problem))
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from fedsde._atomic import atomic_write_bytes
 from fedsde._cli import one_line_help
-from fedsde._cli.common import add_json_flag, emit, to_jsonable, writable_folder
+from fedsde._cli.common import add_json_flag, add_renamed, emit, flag, to_jsonable, writable_folder
 from fedsde.errors import FedsdeInputError
 from fedsde.report.aggregator_comparison import (
     DEFAULT_AGGREGATORS,
@@ -91,7 +91,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "round); or a least-squares regression file (kind = \"regression\": the training objective F(w) "
                    "is reported instead of the test accuracy, one local epoch by default, and rules that need label "
                    "distributions leave the default list)")
-    p.add_argument("--runs", type=int, default=None, metavar="S", help="runs (seeds) per rule, >= 2 (default 3)")
+    add_renamed(p, "--replicates", "--runs", type=int, default=None, metavar="R",
+                help="independent runs (seeds) per rule, >= 2 (default 3)")
     p.add_argument("--seed", type=int, default=0, metavar="SEED", help="seed of the runs' random streams")
     p.add_argument("--data-seed", type=int, default=0, metavar="SEED", help="seed of the partition and split")
     p.add_argument("--clients", type=int, default=None, metavar="Q", help="number of clients (default 20; --quick 10)")
@@ -99,7 +100,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="clients sampled per round, <= --clients (default 5, or every client when there are "
                    "fewer)")
     p.add_argument("--eta", type=float, default=None, metavar="η", help="client learning rate")
-    p.add_argument("--epochs", type=int, default=None, metavar="E",
+    p.add_argument("--epochs", type=int, default=None, metavar="EPOCHS",
                    help="local epochs per round (default 3; hybrid+ draws E_k from 2..5 every round instead)")
     p.add_argument("--settings", default=",".join(SETTINGS), metavar="S1,S2,…",
                    help=f"subset of {','.join(SETTINGS)}")
@@ -108,6 +109,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="fedsde-results/compare-aggregators", metavar="DIR",
                    help="where table.md, summary.csv, results.json and accuracy.png (train_loss.png for a regression "
                    "file) go")
+    p.add_argument("--device", default="cpu", metavar="DEVICE",
+                   help="torch device of the simulations (cpu, cuda, cuda:1, …; default cpu); the metrics are "
+                   "evaluated on the host")
     p.add_argument("--no-plot", action="store_true", help="skip the figure")
     add_json_flag(p)
     p.set_defaults(func=run)
@@ -135,8 +139,8 @@ def _configure(args: argparse.Namespace) -> ComparisonConfig:
             raise FedsdeInputError(f"{opt}={val}: must be an integer >= 0")
     if args.rounds is not None and args.rounds < 1:
         raise FedsdeInputError(f"--rounds={args.rounds}: must be an integer >= 1")
-    if args.runs is not None and args.runs < 2:
-        raise FedsdeInputError(f"--runs={args.runs}: need >= 2 runs for a standard deviation")
+    if args.replicates is not None and args.replicates < 2:
+        raise FedsdeInputError(f"{flag(args, 'replicates')}={args.replicates}: need >= 2 runs for a standard deviation")
     if args.eta is not None and not (math.isfinite(args.eta) and args.eta > 0):
         raise FedsdeInputError(f"--eta={args.eta}: must be finite and > 0")
     if args.clients is not None and args.clients < 1:
@@ -146,7 +150,7 @@ def _configure(args: argparse.Namespace) -> ComparisonConfig:
     epochs = getattr(args, "epochs", None)
     if epochs is not None and epochs < 1:
         raise FedsdeInputError(f"--epochs={epochs}: must be an integer >= 1")
-    for attr, val in (("rounds", args.rounds), ("runs", args.runs), ("n_clients", args.clients),
+    for attr, val in (("rounds", args.rounds), ("runs", args.replicates), ("n_clients", args.clients),
                       ("participation", args.participation), ("eta", args.eta), ("epochs", epochs)):
         if val is not None:
             setattr(cfg, attr, val)
@@ -159,11 +163,24 @@ def _configure(args: argparse.Namespace) -> ComparisonConfig:
                                    f"({default}); pass more --clients")
         raise FedsdeInputError(f"--participation={cfg.participation}: cannot exceed --clients={cfg.n_clients}")
     cfg.seed, cfg.data_seed = args.seed, args.data_seed
+    cfg.device = str(_device(args.device))
     if getattr(args, "problem", None) is not None:
         return _configure_file(args, cfg)
     cfg.settings = _names("--settings", args.settings, SETTINGS)
     cfg.aggregators = _names("--aggregators", args.aggregators, tuple(sorted(AGGREGATORS)), lower=True)
     return cfg
+
+
+def _device(device: str):
+    """``--device``, checked before any data is loaded."""
+    import torch
+
+    from fedsde._validate import device_dtype
+
+    try:
+        return device_dtype(device, torch.float64)[0]
+    except FedsdeInputError as exc:
+        raise FedsdeInputError(str(exc).replace("device=", "--device=", 1)) from None
 
 
 def _configure_file(args: argparse.Namespace, cfg: ComparisonConfig) -> ComparisonConfig:

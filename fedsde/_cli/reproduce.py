@@ -24,7 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--only", default=None, metavar="F3,F5", help="make only these figures")
     p.add_argument("--config", default=None, metavar="FILE",
                    help="TOML file whose fields override the built-in quick/full configuration")
-    p.add_argument("--seed", type=int, default=None, metavar="S", help="overrides run.seed")
+    p.add_argument("--seed", type=int, default=None, metavar="SEED", help="overrides run.seed")
     p.add_argument("--device", default=None, help="torch device for simulations (overrides run.device)")
     p.add_argument("--no-claims", action="store_true", help="skip the claims table (faster)")
     p.add_argument("--jobs", type=int, default=None, metavar="N",

@@ -11,7 +11,9 @@ from fedsde._cli._names import SDE_ESTIMATORS, SDE_METHODS, SDE_MODELS
 from fedsde._cli.common import (
     add_json_flag,
     add_problem_args,
+    add_renamed,
     emit,
+    flag,
     fmt_array,
     local_steps_from_args,
     parse_vector,
@@ -24,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "sde",
         help=one_line_help("sde"),
-        description="Simulate B paths of the FedAvg SDE dw = −A(w − c) dt + b dB (variants paper, corrected, "
+        description="Simulate R paths of the FedAvg SDE dw = −A(w − c) dt + b dB (variants paper, corrected, "
         "matched) or of seed 002 eq. (2) with Monte-Carlo coefficients (general), on the clock t = n·h with "
         "server step s = h·η₀, and report the moments of the paths at the last round.",
     )
@@ -32,15 +34,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--variant", choices=SDE_MODELS, default="corrected", help="SDE variant (default corrected)")
     p.add_argument("--h", type=float, default=None, metavar="h", help="time step of one round (default η)")
     p.add_argument("--rounds", type=int, required=True, metavar="n", help="rounds: the paths run to t = n·h")
-    p.add_argument("--paths", type=int, required=True, metavar="B", help="number of independent paths (>= 2)")
-    p.add_argument("--seed", type=int, required=True, metavar="S")
+    add_renamed(p, "--replicates", "--paths", type=int, required=True, metavar="R",
+                help="number of independent paths (>= 2)")
+    p.add_argument("--seed", type=int, required=True, metavar="SEED")
     p.add_argument("--substeps", type=int, default=1, metavar="k", help="Euler steps per round (dt = h/k)")
     p.add_argument("--method", choices=SDE_METHODS, default="euler",
                    help="euler (torchsde) or exact (OU transitions; linear variants)")
     p.add_argument("--w0", default=None, metavar="w1,w2,…",
                    help="start point (default: zero for quadratic clients, the problem's initial weights for a data "
                    "problem)")
-    p.add_argument("--inner-samples", type=int, default=None, metavar="S",
+    p.add_argument("--inner-samples", type=int, default=None, metavar="K",
                    help="general variant, mc-euler integrator: Monte-Carlo rollouts per path and step (default 16)")
     p.add_argument("--estimator", choices=SDE_ESTIMATORS, default="compensated",
                    help="general variant: diffusion estimator")
@@ -76,8 +79,9 @@ def run(args: argparse.Namespace) -> int:
     w0 = parse_vector("--w0", args.w0, problem.d)
     if args.rounds is None or args.rounds < 0:
         raise FedsdeInputError(f"--rounds={args.rounds}: must be an integer >= 0")
-    if args.paths is None or args.paths < 2:
-        raise FedsdeInputError(f"--paths={args.paths}: must be an integer >= 2 (a covariance needs two paths)")
+    if args.replicates is None or args.replicates < 2:
+        raise FedsdeInputError(f"{flag(args, 'replicates')}={args.replicates}: must be an integer >= 2 (a covariance "
+                               "needs two paths)")
     every = args.record_every if args.record_every is not None else max(1, args.rounds // 100)
     if every < 1:
         raise FedsdeInputError(f"--record-every={every}: must be an integer >= 1")
@@ -90,18 +94,19 @@ def run(args: argparse.Namespace) -> int:
         from fedsde.sde.svag import simulate_svag
 
         res = simulate_svag(
-            problem, eta=args.eta, local_steps=steps, rounds=args.rounds, paths=args.paths, seed=args.seed,
+            problem, eta=args.eta, local_steps=steps, rounds=args.rounds, replicates=args.replicates, seed=args.seed,
             ell=args.ell, server_lr=args.server_lr, h=args.h, w0=w0, oracle_factory=oracle, record=record,
             device=args.device, dtype=torch.float32 if args.float32 else torch.float64, progress=not args.json,
         )
     else:
         res = simulate_sde(
-            problem, eta=args.eta, local_steps=steps, rounds=args.rounds, paths=args.paths, seed=args.seed,
+            problem, eta=args.eta, local_steps=steps, rounds=args.rounds, replicates=args.replicates, seed=args.seed,
             variant=args.variant, server_lr=args.server_lr, h=args.h, substeps=args.substeps, w0=w0,
             method=args.method, inner_samples=16 if args.inner_samples is None else args.inner_samples,
             estimator=args.estimator, device=args.device,
             dtype=torch.float32 if args.float32 else torch.float64, chunk_size=args.chunk_size, record=record,
-            # the linear variants stream moments over path chunks (memory bounded whatever --paths); metrics need paths
+            # the linear variants stream moments over path chunks (memory bounded whatever --replicates); metrics need
+            # the paths
             progress=not args.json, moments_only=general is None,
             **({} if general is None else {"oracle_factory": oracle}),
         )
@@ -127,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
         + (f"integrator=svag  ℓ={args.ell}  " if res.config.get("integrator") == "svag" else
            f"method={args.method}  substeps={args.substeps}  ")
         + f"eta={args.eta}  server_lr={args.server_lr}  h={res.h}",
-        f"paths={res.replicates}  rounds={args.rounds}  (t = n·h = {res.times[-1]:.6g})",
+        f"replicates={res.replicates}  rounds={args.rounds}  (t = n·h = {res.times[-1]:.6g})",
         f"final mean            {fmt_array(mean)}",
         f"final cov             {fmt_array(cov)}",
     ]

@@ -46,7 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_problem_args(p)
     p.add_argument("--rounds", type=int, required=True, metavar="n")
     p.add_argument("--replicates", type=int, required=True, metavar="R", help="independent runs (>= 2)")
-    p.add_argument("--seed", type=int, required=True, metavar="S")
+    p.add_argument("--seed", type=int, required=True, metavar="SEED")
     p.add_argument("--w0", default=None, metavar="w1,w2,…",
                    help="start point (default zero; data problems: the problem's initial weights)")
     p.add_argument("--record-every", type=int, default=None, metavar="m",
@@ -117,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
     return emit(args, result, human)
 
 
-def _run_data(args: argparse.Namespace, problem, steps, w0, agg) -> int:
+def _run_data(args: argparse.Namespace, problem, local_steps, w0, agg) -> int:
     """A data problem: metrics over the recorded rounds and the final mean of the server weights."""
     import torch
 
@@ -131,7 +131,7 @@ def _run_data(args: argparse.Namespace, problem, steps, w0, agg) -> int:
     record = sorted(set(range(0, n + 1, every)) | {n})
     start = problem.initial_weights() if w0 is None else w0
     res = simulate(
-        problem, eta=args.eta, local_steps=steps, rounds=n, replicates=args.replicates, seed=args.seed,
+        problem, eta=args.eta, local_steps=local_steps, rounds=n, replicates=args.replicates, seed=args.seed,
         server_lr=args.server_lr, w0=start, participation=args.participation, weighting=args.weighting,
         aggregator=agg, record=record, device=args.device,
         dtype=torch.float32 if args.float32 else torch.float64, progress=not args.json,
@@ -150,7 +150,7 @@ def _run_data(args: argparse.Namespace, problem, steps, w0, agg) -> int:
         "problem": problem.summary() | {"label_counts": None},
         "config": {k: v for k, v in res.config.items() if k != "local_steps"} | {
             "aggregator_options": aggregator_options(args),
-            "local_steps": np.atleast_1d(steps).tolist()},
+            "local_steps": np.atleast_1d(local_steps).tolist()},
     }
     lines = [f"{res.replicates} replicates, {n} rounds, seed {args.seed} ({res.config['device']}); "
              f"{problem.name}: {problem.model}, Q={problem.Q}, d={problem.d}, batch {problem.batch_size}",

@@ -44,7 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "Default 1 with --reference exact (add larger ℓ for the 1/ℓ report) and 1,2,4,8 with svag (at "
                    "least two values; three besides FedAvg let the 1/ℓ regime be checked)")
     p.add_argument("--replicates", type=int, required=True, metavar="R", help="independent chains per ℓ (>= 2)")
-    p.add_argument("--seed", type=int, required=True, metavar="S")
+    p.add_argument("--seed", type=int, required=True, metavar="SEED")
     p.add_argument("--h", type=float, default=None, metavar="h", help="time step of one base round (default η)")
     p.add_argument("--w0", default=None, metavar="w1,w2,…",
                    help="start point (default: the problem's initial weights for a data problem — zero for linear "

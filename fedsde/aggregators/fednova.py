@@ -60,6 +60,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from fedsde._compat import renamed
 from fedsde._validate import choice, positive_float, unit_interval
 from fedsde.aggregators.base import Aggregator, RoundContext, weighted_mean
 from fedsde.aggregators.registry import register
@@ -70,15 +71,17 @@ TAU_EFF = ("auto", "solver", "steps", "full")
 VARIANTS = ("paper", "official")
 
 
-def official_normaliser(momentum: float, prox: float, steps: int, eta: float) -> float:
-    """Seed 003's code's normaliser after ``steps`` local steps (``local_normalizing_vec`` of ``FedNova.step``).
+@renamed(steps="local_steps")
+def official_normaliser(momentum: float, prox: float, local_steps: int, eta: float) -> float:
+    """Seed 003's code's normaliser after ``local_steps`` local steps (``local_normalizing_vec`` of ``FedNova.step``;
+    old name of ``local_steps``: ``steps``).
 
     Per step: ``c ← ρc + 1``, ``s ← s + c`` with momentum; ``s ← (1 − ημ)s + 1`` with a proximal term; ``s ← s + 1``
     with neither.  Equals ``‖a‖₁`` unless both ``ρ`` and ``μ`` are non-zero (module docstring).
     """
     alpha = eta * prox
     c = s = 0.0
-    for _ in range(int(steps)):
+    for _ in range(int(local_steps)):
         if momentum:
             c = c * momentum + 1.0
             s += c

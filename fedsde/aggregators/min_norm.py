@@ -69,22 +69,22 @@ def min_norm_gram(M: torch.Tensor, *, max_iter: int = 100, tol: float = MIN_NORM
     return lam.reshape(*batch, Q)
 
 
-def _affine_minimiser(M: torch.Tensor, S: torch.Tensor) -> torch.Tensor:
-    """Minimiser of ``λᵀMλ`` over ``{λ: λ = 0 off S, Σ λ = 1}`` for every batch element (pseudo-inverse when the
-    KKT system ``M_SS λ_S = ν 1, 1ᵀλ_S = 1`` is singular)."""
-    Bn, Q = S.shape
-    Sf = S.to(M.dtype)
+def _affine_minimiser(M: torch.Tensor, support: torch.Tensor) -> torch.Tensor:
+    """Minimiser of ``λᵀMλ`` over ``{λ: λ = 0 off S, Σ λ = 1}`` for every batch element, ``S`` the ``support`` mask
+    (pseudo-inverse when the KKT system ``M_SS λ_S = ν 1, 1ᵀλ_S = 1`` is singular)."""
+    Bn, Q = support.shape
+    supp = support.to(M.dtype)
     K = torch.zeros((Bn, Q + 1, Q + 1), dtype=M.dtype, device=M.device)
-    K[:, :Q, :Q] = M * Sf[:, :, None] * Sf[:, None, :] + torch.diag_embed(1 - Sf)
-    K[:, :Q, Q] = -Sf
-    K[:, Q, :Q] = Sf
+    K[:, :Q, :Q] = M * supp[:, :, None] * supp[:, None, :] + torch.diag_embed(1 - supp)
+    K[:, :Q, Q] = -supp
+    K[:, Q, :Q] = supp
     rhs = torch.zeros((Bn, Q + 1, 1), dtype=M.dtype, device=M.device)
     rhs[:, Q] = 1.0
     sol, info = torch.linalg.solve_ex(K, rhs)
     bad = (info != 0) | ~torch.isfinite(sol).all(1).squeeze(-1)
     if bool(bad.any()):
         sol[bad] = torch.linalg.pinv(K[bad], hermitian=True) @ rhs[bad]
-    lam = sol[:, :Q, 0] * Sf
+    lam = sol[:, :Q, 0] * supp
     return lam / lam.sum(1, keepdim=True)
 
 
@@ -99,10 +99,10 @@ def _polish(M: torch.Tensor, lam: torch.Tensor, max_rounds: int | None = None) -
     Bn, Q = lam.shape
     scale = torch.diagonal(M, dim1=1, dim2=2).max(1).values.clamp_min(DIVISION_FLOOR)
     lam = lam.clone()
-    S = lam > 0
+    support = lam > 0
     idx = torch.arange(Bn, device=M.device)  # unfinished batch elements
     for _ in range(max_rounds or 4 * Q + 4):
-        Mi, Si, li = M[idx], S[idx], lam[idx]
+        Mi, Si, li = M[idx], support[idx], lam[idx]
         cand = _affine_minimiser(Mi, Si)
         dirn = cand - li
         shrink = Si & (dirn < 0)
@@ -118,7 +118,7 @@ def _polish(M: torch.Tensor, lam: torch.Tensor, max_rounds: int | None = None) -
         add = feasible & (worst < val - ACTIVE_SET_RTOL * scale[idx])
         r = torch.arange(idx.numel(), device=M.device)
         Si[r[add], t[add]] = True
-        lam[idx], S[idx] = li, Si
+        lam[idx], support[idx] = li, Si
         idx = idx[~(feasible & ~add)]
         if idx.numel() == 0:
             break

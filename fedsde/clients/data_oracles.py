@@ -1,8 +1,8 @@
 """Gradient oracles for clients with real data (:class:`~fedsde.problems.logistic.ClassificationProblem`).
 
-Shapes follow :mod:`fedsde.clients.oracles`: ``x`` of shape ``(nb, S, B, d)`` (blocks × client slots × replicates per
-block × dimension).  Every random draw fills whole blocks from their own stream and every tensor has a shape
-fixed by the run's configuration (not by the draws), which keeps results bit-identical and independent of how
+Shapes follow :mod:`fedsde.clients.oracles`: ``x`` of shape ``(nb, slots, B, d)`` (blocks × client slots ×
+replicates per block × dimension).  Every random draw fills whole blocks from their own stream and every tensor has a
+shape fixed by the run's configuration (not by the draws), which keeps results bit-identical and independent of how
 replicates are chunked.  Models: logistic, softmax and the one-hidden-layer tanh MLP (:mod:`fedsde.problems.mlp`).
 
 * :class:`MinibatchOracle` — true minibatch SGD: the mean gradient of ``S_k`` samples drawn without replacement,
@@ -10,9 +10,9 @@ replicates are chunked.  Models: logistic, softmax and the one-hidden-layer tanh
   permutation every epoch (``sampling="epoch"``, what data loaders do; the last batch of an epoch may be
   smaller);
 * :class:`GaussianMinibatchOracle` — the full client gradient plus Gaussian noise with the minibatch covariance
-  ``Σ_k(w) = (1/S − 1/N_k) · sample covariance`` of seed 002, Sec. 3 (so the SDE machinery applies to real
-  data): ``ξ = √((1/S − 1/N_k)/(N_k − 1)) Σ_i (z_i − z̄) ∇ℓ_i(w)`` with ``z_i ~ N(0, 1)`` has exactly that
-  covariance;
+  ``Σ_k(w) = (1/b − 1/N_k) · sample covariance`` (``b`` the batch size) of seed 002, Sec. 3 (so the SDE
+  machinery applies to real data): ``ξ = √((1/b − 1/N_k)/(N_k − 1)) Σ_i (z_i − z̄) ∇ℓ_i(w)`` with
+  ``z_i ~ N(0, 1)`` has exactly that covariance;
 * :class:`FullGradientOracle` — the exact client gradient (deterministic local GD).
 
 How the work is laid out (results are the same up to rounding; the choice depends on the configuration only):
@@ -24,8 +24,8 @@ How the work is laid out (results are the same up to rounding; the choice depend
   O(batch) per step.
 * *gathered rows* — otherwise each replicate's minibatch rows are gathered (``index_select``) and batched
   matmuls of shape ``(batch × F) @ (F × K)`` run per replicate.  Minibatches of at most :data:`FLOYD_MAX` rows
-  are drawn with Floyd's algorithm (``S`` uniform draws per slot and step: O(batch) randomness and O(batch²)
-  work whatever ``N_k``); larger ones keep the ``S`` smallest of ``N_max`` uniform keys.
+  are drawn with Floyd's algorithm (``b`` uniform draws per slot and step: O(batch) randomness and O(batch²)
+  work whatever ``N_k``); larger ones keep the ``b`` smallest of ``N_max`` uniform keys.
 
 Batch sizes are fixed (``batch_size=``) or handed over every round by the simulator from
 :class:`~fedsde.clients.steps.EpochSteps` through ``begin_round(batch=…, max_batch=…)`` (the
@@ -106,12 +106,12 @@ class _DataOracle(OracleBase):
 
         Parameters
         ----------
-        batch : Tensor of int, shape (R, S), optional
+        batch : Tensor of int, shape (R, slots), optional
             Batch size of every replicate and slot (default: the fixed ``batch_size``).
         max_batch : int, optional
             Padded batch length (at least ``batch.max()``; fixed by the run's configuration).
-        clients : Tensor of int, shape (nb, S, B), optional
-            Client held by every slot (default: slot ``k`` is client ``k``, ``S = Q``).
+        clients : Tensor of int, shape (nb, slots, B), optional
+            Client held by every slot (default: slot ``k`` is client ``k``, ``slots = Q``).
         """
         self.step = 0
         self.clients = clients
@@ -120,7 +120,7 @@ class _DataOracle(OracleBase):
         if clients is None:
             sizes = self.sizes.view(1, self.Q, 1, 1)
         else:
-            sizes = self.sizes[clients].unsqueeze(-1)  # (nb, S, B, 1)
+            sizes = self.sizes[clients].unsqueeze(-1)  # (nb, slots, B, 1)
         self._slot_sizes = sizes
         self._pad = self.pos >= sizes  # (…, N)
         self._from_fixed = batch is None  # batch sizes from the fixed batch_size (not handed over by EpochSteps)
@@ -133,17 +133,17 @@ class _DataOracle(OracleBase):
             self.max_batch = int(min(self.fixed_batch, self.n_max))
         else:
             self.max_batch = int(max_batch) if max_batch is not None else int(batch.max())
-            self.batch = batch  # (R, S); viewed block-major at the first step
+            self.batch = batch  # (R, slots); viewed block-major at the first step
 
     def _mean_weights(self) -> torch.Tensor:
-        """``1/N_k`` on every real row of each slot's client (0 on padding), shape (1|nb, S, 1|B, N); per round."""
+        """``1/N_k`` on every real row of each slot's client (0 on padding), shape (1|nb, slots, 1|B, N); per round."""
         if self._mean_w is None:
             self._mean_w = (1.0 / self._slot_sizes.to(self.dtype)).masked_fill(self._pad, 0.0)
         return self._mean_w
 
-    def _batch_view(self, nb: int, S: int, B: int) -> torch.Tensor:
+    def _batch_view(self, nb: int, slots: int, B: int) -> torch.Tensor:
         if self.batch.dim() == 2:
-            self.batch = self.batch.view(nb, B, S).transpose(1, 2).unsqueeze(-1)
+            self.batch = self.batch.view(nb, B, slots).transpose(1, 2).unsqueeze(-1)
         return self.batch
 
     # ------------------------------------------------------------------ gradients
@@ -155,7 +155,7 @@ class _DataOracle(OracleBase):
         return P.div_(P.sum(-1, keepdim=True)).sub_(Y)
 
     def _grad_dense(self, x: torch.Tensor, wts: torch.Tensor) -> torch.Tensor:
-        """``Σ_i wts_i ∇ℓ_i(x) + λx`` over all (padded) rows of every slot's client; ``wts`` (nb, S, B, N)."""
+        """``Σ_i wts_i ∇ℓ_i(x) + λx`` over all (padded) rows of every slot's client; ``wts`` (nb, slots, B, N)."""
         if self.clients is None:
             return self._grad_shared(x, wts)
         if self._rows is None:  # the slots' client rows (M, N, F), gathered once per round
@@ -171,13 +171,14 @@ class _DataOracle(OracleBase):
         return b
 
     def _shared_rows(self, nb: int):
-        """Client rows ``X`` (nb·S, N, F), ``Xᵀ`` (nb·S, F, N), targets ``Yᵀ`` (nb·S, 1, K, N), repeated per block."""
+        """Client rows ``X`` (nb·slots, N, F), ``Xᵀ`` (nb·slots, F, N), targets ``Yᵀ`` (nb·slots, 1, K, N), repeated
+        per block."""
         if self._rep is None or self._rep[0] != nb:
-            S, N, F = self.X.shape
+            slots, N, F = self.X.shape
             Yt = self.Y.transpose(1, 2)
-            self._rep = (nb, self.X.expand(nb, S, N, F).reshape(nb * S, N, F),
-                         self.Xt.expand(nb, S, F, N).reshape(nb * S, F, N),
-                         Yt.expand(nb, S, *Yt.shape[1:]).reshape(nb * S, 1, *Yt.shape[1:]))
+            self._rep = (nb, self.X.expand(nb, slots, N, F).reshape(nb * slots, N, F),
+                         self.Xt.expand(nb, slots, F, N).reshape(nb * slots, F, N),
+                         Yt.expand(nb, slots, *Yt.shape[1:]).reshape(nb * slots, 1, *Yt.shape[1:]))
         return self._rep[1:]
 
     def _softmax_residual_(self, Z: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
@@ -196,12 +197,12 @@ class _DataOracle(OracleBase):
         """Slot ``k`` holds client ``k``: per (block, client), all ``B`` replicates in one matmul with the client's
         rows — logits ``(N × F) @ (F × B·K)`` (linear) or hidden pre-activations ``(B·H × F) @ (F × N)`` (MLP) — so
         that only small per-replicate transposes of ``W`` are needed; ridge term included."""
-        nb, S, B, d = x.shape
+        nb, slots, B, d = x.shape
         F, K, H, N = self.F, self.K, self.H, self.n_max
-        M = nb * S
+        M = nb * slots
         Xr, Xtr, Ytr = self._shared_rows(nb)
         xs = x.view(M, B, d)
-        wts = wts.expand(nb, S, wts.shape[2], N)  # B axis may be 1 (weights shared by the replicates)
+        wts = wts.expand(nb, slots, wts.shape[2], N)  # B axis may be 1 (weights shared by the replicates)
         out = torch.empty_like(x)
         o = out.view(M, B, d)
         if not H:
@@ -236,15 +237,15 @@ class _DataOracle(OracleBase):
     def _grad_rows(self, x: torch.Tensor, Xr: torch.Tensor, Xrt: torch.Tensor, Yr: torch.Tensor,
                    wts: torch.Tensor) -> torch.Tensor:
         """``Σ_i wts_i ∇ℓ_i(x)`` with each replicate's own rows ``Xr`` (M, n, F), ``Xrt = Xrᵀ`` (M, F, n),
-        targets ``Yr`` (M, n, K) and weights ``wts`` (nb, S, B, n); ``M = nb·S·B`` (no ridge term)."""
-        nb, S, B, d = x.shape
-        M = nb * S * B
+        targets ``Yr`` (M, n, K) and weights ``wts`` (nb, slots, B, n); ``M = nb·slots·B`` (no ridge term)."""
+        nb, slots, B, d = x.shape
+        M = nb * slots * B
         F, K, H = self.F, self.K, self.H
-        w8 = wts.expand(nb, S, B, -1).reshape(M, -1, 1)
+        w8 = wts.expand(nb, slots, B, -1).reshape(M, -1, 1)
         if not H:
             Z = torch.bmm(Xr, x.reshape(M, F, K))
             E = self._residual(Z, Yr).mul_(w8)
-            return torch.bmm(Xrt, E).view(nb, S, B, d)
+            return torch.bmm(Xrt, E).view(nb, slots, B, d)
         cut = F * H
         xf = x.reshape(M, d)
         W2 = xf[:, cut:].reshape(M, H + 1, K)
@@ -254,10 +255,10 @@ class _DataOracle(OracleBase):
         g2 = torch.cat([torch.bmm(A.transpose(1, 2), E), E.sum(1, keepdim=True)], dim=1)
         D = torch.bmm(E, W2[:, :H].transpose(1, 2)).mul_(1.0 - A * A)
         g1 = torch.bmm(Xrt, D)
-        return torch.cat([g1.view(M, cut), g2.view(M, -1)], dim=1).view(nb, S, B, d)
+        return torch.cat([g1.view(M, cut), g2.view(M, -1)], dim=1).view(nb, slots, B, d)
 
     def _gather(self, idx: torch.Tensor):
-        """Rows ``idx`` (nb, S, B, n) of every slot's client: (M, n, F), its transpose and targets (M, n, K)."""
+        """Rows ``idx`` (nb, slots, B, n) of every slot's client: (M, n, F), its transpose and targets (M, n, K)."""
         return self.rows.gather(idx, self.clients)
 
 
@@ -293,7 +294,7 @@ class MinibatchOracle(_DataOracle):
     nblocks : int
     device, dtype
     batch_size : int, optional
-        Fixed batch size ``S`` (capped at ``N_k``); otherwise taken from ``EpochSteps`` every round.
+        Fixed batch size ``b`` (capped at ``N_k``); otherwise taken from ``EpochSteps`` every round.
     sampling : {"minibatch", "epoch"}
     """
 
@@ -312,40 +313,40 @@ class MinibatchOracle(_DataOracle):
         return self._u
 
     def sample(self, x: torch.Tensor, streams: ReplicateStreams) -> torch.Tensor:
-        nb, S, B, _ = x.shape
+        nb, slots, B, _ = x.shape
         cap = self.max_batch
-        batch = self._batch_view(nb, S, B)  # (nb|1, S, B|1, 1)
+        batch = self._batch_view(nb, slots, B)  # (nb|1, slots, B|1, 1)
         sizes = self._slot_sizes
         step = self.step
         self.step += 1
         if self._whole and self._from_fixed:
             return self._grad_dense(x, self._mean_weights())
         if self.sampling == "epoch":
-            keys = streams.uniform_(self._buffer((nb, S, B, self.n_max))).masked_fill(self._pad, 2.0)
+            keys = streams.uniform_(self._buffer((nb, slots, B, self.n_max))).masked_fill(self._pad, 2.0)
             ar = torch.arange(cap, device=self.device)
             j = step % (-(-sizes // batch))  # batch index within the epoch
             fresh = torch.argsort(keys, dim=-1)
             self._perm = fresh if step == 0 else torch.where(j == 0, fresh, self._perm)
             pos = j * batch + ar
             valid = (ar < batch) & (pos < sizes)
-            idx = self._perm.gather(-1, pos.clamp(max=self.n_max - 1).expand(nb, S, B, cap))
+            idx = self._perm.gather(-1, pos.clamp(max=self.n_max - 1).expand(nb, slots, B, cap))
         elif self.n_max <= DENSE_FACTOR * cap:  # draw over all rows, keep the `batch` smallest keys
-            keys = streams.uniform_(self._buffer((nb, S, B, self.n_max))).masked_fill(self._pad, 2.0)
+            keys = streams.uniform_(self._buffer((nb, slots, B, self.n_max))).masked_fill(self._pad, 2.0)
             kth = torch.topk(keys, cap, dim=-1, largest=False, sorted=True).values
-            thr = kth.gather(-1, (batch.expand(nb, S, B, 1) - 1).clamp(min=0))
+            thr = kth.gather(-1, (batch.expand(nb, slots, B, 1) - 1).clamp(min=0))
             chosen = (keys <= thr) & ~self._pad
             count = torch.clamp(batch, min=1).to(self.dtype)
             return self._grad_dense(x, chosen.to(self.dtype) / count)
         elif cap > FLOYD_MAX:  # the `batch` smallest of N_max keys
-            keys = streams.uniform_(self._buffer((nb, S, B, self.n_max))).masked_fill(self._pad, 2.0)
+            keys = streams.uniform_(self._buffer((nb, slots, B, self.n_max))).masked_fill(self._pad, 2.0)
             idx = torch.topk(keys, cap, dim=-1, largest=False, sorted=True).indices
             valid = torch.arange(cap, device=self.device) < batch
         else:  # Floyd: O(batch) draws per slot
-            u = streams.uniform_(self._buffer((nb, S, B, cap)))
-            b = batch.expand(nb, S, B, 1)[..., 0]
-            idx = floyd_sample(u, sizes.expand(nb, S, B, 1)[..., 0], b)
+            u = streams.uniform_(self._buffer((nb, slots, B, cap)))
+            b = batch.expand(nb, slots, B, 1)[..., 0]
+            idx = floyd_sample(u, sizes.expand(nb, slots, B, 1)[..., 0], b)
             valid = torch.arange(cap, device=self.device) < batch
-        valid = valid.expand(nb, S, B, cap)
+        valid = valid.expand(nb, slots, B, cap)
         count = valid.sum(-1, keepdim=True).clamp(min=1).to(self.dtype)
         g = self._grad_rows(x, *self._gather(idx), valid.to(self.dtype) / count)
         return g.add_(x, alpha=self.l2) if self.l2 else g
@@ -362,15 +363,15 @@ class GaussianMinibatchOracle(_DataOracle):
         self._z = None
 
     def sample(self, x: torch.Tensor, streams: ReplicateStreams) -> torch.Tensor:
-        nb, S, B, _ = x.shape
-        batch = self._batch_view(nb, S, B).to(self.dtype)
-        if self._z is None or self._z.shape[:3] != (nb, S, B):
-            self._z = torch.empty((nb, S, B, self.n_max), dtype=self.dtype, device=self.device)
+        nb, slots, B, _ = x.shape
+        batch = self._batch_view(nb, slots, B).to(self.dtype)
+        if self._z is None or self._z.shape[:3] != (nb, slots, B):
+            self._z = torch.empty((nb, slots, B, self.n_max), dtype=self.dtype, device=self.device)
         z = streams.normal_(self._z).masked_fill(self._pad, 0.0)
         n = self._slot_sizes.to(self.dtype)
         zc = (z - z.sum(-1, keepdim=True) / n).masked_fill(self._pad, 0.0)
         scale = torch.sqrt(torch.clamp(1.0 / batch - 1.0 / n, min=0.0) / torch.clamp(n - 1.0, min=1.0))
-        wts = (1.0 / n).masked_fill(self._pad, 0.0) + scale * zc  # (nb, S, B, N)
+        wts = (1.0 / n).masked_fill(self._pad, 0.0) + scale * zc  # (nb, slots, B, N)
         return self._grad_dense(x, wts)
 
 

@@ -102,18 +102,19 @@ class ClientRows:
 
     # ------------------------------------------------------------------ gathers
     def gather(self, idx: torch.Tensor, clients: torch.Tensor | None):
-        """Rows ``idx`` (nb, S, B, n) of every slot's client (slot ``k`` holds client ``k`` when ``clients`` is
-        None, else ``clients`` (nb, S, B)): rows (M, n, F), their transpose and targets (M, n, K), ``M = nb·S·B``."""
-        nb, S, B, n = idx.shape
-        M = nb * S * B
+        """Rows ``idx`` (nb, slots, B, n) of every slot's client (slot ``k`` holds client ``k`` when ``clients`` is
+        None, else ``clients`` (nb, slots, B)): rows (M, n, F), their transpose and targets (M, n, K),
+        ``M = nb·slots·B``."""
+        nb, slots, B, n = idx.shape
+        M = nb * slots * B
         if self.ragged:
             starts = self._build_flat()[2]
-            base = starts.view(1, S, 1, 1) if clients is None else starts[clients].unsqueeze(-1)
+            base = starts.view(1, slots, 1, 1) if clients is None else starts[clients].unsqueeze(-1)
             Xb, Yb = self._ragged_rows((idx + base).reshape(-1), (M, n))
         else:
             X, _, Y = self._build_padded()
             if clients is None:
-                base = (torch.arange(self.Q, device=self.device) * self.n_max).view(1, S, 1, 1)
+                base = (torch.arange(self.Q, device=self.device) * self.n_max).view(1, slots, 1, 1)
             else:
                 base = (clients * self.n_max).unsqueeze(-1)
             flat = (idx + base).reshape(-1)
@@ -122,7 +123,7 @@ class ClientRows:
         return Xb, Xb.transpose(1, 2).contiguous(), Yb
 
     def slot_rows(self, clients: torch.Tensor):
-        """All (padded) rows of the client of every slot, ``clients`` (nb, S, B): rows (M, N_max, F), their
+        """All (padded) rows of the client of every slot, ``clients`` (nb, slots, B): rows (M, N_max, F), their
         transpose and targets (M, N_max, K)."""
         if self.ragged:
             starts = self._build_flat()[2]

@@ -1,6 +1,6 @@
 """Minibatch gradient oracle of least-squares clients (:class:`~fedsde.problems.regression.RegressionProblem`).
 
-It follows the oracle protocol of :mod:`fedsde.clients.oracles`: ``x`` of shape ``(nb, S, B, d)`` (blocks × client
+It follows the oracle protocol of :mod:`fedsde.clients.oracles`: ``x`` of shape ``(nb, slots, B, d)`` (blocks × client
 slots × replicates per block × dimension), ``sample(x, streams) -> g`` of the same shape with
 
     g = (1/b) Σ_{t=1..b} x_{i_t} (x_{i_t}ᵀ w − y_{i_t}) + λ w,
@@ -99,14 +99,14 @@ class LeastSquaresMinibatchOracle:
 
     def begin_round(self, batch: torch.Tensor | None = None, max_batch: int | None = None,
                     clients: torch.Tensor | None = None) -> None:
-        """Start a round: ``batch`` (R, S) per-slot batch sizes (default the fixed one), ``max_batch`` their padded
-        length, ``clients`` (nb, S, B) the client held by every slot (default: slot ``k`` is client ``k``)."""
+        """Start a round: ``batch`` (R, slots) per-slot batch sizes (default the fixed one), ``max_batch`` their padded
+        length, ``clients`` (nb, slots, B) the client held by every slot (default: slot ``k`` is client ``k``)."""
         self.clients = clients
         if clients is None:
             self._slot_sizes = self.sizes.view(1, self.Q, 1, 1)
             self._base = (torch.arange(self.Q, device=self.device) * self.n_max).view(1, self.Q, 1, 1)
         else:
-            self._slot_sizes = self.sizes[clients].unsqueeze(-1)  # (nb, S, B, 1)
+            self._slot_sizes = self.sizes[clients].unsqueeze(-1)  # (nb, slots, B, 1)
             self._base = (clients * self.n_max).unsqueeze(-1)
         if batch is None:
             if self.fixed_batch is None:
@@ -116,11 +116,11 @@ class LeastSquaresMinibatchOracle:
             self.cap = self.fixed_batch
         else:
             self.cap = int(max_batch) if max_batch is not None else int(batch.max())
-            self.batch = batch  # (R, S); viewed block-major at the first step
+            self.batch = batch  # (R, slots); viewed block-major at the first step
 
-    def _batch_view(self, nb: int, S: int, B: int) -> torch.Tensor:
+    def _batch_view(self, nb: int, slots: int, B: int) -> torch.Tensor:
         if self.batch.dim() == 2:
-            self.batch = self.batch.view(nb, B, S).transpose(1, 2).unsqueeze(-1)
+            self.batch = self.batch.view(nb, B, slots).transpose(1, 2).unsqueeze(-1)
         return self.batch
 
     def _buffer(self, shape: tuple[int, ...]) -> torch.Tensor:
@@ -131,30 +131,30 @@ class LeastSquaresMinibatchOracle:
     def sample(self, x: torch.Tensor, streams) -> torch.Tensor:
         if self.batch is None:
             self.begin_round()
-        nb, S, B, d = x.shape
+        nb, slots, B, d = x.shape
         cap = self.cap
-        batch = self._batch_view(nb, S, B)  # (nb|1, S, B|1, 1)
+        batch = self._batch_view(nb, slots, B)  # (nb|1, slots, B|1, 1)
         sizes = self._slot_sizes
         if self.replace:
-            u = streams.uniform_(self._buffer((nb, S, B, cap)))
+            u = streams.uniform_(self._buffer((nb, slots, B, cap)))
             n = sizes.to(torch.float64)
             idx = torch.minimum(torch.floor(u * n).to(torch.int64), sizes - 1)
         elif cap <= FLOYD_MAX:
-            u = streams.uniform_(self._buffer((nb, S, B, cap)))
-            shape = (nb, S, B)
+            u = streams.uniform_(self._buffer((nb, slots, B, cap)))
+            shape = (nb, slots, B)
             idx = floyd_subsets(u, sizes.expand(*shape, 1)[..., 0], batch.expand(*shape, 1)[..., 0])
         else:
-            keys = streams.uniform_(self._buffer((nb, S, B, self.n_max)))
+            keys = streams.uniform_(self._buffer((nb, slots, B, self.n_max)))
             keys = keys.masked_fill(self.pos >= sizes, 2.0)
             idx = torch.topk(keys, cap, dim=-1, largest=False, sorted=True).indices
-        valid = (torch.arange(cap, device=self.device) < batch).expand(nb, S, B, cap)
+        valid = (torch.arange(cap, device=self.device) < batch).expand(nb, slots, B, cap)
         wts = valid.to(self.dtype) / valid.sum(-1, keepdim=True).clamp(min=1).to(self.dtype)
         flat = (idx + self._base).reshape(-1)
-        M = nb * S * B
+        M = nb * slots * B
         Xb = self.X.index_select(0, flat).view(M, cap, d)
         yb = self.y.index_select(0, flat).view(M, cap)
         r = torch.bmm(Xb, x.reshape(M, d, 1)).squeeze(-1).sub_(yb).mul_(wts.reshape(M, cap))
-        g = torch.bmm(r.unsqueeze(1), Xb).view(nb, S, B, d)
+        g = torch.bmm(r.unsqueeze(1), Xb).view(nb, slots, B, d)
         return g.add_(x, alpha=self.l2) if self.l2 else g
 
 

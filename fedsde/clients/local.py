@@ -5,7 +5,7 @@ server weights ``w_n`` client ``k`` runs ``τ_k`` steps
 
     x ← x − η g,      g = ∇F_k(x) + ξ      (one draw of the gradient oracle),
 
-for all replicates and client slots together, one batched operation per step on ``x`` of shape ``(nb, S, B, d)``
+for all replicates and client slots together, one batched operation per step on ``x`` of shape ``(nb, slots, B, d)``
 (block-major, see :mod:`fedsde.clients.oracles`).  The loop runs ``n_steps = max_k τ_k`` steps; a client with
 fewer steps stops by a 0/1 mask on its update (``τ_k > i``), so every step draws the same random numbers whatever
 the ``τ_k`` and results never depend on which client is longest.
@@ -86,7 +86,7 @@ def run_local_steps(
 
     Parameters
     ----------
-    x : Tensor, shape (nb, S, B, d)
+    x : Tensor, shape (nb, slots, B, d)
         Client weights, starting at the server weights; updated in place.
     oracle : GradientOracle
         Gradient oracle of the chunk; its ``begin_round`` is called first with ``batch``, ``max_batch`` and
@@ -97,17 +97,17 @@ def run_local_steps(
         Client learning rate ``η``.
     n_steps : int
         Steps of the longest client.
-    local_steps : Tensor of int, broadcastable to (nb, S, B, 1), optional
+    local_steps : Tensor of int, broadcastable to (nb, slots, B, 1), optional
         ``τ_k`` of every client (clients stop after their ``τ_k`` steps); ``None`` when all run ``n_steps``
         (see :func:`step_limits`).
     batch, max_batch, clients
         Handed to ``oracle.begin_round`` (:class:`~fedsde.clients.oracles.GradientOracle`): the round's batch sizes
-        (R, S), their padded length, the client of each slot (nb, S, B); ``None`` for the defaults.
+        (R, slots), their padded length, the client of each slot (nb, slots, B); ``None`` for the defaults.
     solver : LocalSolver, optional
         Local solver; default plain SGD.
     anchor : Tensor, shape (nb, 1, B, d), optional
         Server weights ``w_n`` (the proximal anchor); needed when ``solver`` has a proximal term.
-    correction : Tensor, broadcastable to (nb, S, B, d), optional
+    correction : Tensor, broadcastable to (nb, slots, B, d), optional
         Constant gradient correction added to every draw (SCAFFOLD's ``c − c_k``).
     keep_first_grad : bool
         Return a copy of the oracle's draw at the starting weights (step 0, before the correction).
@@ -116,7 +116,7 @@ def run_local_steps(
 
     Returns
     -------
-    Tensor, shape (nb, S, B, d), or None
+    Tensor, shape (nb, slots, B, d), or None
         The first gradients when ``keep_first_grad``, else ``None``.
     """
     begin_round = getattr(oracle, "begin_round", None)

@@ -1,7 +1,7 @@
 """Stochastic-gradient oracles used by the local-training loop (:mod:`fedsde.clients.local`).
 
-The loop keeps client weights in block-major layout ``x`` of shape ``(nb, S, B, d)``: ``nb`` blocks of ``B``
-(= :data:`fedsde.clients.streams.BLOCK` by default) replicates, ``S`` client slots (``Q``, or the round's ``m``
+The loop keeps client weights in block-major layout ``x`` of shape ``(nb, slots, B, d)``: ``nb`` blocks of ``B``
+(= :data:`fedsde.clients.streams.BLOCK` by default) replicates, ``slots`` client slots (``Q``, or the round's ``m``
 participants), dimension ``d``.  An oracle is built for one chunk of blocks on one device and answers
 ``sample(x, streams) -> g`` (same shape) with ``g = ∇F_k(x) + ξ``.  Randomness comes only from the
 :class:`~fedsde.clients.streams.ReplicateStreams` it is handed; all arithmetic is per block with fixed shapes, which
@@ -25,7 +25,7 @@ class GradientOracle(Protocol):
     ----------
     participants_only : bool
         True when :meth:`begin_round` accepts ``clients``: the simulator may then hand over only the round's
-        participants (``S = m`` slots instead of ``Q``) under partial participation.
+        participants (``slots = m`` instead of ``Q``) under partial participation.
     accepts_clients : bool
         True when :meth:`begin_round` accepts ``clients`` (every ``participants_only`` oracle does); an oracle that
         accepts them without ``participants_only`` (the Gaussian quadratic one, whose draws for all ``Q`` clients
@@ -36,12 +36,12 @@ class GradientOracle(Protocol):
     -------
     begin_round(batch=None, max_batch=None, clients=None)
         Called once at the start of every round of local training, always with these three keywords:
-        ``batch`` of shape ``(R, S)`` the round's batch sizes (from :class:`~fedsde.clients.steps.EpochSteps`,
+        ``batch`` of shape ``(R, slots)`` the round's batch sizes (from :class:`~fedsde.clients.steps.EpochSteps`,
         else ``None``: the oracle's own batch size), ``max_batch`` the padded batch length fixed by the run
-        (``None`` with ``batch=None``), ``clients`` of shape ``(nb, S, B)`` the client held by each of the ``S``
+        (``None`` with ``batch=None``), ``clients`` of shape ``(nb, slots, B)`` the client held by each of the
         slots of ``x`` (``None``: slot ``k`` holds client ``k``).
     sample(x, streams)
-        ``g = ∇F_k(x) + ξ`` of the shape of ``x``, ``(nb, S, B, d)``, drawing only from ``streams``.
+        ``g = ∇F_k(x) + ξ`` of the shape of ``x``, ``(nb, slots, B, d)``, drawing only from ``streams``.
 
     :class:`OracleBase` gives the defaults (``participants_only = accepts_clients = False``, a ``begin_round`` that
     does nothing).  An object with only ``sample`` is accepted too: the loop reads a missing ``begin_round``,
@@ -106,7 +106,7 @@ class GaussianQuadraticOracle(OracleBase):
         self._z = None
 
     def begin_round(self, batch=None, max_batch=None, clients: torch.Tensor | None = None) -> None:
-        """Start a round; ``clients`` (nb, S, B): the client of every slot (default: slot ``k`` is client ``k``)."""
+        """Start a round; ``clients`` (nb, slots, B): the client of every slot (default: slot ``k`` is client ``k``)."""
         self.clients = None
         if clients is None:
             return
@@ -114,7 +114,7 @@ class GaussianQuadraticOracle(OracleBase):
             self.clients = (self._u[clients], self._l[clients], self._u[clients] * self._a[clients])
         else:
             Ut, Lt, neg_aU = self._matrices()
-            self.clients = (Ut[clients], Lt[clients], neg_aU[clients])  # (nb, S, B, d, d), …, (nb, S, B, 1, d)
+            self.clients = (Ut[clients], Lt[clients], neg_aU[clients])  # (nb, slots, B, d, d), …, (nb, slots, B, 1, d)
 
     def _matrices(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``U_kᵀ``, ``L_kᵀ`` (Q, d, d) and ``−a_kᵀU_kᵀ`` (Q, 1, d) (cached)."""

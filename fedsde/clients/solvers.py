@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from fedsde._compat import renamed
 from fedsde._validate import positive_float, unit_interval
 from fedsde.clients.local import StepHook, local_loop
 from fedsde.clients.oracles import GradientOracle
@@ -89,13 +90,15 @@ class LocalSolver:
             )
 
     # ---------------------------------------------------------------- accumulation vectors
-    def accumulation_vector(self, steps: int, eta: float) -> np.ndarray:
-        """``a_k`` after ``steps`` local steps, oldest gradient first, shape (steps,).
+    @renamed(steps="local_steps")
+    def accumulation_vector(self, local_steps: int, eta: float) -> np.ndarray:
+        """``a_k`` after ``local_steps`` local steps (old name: ``steps``), oldest gradient first, shape
+        (local_steps,).
 
         Column ``s`` is the (scaled) response of the final displacement to gradient ``s``: running the linear
         recursion with ``g_j = δ_{js}`` gives ``−Δ/η``.
         """
-        tau = int(steps)
+        tau = int(local_steps)
         alpha = eta * self.prox
         a = np.zeros(tau)
         for s in range(tau):
@@ -126,10 +129,12 @@ class LocalSolver:
             out[t] = s
         return out
 
-    def accumulation_norm(self, steps: torch.Tensor, eta: float) -> torch.Tensor:
-        """``‖a_k‖₁`` for every entry of ``steps`` (any shape, int tensor); same shape and the dtype ``float64``."""
-        table = torch.as_tensor(self.norm_table(int(steps.max()), eta), device=steps.device)
-        return table[steps.long()]
+    @renamed(steps="local_steps")
+    def accumulation_norm(self, local_steps: torch.Tensor, eta: float) -> torch.Tensor:
+        """``‖a_k‖₁`` for every entry of ``local_steps`` (old name: ``steps``; any shape, int tensor); same shape and
+        the dtype ``float64``."""
+        table = torch.as_tensor(self.norm_table(int(local_steps.max()), eta), device=local_steps.device)
+        return table[local_steps.long()]
 
     # ---------------------------------------------------------------- the local loop
     def run(

@@ -14,7 +14,7 @@ exactly (no sampling):
   successive steps.  Where a local slope differs from the fit by more than :data:`UNSETTLED_SLOPE`, the error is
   not in its asymptotic regime over these steps and a warning says the fitted slope is unreliable;
 * the stationary laws of the chain (:func:`fedsde.exact.stationary_law`) and of the SDE, and their W2 distance;
-* optionally (``paths``), Monte-Carlo: SDE paths (:func:`fedsde.sde.integrate.simulate_sde`) against the chain's
+* optionally (``replicates``), Monte-Carlo: SDE paths (:func:`fedsde.sde.integrate.simulate_sde`) against the chain's
   exact law at round ``n``: per-coordinate Kolmogorov–Smirnov statistics, the W2 distance of a Gaussian fit, and
   the difference of ``E φ`` with a normal 95 % interval, ``± 1.96·s.e.`` (:data:`Z95`).
 
@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from fedsde._compat import renamed
 from fedsde._validate import positive_int
 from fedsde.compare.distances import gaussian_w2, ks_per_coordinate
 from fedsde.compare.moments import MomentComparison, compare_moments, sde_moments
@@ -107,7 +108,7 @@ def refinement_grid(h_grid, t_end: float, *, name: str = "h_grid") -> np.ndarray
 
 @dataclass
 class QuadraticSDEStudy:
-    """Result of :func:`quadratic_sde_study` (T recorded rounds, J refinement steps, d dimension, B paths).
+    """Result of :func:`quadratic_sde_study` (T recorded rounds, J refinement steps, d dimension, R paths).
 
     Attributes
     ----------
@@ -126,7 +127,7 @@ class QuadraticSDEStudy:
         ``sde`` and ``chain`` (``{"mean", "cov"}`` or ``None``), their ``w2`` (or ``None``) and, when the chain has
         no stationary law, ``note``.
     monte_carlo : dict or None
-        with ``paths``: ``paths``, ``seed``, ``substeps``, ``ks_vs_chain_law`` (``statistic``, ``pvalue``, (d,)),
+        with ``replicates``: ``paths``, ``seed``, ``substeps``, ``ks_vs_chain_law`` (``statistic``, ``pvalue``, (d,)),
         the paths' ``mean`` (d,) and ``cov`` (d, d), ``w2_gaussian_fit_vs_chain`` and, per φ, ``weak_error``:
         ``value`` (exact chain minus sample mean), ``stderr`` and ``ci95``.
     h : float
@@ -172,9 +173,10 @@ class QuadraticSDEStudy:
         return out
 
 
+@renamed(paths="replicates")
 def quadratic_sde_study(problem: QuadraticProblem, *, eta: float, local_steps, rounds: int, server_lr: float = 1.0,
                         h: float | None = None, variant: str = "corrected", w0=None, record_every: int | None = None,
-                        h_grid=None, noise_scaling: str = "diffusive", paths: int | None = None, seed: int = 0,
+                        h_grid=None, noise_scaling: str = "diffusive", replicates: int | None = None, seed: int = 0,
                         substeps: int = 1, device: str = "cpu", progress: bool = False) -> QuadraticSDEStudy:
     """Compare FedAvg on quadratic clients with a linear SDE variant, exactly and optionally by sampling.
 
@@ -201,8 +203,9 @@ def quadratic_sde_study(problem: QuadraticProblem, *, eta: float, local_steps, r
         …, h/16``.
     noise_scaling : {"diffusive", "fixed"}
         how the problem changes as the refinement shrinks ``h`` (see :mod:`fedsde.compare.weak_error`).
-    paths : int, optional
-        also simulate this many SDE paths (>= 2) and compare them with the chain's law at round ``n``.
+    replicates : int, optional
+        also simulate this many SDE paths (>= 2) and compare them with the chain's law at round ``n`` (old name:
+        ``paths``).
     seed, substeps, device, progress
         of the Monte-Carlo part: seed, Euler steps per round, torch device, a progress bar on stderr.
 
@@ -224,8 +227,8 @@ def quadratic_sde_study(problem: QuadraticProblem, *, eta: float, local_steps, r
         hs = h / 2.0 ** np.arange(DEFAULT_REFINEMENT)
     else:
         hs = refinement_grid(h_grid, t_end, name=f"h_grid={h_grid!r}")
-    if paths is not None:
-        positive_int("paths", paths, minimum=2)  # a covariance needs two paths
+    if replicates is not None:
+        positive_int("replicates", replicates, minimum=2)  # a covariance needs two paths
     every = max(1, n // 20) if record_every is None else positive_int("record_every", record_every)
     record = sorted(set(range(0, n + 1, every)) | {n})
     chain = transient_moments(problem, eta, local_steps, n, server_lr, w0=w0, record=record)
@@ -233,7 +236,7 @@ def quadratic_sde_study(problem: QuadraticProblem, *, eta: float, local_steps, r
     weak = {phi: weak_error_exact(problem, chain, sde, phi)[1] for phi in PHIS}
     slopes = {}
     for phi in PHIS:
-        curve = weak_error_vs_step(problem, eta, local_steps, t_end=t_end, steps=hs, server_rate=server_lr / h,
+        curve = weak_error_vs_step(problem, eta, local_steps, t_end=t_end, time_steps=hs, server_rate=server_lr / h,
                                    variant=variant, phi=phi, w0=w0, noise_scaling=noise_scaling)
         exact = curve.exact_at_grid  # errors at rounding level: no order to fit
         slopes[phi] = {"steps": curve.steps, "rounds": curve.rounds, "errors": curve.errors,
@@ -244,7 +247,7 @@ def quadratic_sde_study(problem: QuadraticProblem, *, eta: float, local_steps, r
                  for phi, v in slopes.items()
                  if not v["exact_at_grid"] and np.any(np.abs(v["local_slopes"] - v["slope"]) > UNSETTLED_SLOPE)]
     if unsettled:
-        warnings.warn("the weak error is not in its asymptotic regime over --steps (local log–log "
+        warnings.warn("the weak error is not in its asymptotic regime over the time steps h (local log–log "
                       f"slopes differ from the fit by more than {UNSETTLED_SLOPE}: {'; '.join(unsettled)}); the "
                       "fitted slope is unreliable", UserWarning, stacklevel=2)
     from fedsde.exact.stability import known_divergence
@@ -256,10 +259,10 @@ def quadratic_sde_study(problem: QuadraticProblem, *, eta: float, local_steps, r
     study = QuadraticSDEStudy(chain=chain, sde=sde, distances=compare_moments(chain, sde, h), weak_error=weak,
                               slope=slopes, stationary=_stationary(problem, lin, eta, local_steps, server_lr), h=h,
                               h_grid=hs, config=config)
-    if paths is not None:
-        study.monte_carlo = _monte_carlo(problem, chain, eta=eta, local_steps=local_steps, rounds=n, paths=paths,
-                                         seed=seed, variant=variant, server_lr=server_lr, h=h, substeps=substeps,
-                                         w0=w0, device=device, progress=progress)
+    if replicates is not None:
+        study.monte_carlo = _monte_carlo(problem, chain, eta=eta, local_steps=local_steps, rounds=n,
+                                         replicates=replicates, seed=seed, variant=variant, server_lr=server_lr,
+                                         h=h, substeps=substeps, w0=w0, device=device, progress=progress)
     return study
 
 
@@ -279,12 +282,12 @@ def _stationary(problem: QuadraticProblem, lin, eta, local_steps, server_lr) -> 
     return stationary
 
 
-def _monte_carlo(problem: QuadraticProblem, chain: Moments, *, eta, local_steps, rounds: int, paths: int, seed: int,
-                 variant: str, server_lr, h: float, substeps: int, w0, device: str, progress: bool) -> dict:
+def _monte_carlo(problem: QuadraticProblem, chain: Moments, *, eta, local_steps, rounds: int, replicates: int,
+                 seed: int, variant: str, server_lr, h: float, substeps: int, w0, device: str, progress: bool) -> dict:
     """SDE paths at round ``rounds`` against the chain's exact law there: KS, Gaussian-fit W2, ``E φ`` ± 1.96 s.e."""
     from fedsde.sde.integrate import simulate_sde
 
-    sim = simulate_sde(problem, eta=eta, local_steps=local_steps, rounds=rounds, paths=paths, seed=seed,
+    sim = simulate_sde(problem, eta=eta, local_steps=local_steps, rounds=rounds, replicates=replicates, seed=seed,
                        variant=variant, server_lr=server_lr, h=h, substeps=substeps, w0=w0, device=device,
                        record=[rounds], progress=progress)
     final = sim.final

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.stats
 
+from fedsde._compat import renamed
 from fedsde._validate import positive_float, positive_int
 from fedsde.compare.moments import initial_law
 from fedsde.errors import FedsdeInputError
@@ -155,21 +156,21 @@ def _rounds_for(t_end: float, h: float) -> int:
     n = t_end / h
     k = round(n)
     if k < 1 or abs(n - k) > 1e-9 * max(1.0, n):
-        raise FedsdeInputError(f"steps: t_end={t_end} is not a whole number of steps h={h} (t_end/h={n:.12g})")
+        raise FedsdeInputError(f"time_steps: t_end={t_end} is not a whole number of steps h={h} (t_end/h={n:.12g})")
     return k
 
 
-def _step_sizes(steps: Sequence[float]) -> np.ndarray:
+def _step_sizes(time_steps: Sequence[float]) -> np.ndarray:
     """The refinement's time steps as floats: each finite and > 0, at least two, no two equal."""
-    items = np.asarray(steps, dtype=object).reshape(-1)
-    hs = np.asarray([positive_float(f"steps[{j}]", h) for j, h in enumerate(items)], dtype=np.float64)
+    items = np.asarray(time_steps, dtype=object).reshape(-1)
+    hs = np.asarray([positive_float(f"time_steps[{j}]", h) for j, h in enumerate(items)], dtype=np.float64)
     if hs.size < 2:
-        raise FedsdeInputError(f"steps: need at least two step sizes, got {hs.size}")
+        raise FedsdeInputError(f"time_steps: need at least two step sizes, got {hs.size}")
     for j in range(1, hs.size):
         i = np.flatnonzero(hs[:j] == hs[j])
         if i.size:
             raise FedsdeInputError(
-                f"steps[{j}]={float(hs[j])!r}: repeats steps[{i[0]}]; the step sizes must be distinct"
+                f"time_steps[{j}]={float(hs[j])!r}: repeats time_steps[{i[0]}]; the step sizes must be distinct"
             )
     return hs
 
@@ -194,13 +195,14 @@ def _scaled(problem: QuadraticProblem, factor: float) -> QuadraticProblem:
     return QuadraticProblem.from_arrays(problem.U, problem.a, problem.Sigma * factor, problem.p, name=problem.name)
 
 
+@renamed(steps="time_steps")
 def weak_error_vs_step(
     problem: QuadraticProblem,
     eta: float,
     local_steps: int | np.ndarray,
     *,
     t_end: float,
-    steps: Sequence[float],
+    time_steps: Sequence[float],
     server_rate: float = 1.0,
     variant: str = "corrected",
     phi: str = "dist2",
@@ -218,8 +220,8 @@ def weak_error_vs_step(
     local_steps : int or array of int, shape (Q,)
     t_end : float
         End time ``t`` (every ``t_end/h`` must be a whole number of rounds).
-    steps : sequence of float
-        Time steps ``h``: at least two, each finite and > 0, no two equal.
+    time_steps : sequence of float
+        Time steps ``h``: at least two, each finite and > 0, no two equal (old name: ``steps``).
     server_rate : float
         ``η₀`` (fixed): the server step is ``s = h·η₀``.
     variant : {"corrected", "paper", "matched"}
@@ -238,7 +240,7 @@ def weak_error_vs_step(
         raise FedsdeInputError(f"phi={phi!r}: exact weak errors exist for {', '.join(PHIS)}")
     t_end = positive_float("t_end", t_end)
     server_rate = positive_float("server_rate", server_rate)
-    hs = _step_sizes(steps)
+    hs = _step_sizes(time_steps)
     m0, P0 = initial_law(problem.d, w0, cov0)
     h_ref = float(hs.max())
     rounds = np.empty(hs.size, np.int64)
@@ -304,14 +306,15 @@ def mc_difference(samples_a, samples_b, phi: Callable[[np.ndarray], np.ndarray],
     return MCDifference(value, se, (value - z * se, value + z * se), float(fa.mean()), float(fb.mean()), level)
 
 
+@renamed(steps="time_steps", paths="replicates")
 def weak_error_mc_vs_step(
     problem,
     eta: float,
     local_steps: int | np.ndarray,
     *,
     t_end: float,
-    steps: Sequence[float],
-    paths: int,
+    time_steps: Sequence[float],
+    replicates: int,
     seed: int,
     server_rate: float = 1.0,
     phi: str | Callable = "loss",
@@ -326,20 +329,21 @@ def weak_error_mc_vs_step(
 ) -> WeakErrorCurve:
     """Monte-Carlo weak error of an SDE against the discrete chain (any loss with a gradient oracle).
 
-    For each step ``h``: ``paths`` runs of the chain (:func:`fedsde.sim.simulate`, server step ``s = h·η₀``,
-    ``n = t/h`` rounds) and ``paths`` SDE paths (:func:`fedsde.sde.integrate.simulate_sde`, ``substeps`` Euler
-    steps per round); the error is the difference of the sample means of ``φ`` at ``t``, with a confidence
-    interval.  The fitted slope uses the absolute estimates, so it flattens once the error falls below the
-    Monte-Carlo noise (compare ``errors`` with ``stderr``).
+    For each step ``h`` of ``time_steps``: ``replicates`` runs of the chain (:func:`fedsde.sim.simulate`, server step
+    ``s = h·η₀``, ``n = t/h`` rounds) and ``replicates`` SDE paths (:func:`fedsde.sde.integrate.simulate_sde`,
+    ``substeps`` Euler steps per round); the error is the difference of the sample means of ``φ`` at ``t``, with a
+    confidence interval.  The fitted slope uses the absolute estimates, so it flattens once the error falls below
+    the Monte-Carlo noise (compare ``errors`` with ``stderr``).  Old names: ``steps`` for ``time_steps``, ``paths``
+    for ``replicates``.
     """
     from fedsde.sde.integrate import simulate_sde
-    from fedsde.sim.fedavg import simulate
+    from fedsde.sim import simulate
 
     _check_phi(phi)
     t_end = positive_float("t_end", t_end)
     server_rate = positive_float("server_rate", server_rate)
-    paths = positive_int("paths", paths)
-    hs = _step_sizes(steps)
+    replicates = positive_int("replicates", replicates)
+    hs = _step_sizes(time_steps)
     fn = phi_function(problem, phi)
     rounds = np.empty(hs.size, np.int64)
     errs, ses, cis = np.empty(hs.size), np.empty(hs.size), np.empty((hs.size, 2))
@@ -347,10 +351,10 @@ def weak_error_mc_vs_step(
     for j, h in enumerate(hs):
         n = rounds[j] = _rounds_for(t_end, float(h))
         s = float(h) * server_rate
-        chain = simulate(problem, eta=eta, local_steps=local_steps, rounds=n, replicates=paths, seed=seed,
+        chain = simulate(problem, eta=eta, local_steps=local_steps, rounds=n, replicates=replicates, seed=seed,
                          server_lr=s, w0=w0, record=[n], device=device, oracle_factory=oracle_factory,
                          progress=progress)
-        sde = simulate_sde(problem, eta=eta, local_steps=local_steps, rounds=n, paths=paths, seed=seed,
+        sde = simulate_sde(problem, eta=eta, local_steps=local_steps, rounds=n, replicates=replicates, seed=seed,
                            variant=variant, server_lr=s, h=float(h), substeps=substeps, w0=w0,
                            inner_samples=inner_samples, oracle_factory=oracle_factory, device=device, record=[n],
                            progress=progress)
@@ -360,6 +364,6 @@ def weak_error_mc_vs_step(
     slope, intercept = fit_loglog_slope(hs, errs)
     config = {"eta": float(eta), "local_steps": np.atleast_1d(local_steps).tolist(), "t_end": t_end,
               "server_rate": server_rate, "variant": variant, "phi": phi if isinstance(phi, str) else "callable",
-              "paths": paths, "seed": seed, "substeps": substeps, "inner_samples": inner_samples,
+              "paths": replicates, "seed": seed, "substeps": substeps, "inner_samples": inner_samples,
               "method": "monte-carlo", "level": level}
     return WeakErrorCurve(hs, rounds, errs, slope, intercept, ea, eb, ses, cis, config)

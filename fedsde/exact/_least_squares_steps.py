@@ -40,17 +40,17 @@ class LocalData:
     ----------
     problem : RegressionProblem
     eta : float
-    steps : ndarray of int, shape (Q,)
+    local_steps : ndarray of int, shape (Q,)
     shift : ndarray, shape (d,), optional
         Work in the coordinates ``u = w − shift`` (reduces cancellation in raw second moments).
     """
 
-    def __init__(self, problem, eta: float, steps: np.ndarray, shift: np.ndarray | None = None):
+    def __init__(self, problem, eta: float, local_steps: np.ndarray, shift: np.ndarray | None = None):
         Xp, yp, wp = problem.padded_rows()
         A, c = problem.moments()
         d = problem.d
         self.Q, self.d, self.eta = problem.Q, d, float(eta)
-        self.steps = np.asarray(steps, dtype=np.int64)
+        self.local_steps = np.asarray(local_steps, dtype=np.int64)
         self.kappa = problem.noise_factors()  # (Q,), for the problem's batch size and sampling
         lam = problem.l2
         shift = np.zeros(d) if shift is None else np.asarray(shift, dtype=np.float64)
@@ -100,8 +100,8 @@ class LocalData:
             Pt = np.broadcast_to(P, (Q, n_batch, d + 1, d + 1)).copy()
         Nacc = np.zeros((Q, n_batch, d, d))
         G, T = self.G, self.G[:, :d, :d]
-        for t in range(int(self.steps.max())):
-            live = self.steps > t
+        for t in range(int(self.local_steps.max())):
+            live = self.local_steps > t
             inc = self.noise(m, Pt)
             Nn = np.einsum("qab,qnbc,qdc->qnad", T, Nacc, T, optimize=True) + inc
             mn = np.einsum("qab,qnb->qna", G, m)
@@ -116,8 +116,8 @@ class LocalData:
     def mean_maps(self) -> np.ndarray:
         """``Ĵ_k = Ḡ_k^{τ_k} − I`` (Q, d+1, d+1), accumulated as ``Ĵ ← Ḡ Ĵ + (Ḡ − I)`` (no cancellation)."""
         J = np.zeros_like(self.G)
-        for t in range(int(self.steps.max())):
-            live = self.steps > t
+        for t in range(int(self.local_steps.max())):
+            live = self.local_steps > t
             Jn = np.einsum("qab,qbc->qac", self.G, J) + self.GmI
             J[live] = Jn[live]
         return J

@@ -390,5 +390,6 @@ def least_squares_stationary_law(
     return LeastSquaresStationaryLaw(mean=mean, cov=0.5 * (P + P.T), spectral_radius=rho2, law=law)
 
 
-def _steps_repr(steps: np.ndarray) -> str:
+def _steps_repr(local_steps: np.ndarray) -> str:
+    steps = np.asarray(local_steps)
     return str(int(steps[0])) if np.all(steps == steps[0]) else ",".join(map(str, steps.tolist()))

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from fedsde._compat import renamed
 from fedsde._validate import client_steps, client_weights, positive_float, positive_int
 from fedsde.errors import FedsdeInputError
 from fedsde.problems.quadratic import QuadraticProblem
@@ -111,8 +112,9 @@ def _eig(problem: QuadraticProblem) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     return cache["eigU"]
 
 
+@renamed(steps="local_steps")
 def client_round_maps(
-    problem: QuadraticProblem, eta: float, steps: np.ndarray
+    problem: QuadraticProblem, eta: float, local_steps: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per-client contraction ``M_k = I − (I − ηU_k)^{τ_k}`` and noise ``Γ_k`` (see module docstring).
 
@@ -121,8 +123,8 @@ def client_round_maps(
     problem : QuadraticProblem
     eta : float
         Client learning rate.
-    steps : ndarray of int, shape (Q,)
-        Local steps ``τ_k``.
+    local_steps : ndarray of int, shape (Q,)
+        Local steps ``τ_k`` (old name: ``steps``).
 
     Returns
     -------
@@ -132,10 +134,10 @@ def client_round_maps(
     """
     lam, V, S_rot = _eig(problem)
     x = eta * lam  # (Q, d); r = 1 − x is not formed (see one_minus_power)
-    tau = np.asarray(steps, dtype=np.float64)[:, None]
+    tau = np.asarray(local_steps, dtype=np.float64)[:, None]
     Vt = np.swapaxes(V, 1, 2)
     M = (V * one_minus_power(x, tau)[:, None, :]) @ Vt
-    G = _geometric_sum_products(x, np.asarray(steps))
+    G = _geometric_sum_products(x, np.asarray(local_steps))
     Gamma = V @ (S_rot * G) @ Vt
     Gamma = 0.5 * (Gamma + np.swapaxes(Gamma, 1, 2))
     return M, Gamma
@@ -271,8 +273,8 @@ class RoundLaw:
         return T
 
 
-def _steps_repr(steps: np.ndarray) -> str:
-    steps = np.asarray(steps)
+def _steps_repr(local_steps: np.ndarray) -> str:
+    steps = np.asarray(local_steps)
     return str(int(steps[0])) if np.all(steps == steps[0]) else ",".join(map(str, steps.tolist()))
 
 

@@ -7,6 +7,7 @@ import warnings
 
 import numpy as np
 
+from fedsde._compat import renamed
 from fedsde._tolerances import DIVERGENCE_SLACK
 from fedsde.aggregators import get_aggregator
 from fedsde.errors import FedsdeInputError
@@ -15,9 +16,12 @@ from fedsde.exact.round_law import round_law
 from fedsde.problems.quadratic import QuadraticProblem
 
 
-def known_divergence(problem, eta: float, steps, server_lr: float = 1.0, *, aggregator="fedavg",
+@renamed(steps="local_steps")
+def known_divergence(problem, eta: float, local_steps, server_lr: float = 1.0, *, aggregator="fedavg",
                      participation: int | None = None) -> list[str]:
     """Why these settings diverge on quadratic clients, known before running (empty list: nothing known).
+
+    ``local_steps`` (old name: ``steps``): an int, or one per client.
 
     * the local solver expands on a client: the linear map of one local step on the direction of ``λ_max(U_k)``
       has spectral radius >= 1 (plain SGD: ``η·λ_max(U_k) >= 2``; heavy-ball momentum ``ρ`` and proximal ``μ``
@@ -60,17 +64,18 @@ def known_divergence(problem, eta: float, steps, server_lr: float = 1.0, *, aggr
         return [what]
     if agg is None or not (np.isfinite(server_lr) and server_lr > 0) or not agg.local_solver.plain:
         return []
-    return _server_divergence(problem, eta, steps, float(server_lr), agg, participation)
+    return _server_divergence(problem, eta, local_steps, float(server_lr), agg, participation)
 
 
-def _server_divergence(problem, eta: float, steps, s: float, agg, participation: int | None) -> list[str]:
+def _server_divergence(problem, eta: float, local_steps, s: float, agg, participation: int | None) -> list[str]:
     """The rule's mean recursion (:meth:`~fedsde.aggregators.Aggregator.server_recursion`) with ``B`` of its exact
     weights (stateless rules) or of the scheme's weights ``p`` (rules with server state)."""
     try:
-        omega = None if agg.stateful else aggregator_round_weights(problem, agg, steps, participation=participation)
+        omega = None if agg.stateful else aggregator_round_weights(problem, agg, local_steps,
+                                                                   participation=participation)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            B = round_law(problem, eta, steps, s, participation=participation, weights=omega, warn=False).B
+            B = round_law(problem, eta, local_steps, s, participation=participation, weights=omega, warn=False).B
     except FedsdeInputError:  # no exact law for this rule (or settings refused elsewhere with their own message)
         return []
     if not np.all(np.isfinite(B)):

@@ -15,10 +15,10 @@ A problem may carry the minibatch size of its clients (``batch_size``, used by d
 :func:`fedsde.sim.simulate`) and its starting point (:meth:`ClassificationProblem.initial_weights`: zero for the
 linear models, seeded Glorot weights for the MLP).
 
-The minibatch gradient covariance of seed 002, Sec. 3 (exact for a minibatch of ``S`` samples drawn without
+The minibatch gradient covariance of seed 002, Sec. 3 (exact for a minibatch of ``b`` samples drawn without
 replacement) is :meth:`ClassificationProblem.minibatch_covariance`:
 
-    Σ_k(w) = (1/S − 1/N_k) · (1/(N_k − 1)) Σ_{i∈I_k} (∇ℓ_i(w) − ∇F_k(w)) (∇ℓ_i(w) − ∇F_k(w))ᵀ.
+    Σ_k(w) = (1/b − 1/N_k) · (1/(N_k − 1)) Σ_{i∈I_k} (∇ℓ_i(w) − ∇F_k(w)) (∇ℓ_i(w) − ∇F_k(w))ᵀ.
 
 Besides the training data every client keeps a test split; the global test set is the union of the clients'
 test splits.  :func:`fedsde.problems.datasets.federated_classification` builds such a problem from
@@ -85,7 +85,7 @@ class ClassificationProblem(LabelledClients):
     hidden : int
         Hidden units ``H`` of the MLP (0 for the linear models).
     batch_size : int or None
-        Minibatch size ``S`` of every client (capped at ``N_k``), used by the simulator's default gradient
+        Minibatch size ``b`` of every client (capped at ``N_k``), used by the simulator's default gradient
         oracle; ``None``: none given (pass ``EpochSteps`` or an oracle).
     sampling : {"minibatch", "epoch"}
         Minibatches drawn afresh every step, or consecutive batches of a per-epoch permutation.
@@ -319,10 +319,10 @@ class ClassificationProblem(LabelledClients):
         return self.classifier.per_sample_grads(w, Xd, yk) + self.l2 * w
 
     def minibatch_covariance(self, w, batch_size: int | Sequence[int] | np.ndarray) -> np.ndarray:
-        """``Σ_k(w) = (1/S − 1/N_k) · sample covariance of the per-sample gradients`` (seed 002, Sec. 3).
+        """``Σ_k(w) = (1/b − 1/N_k) · sample covariance of the per-sample gradients`` (seed 002, Sec. 3).
 
-        The exact covariance of the mean gradient of ``S`` samples drawn without replacement from client
-        ``k``'s ``N_k`` samples (zero when ``S >= N_k``).
+        The exact covariance of the mean gradient of ``b = batch_size`` samples drawn without replacement from
+        client ``k``'s ``N_k`` samples (zero when ``b >= N_k``).
 
         Parameters
         ----------
@@ -333,16 +333,16 @@ class ClassificationProblem(LabelledClients):
         -------
         ndarray, shape (Q, d, d)
         """
-        S = np.broadcast_to(np.asarray(batch_size), (self.Q,))
+        batch = np.broadcast_to(np.asarray(batch_size), (self.Q,))
         out = np.zeros((self.Q, self.d, self.d))
         for k in range(self.Q):
             Nk = int(self.sizes[k])
-            Sk = positive_int(f"batch_size[{k}]", int(S[k]))
-            if Sk >= Nk or Nk < 2:
+            bk = positive_int(f"batch_size[{k}]", int(batch[k]))
+            if bk >= Nk or Nk < 2:
                 continue
             G = self.per_sample_grads(w, k)
             Gc = G - G.mean(0)
-            out[k] = (1.0 / Sk - 1.0 / Nk) * (Gc.T @ Gc) / (Nk - 1)
+            out[k] = (1.0 / bk - 1.0 / Nk) * (Gc.T @ Gc) / (Nk - 1)
         return out
 
     def client_hessian(self, w) -> np.ndarray:

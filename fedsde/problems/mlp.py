@@ -28,6 +28,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import softmax
 
+from fedsde._compat import renamed
+
 
 def n_params(n_features: int, hidden: int, n_classes: int) -> int:
     """``d = n_features·H + (H + 1)·C``."""
@@ -51,26 +53,28 @@ def forward(w: np.ndarray, Xd: np.ndarray, n_features: int, hidden: int, n_class
     return A, Z
 
 
-def backward(w: np.ndarray, Xd: np.ndarray, A: np.ndarray, E: np.ndarray, n_features: int, hidden: int,
+@renamed(E="resid")
+def backward(w: np.ndarray, Xd: np.ndarray, A: np.ndarray, resid: np.ndarray, n_features: int, hidden: int,
              n_classes: int) -> np.ndarray:
-    """``Σ_n ∇_w ℓ_n`` for residuals ``E`` (..., n, C) (weights already applied), shape (..., d)."""
+    """``Σ_n ∇_w ℓ_n`` for residuals ``resid`` (..., n, C) (weights already applied), shape (..., d)."""
     _, W2 = unpack(w, n_features, hidden, n_classes)
-    g2 = np.concatenate([np.swapaxes(A, -1, -2) @ E, E.sum(-2, keepdims=True)], axis=-2)  # (..., H+1, C)
-    D = (E @ np.swapaxes(W2[..., :hidden, :], -1, -2)) * (1.0 - A * A)  # (..., n, H)
+    g2 = np.concatenate([np.swapaxes(A, -1, -2) @ resid, resid.sum(-2, keepdims=True)], axis=-2)  # (..., H+1, C)
+    D = (resid @ np.swapaxes(W2[..., :hidden, :], -1, -2)) * (1.0 - A * A)  # (..., n, H)
     g1 = np.einsum("nf,...nh->...fh", Xd, D)
     lead = g1.shape[:-2]
     return np.concatenate([g1.reshape(*lead, -1), g2.reshape(*lead, -1)], axis=-1)
 
 
-def per_sample_grads(w: np.ndarray, Xd: np.ndarray, E: np.ndarray, n_features: int, hidden: int,
+@renamed(E="resid")
+def per_sample_grads(w: np.ndarray, Xd: np.ndarray, resid: np.ndarray, n_features: int, hidden: int,
                      n_classes: int) -> np.ndarray:
-    """``∇_w ℓ_n`` of every sample, shape (n, d), for one ``w`` (d,) and residuals ``E`` (n, C)."""
+    """``∇_w ℓ_n`` of every sample, shape (n, d), for one ``w`` (d,) and residuals ``resid`` (n, C)."""
     W1, W2 = unpack(w, n_features, hidden, n_classes)
     A = np.tanh(Xd @ W1)
-    D = (E @ W2[:hidden].T) * (1.0 - A * A)
+    D = (resid @ W2[:hidden].T) * (1.0 - A * A)
     A1 = np.hstack([A, np.ones((A.shape[0], 1))])
     g1 = (Xd[:, :, None] * D[:, None, :]).reshape(Xd.shape[0], -1)
-    g2 = (A1[:, :, None] * E[:, None, :]).reshape(Xd.shape[0], -1)
+    g2 = (A1[:, :, None] * resid[:, None, :]).reshape(Xd.shape[0], -1)
     return np.hstack([g1, g2])
 
 
@@ -90,20 +94,22 @@ def forward_torch(w, Xd, n_features: int, hidden: int, n_classes: int):
     return A.reshape(*lead, n, hidden), Z.reshape(*lead, n, n_classes)
 
 
-def backward_torch(w, Xd, A, E, n_features: int, hidden: int, n_classes: int):
-    """:func:`backward` in torch: ``Σ_n ∇_w ℓ_n`` for residuals ``E`` (..., n, C) (weights applied), shape (..., d)."""
+@renamed(E="resid")
+def backward_torch(w, Xd, A, resid, n_features: int, hidden: int, n_classes: int):
+    """:func:`backward` in torch: ``Σ_n ∇_w ℓ_n`` for residuals ``resid`` (..., n, C) (weights applied), shape
+    (..., d)."""
     import torch
 
     from fedsde.problems.torch_models import bmm, shared_rows
 
-    lead, n = E.shape[:-2], E.shape[-2]
+    lead, n = resid.shape[:-2], resid.shape[-2]
     d = n_params(n_features, hidden, n_classes)
     W = w.reshape(-1, d)
     m, cut = W.shape[0], n_features * hidden
-    A3, E3 = A.reshape(m, n, hidden), E.reshape(m, n, n_classes)
+    A3, res3 = A.reshape(m, n, hidden), resid.reshape(m, n, n_classes)
     W2h = W[:, cut:].reshape(m, hidden + 1, n_classes)[:, :hidden]
-    g2 = torch.cat([torch.bmm(A3.transpose(1, 2), E3), E3.sum(1, keepdim=True)], dim=1)  # (m, H+1, C)
-    D = torch.ops.aten.tanh_backward(bmm(E3, W2h.transpose(1, 2)), A3)  # (e W₂ᵀ) ⊙ (1 − a²), (m, n, H)
+    g2 = torch.cat([torch.bmm(A3.transpose(1, 2), res3), res3.sum(1, keepdim=True)], dim=1)  # (m, H+1, C)
+    D = torch.ops.aten.tanh_backward(bmm(res3, W2h.transpose(1, 2)), A3)  # (e W₂ᵀ) ⊙ (1 − a²), (m, n, H)
     g1 = bmm(shared_rows(Xd.T, m), D)  # (m, F, H)
     return torch.cat([g1.reshape(m, cut), g2.reshape(m, -1)], dim=1).reshape(*lead, d)
 

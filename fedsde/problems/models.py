@@ -34,6 +34,7 @@ from typing import ClassVar, Protocol
 import numpy as np
 from scipy.special import expit, log_expit, logsumexp, softmax
 
+from fedsde._compat import renamed
 from fedsde._validate import choice, positive_int
 from fedsde.errors import FedsdeInputError
 from fedsde.problems import mlp as _mlp
@@ -113,7 +114,7 @@ class ClassificationModel(Protocol):
 
     def forward(self, w: np.ndarray, Xd: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]: ...
 
-    def backward(self, w: np.ndarray, Xd: np.ndarray, A: np.ndarray | None, E: np.ndarray) -> np.ndarray: ...
+    def backward(self, w: np.ndarray, Xd: np.ndarray, A: np.ndarray | None, resid: np.ndarray) -> np.ndarray: ...
 
     def losses(self, Z: np.ndarray, y: np.ndarray) -> np.ndarray: ...
 
@@ -211,23 +212,24 @@ class _LinearModel(_Model):
             return None, _torch().linear_forward(w, Xd, self.n_features, self.n_outputs)
         return None, np.einsum("nf,...fk->...nk", Xd, self._matrix(w))
 
-    def backward(self, w: np.ndarray, Xd: np.ndarray, A: None, E: np.ndarray) -> np.ndarray:
-        """``Σ_n x̃_n ⊗ E_n`` for residuals ``E`` (..., n, K) with the sample weights applied, shape (..., d)."""
-        if is_tensor(E):
-            return _torch().linear_backward(Xd, E, self.n_features, self.n_outputs)
-        return np.einsum("nf,...nk->...fk", Xd, E).reshape(*E.shape[:-2], self.d)
+    def backward(self, w: np.ndarray, Xd: np.ndarray, A: None, resid: np.ndarray) -> np.ndarray:
+        """``Σ_n x̃_n ⊗ r_n`` for residuals ``resid`` (..., n, K) with rows ``r_n``, the sample weights applied;
+        shape (..., d)."""
+        if is_tensor(resid):
+            return _torch().linear_backward(Xd, resid, self.n_features, self.n_outputs)
+        return np.einsum("nf,...nk->...fk", Xd, resid).reshape(*resid.shape[:-2], self.d)
 
     def client_grads(self, w: np.ndarray, Xd: np.ndarray, y: np.ndarray, sizes: np.ndarray) -> np.ndarray:
         """Mean ``∇ℓ`` over each consecutive block of ``sizes`` rows, shape (..., Q, d), for ``w`` (..., d)."""
-        E = self.residuals(self.forward(w, Xd)[1], y)  # (..., N, K)
-        per = np.einsum("nf,...nk->...nfk", Xd, E)
+        resid = self.residuals(self.forward(w, Xd)[1], y)  # (..., N, K)
+        per = np.einsum("nf,...nk->...nfk", Xd, resid)
         G = segment_sum(per, sizes, per.ndim - 3) / sizes.reshape(-1, 1, 1)
         return G.reshape(*G.shape[:-2], self.d)
 
     def per_sample_grads(self, w: np.ndarray, Xd: np.ndarray, y: np.ndarray) -> np.ndarray:
         """``∇ℓ_n(w)`` of every row, shape (n, d), for one ``w`` (d,)."""
-        E = self.residuals(Xd @ self._matrix(w), y)
-        return np.einsum("nf,nk->nfk", Xd, E).reshape(-1, self.d)
+        resid = self.residuals(Xd @ self._matrix(w), y)
+        return np.einsum("nf,nk->nfk", Xd, resid).reshape(-1, self.d)
 
     def hessians(self, w: np.ndarray, Xd: np.ndarray, s: np.ndarray, sizes: np.ndarray) -> np.ndarray:
         """``Σ_n s_n ∇²ℓ_n(w)`` over each consecutive block of ``sizes`` rows, shape (Q, d, d), for ``w`` (d,)."""
@@ -346,24 +348,25 @@ class MLPModel(_MulticlassOutput, _Model):
             return _mlp.forward_torch(w, Xd, self.n_features, self.hidden, self.n_outputs)
         return _mlp.forward(w, Xd, self.n_features, self.hidden, self.n_outputs)
 
-    def backward(self, w: np.ndarray, Xd: np.ndarray, A: np.ndarray, E: np.ndarray) -> np.ndarray:
-        """``Σ_n ∇_w ℓ_n`` for residuals ``E`` (..., n, C) with the sample weights applied, shape (..., d)."""
-        if is_tensor(E):
-            return _mlp.backward_torch(w, Xd, A, E, self.n_features, self.hidden, self.n_outputs)
-        return _mlp.backward(w, Xd, A, E, self.n_features, self.hidden, self.n_outputs)
+    @renamed(E="resid")
+    def backward(self, w: np.ndarray, Xd: np.ndarray, A: np.ndarray, resid: np.ndarray) -> np.ndarray:
+        """``Σ_n ∇_w ℓ_n`` for residuals ``resid`` (..., n, C) with the sample weights applied, shape (..., d)."""
+        if is_tensor(resid):
+            return _mlp.backward_torch(w, Xd, A, resid, self.n_features, self.hidden, self.n_outputs)
+        return _mlp.backward(w, Xd, A, resid, self.n_features, self.hidden, self.n_outputs)
 
     def client_grads(self, w: np.ndarray, Xd: np.ndarray, y: np.ndarray, sizes: np.ndarray) -> np.ndarray:
         """Mean ``∇ℓ`` over each consecutive block of ``sizes`` rows, shape (..., Q, d), for ``w`` (..., d)."""
         A, Z = self.forward(w, Xd)
-        E = self.residuals(Z, y)
+        resid = self.residuals(Z, y)
         cuts = np.concatenate([[0], np.cumsum(sizes)])
-        return np.stack([self.backward(w, Xd[a:b], A[..., a:b, :], E[..., a:b, :]) / (b - a)
+        return np.stack([self.backward(w, Xd[a:b], A[..., a:b, :], resid[..., a:b, :]) / (b - a)
                          for a, b in itertools.pairwise(cuts)], axis=-2)
 
     def per_sample_grads(self, w: np.ndarray, Xd: np.ndarray, y: np.ndarray) -> np.ndarray:
         """``∇ℓ_n(w)`` of every row, shape (n, d), for one ``w`` (d,)."""
-        E = self.residuals(self.forward(w, Xd)[1], y)
-        return _mlp.per_sample_grads(w, Xd, E, self.n_features, self.hidden, self.n_outputs)
+        resid = self.residuals(self.forward(w, Xd)[1], y)
+        return _mlp.per_sample_grads(w, Xd, resid, self.n_features, self.hidden, self.n_outputs)
 
     def hessians(self, w: np.ndarray, Xd: np.ndarray, s: np.ndarray, sizes: np.ndarray) -> np.ndarray:
         raise NotImplementedError("the MLP has no closed-form Hessian (see closed_form_hessian)")

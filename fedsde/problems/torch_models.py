@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import torch
 
+from fedsde._compat import renamed
+
 
 def shared_rows(Xd: torch.Tensor, m: int) -> torch.Tensor:
     """``Xd`` (n, F) seen ``m`` times, shape (m, n, F) (a stride-0 view: no copy)."""
@@ -37,11 +39,13 @@ def linear_forward(w: torch.Tensor, Xd: torch.Tensor, n_features: int, n_outputs
     return bmm(shared_rows(Xd, W.shape[0]), W).reshape(*lead, n, n_outputs)
 
 
-def linear_backward(Xd: torch.Tensor, E: torch.Tensor, n_features: int, n_outputs: int) -> torch.Tensor:
-    """``Σ_n x̃_n ⊗ E_n`` for residuals ``E`` (..., n, K) with the sample weights applied, shape (..., d)."""
-    lead, n = E.shape[:-2], E.shape[-2]
-    E3 = E.reshape(-1, n, n_outputs)
-    return bmm(shared_rows(Xd.T, E3.shape[0]), E3).reshape(*lead, n_features * n_outputs)
+@renamed(E="resid")
+def linear_backward(Xd: torch.Tensor, resid: torch.Tensor, n_features: int, n_outputs: int) -> torch.Tensor:
+    """``Σ_n x̃_n ⊗ r_n`` for residuals ``resid`` (..., n, K) with rows ``r_n``, the sample weights applied;
+    shape (..., d)."""
+    lead, n = resid.shape[:-2], resid.shape[-2]
+    res3 = resid.reshape(-1, n, n_outputs)
+    return bmm(shared_rows(Xd.T, res3.shape[0]), res3).reshape(*lead, n_features * n_outputs)
 
 
 def _labels_like(y: torch.Tensor, Z: torch.Tensor) -> torch.Tensor:

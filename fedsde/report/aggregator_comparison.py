@@ -19,7 +19,7 @@ objective ``F(w)`` instead of the test accuracy (lower is better: ``best`` is th
 whose weights need label distributions, is left out of the default rules (named explicitly, it is refused).
 
 The partition is fixed by ``--data-seed``; the runs of one rule differ by their random streams (replicates
-``r = 0..S−1`` of :func:`fedsde.sim.simulate` with ``--seed``; every rule sees the same participants in every
+``r = 0..R−1`` of :func:`fedsde.sim.simulate` with ``--seed``; every rule sees the same participants in every
 round).  The table reports the test accuracy of the global model after the last round (mean ± std over runs), the
 CSV adds the best accuracy over rounds (the statistic of seed 000's Table 1), the PNG shows accuracy against the
 round index ``n``, and the JSON record keeps every setting, seed and hyper-parameter.
@@ -61,6 +61,7 @@ class ComparisonConfig:
     server_lr: dict = field(default_factory=lambda: {"fedadam": 0.03})
     problem_file: str | None = None
     partition: dict | None = None
+    device: str = "cpu"
     params: dict = field(default_factory=lambda: {
         "fedavgm": {"beta": 0.7},
         "fedprox": {"mu": 0.01},
@@ -213,7 +214,7 @@ def run_comparison(cfg: ComparisonConfig, *, progress: bool = True) -> dict:
                     problem, eta=cfg.eta, local_steps=steps, rounds=cfg.rounds, replicates=cfg.runs,
                     seed=cfg.seed, server_lr=cfg.server_lr.get(name, 1.0), participation=cfg.participation,
                     weighting="renormalised", aggregator=agg, block_size=1, dtype=torch.float64,
-                    oracle_factory=_oracle(problem, cfg),
+                    oracle_factory=_oracle(problem, cfg), device=cfg.device,
                 )
                 # (T, R): test accuracy, or the training objective of least-squares clients
                 acc = np.asarray(problem.loss(res.weights) if regression else problem.accuracy(res.weights))

@@ -9,7 +9,8 @@ method="euler")`` operation for operation (the same paths, bit for bit, without 
 Randomness: the Brownian increments come from :class:`~fedsde.sde.brownian.GridBrownian` and the general SDE's
 rollouts from their own streams, both per block of :data:`~fedsde.clients.streams.BLOCK` paths, so the same seed gives
 the same paths whatever ``chunk_size`` and however many threads integrate the chunks (``workers``,
-:mod:`fedsde.sim.workers`).  No global RNG is touched.
+:mod:`fedsde.sim.workers`); on CUDA the same draws, but products that may round differently with the chunk's size
+(cuBLAS picks its kernel by the number of rows; ``docs/determinism.md``).  No global RNG is touched.
 
 On a GPU: one chunk when the device's memory allows it, the Brownian increments of
 :data:`~fedsde.clients.streams.DEVICE_GROUP` blocks drawn by one generator call, no transfer to the host inside the
@@ -27,6 +28,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from fedsde._compat import renamed
 from fedsde._memory import available_memory
 from fedsde._samples import ReplicateMoments
 from fedsde._validate import choice, device_dtype, positive_int, record_rounds, start_point
@@ -87,13 +89,14 @@ def _build_module(problem, model, eta, local_steps, server_lr, h, dev, dtype, *,
     return QuadraticSDE(problem, eta, local_steps, server_lr, h, model, device=dev, dtype=dtype)
 
 
+@renamed(paths="replicates")
 def simulate_sde(
     problem: QuadraticProblem | ClientProblem,
     *,
     eta: RateLike,
     local_steps: int | np.ndarray,
     rounds: int,
-    paths: int,
+    replicates: int,
     seed: int | torch.Generator,
     variant: str = "corrected",
     server_lr: RateLike = 1.0,
@@ -114,7 +117,7 @@ def simulate_sde(
     memory_limit: int | str | None = None,
     workers: int | None = None,
 ) -> SDEPaths:
-    """Simulate ``paths`` independent paths of a FedAvg SDE, returned at round times ``t = n·h``.
+    """Simulate ``replicates`` independent paths of a FedAvg SDE, returned at round times ``t = n·h``.
 
     Parameters
     ----------
@@ -126,8 +129,8 @@ def simulate_sde(
         ``E`` or per-client ``τ_k``.
     rounds : int
         Rounds ``n``: the paths run to ``t = n·h``.
-    paths : int
-        Number of independent paths ``R``.
+    replicates : int
+        Number of independent paths ``R`` (old name: ``paths``).
     seed : int or torch.Generator
         Source of all randomness.
     variant : {"corrected", "paper", "matched", "general"}
@@ -159,7 +162,8 @@ def simulate_sde(
         Faster float32 Brownian draws (see :class:`~fedsde.sde.brownian.GridBrownian`).
     moments_only : bool
         Keep only the mean and covariance at the recorded rounds, accumulated chunk by chunk (bit-identical however
-        chunked, :class:`fedsde.sim.moments.StreamingMoments`): memory does not grow with ``paths``; ``weights``
+        chunked on the CPU, to rounding on CUDA; :class:`fedsde.sim.moments.StreamingMoments`): memory does not grow
+        with ``replicates``; ``weights``
         of the result is then None.
     memory_limit : int or str, optional
         Bytes the run may plan for (default: what is free); without ``chunk_size`` the paths are chunked to fit, and
@@ -185,7 +189,7 @@ def simulate_sde(
     if variant != "general" and not isinstance(problem, QuadraticProblem):
         raise FedsdeInputError(f"variant={variant!r}: needs a QuadraticProblem; use variant='general' otherwise")
     rounds = positive_int("rounds", rounds, minimum=0)
-    paths = positive_int("paths", paths)
+    replicates = positive_int("replicates", replicates)
     substeps = positive_int("substeps", substeps)
     base_seed = resolve_seed(seed)
     dev, dtype = device_dtype(device, dtype)
@@ -198,7 +202,7 @@ def simulate_sde(
         _check_euler_stability(problem, variant, eta, local_steps, server_lr, h, substeps)
     # the general SDE's rollout streams: blocks of min(paths, BLOCK) paths, as in the simulator (a run of few paths
     # never computes a padded block of BLOCK); above BLOCK paths the block is BLOCK, the chunks' unit
-    block = resolve_block_size(None, paths)
+    block = resolve_block_size(None, replicates)
     proto = _build_module(problem, variant, eta, local_steps, server_lr, h, dev, dtype,
                           inner_samples=inner_samples, estimator=estimator, seed=base_seed, first_block=0,
                           oracle_factory=oracle_factory, block_size=block)
@@ -207,19 +211,19 @@ def simulate_sde(
         if sched.rounds is not None and sched.rounds < rounds:
             raise FedsdeInputError(f"{sched.name}: per-round schedule has {sched.rounds} values, need {rounds}")
     # per path: the chunk's recorded states, a dozen (d,) work tensors, a window of Brownian increments, the general
-    # SDE's (d, S) diffusion and rollouts; the per-block moment sums (d² per block)
+    # SDE's (d, K) diffusion and rollouts (K = inner_samples); the per-block moment sums (d² per block)
     channels = inner_samples if variant == "general" else d
     per_path = 8 * (2 * keep.size * d + 12 * d + STEPS_PER_WINDOW * channels) + (
         32 * inner_samples * d * max(1, problem.Q) if variant == "general" else 0) + 16 * d * d // BLOCK
     available = available_memory(dev, memory_limit)
-    chunk_size = plan_chunks(f"paths={paths}", paths, chunk_size, BLOCK, per_path,
-                             0 if moments_only else 8 * keep.size * paths * d, available,
+    chunk_size = plan_chunks(f"replicates={replicates}", replicates, chunk_size, BLOCK, per_path,
+                             0 if moments_only else 8 * keep.size * replicates * d, available,
                              "use fewer paths or record fewer rounds" if moments_only else
                              "keep moments only (moments_only=True; the sde command does), record fewer rounds, or "
                              "use fewer paths", working_set=working_set(dev, available))
     workers = resolve_workers(workers, dev)
-    chunks = plan_workers(paths, chunk_size, BLOCK, workers, d * channels)
-    out = StreamingMoments(keep.size, d, BLOCK) if moments_only else np.empty((keep.size, paths, d))
+    chunks = plan_workers(replicates, chunk_size, BLOCK, workers, d * channels)
+    out = StreamingMoments(keep.size, d, BLOCK) if moments_only else np.empty((keep.size, replicates, d))
     # checks and progress between segments of at most SEGMENT_STEPS steps (the same whether or not progress shows)
     bounds = np.unique(np.r_[np.arange(0, rounds, max(1, SEGMENT_STEPS // substeps)), rounds])
     watch = BlowUpWatch(problem_scale(problem, start), f"the SDE ({variant})")
@@ -256,7 +260,7 @@ def simulate_sde(
     watch.flush(stacklevel=3)
     config = {
         "variant": variant, "method": method, "eta": proto.eta.describe(), "server_lr": proto.server_lr.describe(),
-        "local_steps": np.atleast_1d(local_steps).tolist(), "h": hh, "rounds": rounds, "paths": paths,
+        "local_steps": np.atleast_1d(local_steps).tolist(), "h": hh, "rounds": rounds, "paths": replicates,
         "seed": base_seed, "substeps": substeps, "device": str(dev), "dtype": str(dtype).replace("torch.", ""),
     }
     if variant == "general":

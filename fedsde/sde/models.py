@@ -12,11 +12,11 @@ Rates may be constants, per-round arrays or callables of ``t`` (:mod:`fedsde.sde
       dw = η₀(t) M̂(w) dt + η₀(t) √h V̂(w)^{1/2} dB(t),
 
   with ``M̂`` and ``V̂`` the mean and covariance of the round displacement ``Â(w) = Σ_k p_k (w_k^{(E)} − w)`` (E
-  local SGD steps ``w ← w − η(t)(∇F_k(w) + ξ)`` from ``w``), estimated at every step by ``S`` Monte-Carlo
+  local SGD steps ``w ← w − η(t)(∇F_k(w) + ξ)`` from ``w``), estimated at every step by ``K`` Monte-Carlo
   rollouts (see :class:`FedAvgSDE` for the estimator and its bias).
 
 Shapes: the state ``y`` is ``(paths, d)``; Brownian motion ``(paths, m)`` with ``m = d`` (quadratic) or
-``m = S`` (general).
+``m = K`` (general).
 """
 
 from __future__ import annotations
@@ -187,26 +187,26 @@ class QuadraticSDE(torch.nn.Module):
 class FedAvgSDE(torch.nn.Module):
     """Seed 002 eq. (2), ``dw = η₀ M̂(w) dt + η₀ √h V̂^{1/2}(w) dB``, with Monte-Carlo coefficients.
 
-    At each call, from every path's ``w`` the module runs ``S`` independent rounds of local training (all
+    At each call, from every path's ``w`` the module runs ``K`` independent rounds of local training (all
     clients, ``τ_k`` local SGD steps ``x ← x − η(t)(∇F_k(x) + ξ)`` from ``x = w``) and forms the displacements
     ``Â_j = Σ_k p_k (x_k^{(τ_k)} − w)``, ``j = 1..S``.  Then
 
-        M̂ = (1/S) Σ_j Â_j,     D = [Â_1 − M̂, …, Â_S − M̂] / √S'      (d × S),
+        M̂ = (1/K) Σ_j Â_j,     D = [Â_1 − M̂, …, Â_K − M̂] / √K'      (d × K),
 
-    ``f = η₀ M̂`` and ``g = η₀ √h D`` against an ``S``-dimensional Brownian motion, so that ``g gᵀ = h η₀² D Dᵀ``
+    ``f = η₀ M̂`` and ``g = η₀ √h D`` against a ``K``-dimensional Brownian motion, so that ``g gᵀ = h η₀² D Dᵀ``
     with ``D Dᵀ`` the sample covariance of the ``Â_j`` (any square root of ``V̂`` is allowed in eq. (2); this one
-    needs no factorisation and works for ``S < d``).
+    needs no factorisation and works for ``K < d``).
 
     Estimator and bias (conditionally on ``w``; ``M = E Â``, ``V = Cov Â``):
 
     * ``M̂`` is unbiased for ``M``.
-    * ``estimator="compensated"`` (default): ``S' = S`` (``D Dᵀ`` has mean ``(1 − 1/S) V``).  One Euler–Maruyama
-      step of size ``h`` then has conditional mean ``w + s M`` and covariance ``s² V/S + s² (1 − 1/S) V = s² V``:
-      exactly the first two moments of eq. (1), for every ``S``.  With ``S = 1`` the step is one FedAvg round.
-    * ``estimator="unbiased"``: ``S' = S − 1`` (``D Dᵀ`` unbiased for ``V``); the step's covariance is then
-      ``s² V (1 + 1/S)``, an ``O(1/S)`` excess from the noise of ``M̂``.
+    * ``estimator="compensated"`` (default): ``K' = K`` (``D Dᵀ`` has mean ``(1 − 1/K) V``).  One Euler–Maruyama
+      step of size ``h`` then has conditional mean ``w + s M`` and covariance ``s² V/K + s² (1 − 1/K) V = s² V``:
+      exactly the first two moments of eq. (1), for every ``K``.  With ``K = 1`` the step is one FedAvg round.
+    * ``estimator="unbiased"``: ``K' = K − 1`` (``D Dᵀ`` unbiased for ``V``); the step's covariance is then
+      ``s² V (1 + 1/K)``, an ``O(1/K)`` excess from the noise of ``M̂``.
     * For ``dt = h/k < h`` the drift's Monte-Carlo noise is ``O(dt)`` per step and vanishes as ``k`` grows; the
-      ``compensated`` diffusion then has the ``(1 − 1/S)`` bias.
+      ``compensated`` diffusion then has the ``(1 − 1/K)`` bias.
     * The step's noise is a Gaussian mixture (``D`` is random); eq. (2) assumes a Gaussian ``Â`` (Assumption
       3.1), exact for quadratic clients with Gaussian noise.
 
@@ -221,8 +221,8 @@ class FedAvgSDE(torch.nn.Module):
     h : float, optional
         Time step (default: ``eta`` when it is a constant).
     inner_samples : int
-        ``S``, rollouts per path and step (the Brownian motion has ``S`` channels).  Cost per step:
-        ``paths · S · Σ_k τ_k`` stochastic gradients.
+        ``K``, rollouts per path and step (the Brownian motion has ``K`` channels).  Cost per step:
+        ``paths · K · Σ_k τ_k`` stochastic gradients.
     estimator : {"compensated", "unbiased"}
     seed : int or torch.Generator
         Seed of the rollouts' noise (per block of :data:`~fedsde.clients.streams.BLOCK` paths: chunk-invariant).
@@ -268,8 +268,8 @@ class FedAvgSDE(torch.nn.Module):
         super().__init__()
         self.block = resolve_block_size(block_size, BLOCK)
         choice("estimator", estimator, ESTIMATORS)
-        self.S = positive_int("inner_samples", inner_samples)
-        if estimator == "unbiased" and self.S < 2:
+        self.inner_samples = positive_int("inner_samples", inner_samples)
+        if estimator == "unbiased" and self.inner_samples < 2:
             raise FedsdeInputError(f"inner_samples={inner_samples}: estimator='unbiased' needs at least 2")
         if oracle_factory is None:
             if not isinstance(problem, QuadraticProblem):
@@ -292,50 +292,58 @@ class FedAvgSDE(torch.nn.Module):
         self._nb = -1
         self._oracle = None
         self._streams = None
-        self._last = None  # (y, (t, version), mean (R, d), D (R, S, d))
+        self._last = None  # (y, (t, version), mean (R, d), D (R, K, d))
 
     @property
     def d(self) -> int:
         return int(self.problem.d)
 
     @property
+    def S(self) -> int:
+        """Old name of :attr:`inner_samples` (goes away in the next release)."""
+        import warnings
+
+        warnings.warn("FedAvgSDE.S is the old name of FedAvgSDE.inner_samples", DeprecationWarning, stacklevel=2)
+        return self.inner_samples
+
+    @property
     def brownian_channels(self) -> int:
-        """``m = S``: one Brownian component per inner sample."""
-        return self.S
+        """``m = K``: one Brownian component per inner sample."""
+        return self.inner_samples
 
     def _setup(self, nb: int) -> None:
         if nb != self._nb:
-            nbi = nb * self.S
+            nbi = nb * self.inner_samples
             self._oracle = self.oracle_factory(self.problem, nbi, self.device_, self.dtype_)
-            self._streams = ReplicateStreams(self.seed, self.first_block * self.S, nbi, self.device_, _INNER,
-                                             self.block)
+            self._streams = ReplicateStreams(self.seed, self.first_block * self.inner_samples, nbi, self.device_,
+                                             _INNER, self.block)
             self._nb = nb
 
     def rollouts(self, t: float, y: torch.Tensor) -> torch.Tensor:
-        """Displacements ``Â_j(w)`` of ``S`` independent rounds from every path, shape (paths, S, d)."""
+        """Displacements ``Â_j(w)`` of ``K`` independent rounds from every path, shape (paths, K, d)."""
         R, d = y.shape
         B = self.block
         nb = -(-R // B)
         self._setup(nb)
-        S, Q = self.S, self.problem.Q
+        K, Q = self.inner_samples, self.problem.Q
         if nb * B != R:
             y = torch.cat([y, y.new_zeros((nb * B - R, d))])
         wb = y.view(nb, 1, 1, B, d)
-        x = wb.expand(nb, S, Q, B, d).contiguous().view(nb * S, Q, B, d)
+        x = wb.expand(nb, K, Q, B, d).contiguous().view(nb * K, Q, B, d)
         run_local_steps(x=x, oracle=self._oracle, streams=self._streams, eta=self.eta(t),
                         n_steps=int(self.steps.max()), local_steps=self._limits)
-        disp = x.view(nb, S, Q, B, d) - wb
-        A = torch.einsum("q,nsqbd->nbsd", self._p, disp)  # (nb, B, S, d)
-        return A.reshape(nb * B, S, d)[:R]
+        disp = x.view(nb, K, Q, B, d) - wb
+        A = torch.einsum("q,nsqbd->nbsd", self._p, disp)  # (nb, B, K, d)
+        return A.reshape(nb * B, K, d)[:R]
 
     def moments(self, t, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``M̂`` (paths, d) and the factor ``D`` (paths, S, d) at ``(t, y)`` (cached for the last pair)."""
+        """``M̂`` (paths, d) and the factor ``D`` (paths, K, d) at ``(t, y)`` (cached for the last pair)."""
         key = (float(t), y._version)
         if self._last is not None and self._last[0] is y and self._last[1] == key:
             return self._last[2], self._last[3]
         A = self.rollouts(float(t), y)
         mean = A.mean(dim=1)
-        denom = self.S if self.estimator == "compensated" else self.S - 1
+        denom = self.inner_samples if self.estimator == "compensated" else self.inner_samples - 1
         D = (A - mean.unsqueeze(1)) / math.sqrt(denom)
         self._last = (y, key, mean, D)  # holding y keeps the identity check sound
         return mean, D

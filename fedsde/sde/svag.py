@@ -37,6 +37,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from fedsde._compat import renamed
 from fedsde._memory import available_memory
 from fedsde._validate import (
     client_steps,
@@ -335,14 +336,15 @@ class _Chain:
         self.final[start:stop] = w[:R].cpu().numpy()
 
 
-def simulate_svag(problem, *, eta, local_steps, rounds: int, paths: int, seed, ell: int, server_lr=1.0, h=None,
+@renamed(paths="replicates")
+def simulate_svag(problem, *, eta, local_steps, rounds: int, replicates: int, seed, ell: int, server_lr=1.0, h=None,
                   w0=None, oracle_factory=None, record: Sequence[int] | None = None, device="cpu",
                   dtype=torch.float64, progress: bool = False):
     """Paths of SDE (2) by the SVAG integrator (step ``h/ℓ``), as :class:`~fedsde.sde.integrate.SDEPaths`.
 
     The SVAG counterpart of ``simulate_sde(variant="general")``: each step costs two client rounds per path
-    (against ``S`` for the Monte-Carlo-coefficient Euler scheme), and the weak error is ``O(h/ℓ)``.
-    ``record`` defaults to every base round.
+    (against ``inner_samples`` for the Monte-Carlo-coefficient Euler scheme), and the weak error is ``O(h/ℓ)``.
+    ``replicates`` (old name: ``paths``) independent paths; ``record`` defaults to every base round.
     """
     from fedsde.sde.integrate import SDEPaths
 
@@ -351,7 +353,7 @@ def simulate_svag(problem, *, eta, local_steps, rounds: int, paths: int, seed, e
     bar = tqdm(total=rounds * positive_int("ell", ell), desc=f"sde[svag ℓ={ell}]", unit="step",
                disable=not progress, leave=False)
     try:
-        res = svag_chain(problem, eta=eta, local_steps=local_steps, rounds=rounds, ell=ell, replicates=paths,
+        res = svag_chain(problem, eta=eta, local_steps=local_steps, rounds=rounds, ell=ell, replicates=replicates,
                          seed=seed, server_lr=server_lr, h=h, w0=w0, oracle_factory=oracle_factory, record=keep,
                          device=device, dtype=dtype, bar=bar, what=f"the SDE (general, svag ell={ell})")
     finally:

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from fedsde._compat import renamed
 from fedsde._memory import available_memory
 from fedsde._validate import choice, device_dtype, positive_int, record_rounds, schedule, start_point
 from fedsde.aggregators import Aggregator, get_aggregator
@@ -137,8 +138,12 @@ def compact_rule(agg: Aggregator) -> bool:
                 and agg.warm_start_rounds == 0 and agg.correction(None) is None)
 
 
-def max_local_steps(steps: np.ndarray | RandomSteps | EpochSteps) -> int:
-    return steps.max_steps() if isinstance(steps, RandomSteps | EpochSteps) else int(steps.max())
+@renamed(steps="local_steps")
+def max_local_steps(local_steps: np.ndarray | RandomSteps | EpochSteps) -> int:
+    """The most local steps a client may run in a round (old name of ``local_steps``: ``steps``)."""
+    if isinstance(local_steps, RandomSteps | EpochSteps):
+        return local_steps.max_steps()
+    return int(local_steps.max())
 
 
 def make_plan(
@@ -227,7 +232,7 @@ def _chunk_size(*, replicates: int, chunk_size: int | None, block: int, Q: int, 
                        working_set=working_set(device, available))
 
 
-def _default_oracle(problem, steps):
+def _default_oracle(problem, local_steps):
     """Quadratic clients: Gaussian gradient noise; least-squares clients: minibatches with or without replacement
     as the problem says; classification problems: minibatch SGD with the problem's ``batch_size`` and ``sampling``
     (batch sizes from :class:`EpochSteps` when given)."""
@@ -236,7 +241,7 @@ def _default_oracle(problem, steps):
     if isinstance(problem, RegressionProblem):
         return least_squares_oracle(problem.batch_size, sampling=problem.sampling)
     sampling = getattr(problem, "sampling", "minibatch")
-    if isinstance(steps, EpochSteps):
+    if isinstance(local_steps, EpochSteps):
         return minibatch_oracle(sampling=sampling)
     if getattr(problem, "batch_size", None) is None:
         raise FedsdeInputError(

@@ -296,22 +296,22 @@ def run_chunk(plan: SimulationPlan, start: int, R: int, out_w, out_drift: np.nda
             tau_s = tau.gather(1, cid)
             if batch is not None:
                 batch = batch.gather(1, cid)
-        S = Q if cid is None else m
-        x = wb.expand(nb, S, block, d).clone()  # (nb, S, B, d)
+        slots = Q if cid is None else m  # clients, or participant slots
+        x = wb.expand(nb, slots, block, d).clone()  # (nb, slots, B, d)
         rec = drift_idx.get(n)
         first_grads = run_local_steps(
             x=x, oracle=oracle, streams=noise, eta=eta, n_steps=n_steps,
-            # (nb, S, B, 1): local steps of each client, to stop clients with fewer steps
-            local_steps=None if draws.uniform else tau_s.view(nb, block, S).transpose(1, 2).unsqueeze(-1),
+            # (nb, slots, B, 1): local steps of each client, to stop clients with fewer steps
+            local_steps=None if draws.uniform else tau_s.view(nb, block, slots).transpose(1, 2).unsqueeze(-1),
             batch=batch, max_batch=max_batch, clients=clients, solver=solver, anchor=wb,
-            correction=None if corr is None else corr.view(nb, block, S, d).transpose(1, 2),
+            correction=None if corr is None else corr.view(nb, block, slots, d).transpose(1, 2),
             keep_first_grad=agg.needs_first_grads,
             on_step=None if rec is None else partial(_record_drift, out_drift, rec, wb=wb, start=start, R=R),
         )
         if rec is not None and n_steps < out_drift.shape[1]:
             out_drift[rec, n_steps:, start:start + R] = out_drift[rec, n_steps - 1, start:start + R]
-        delta = (x - wb).transpose(1, 2).reshape(Rp, S, d)  # (Rp, S, d)
-        g0 = None if first_grads is None else first_grads.transpose(1, 2).reshape(Rp, S, d)
+        delta = (x - wb).transpose(1, 2).reshape(Rp, slots, d)  # (Rp, slots, d)
+        g0 = None if first_grads is None else first_grads.transpose(1, 2).reshape(Rp, slots, d)
         if sparse:  # the rule sees the m participants as its clients
             ctx = RoundContext(round=n, server_lr=s, eta=eta, local_steps=tau_s, participating=mask, p=p)
         else:
@@ -366,8 +366,9 @@ def _record_drift(out_drift, rec, i, x, *, wb, start, R):
 
 def _raise_diverged(n: int, start: int, delta: torch.Tensor, w: torch.Tensor, cid: torch.Tensor | None = None):
     """Raise :class:`SimulationDivergedError` naming the round and the first client (or the server update) whose
-    numbers are not finite; ``delta`` (R, S, d) per client or per participant slot (``cid`` (R, S): their clients)."""
-    bad = ~torch.isfinite(delta).all(-1)  # (R, S)
+    numbers are not finite; ``delta`` (R, slots, d) per client or per participant slot (``cid`` (R, slots): their
+    clients)."""
+    bad = ~torch.isfinite(delta).all(-1)  # (R, slots)
     if bool(bad.any()):
         r, k = (int(v) for v in torch.nonzero(bad)[0])
         where = f"client {k if cid is None else int(cid[r, k])} (replicate {start + r})"

@@ -17,8 +17,9 @@ from functools import cache
 import numpy as np
 import sympy as sp
 
+from fedsde._compat import renamed
 from fedsde.problems import QuadraticProblem, paper_table_problem
-from fedsde.symbolic import symbols as S
+from fedsde.symbolic import symbols as sym
 from fedsde.symbolic.local_sgd import client_law, closed_form_weights, generic, mean_sum, server_law
 from fedsde.symbolic.moments import chain_moments, rescaling_ratios, thm63_printed, variant_moments
 from fedsde.symbolic.numeric import aggregates, client_functions, moment_functions, sde_coefficients_numeric
@@ -174,9 +175,9 @@ def _units() -> Erratum:
         id="eq4-units", location="eq. (4), Thm 6.3", severity="M",
         title="the printed variance is not covariant under a change of units (dimensionally inconsistent)",
         printed=generic(variant_moments("paper").stationary_var.subs(server_law().aggregates())
-                        .subs({S.s: 1})),
+                        .subs({sym.s: 1})),
         corrected=generic(variant_moments("corrected").stationary_var.subs(server_law().aggregates())
-                          .subs({S.s: 1})),
+                          .subs({sym.s: 1})),
         quantity="stationary variance / λ² after w → λw, a → λa, U → U/λ², Σ → Σ/λ², η → λ²η (λ = 10); a "
         "covariant formula returns its λ = 1 value",
         printed_value=vals["paper"], corrected_value=vals["corrected"],
@@ -198,8 +199,8 @@ def _clients() -> Erratum:
     return Erratum(
         id="eq4-clients", location="eq. (4), Thm 6.3", severity="M",
         title="p_k in place of p_k²: the printed variance does not fall with the number of clients",
-        printed=law.variance_update_paper.subs(S.s, 1),
-        corrected=generic(law.variance_update.subs(S.s, 1)),
+        printed=law.variance_update_paper.subs(sym.s, 1),
+        corrected=generic(law.variance_update.subs(sym.s, 1)),
         quantity=f"stationary variance with the 3 clients of the table replicated {times}× (Q = {3 * times})",
         printed_value=_stationary_var(pr, eta, E, "paper"), corrected_value=_stationary_var(pr, eta, E, "corrected"),
         exact_value=_exact_var(pr, eta, E),
@@ -232,7 +233,7 @@ def _thm63() -> Erratum:
     matched = float(mf.var(t, co_m.A[0, 0], co_m.diffusion_cov[0, 0], 0.0))
     exact = float(transient_moments(pr, eta, E, n, record=[n]).cov[-1, 0, 0])
     th = thm63_printed()
-    corr_expr = variant_moments("corrected").var.subs({S.v0: 0, S.s: 1, S.h: S.eta, S.beta: S.eta * S.D})
+    corr_expr = variant_moments("corrected").var.subs({sym.v0: 0, sym.s: 1, sym.h: sym.eta, sym.beta: sym.eta * sym.D})
     return Erratum(
         id="thm6.3-v0", location="Thm 6.3", severity="M",
         title="transient variance v0(t) has e^{-Dt} where e^{-2Dt} belongs (ODE residual −b²e^{−Dt}/2)",
@@ -249,9 +250,11 @@ def _thm63() -> Erratum:
     )
 
 
-def doubling_slope(fun, E: int) -> float:
-    """``log₂(V(2E)/V(E))``: the local log–log slope of ``V`` in ``E`` used in reference §3c."""
-    return float(np.log(fun(2 * E) / fun(E)) / np.log(2.0))
+@renamed(E="local_steps")
+def doubling_slope(fun, local_steps: int) -> float:
+    """``log₂(V(2E)/V(E))`` at ``E = local_steps`` (old name: ``E``): the local log–log slope of ``V`` in ``E`` used
+    in reference §3c."""
+    return float(np.log(fun(2 * local_steps) / fun(local_steps)) / np.log(2.0))
 
 
 def _e_squared() -> Erratum:
@@ -261,8 +264,8 @@ def _e_squared() -> Erratum:
         v: doubling_slope(lambda e, v=v: _stationary_var(pr, eta, e, v), E) for v in ("paper", "corrected")
     }
     exact = doubling_slope(lambda e: _exact_var(pr, eta, e), E)
-    paper_expr = generic(variant_moments("paper").stationary_var.subs(server_law().aggregates()).subs(S.s, 1))
-    chain_expr = generic(chain_moments().stationary_var.subs(server_law().aggregates()).subs(S.s, 1))
+    paper_expr = generic(variant_moments("paper").stationary_var.subs(server_law().aggregates()).subs(sym.s, 1))
+    chain_expr = generic(chain_moments().stationary_var.subs(server_law().aggregates()).subs(sym.s, 1))
     table = {
         e: {"paper": _stationary_var(pr, eta, e, "paper"), "corrected": _stationary_var(pr, eta, e, "corrected"),
             "exact": _exact_var(pr, eta, e)} for e in (1, 5, 20)

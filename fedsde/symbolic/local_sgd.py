@@ -18,6 +18,8 @@ readings of reference §3a ("same_draw", "independent", "eq4").
 
 Every geometric sum is evaluated by :func:`geometric_sum`, which keeps the ``x = 1`` branch as a ``Piecewise``
 (needed numerically for ``U_k = 0`` or ``ηU_k = 2``); :func:`generic` drops it for display.
+
+The functions of a number of local steps take it as ``local_steps`` (old name, accepted for one release: ``steps``).
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ from functools import cache
 
 import sympy as sp
 
+from fedsde._compat import renamed
 from fedsde._validate import choice
-from fedsde.symbolic import symbols as S
+from fedsde.symbolic import symbols as sym
 
 READINGS = ("same_draw", "independent", "eq4")
 
@@ -51,58 +54,66 @@ def generic(expr: sp.Expr) -> sp.Expr:
 def recursion() -> sp.Eq:
     """One local step ``w_{i+1} = w_i − η(U_k(w_i − a_k) + ξ_i)`` (the project's sign convention)."""
     wi = sp.IndexedBase("w")
-    return sp.Eq(wi[S.i + 1], wi[S.i] - S.eta * (S.U * (wi[S.i] - S.a) + S.xi[S.i]))
+    return sp.Eq(wi[sym.i + 1], wi[sym.i] - sym.eta * (sym.U * (wi[sym.i] - sym.a) + sym.xi[sym.i]))
 
 
-def unrolled(steps: int) -> sp.Expr:
-    """``w_E`` for a concrete ``E = steps``, by iterating the recursion from ``w_0 = w`` (no closed form used)."""
-    wk = S.w
-    for idx in range(int(steps)):
-        wk = wk - S.eta * (S.U * (wk - S.a) + S.xi[idx])
+@renamed(steps="local_steps")
+def unrolled(local_steps: int) -> sp.Expr:
+    """``w_E`` for a concrete ``E = local_steps``, by iterating the recursion from ``w_0 = w`` (no closed form used)."""
+    wk = sym.w
+    for idx in range(int(local_steps)):
+        wk = wk - sym.eta * (sym.U * (wk - sym.a) + sym.xi[idx])
     return sp.expand(wk)
 
 
-def closed_form_weights(steps: sp.Expr = S.E) -> sp.Expr:
+@renamed(steps="local_steps")
+def closed_form_weights(local_steps: sp.Expr = sym.E) -> sp.Expr:
     """``w_E = a_k + r^E (w − a_k) − η Σ_{m<E} r^{E−1−m} ξ_m`` (the noise sum is left unevaluated)."""
-    noise = sp.Sum(S.r ** (steps - 1 - S.m) * S.xi[S.m], (S.m, 0, steps - 1))
-    return S.a + S.r**steps * (S.w - S.a) - S.eta * noise
+    noise = sp.Sum(sym.r ** (local_steps - 1 - sym.m) * sym.xi[sym.m], (sym.m, 0, local_steps - 1))
+    return sym.a + sym.r**local_steps * (sym.w - sym.a) - sym.eta * noise
 
 
-def paper_layout_noise(steps: sp.Expr = S.E) -> sp.Expr:
+@renamed(steps="local_steps")
+def paper_layout_noise(local_steps: sp.Expr = sym.E) -> sp.Expr:
     """The correct noise in Thm 6.2's own layout: ``η² U_k Σ_{j<E} Σ_{i=1..j} r^{j−i} ξ_{i−1} − η Σ_{j<E} ξ_j``.
 
     Reference §3a / erratum 1: the printed double sum misses one factor ``η`` and uses fresh ``N(0, Σ_k)`` draws
     where the same ``ξ``'s as in the second sum belong.
     """
-    inner = sp.Sum(S.r ** (S.j - S.i) * S.xi[S.i - 1], (S.i, 1, S.j))
-    return S.eta**2 * S.U * sp.Sum(inner, (S.j, 0, steps - 1)) - S.eta * sp.Sum(S.xi[S.j], (S.j, 0, steps - 1))
+    inner = sp.Sum(sym.r ** (sym.j - sym.i) * sym.xi[sym.i - 1], (sym.i, 1, sym.j))
+    noise = sp.Sum(sym.xi[sym.j], (sym.j, 0, local_steps - 1))
+    return sym.eta**2 * sym.U * sp.Sum(inner, (sym.j, 0, local_steps - 1)) - sym.eta * noise
 
 
-def mean_sum(steps: sp.Expr = S.E) -> sp.Expr:
+@renamed(steps="local_steps")
+def mean_sum(local_steps: sp.Expr = sym.E) -> sp.Expr:
     """Thm 6.2's mean part as printed, sums unevaluated: ``w − η Σ_{j<E} r^j U_k (w − a_k)``."""
-    return S.w - S.eta * sp.Sum(S.r**S.j * S.U * (S.w - S.a), (S.j, 0, steps - 1))
+    return sym.w - sym.eta * sp.Sum(sym.r**sym.j * sym.U * (sym.w - sym.a), (sym.j, 0, local_steps - 1))
 
 
-def contraction(steps: sp.Expr = S.E) -> sp.Expr:
+@renamed(steps="local_steps")
+def contraction(local_steps: sp.Expr = sym.E) -> sp.Expr:
     """``β_k = η Σ_{j<E} r^j U_k = 1 − r^E``: the fraction of ``w − a_k`` removed by E local steps.
 
     The closed form telescopes (``ηU_k = 1 − r``), so it needs no ``r = 1`` branch.
     """
-    return 1 - S.r**steps
+    return 1 - sym.r**local_steps
 
 
-def gamma(steps: sp.Expr = S.E) -> sp.Expr:
+@renamed(steps="local_steps")
+def gamma(local_steps: sp.Expr = sym.E) -> sp.Expr:
     """``Γ_k = Σ_k Σ_{m<E} r^{2m} = Σ_k (1 − r^{2E})/(1 − r²)``; the client displacement has variance ``η² Γ_k``."""
-    return S.Sigma * geometric_sum(S.r**2, steps)
+    return sym.Sigma * geometric_sum(sym.r**2, local_steps)
 
 
-def paper_double_sum(steps: sp.Expr = S.E) -> sp.Expr:
+@renamed(steps="local_steps")
+def paper_double_sum(local_steps: sp.Expr = sym.E) -> sp.Expr:
     """The paper's ``S_k = Σ_{j<E} Σ_{i=1..j} r^{j−i} U_k = (E − Σ_{j<E} r^j)/η`` (Thm 6.2, eq. (4)).
 
     Closed form by construction: the inner sum is ``U_k (1 − r^j)/(1 − r) = (1 − r^j)/η``; summing over ``j``
     gives ``(E − Σ_{j<E} r^j)/η``, which is 0 at ``U_k = 0`` through the ``Piecewise`` of the geometric sum.
     """
-    return (steps - geometric_sum(S.r, steps)) / S.eta
+    return (local_steps - geometric_sum(sym.r, local_steps)) / sym.eta
 
 
 # ---------------------------------------------------------------------------------------------- the law
@@ -153,22 +164,22 @@ def client_law(variant: str = "corrected", reading: str = "same_draw") -> Client
         implies per round for one client (``h = η``), ``η²(E + √Σ_k S_k)²``.  ``S_k`` = :func:`paper_double_sum`.
     """
     choice("variant", variant, ("corrected", "paper"))
-    mean = sp.expand(S.w - contraction() * (S.w - S.a))
+    mean = sp.expand(sym.w - contraction() * (sym.w - sym.a))
     if variant == "corrected":
-        var = S.eta**2 * gamma()
+        var = sym.eta**2 * gamma()
         noise = paper_layout_noise()
         return ClientLaw("corrected", None, mean, var, mean_sum(), noise)
     choice("reading", reading, READINGS)
     N1, N2 = sp.symbols("N_1 N_2")
-    dbl = sp.Sum(sp.Sum(S.r ** (S.j - S.i) * S.U, (S.i, 1, S.j)), (S.j, 0, S.E - 1))
-    noise = -S.eta * dbl * N1 + S.E * S.eta * N2
+    dbl = sp.Sum(sp.Sum(sym.r ** (sym.j - sym.i) * sym.U, (sym.i, 1, sym.j)), (sym.j, 0, sym.E - 1))
+    noise = -sym.eta * dbl * N1 + sym.E * sym.eta * N2
     Sk = paper_double_sum()
     if reading == "same_draw":
-        var = S.eta**2 * S.Sigma * (S.E - Sk) ** 2
+        var = sym.eta**2 * sym.Sigma * (sym.E - Sk) ** 2
     elif reading == "independent":
-        var = S.eta**2 * S.Sigma * (S.E**2 + Sk**2)
+        var = sym.eta**2 * sym.Sigma * (sym.E**2 + Sk**2)
     else:  # "eq4"
-        var = S.eta**2 * (S.E + sp.sqrt(S.Sigma) * Sk) ** 2
+        var = sym.eta**2 * (sym.E + sp.sqrt(sym.Sigma) * Sk) ** 2
     return ClientLaw("paper", reading, mean, var, mean_sum(), noise)
 
 
@@ -188,16 +199,18 @@ def expand_sums(expr: sp.Expr) -> sp.Expr:
     return expr.replace(lambda e: isinstance(e, sp.Sum), _peel)
 
 
-def noise_variance_from_unrolled(steps: int) -> sp.Expr:
+@renamed(steps="local_steps")
+def noise_variance_from_unrolled(local_steps: int) -> sp.Expr:
     """``Var[w_E | w]`` for a concrete E from the unrolled recursion: ``Σ_m (∂w_E/∂ξ_m)² Σ_k`` (independent ξ)."""
-    wE = unrolled(steps)
-    return sp.expand(sum(sp.diff(wE, S.xi[idx]) ** 2 for idx in range(int(steps))) * S.Sigma)
+    wE = unrolled(local_steps)
+    return sp.expand(sum(sp.diff(wE, sym.xi[idx]) ** 2 for idx in range(int(local_steps))) * sym.Sigma)
 
 
-def mean_from_unrolled(steps: int) -> sp.Expr:
+@renamed(steps="local_steps")
+def mean_from_unrolled(local_steps: int) -> sp.Expr:
     """``E[w_E | w]`` for a concrete E from the unrolled recursion (all ξ set to 0)."""
-    wE = unrolled(steps)
-    return sp.expand(wE.subs({S.xi[idx]: 0 for idx in range(int(steps))}))
+    wE = unrolled(local_steps)
+    return sp.expand(wE.subs({sym.xi[idx]: 0 for idx in range(int(local_steps))}))
 
 
 # ---------------------------------------------------------------------------------------------- diagonal d-dim
@@ -221,25 +234,25 @@ def diagonal_client_law(d: int) -> tuple[sp.Matrix, sp.Matrix, tuple[sp.Symbol, 
     av = sp.Matrix(sp.symbols(f"a_k1:{d + 1}", real=True))
     Us = sp.symbols(f"U_k1:{d + 1}", nonnegative=True)
     Ss = sp.symbols(f"Sigma_k1:{d + 1}", nonnegative=True)
-    R = sp.diag(*[1 - S.eta * u for u in Us])
-    RE = sp.diag(*[R[q, q] ** S.E for q in range(d)])  # R^E of a diagonal matrix, E symbolic
+    R = sp.diag(*[1 - sym.eta * u for u in Us])
+    RE = sp.diag(*[R[q, q] ** sym.E for q in range(d)])  # R^E of a diagonal matrix, E symbolic
     mean = wv - (sp.eye(d) - RE) * (wv - av)
     Sig = sp.diag(*Ss)
     # Σ_{m<E} R^m Σ R^m: entry (q, q') is Σ_qq' Σ_m (r_q r_q')^m; Σ is diagonal so only q = q' survives
-    G = sp.Matrix(d, d, lambda q, qq: Sig[q, qq] * geometric_sum(R[q, q] * R[qq, qq], S.E) if q == qq else 0)
-    cov = S.eta**2 * G
+    G = sp.Matrix(d, d, lambda q, qq: Sig[q, qq] * geometric_sum(R[q, q] * R[qq, qq], sym.E) if q == qq else 0)
+    cov = sym.eta**2 * G
     return mean, cov, (*wv, *av, *Us, *Ss)
 
 
 # ---------------------------------------------------------------------------------------------- server update
 def to_indexed(expr: sp.Expr) -> sp.Expr:
     """Replace the one-client symbols ``U_k, a_k, Σ_k, p_k`` by ``U[k], a[k], Σ[k], p[k]`` (client ``k`` of ``Q``)."""
-    return expr.xreplace(S.TO_INDEXED)
+    return expr.xreplace(sym.TO_INDEXED)
 
 
 def client_sum(summand: sp.Expr) -> sp.Expr:
     """``Σ_{k=1}^{Q} summand`` with the one-client symbols indexed by ``k``."""
-    return sp.Sum(to_indexed(summand), (S.k, 1, S.Q))
+    return sp.Sum(to_indexed(summand), (sym.k, 1, sym.Q))
 
 
 def explicit_clients(expr: sp.Expr, clients: int) -> tuple[sp.Expr, dict[str, tuple[sp.Symbol, ...]]]:
@@ -252,14 +265,14 @@ def explicit_clients(expr: sp.Expr, clients: int) -> tuple[sp.Expr, dict[str, tu
         ``{"U": (U_1, …), "a": …, "Sigma": …, "p": …}``.
     """
     q = int(clients)
-    names = {"U": (S.U_, True), "a": (S.a_, False), "Sigma": (S.Sigma_, True), "p": (S.p_, True)}
+    names = {"U": (sym.U_, True), "a": (sym.a_, False), "Sigma": (sym.Sigma_, True), "p": (sym.p_, True)}
     syms: dict[str, tuple[sp.Symbol, ...]] = {}
     repl = {}
     for key, (base, nonneg) in names.items():
         kw = {"real": True} if not nonneg else ({"positive": True} if key == "p" else {"nonnegative": True})
         syms[key] = tuple(sp.Symbol(f"{key}_{idx}", **kw) for idx in range(1, q + 1))
         repl.update({base[idx]: syms[key][idx - 1] for idx in range(1, q + 1)})
-    out = expand_sums(expr.subs(S.Q, q)).xreplace(repl)
+    out = expand_sums(expr.subs(sym.Q, q)).xreplace(repl)
     return out, syms
 
 
@@ -291,26 +304,26 @@ class ServerLaw:
 
     def aggregates(self) -> dict[sp.Symbol, sp.Expr]:
         """Map from the aggregate symbols (β, C4, σ_ε², b_p, D, K) to their ``Sum`` expressions."""
-        return {S.beta: self.beta, S.C4: self.c, S.sigma2: self.sigma2, S.b_paper: self.b_paper,
-                S.D: self.D, S.K: self.K}
+        return {sym.beta: self.beta, sym.C4: self.c, sym.sigma2: self.sigma2, sym.b_paper: self.b_paper,
+                sym.D: self.D, sym.K: self.K}
 
 
 @cache
 def server_law() -> ServerLaw:
     """The one-round law of the server weights (E, Q symbolic); see :class:`ServerLaw`."""
     beta_k = contraction()
-    beta = client_sum(S.p * beta_k)
-    Ba = client_sum(S.p * beta_k * S.a)
-    sigma2 = S.eta**2 * client_sum(S.p**2 * gamma())
-    b_p = S.E + client_sum(S.p * sp.sqrt(S.Sigma) * paper_double_sum())
-    D = client_sum(S.p * sp.Sum(S.r**S.j * S.U, (S.j, 0, S.E - 1)))
-    K = client_sum(S.p * sp.Sum(S.r**S.j * S.U * S.a, (S.j, 0, S.E - 1)))
-    mean_update = S.w - S.s * client_sum(S.p * beta_k * (S.w - S.a))
+    beta = client_sum(sym.p * beta_k)
+    Ba = client_sum(sym.p * beta_k * sym.a)
+    sigma2 = sym.eta**2 * client_sum(sym.p**2 * gamma())
+    b_p = sym.E + client_sum(sym.p * sp.sqrt(sym.Sigma) * paper_double_sum())
+    D = client_sum(sym.p * sp.Sum(sym.r**sym.j * sym.U, (sym.j, 0, sym.E - 1)))
+    K = client_sum(sym.p * sp.Sum(sym.r**sym.j * sym.U * sym.a, (sym.j, 0, sym.E - 1)))
+    mean_update = sym.w - sym.s * client_sum(sym.p * beta_k * (sym.w - sym.a))
     return ServerLaw(
         beta=beta, Ba=Ba, c=Ba / beta, sigma2=sigma2, b_paper=b_p, D=D, K=K,
         mean_update=mean_update,
-        variance_update=S.s**2 * sigma2,
-        variance_update_paper=S.s**2 * S.eta**2 * b_p**2,
+        variance_update=sym.s**2 * sigma2,
+        variance_update_paper=sym.s**2 * sym.eta**2 * b_p**2,
     )
 
 
@@ -338,7 +351,7 @@ def diagonal_server_law(d: int) -> tuple[sp.Matrix, sp.Matrix, dict[str, sp.Inde
     law = server_law()
     means, variances = [], []
     for q in range(1, d + 1):
-        sub = {S.U_[S.k]: U2[S.k, q], S.a_[S.k]: a2[S.k, q], S.Sigma_[S.k]: S2[S.k, q], S.w: wv[q]}
+        sub = {sym.U_[sym.k]: U2[sym.k, q], sym.a_[sym.k]: a2[sym.k, q], sym.Sigma_[sym.k]: S2[sym.k, q], sym.w: wv[q]}
         means.append(law.mean_update.xreplace(sub))
         variances.append(law.variance_update.xreplace(sub))
     return sp.Matrix(means), sp.diag(*variances), {"U": U2, "a": a2, "Sigma": S2, "w": wv}

@@ -25,7 +25,7 @@ from functools import cache
 import sympy as sp
 
 from fedsde._validate import choice
-from fedsde.symbolic import symbols as S
+from fedsde.symbolic import symbols as sym
 from fedsde.symbolic.local_sgd import contraction, gamma, generic, paper_double_sum, server_law, to_indexed
 from fedsde.symbolic.sde import VARIANTS, sde_coefficients
 
@@ -52,27 +52,27 @@ class OUSolution:
 def ou_solution() -> OUSolution:
     """Solve the moment ODEs with ``dsolve`` and verify the solution by substitution (residuals simplify to 0)."""
     mf, vf = sp.Function("m"), sp.Function("v")
-    mean_ode = sp.Eq(mf(S.t).diff(S.t), -S.A * (mf(S.t) - S.c))
-    var_ode = sp.Eq(vf(S.t).diff(S.t), -2 * S.A * vf(S.t) + S.b2)
-    mean = sp.dsolve(mean_ode, mf(S.t), ics={mf(0): S.m0}).rhs
-    var = sp.dsolve(var_ode, vf(S.t), ics={vf(0): S.v0}).rhs
-    mean = sp.collect(sp.expand(mean), sp.exp(-S.A * S.t))
-    var = sp.collect(sp.expand(var), sp.exp(-2 * S.A * S.t))
+    mean_ode = sp.Eq(mf(sym.t).diff(sym.t), -sym.A * (mf(sym.t) - sym.c))
+    var_ode = sp.Eq(vf(sym.t).diff(sym.t), -2 * sym.A * vf(sym.t) + sym.b2)
+    mean = sp.dsolve(mean_ode, mf(sym.t), ics={mf(0): sym.m0}).rhs
+    var = sp.dsolve(var_ode, vf(sym.t), ics={vf(0): sym.v0}).rhs
+    mean = sp.collect(sp.expand(mean), sp.exp(-sym.A * sym.t))
+    var = sp.collect(sp.expand(var), sp.exp(-2 * sym.A * sym.t))
     mres = sp.simplify(ode_residual(mean, "mean"))
     vres = sp.simplify(ode_residual(var, "var"))
-    if mres != 0 or vres != 0 or sp.simplify(mean.subs(S.t, 0) - S.m0) != 0 or sp.simplify(
-            var.subs(S.t, 0) - S.v0) != 0:
+    if mres != 0 or vres != 0 or sp.simplify(mean.subs(sym.t, 0) - sym.m0) != 0 or sp.simplify(
+            var.subs(sym.t, 0) - sym.v0) != 0:
         raise ArithmeticError("dsolve's OU moments failed verification by substitution")
-    st_mean = sp.limit(mean, S.t, sp.oo)  # S.A is a positive symbol
-    st_var = sp.limit(var, S.t, sp.oo)
+    st_mean = sp.limit(mean, sym.t, sp.oo)  # sym.A is a positive symbol
+    st_var = sp.limit(var, sym.t, sp.oo)
     return OUSolution(mean, var, mean_ode, var_ode, mres, vres, st_mean, st_var)
 
 
-def ode_residual(expr: sp.Expr, kind: str, A: sp.Expr = S.A, c: sp.Expr = S.c, b2: sp.Expr = S.b2) -> sp.Expr:
+def ode_residual(expr: sp.Expr, kind: str, A: sp.Expr = sym.A, c: sp.Expr = sym.c, b2: sp.Expr = sym.b2) -> sp.Expr:
     """Residual of a candidate moment in its ODE: ``m' + A(m − c)`` or ``v' + 2Av − b²``."""
     if choice("kind", kind, ("mean", "var")) == "mean":
-        return sp.diff(expr, S.t) + A * (expr - c)
-    return sp.diff(expr, S.t) + 2 * A * expr - b2
+        return sp.diff(expr, sym.t) + A * (expr - c)
+    return sp.diff(expr, sym.t) + 2 * A * expr - b2
 
 
 # ---------------------------------------------------------------------------------------------- per variant
@@ -92,7 +92,7 @@ def variant_moments(variant: str) -> VariantMoments:
     """Substitute the variant's ``(A, c, b²)`` into :func:`ou_solution`; stationary law by ``t → ∞``."""
     co = sde_coefficients(variant)
     sol = ou_solution()
-    sub = {S.A: co.A, S.c: co.c, S.b2: co.b2}
+    sub = {sym.A: co.A, sym.c: co.c, sym.b2: co.b2}
     # t → ∞ needs A > 0 (matched: 0 < 1 − sβ < 1); the limits were taken in ou_solution with A positive
     st_mean, st_var = sol.stationary_mean.subs(sub), sol.stationary_var.subs(sub)
     return VariantMoments(variant, sol.mean.subs(sub), sol.var.subs(sub), sp.simplify(st_mean),
@@ -115,10 +115,10 @@ def thm63_printed() -> PrintedThm63:
 
     ``var_corrected`` is the solution of the same SDE's variance ODE: ``η b_p² (1 − e^{−2Dt})/(2D)``.
     """
-    C4 = S.K / S.D
-    mean = C4 + (S.m0 - C4) * sp.exp(-S.D * S.t)
-    var = -S.eta * S.b_paper**2 / (2 * S.D) * (sp.exp(-S.D * S.t) - 1)
-    var_c = S.eta * S.b_paper**2 / (2 * S.D) * (1 - sp.exp(-2 * S.D * S.t))
+    C4 = sym.K / sym.D
+    mean = C4 + (sym.m0 - C4) * sp.exp(-sym.D * sym.t)
+    var = -sym.eta * sym.b_paper**2 / (2 * sym.D) * (sp.exp(-sym.D * sym.t) - 1)
+    var_c = sym.eta * sym.b_paper**2 / (2 * sym.D) * (1 - sp.exp(-2 * sym.D * sym.t))
     return PrintedThm63(mean, C4, var, var_c)
 
 
@@ -133,19 +133,19 @@ def ode_residuals() -> dict[str, sp.Expr]:
     (``m₀(0) − w₀(0)``: 0).
     """
     th = thm63_printed()
-    b2p = S.eta * S.b_paper**2
+    b2p = sym.eta * sym.b_paper**2
     out = {
-        "paper_mean": sp.simplify(ode_residual(th.mean, "mean", A=S.D, c=S.K / S.D)),
-        "paper_C4": sp.simplify(S.D * th.C4 - S.K),
-        "paper_var": sp.simplify(ode_residual(th.var, "var", A=S.D, b2=b2p)),
-        "paper_var_initial": sp.simplify(th.var.subs(S.t, 0)),
-        "paper_mean_initial": sp.simplify(th.mean.subs(S.t, 0) - S.m0),
+        "paper_mean": sp.simplify(ode_residual(th.mean, "mean", A=sym.D, c=sym.K / sym.D)),
+        "paper_C4": sp.simplify(sym.D * th.C4 - sym.K),
+        "paper_var": sp.simplify(ode_residual(th.var, "var", A=sym.D, b2=b2p)),
+        "paper_var_initial": sp.simplify(th.var.subs(sym.t, 0)),
+        "paper_mean_initial": sp.simplify(th.mean.subs(sym.t, 0) - sym.m0),
     }
-    generic_b2 = sp.simplify(ode_residual(th.var.subs(b2p, S.b2).subs(S.b_paper**2, S.b2 / S.eta), "var",
-                                          A=S.D, b2=S.b2))
+    generic_b2 = sp.simplify(ode_residual(th.var.subs(b2p, sym.b2).subs(sym.b_paper**2, sym.b2 / sym.eta), "var",
+                                          A=sym.D, b2=sym.b2))
     out["paper_var_generic"] = generic_b2
     co = sde_coefficients("corrected")
-    v = variant_moments("corrected").var.subs(S.v0, 0)
+    v = variant_moments("corrected").var.subs(sym.v0, 0)
     out["corrected_var"] = sp.simplify(ode_residual(v, "var", A=co.A, b2=co.b2))
     return out
 
@@ -166,13 +166,13 @@ class ChainMoments:
 @cache
 def chain_moments() -> ChainMoments:
     """``m_n``, ``v_n`` of ``w_{n+1} = w_n − sβ(w_n − c) + sε``, verified against the one-round recursion."""
-    rho = 1 - S.s * S.beta
-    mean = S.C4 + rho**S.n * (S.m0 - S.C4)
-    var = rho ** (2 * S.n) * S.v0 + S.s**2 * S.sigma2 * (1 - rho ** (2 * S.n)) / (1 - rho**2)
-    mres = sp.simplify(mean.subs(S.n, S.n + 1) - (mean - S.s * S.beta * (mean - S.C4)))
-    vres = sp.simplify(var.subs(S.n, S.n + 1) - (rho**2 * var + S.s**2 * S.sigma2))
-    st_var = sp.factor(sp.simplify(S.s**2 * S.sigma2 / (1 - rho**2)))
-    return ChainMoments(mean, var, S.C4, st_var, mres, vres)
+    rho = 1 - sym.s * sym.beta
+    mean = sym.C4 + rho**sym.n * (sym.m0 - sym.C4)
+    var = rho ** (2 * sym.n) * sym.v0 + sym.s**2 * sym.sigma2 * (1 - rho ** (2 * sym.n)) / (1 - rho**2)
+    mres = sp.simplify(mean.subs(sym.n, sym.n + 1) - (mean - sym.s * sym.beta * (mean - sym.C4)))
+    vres = sp.simplify(var.subs(sym.n, sym.n + 1) - (rho**2 * var + sym.s**2 * sym.sigma2))
+    st_var = sp.factor(sp.simplify(sym.s**2 * sym.sigma2 / (1 - rho**2)))
+    return ChainMoments(mean, var, sym.C4, st_var, mres, vres)
 
 
 @cache
@@ -188,8 +188,8 @@ def matched_grid_residuals() -> tuple[sp.Expr, sp.Expr]:
     Written with ``ρ = 1 − sβ ∈ (0, 1)`` (a positive symbol) so that ``e^{−A·nh} = e^{n ln ρ} = ρ^n``.
     """
     rho = sp.Symbol("rho", positive=True)
-    on_grid = {S.t: S.n * S.h}
-    to_rho = {S.beta: (1 - rho) / S.s}
+    on_grid = {sym.t: sym.n * sym.h}
+    to_rho = {sym.beta: (1 - rho) / sym.s}
     vm, ch = variant_moments("matched"), chain_moments()
     dm = sp.simplify(sp.powsimp(vm.mean.subs(on_grid).subs(to_rho) - ch.mean.subs(to_rho), force=True))
     dv = sp.simplify(sp.powsimp(vm.var.subs(on_grid).subs(to_rho) - ch.var.subs(to_rho), force=True))
@@ -213,12 +213,12 @@ def split_sums(expr: sp.Expr) -> sp.Expr:
         body, limits = su.function, su.limits
         out = 0
         for term in sp.Add.make_args(sp.expand(body)):
-            dep = [f for f in sp.Mul.make_args(term) if f.has(S.k)]
-            ind = [f for f in sp.Mul.make_args(term) if not f.has(S.k)]
+            dep = [f for f in sp.Mul.make_args(term) if f.has(sym.k)]
+            ind = [f for f in sp.Mul.make_args(term) if not f.has(sym.k)]
             out += sp.Mul(*ind) * sp.Sum(sp.Mul(*dep), *limits)
         return out
 
-    return expr.replace(lambda e: isinstance(e, sp.Sum) and e.limits[0][0] == S.k, _split)
+    return expr.replace(lambda e: isinstance(e, sp.Sum) and e.limits[0][0] == sym.k, _split)
 
 
 def client_series(summand: sp.Expr, order: int) -> sp.Expr:
@@ -231,18 +231,18 @@ def client_series(summand: sp.Expr, order: int) -> sp.Expr:
     top = int(order) + 3
 
     def binom(e: sp.Pow) -> sp.Expr:
-        return sum(sp.expand_func(sp.binomial(e.exp, jj)) * (-S.eta * S.U) ** jj for jj in range(top))
+        return sum(sp.expand_func(sp.binomial(e.exp, jj)) * (-sym.eta * sym.U) ** jj for jj in range(top))
 
-    g = generic(summand).replace(lambda e: isinstance(e, sp.Pow) and e.base == S.r and e.exp.has(S.E), binom)
+    g = generic(summand).replace(lambda e: isinstance(e, sp.Pow) and e.base == sym.r and e.exp.has(sym.E), binom)
     g = sp.cancel(sp.together(g))
-    return sp.expand(sp.series(g, S.eta, 0, order).removeO())
+    return sp.expand(sp.series(g, sym.eta, 0, order).removeO())
 
 
 def leading_term(expr: sp.Expr) -> sp.Expr:
     """Leading term in η of an expression whose ``Sum`` objects are free of η (they are treated as symbols)."""
     sums = {su: sp.Dummy() for su in expr.atoms(sp.Sum)}
     back = {v: key for key, v in sums.items()}
-    return sp.factor(expr.xreplace(sums).as_leading_term(S.eta)).xreplace(back)
+    return sp.factor(expr.xreplace(sums).as_leading_term(sym.eta)).xreplace(back)
 
 
 @dataclass(frozen=True)
@@ -272,18 +272,18 @@ def eta_series() -> SeriesInEta:
     S_k = client_series(paper_double_sum(), 1)
 
     def agg(term: sp.Expr) -> sp.Expr:
-        return split_sums(sp.Sum(to_indexed(term), (S.k, 1, S.Q)))
+        return split_sums(sp.Sum(to_indexed(term), (sym.k, 1, sym.Q)))
 
-    beta = agg(S.p * beta_k)
-    Ba = agg(S.p * client_series(contraction() * S.a, 2))
-    sigma2 = S.eta**2 * agg(S.p**2 * gam_k)
-    b_p = S.E + agg(S.p * sp.sqrt(S.Sigma) * S_k)
+    beta = agg(sym.p * beta_k)
+    Ba = agg(sym.p * client_series(contraction() * sym.a, 2))
+    sigma2 = sym.eta**2 * agg(sym.p**2 * gam_k)
+    b_p = sym.E + agg(sym.p * sp.sqrt(sym.Sigma) * S_k)
 
-    rho = 1 - S.s * beta
+    rho = 1 - sym.s * beta
     stat = {
-        "chain": leading_term(S.s**2 * sigma2 / (1 - rho**2)),
-        "corrected": leading_term(S.s * sigma2 / (2 * beta)),
-        "paper": leading_term(S.s * S.eta**2 * b_p**2 / (2 * beta)),
+        "chain": leading_term(sym.s**2 * sigma2 / (1 - rho**2)),
+        "corrected": leading_term(sym.s * sigma2 / (2 * beta)),
+        "paper": leading_term(sym.s * sym.eta**2 * b_p**2 / (2 * beta)),
     }
     stat["matched"] = stat["chain"]
     C4_lim = leading_term(Ba / beta)
@@ -315,18 +315,18 @@ def large_E_limits() -> LargeELimits:
 
     def drop(expr: sp.Expr) -> sp.Expr:
         g = generic(expr)
-        rk = to_indexed(S.r)
-        g = g.replace(lambda e: isinstance(e, sp.Pow) and e.base == rk and e.exp.has(S.E), lambda e: sp.Integer(0))
+        rk = to_indexed(sym.r)
+        g = g.replace(lambda e: isinstance(e, sp.Pow) and e.base == rk and e.exp.has(sym.E), lambda e: sp.Integer(0))
         return split_sums(g)
 
     beta, Ba, sigma2, b_p = drop(law.beta), drop(law.Ba), drop(law.sigma2), drop(law.b_paper)
-    one = {sp.Sum(S.p_[S.k], (S.k, 1, S.Q)): sp.Integer(1)}  # Σ_k p_k = 1
+    one = {sp.Sum(sym.p_[sym.k], (sym.k, 1, sym.Q)): sp.Integer(1)}  # Σ_k p_k = 1
     beta, Ba, sigma2, b_p = (simplify_summands(x).xreplace(one) for x in (beta, Ba, sigma2, b_p))
-    rho = 1 - S.s * beta
-    chain = sp.factor(sp.simplify(S.s**2 * sigma2 / (1 - rho**2)))
-    corrected = sp.factor(sp.simplify(S.s * sigma2 / (2 * beta)))
+    rho = 1 - sym.s * beta
+    chain = sp.factor(sp.simplify(sym.s**2 * sigma2 / (1 - rho**2)))
+    corrected = sp.factor(sp.simplify(sym.s * sigma2 / (2 * beta)))
     # b_p is linear in E once r^E → 0, so the printed variance is a quadratic polynomial in E over 2β
-    coef = sp.factor(sp.expand(split_sums(sp.expand(S.s * S.eta**2 * b_p**2))).coeff(S.E, 2) / (2 * beta))
+    coef = sp.factor(sp.expand(split_sums(sp.expand(sym.s * sym.eta**2 * b_p**2))).coeff(sym.E, 2) / (2 * beta))
     return LargeELimits(sp.simplify(Ba / beta), {"chain": chain, "corrected": corrected, "matched": chain,
                                                   "paper": sp.oo}, coef)
 
@@ -359,8 +359,8 @@ __all__ = [
 
 # ---------------------------------------------------------------------------------------------- units
 def _rescale_map() -> dict:
-    return {S.eta: S.lam**2 * S.eta, S.U_[S.k]: S.U_[S.k] / S.lam**2, S.Sigma_[S.k]: S.Sigma_[S.k] / S.lam**2,
-            S.a_[S.k]: S.lam * S.a_[S.k]}
+    return {sym.eta: sym.lam**2 * sym.eta, sym.U_[sym.k]: sym.U_[sym.k] / sym.lam**2,
+            sym.Sigma_[sym.k]: sym.Sigma_[sym.k] / sym.lam**2, sym.a_[sym.k]: sym.lam * sym.a_[sym.k]}
 
 
 @cache
@@ -372,14 +372,14 @@ def aggregate_scaling() -> dict[sp.Symbol, sp.Expr]:
     """
     law = server_law()
     rmap = _rescale_map()
-    claimed = {S.beta: S.beta, S.C4: S.lam * S.C4, S.sigma2: S.lam**2 * S.sigma2,
-               S.b_paper: S.E + (S.b_paper - S.E) / S.lam**3}
+    claimed = {sym.beta: sym.beta, sym.C4: sym.lam * sym.C4, sym.sigma2: sym.lam**2 * sym.sigma2,
+               sym.b_paper: sym.E + (sym.b_paper - sym.E) / sym.lam**3}
     agg = law.aggregates()
-    for sym, target in claimed.items():
-        lhs = split_sums(generic(agg[sym].xreplace(rmap)))
+    for symbol, target in claimed.items():
+        lhs = split_sums(generic(agg[symbol].xreplace(rmap)))
         rhs = split_sums(generic(target.subs(agg)))
         if sp.cancel(lhs - rhs) != 0:
-            raise ArithmeticError(f"rescaling of {sym} is not {target}")
+            raise ArithmeticError(f"rescaling of {symbol} is not {target}")
     return claimed
 
 
@@ -397,8 +397,8 @@ def rescaling_ratios() -> dict[str, sp.Expr]:
     quantities = {f"stationary_{v}": variant_moments(v).stationary_var for v in VARIANTS}
     quantities["stationary_chain"] = chain_moments().stationary_var
     for v in VARIANTS:
-        quantities[f"round_{v}"] = sde_coefficients(v).b2 * S.h
-    quantities["C4"] = S.C4
+        quantities[f"round_{v}"] = sde_coefficients(v).b2 * sym.h
+    quantities["C4"] = sym.C4
     sub = dict(scale)
-    sub[S.eta] = S.lam**2 * S.eta
+    sub[sym.eta] = sym.lam**2 * sym.eta
     return {key: sp.factor(sp.simplify(q.subs(sub, simultaneous=True) / q)) for key, q in quantities.items()}

@@ -29,7 +29,7 @@ import sympy as sp
 from fedsde._validate import choice, positive_float, positive_int
 from fedsde.errors import FedsdeInputError, NoStationaryLawError
 from fedsde.problems.quadratic import QuadraticProblem
-from fedsde.symbolic import symbols as S
+from fedsde.symbolic import symbols as sym
 from fedsde.symbolic.local_sgd import READINGS, client_law, contraction, gamma, paper_double_sum
 from fedsde.symbolic.moments import ou_solution, thm63_printed
 from fedsde.symbolic.sde import VARIANTS, sde_coefficients
@@ -62,22 +62,22 @@ class ClientFunctions(NamedTuple):
 @cache
 def client_functions(backend: str = "numpy") -> ClientFunctions:
     """Lambdified per-client formulas (see :class:`ClientFunctions`)."""
-    args3 = (S.eta, S.U, S.E)
-    args4 = (S.eta, S.U, S.Sigma, S.E)
+    args3 = (sym.eta, sym.U, sym.E)
+    args4 = (sym.eta, sym.U, sym.Sigma, sym.E)
     law = client_law("corrected")
     printed = {rd: lambdify(args4, client_law("paper", rd).variance, backend) for rd in READINGS}
     return ClientFunctions(
         beta=lambdify(args3, contraction(), backend),
         gamma=lambdify(args4, gamma(), backend),
         S=lambdify(args3, paper_double_sum(), backend),
-        mean=lambdify((S.eta, S.U, S.a, S.E, S.w), law.mean, backend),
+        mean=lambdify((sym.eta, sym.U, sym.a, sym.E, sym.w), law.mean, backend),
         var=lambdify(args4, law.variance, backend),
         var_printed=printed,
     )
 
 
 #: argument order of the variant callables
-AGGREGATE_ARGS = (S.beta, S.C4, S.sigma2, S.b_paper, S.eta, S.s, S.h)
+AGGREGATE_ARGS = (sym.beta, sym.C4, sym.sigma2, sym.b_paper, sym.eta, sym.s, sym.h)
 
 
 class VariantFunctions(NamedTuple):
@@ -112,9 +112,9 @@ def moment_functions(backend: str = "numpy") -> MomentFunctions:
     """Lambdified closed-form moments (clock ``t = n·h``)."""
     sol = ou_solution()
     return MomentFunctions(
-        mean=lambdify((S.t, S.A, S.c, S.m0), sol.mean, backend),
-        var=lambdify((S.t, S.A, S.b2, S.v0), sol.var, backend),
-        paper_var=lambdify((S.t, S.D, S.eta, S.b_paper), thm63_printed().var, backend),
+        mean=lambdify((sym.t, sym.A, sym.c, sym.m0), sol.mean, backend),
+        var=lambdify((sym.t, sym.A, sym.b2, sym.v0), sol.var, backend),
+        paper_var=lambdify((sym.t, sym.D, sym.eta, sym.b_paper), thm63_printed().var, backend),
     )
 
 

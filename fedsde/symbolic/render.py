@@ -14,12 +14,12 @@ from functools import cache
 import sympy as sp
 
 from fedsde._validate import choice
-from fedsde.symbolic import symbols as S
+from fedsde.symbolic import symbols as sym
 
 
 def latex(expr: sp.Basic) -> str:
     """LaTeX of an expression with the project's symbol names (``\\eta``, ``\\Sigma_k``, ``C_4`` …)."""
-    return sp.latex(expr, symbol_names=S.LATEX_NAMES)
+    return sp.latex(expr, symbol_names=sym.LATEX_NAMES)
 
 
 def text(expr: sp.Basic) -> str:
@@ -157,12 +157,12 @@ def derivation(variant: str, local_steps: int | None = None) -> Derivation:
     steps += [
         Step("server round, mean: w + s sum_k p_k (E[w_E^k] - w) = w - s beta (w - C4)", sl.mean_update,
              ("E[w_{n+1}|w_n=w]", r"\mathbb{E}[w_{n+1} \mid w_n = w]")),
-        Step("beta (= B of fedsde.exact; the paper's D = beta/eta)", generic(sl.beta), S.beta),
-        Step("C4 = c, fixed point of the round map = exact stationary mean", generic(sl.c), S.C4),
-        Step("one-round noise variance (independent clients: p_k^2)", generic(sl.sigma2), S.sigma2),
+        Step("beta (= B of fedsde.exact; the paper's D = beta/eta)", generic(sl.beta), sym.beta),
+        Step("C4 = c, fixed point of the round map = exact stationary mean", generic(sl.c), sym.C4),
+        Step("one-round noise variance (independent clients: p_k^2)", generic(sl.sigma2), sym.sigma2),
     ]
     if variant == "paper":
-        steps.append(Step("the bracket of eq. (4)", generic(sl.b_paper), S.b_paper,
+        steps.append(Step("the bracket of eq. (4)", generic(sl.b_paper), sym.b_paper,
                           note="p_k (not p_k^2), bare E, no eta on S_k: reference §3b"))
     co = sde_coefficients(variant)
     A_, c_, b2_ = ("A", "A"), ("c", "c"), ("b^2", "b^2")
@@ -229,7 +229,7 @@ def derivation(variant: str, local_steps: int | None = None) -> Derivation:
         return out
     val = sp.Integer(int(local_steps))
     keep_E = {"E -> oo"}  # limits in E keep the symbol
-    sub = tuple(st if any(st.label.startswith(kw) for kw in keep_E) else st.subs({S.E: val}) for st in out.steps)
+    sub = tuple(st if any(st.label.startswith(kw) for kw in keep_E) else st.subs({sym.E: val}) for st in out.steps)
     return Derivation(variant, int(local_steps), CLOCK, sub)
 
 

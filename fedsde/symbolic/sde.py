@@ -33,7 +33,7 @@ import sympy as sp
 
 from fedsde._validate import choice
 from fedsde.sde.coefficients import VARIANTS  # the variants' one home (their numeric coefficients live there too)
-from fedsde.symbolic import symbols as S
+from fedsde.symbolic import symbols as sym
 from fedsde.symbolic.local_sgd import server_law
 
 CLOCK = (
@@ -77,7 +77,7 @@ class SDECoefficients:
     @property
     def drift(self) -> sp.Expr:
         """``−A (w − c)``."""
-        return -self.A * (S.w - self.c)
+        return -self.A * (sym.w - self.c)
 
     @property
     def diffusion(self) -> sp.Expr:
@@ -94,7 +94,7 @@ class SDECoefficients:
 
     def section6(self) -> SDECoefficients:
         """The coefficients at Section 6's choice ``h = η``, ``s = 1``."""
-        return replace(self.subs({S.h: S.eta, S.s: 1}),
+        return replace(self.subs({sym.h: sym.eta, sym.s: 1}),
                        clock=CLOCK + " Here h = η, s = 1 substituted.")
 
 
@@ -108,14 +108,14 @@ def sde_coefficients(variant: str) -> SDECoefficients:
     """
     choice("variant", variant, VARIANTS)
     if variant == "paper":
-        return SDECoefficients("paper", S.s * S.beta / S.h, S.C4, S.s**2 * S.eta**2 * S.b_paper**2 / S.h,
-                               SOURCES["paper"])
+        return SDECoefficients("paper", sym.s * sym.beta / sym.h, sym.C4,
+                               sym.s**2 * sym.eta**2 * sym.b_paper**2 / sym.h, SOURCES["paper"])
     if variant == "corrected":
-        return SDECoefficients("corrected", S.s * S.beta / S.h, S.C4, S.s**2 * S.sigma2 / S.h,
+        return SDECoefficients("corrected", sym.s * sym.beta / sym.h, sym.C4, sym.s**2 * sym.sigma2 / sym.h,
                                SOURCES["corrected"])
-    rho = 1 - S.s * S.beta  # "matched"
-    A = -sp.log(rho) / S.h
-    return SDECoefficients("matched", A, S.C4, 2 * A * S.s**2 * S.sigma2 / (1 - rho**2), SOURCES["matched"])
+    rho = 1 - sym.s * sym.beta  # "matched"
+    A = -sp.log(rho) / sym.h
+    return SDECoefficients("matched", A, sym.C4, 2 * A * sym.s**2 * sym.sigma2 / (1 - rho**2), SOURCES["matched"])
 
 
 @cache
@@ -127,12 +127,12 @@ def eq4_printed() -> tuple[sp.Expr, sp.Expr]:
     """
     from fedsde.symbolic.local_sgd import to_indexed
 
-    r = to_indexed(S.r)
-    Uk, ak, Sk, pk = S.U_[S.k], S.a_[S.k], S.Sigma_[S.k], S.p_[S.k]
-    drift = -sp.Sum(pk * sp.Sum(r**S.j * Uk * (S.w - ak), (S.j, 0, S.E - 1)), (S.k, 1, S.Q))
-    triple = sp.Sum(sp.Sum(sp.Sum(pk * sp.sqrt(Sk) * r ** (S.j - S.i) * Uk, (S.i, 1, S.j)), (S.j, 0, S.E - 1)),
-                    (S.k, 1, S.Q))
-    diffusion = sp.sqrt(S.eta) * (S.E + triple)
+    r = to_indexed(sym.r)
+    Uk, ak, Sk, pk = sym.U_[sym.k], sym.a_[sym.k], sym.Sigma_[sym.k], sym.p_[sym.k]
+    drift = -sp.Sum(pk * sp.Sum(r**sym.j * Uk * (sym.w - ak), (sym.j, 0, sym.E - 1)), (sym.k, 1, sym.Q))
+    inner = sp.Sum(pk * sp.sqrt(Sk) * r ** (sym.j - sym.i) * Uk, (sym.i, 1, sym.j))
+    triple = sp.Sum(sp.Sum(inner, (sym.j, 0, sym.E - 1)), (sym.k, 1, sym.Q))
+    diffusion = sp.sqrt(sym.eta) * (sym.E + triple)
     return drift, diffusion
 
 
@@ -141,4 +141,4 @@ def euler_maruyama_step(coeffs: SDECoefficients) -> tuple[sp.Expr, sp.Expr]:
 
     For ``corrected`` this is the exact round law (``w − sβ(w − c)``, ``s²σ_ε²``): eq. (1) = EM of eq. (2).
     """
-    return S.w - coeffs.A * S.h * (S.w - coeffs.c), coeffs.b2 * S.h
+    return sym.w - coeffs.A * sym.h * (sym.w - coeffs.c), coeffs.b2 * sym.h

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from fedsde._compat import renamed
 from fedsde._validate import choice, positive_float, positive_int
 from fedsde.errors import FedsdeInputError
 from fedsde.theory.results import BoundValue
@@ -315,25 +316,26 @@ def cor_4_10(inp: BoundInputs, t, *, variant: str = "corrected") -> BoundValue:
                       "seed 002, Cor 4.10")
 
 
-def lemma_a_1(inp: BoundInputs, eta: float, steps, *, variant: str = "corrected") -> BoundValue:
+@renamed(steps="step_indices")
+def lemma_a_1(inp: BoundInputs, eta: float, step_indices, *, variant: str = "corrected") -> BoundValue:
     """Lemma A.1 (client drift): ``E‖w₀(t) − w^k(t, i)‖ ≤ i η (L + √Tr Σ_k)``.
 
     Parameters
     ----------
     eta : float
         Client learning rate of the round.
-    steps : array of int, shape (S,)
-        Local step indices ``i``.
+    step_indices : array of int, shape (I,)
+        Local step indices ``i`` within a round (old name: ``steps``).
 
     Returns
     -------
     BoundValue
-        ``value`` of shape (S, Q).  ``variant="paper"`` uses the ∞-norm constant of Assumption 4.1 as printed
+        ``value`` of shape (I, Q).  ``variant="paper"`` uses the ∞-norm constant of Assumption 4.1 as printed
         (``L_inf``); ``"corrected"`` the 2-norm ``L`` the proof needs (erratum 6).
     """
     variant = _variant(variant)
     eta = positive_float("eta", eta)
-    i = np.asarray(steps, dtype=np.float64).reshape(-1, 1)
+    i = np.asarray(step_indices, dtype=np.float64).reshape(-1, 1)
     L = inp.l_inf if variant == "paper" else inp.L
     val = i * eta * (L + np.sqrt(inp.trace_sigma)[None, :])
     return BoundValue(val, {"gradient": i * eta * L, "noise": i * eta * np.sqrt(inp.trace_sigma)[None, :]},

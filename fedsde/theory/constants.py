@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedsde._compat import renamed
 from fedsde._tolerances import OPTIMUM_GTOL, label
 from fedsde._validate import positive_float, positive_int
 from fedsde.errors import FedsdeInputError
@@ -53,29 +54,32 @@ class ConstantsReport:
     def to_dict(self) -> dict:
         return {"region": self.region, "constants": {k: c.to_dict() for k, c in self.constants.items()}}
 
-    def bound_inputs(self, *, E: int, h: float, eta0: float = 1.0) -> BoundInputs:
-        """The plain numbers :mod:`fedsde.theory.bounds_002` needs."""
+    @renamed(E="local_steps")
+    def bound_inputs(self, *, local_steps: int, h: float, eta0: float = 1.0) -> BoundInputs:
+        """The plain numbers :mod:`fedsde.theory.bounds_002` needs (``local_steps``: ``E``, old name ``E``)."""
         c = self.constants
         return BoundInputs(
             L=float(c["L"].value), mu=float(c["mu"].value), trace_sigma=np.asarray(c["trace_sigma"].value),
-            p=np.asarray(c["p"].value), V_star=float(c["V_star"].value), d=int(c["d"].value), E=int(E),
+            p=np.asarray(c["p"].value), V_star=float(c["V_star"].value), d=int(c["d"].value), E=int(local_steps),
             h=float(h), F0_gap=float(c["F0_gap"].value), dist0=float(c["dist0"].value),
             tau=float(c["tau"].value), eta0=float(eta0), L_inf=float(c["L_inf"].value),
             trace_V_star=float(c["trace_V_star"].value) if "trace_V_star" in c else None,
         )
 
 
-def v_hat_1(problem: QuadraticProblem, eta: float, E: int) -> np.ndarray:
+@renamed(E="local_steps")
+def v_hat_1(problem: QuadraticProblem, eta: float, local_steps: int) -> np.ndarray:
     """``V̂₁ = Cov(A)/η² = Σ_k p_k² Σ_{m<E} (I − ηU_k)^m Σ_k (I − ηU_k)^m`` (seed 002, Asm. 4.3), shape (d, d)."""
-    _, Gamma = client_round_maps(problem, eta, np.full(problem.Q, int(E)))
+    _, Gamma = client_round_maps(problem, eta, np.full(problem.Q, int(local_steps)))
     return np.einsum("q,qij->ij", problem.p**2, Gamma)
 
 
+@renamed(E="local_steps")
 def quadratic_constants(
     problem: QuadraticProblem,
     *,
     radius: float,
-    E: int,
+    local_steps: int,
     eta_max: float,
     eta_min: float | None = None,
     w0=None,
@@ -87,8 +91,8 @@ def quadratic_constants(
     problem : QuadraticProblem
     radius : float
         Radius ``R`` of the region around ``w*`` on which ``L`` holds.
-    E : int
-        Local steps.
+    local_steps : int
+        Local steps ``E`` (old name: ``E``).
     eta_max, eta_min : float
         Range of client learning rates visited (``V*`` is the sup over it; ``eta_min`` defaults to
         ``1e-6·eta_max``, i.e. a decaying schedule).
@@ -96,7 +100,7 @@ def quadratic_constants(
         Start point (for ``ΔF₀`` and ``R₀``); default zero.
     """
     radius = positive_float("radius", radius, allow_zero=True)
-    E = positive_int("E", E)
+    local_steps = positive_int("local_steps", local_steps)
     eta_max = positive_float("eta_max", eta_max)
     eta_min = 1e-6 * eta_max if eta_min is None else positive_float("eta_min", eta_min)
     if eta_min > eta_max:
@@ -110,7 +114,7 @@ def quadratic_constants(
     row_norms = np.linalg.norm(problem.U, axis=2)  # (Q, d)
     Linf = float(np.max(np.abs(g_star) + radius * row_norms))
     etas = np.unique(np.concatenate([np.geomspace(eta_min, eta_max, 60), [eta_max]]))
-    Vs = np.stack([v_hat_1(problem, float(e), E) for e in etas])
+    Vs = np.stack([v_hat_1(problem, float(e), local_steps) for e in etas])
     norms = np.linalg.eigvalsh(Vs)[:, -1]
     traces = np.einsum("kii->k", Vs)
     k = int(np.argmax(norms))
@@ -136,11 +140,12 @@ def quadratic_constants(
     return ConstantsReport(c, region)
 
 
+@renamed(E="local_steps")
 def quadratic_region_radius(
     problem: QuadraticProblem,
     schedule: PowerSchedule,
     *,
-    E: int,
+    local_steps: int,
     h: float,
     rounds: int,
     w0=None,
@@ -161,21 +166,22 @@ def quadratic_region_radius(
     s = h * (server_schedule.eta(tn) if server_schedule is not None else np.ones(rounds))
     if np.max(etas) * problem.max_curvature().max() > 1.0:
         raise FedsdeInputError("eta*max_eig(U_k) > 1: the local-iterate region argument needs eta*λ_max <= 1")
-    mom = transient_moments(problem, etas, int(E), rounds, s, w0=w0)
+    mom = transient_moments(problem, etas, int(local_steps), rounds, s, w0=w0)
     ws = problem.optimum
     dev = np.linalg.norm(mom.mean - ws, axis=1) + z * np.sqrt(np.clip(np.linalg.eigvalsh(mom.cov)[:, -1], 0, None))
     r_server = float(dev.max())
-    _, Gamma = client_round_maps(problem, float(etas.max()), np.full(problem.Q, int(E)))
+    _, Gamma = client_round_maps(problem, float(etas.max()), np.full(problem.Q, int(local_steps)))
     noise = z * float(etas.max()) * float(np.sqrt(np.einsum("qii->q", Gamma).max()))
     spread = 2.0 * float(np.linalg.norm(problem.a - ws, axis=1).max())
     return r_server + spread + noise
 
 
+@renamed(E="local_steps")
 def classification_constants(
     problem,
     *,
     batch_size: int,
-    E: int,
+    local_steps: int,
     eta_max: float,
     pilot_points: np.ndarray,
     seed: int,
@@ -189,7 +195,7 @@ def classification_constants(
       ``‖softmax − e_y‖ ≤ √2``), the ridge part over the pilot points (closed-form bound);
       ``L_∞`` the same with ``‖x̃_i‖_∞``;
     * ``μ = c·max_i ‖x̃_i‖₂² + λ`` with ``c = ¼`` (logistic) or ``½`` (softmax);
-    * ``Tr Σ_k``: the exact minibatch covariance ``(1/S − 1/N_k)·Cov_i ∇ℓ_i(w)`` maximised over the pilot points
+    * ``Tr Σ_k``: the exact minibatch covariance ``(1/b − 1/N_k)·Cov_i ∇ℓ_i(w)`` maximised over the pilot points
       (points visited by simulated trajectories; a lower estimate of the sup over the region);
     * ``V*``: Monte Carlo — at ``n_vstar_points`` pilot points, ``replicates`` independent rounds at
       ``η = eta_max`` and ``η = eta_max/20`` with true minibatches; the largest eigenvalue of
@@ -201,9 +207,9 @@ def classification_constants(
     ----------
     problem : ClassificationProblem
     batch_size : int
-        Minibatch size ``S``.
-    E : int
-        Local steps.
+        Minibatch size ``b``.
+    local_steps : int
+        Local steps ``E`` (old name: ``E``).
     eta_max : float
         Largest client learning rate the schedule uses.
     pilot_points : ndarray, shape (M, d)
@@ -220,9 +226,9 @@ def classification_constants(
     from fedsde.theory.clt import client_update_samples
     from fedsde.theory.results import MONTE_CARLO, OPTIMISATION
 
-    E = positive_int("E", E)
+    local_steps = positive_int("local_steps", local_steps)
     eta_max = positive_float("eta_max", eta_max)
-    S = positive_int("batch_size", batch_size)
+    batch = positive_int("batch_size", batch_size)
     pts = np.asarray(pilot_points, dtype=np.float64).reshape(-1, problem.d)
     Xd = problem.design(problem.X)
     model = problem.classifier
@@ -237,15 +243,15 @@ def classification_constants(
     L2 = r * float(np.linalg.norm(Xd, axis=1).max()) + lam * wmax
     Linf = r * float(np.abs(Xd).max()) + lam * wmax
     mu = c * float(np.max(np.sum(Xd**2, axis=1))) + lam
-    traces = np.stack([np.einsum("qii->q", problem.minibatch_covariance(w, S)) for w in pts])
+    traces = np.stack([np.einsum("qii->q", problem.minibatch_covariance(w, batch)) for w in pts])
     tr_sigma = traces.max(axis=0)
     # V* by Monte Carlo at a few pilot points (spread along the trajectory) and two step sizes
     idx = np.unique(np.linspace(0, pts.shape[0] - 1, n_vstar_points).round().astype(int))
     best, best_se, best_tr, where = -np.inf, 0.0, -np.inf, None
-    factory = minibatch_oracle(batch_size=S)
+    factory = minibatch_oracle(batch_size=batch)
     for j, i in enumerate(idx):
         for m, eta in enumerate((eta_max, eta_max / 20.0)):
-            terms = client_update_samples(problem, eta=eta, local_steps=E, replicates=replicates,
+            terms = client_update_samples(problem, eta=eta, local_steps=local_steps, replicates=replicates,
                                           seed=seed + 10 * j + m, w=pts[i], oracle_factory=factory)
             A = terms.sum(axis=1) / eta
             Ac = A - A.mean(0)
@@ -258,7 +264,7 @@ def classification_constants(
             best_tr = max(best_tr, float(np.trace(V)))
     w0 = np.zeros(problem.d) if w0 is None else np.asarray(w0, dtype=np.float64).reshape(problem.d)
     region = f"the {pts.shape[0]} pilot points visited by simulated trajectories (‖w‖ <= {wmax:.4g})"
-    apriori = (1.0 / S) * 4.0 * L2**2
+    apriori = (1.0 / batch) * 4.0 * L2**2
     cs = {
         "d": Constant(problem.d, GIVEN),
         "p": Constant(problem.p.copy(), GIVEN),
@@ -269,7 +275,7 @@ def classification_constants(
         "mu": Constant(mu, CLOSED_FORM, note=f"{c:g}·max_i‖x̃_i‖₂² + λ"),
         "trace_sigma": Constant(tr_sigma, OPTIMISATION,
                                 note=f"max over {pts.shape[0]} pilot points of Tr Σ_k(w) (minibatch formula, "
-                                     f"S={S}); a-priori bound (1/S)·4L² = {apriori:.4g}"),
+                                     f"S={batch}); a-priori bound (1/S)·4L² = {apriori:.4g}"),
         "V_star": Constant(best, MONTE_CARLO, stderr=best_se,
                            note=f"max eigenvalue of Cov(A)/η² over {idx.size} pilot points × 2 step sizes, "
                                 f"{replicates} rounds each (attained at point {where[0]}, η={where[1]:.3g})"),

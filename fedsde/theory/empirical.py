@@ -9,6 +9,8 @@ Thms 4.5/4.9, ``ω = η₀`` for Cor. 4.7 corrected, uniform for Cor. 4.7 as pri
 averaged over replicates; the standard error comes from the spread of the per-replicate averages (they are
 independent).  For quadratic clients the chain's mean and covariance are exact, so ``E‖∇F(w_n)‖²`` and
 ``E F(w_n) − F*`` are exact and the standard error is zero.
+
+The local steps ``E`` of a round are the keyword ``local_steps`` (old name, accepted for one release: ``E``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedsde._compat import renamed
 from fedsde._validate import positive_float, positive_int
 from fedsde.errors import FedsdeInputError
 from fedsde.exact import transient_moments
@@ -102,11 +105,12 @@ def _schedules(schedule: PowerSchedule, server_schedule: PowerSchedule | None, h
     return tn, eta, eta0
 
 
+@renamed(E="local_steps")
 def quadratic_exact_path(
     problem: QuadraticProblem,
     schedule: PowerSchedule,
     *,
-    E: int,
+    local_steps: int,
     h: float,
     rounds: int,
     w0=None,
@@ -121,7 +125,7 @@ def quadratic_exact_path(
     rounds = positive_int("rounds", rounds)
     h = positive_float("h", h)
     tn, eta, eta0 = _schedules(schedule, server_schedule, h, rounds)
-    mom = transient_moments(problem, eta[:-1] if rounds > 1 else eta, int(E), max(rounds - 1, 1),
+    mom = transient_moments(problem, eta[:-1] if rounds > 1 else eta, int(local_steps), max(rounds - 1, 1),
                             h * (eta0[:-1] if rounds > 1 else eta0), w0=w0)
     m = mom.mean[:rounds] - problem.optimum
     P = mom.cov[:rounds]
@@ -132,11 +136,12 @@ def quadratic_exact_path(
     return ChainPath(tn, grad[:, None], gap[:, None], eta, eta0, True)
 
 
+@renamed(E="local_steps")
 def simulated_path(
     problem,
     schedule: PowerSchedule,
     *,
-    E: int,
+    local_steps: int,
     h: float,
     rounds: int,
     replicates: int,
@@ -159,7 +164,7 @@ def simulated_path(
     rounds = positive_int("rounds", rounds)
     h = positive_float("h", h)
     tn, eta, eta0 = _schedules(schedule, server_schedule, h, rounds)
-    res = simulate(problem, eta=eta, local_steps=int(E), rounds=rounds, replicates=replicates, seed=seed,
+    res = simulate(problem, eta=eta, local_steps=int(local_steps), rounds=rounds, replicates=replicates, seed=seed,
                    server_lr=h * eta0, w0=w0, record=np.arange(rounds), **simulate_kwargs)
     W = res.weights  # (T, R, d)
     grad = grad or problem.grad
@@ -170,11 +175,12 @@ def simulated_path(
     return ChainPath(tn, np.sum(g**2, axis=-1), gap, eta, eta0, False, W)
 
 
+@renamed(E="local_steps")
 def drift_measurements(
     problem,
     *,
     eta: float,
-    E: int,
+    local_steps: int,
     rounds: int,
     replicates: int,
     seed: int,
@@ -195,9 +201,9 @@ def drift_measurements(
     from fedsde.sim import simulate
 
     rec = np.arange(rounds) if record_rounds is None else np.asarray(record_rounds)
-    res = simulate(problem, eta=eta, local_steps=int(E), rounds=rounds, replicates=replicates, seed=seed,
+    res = simulate(problem, eta=eta, local_steps=int(local_steps), rounds=rounds, replicates=replicates, seed=seed,
                    w0=w0, record=[rounds], record_drift=rec, **simulate_kwargs)
-    D = res.drift  # (T_d, S, R, Q)
-    per_rep = D.mean(axis=0)  # (S, R, Q): average over recorded rounds, independent across replicates
+    D = res.drift  # (T_d, E_max, R, Q)
+    per_rep = D.mean(axis=0)  # (E_max, R, Q): average over recorded rounds, independent across replicates
     R = per_rep.shape[1]
     return per_rep.mean(axis=1), per_rep.std(axis=1, ddof=1) / np.sqrt(R)

@@ -11,7 +11,8 @@ Theorem 4.5::
     T1 = 2(1−A)ΔF/(τηT),  T2 = (1−A) W_D (B/K) Σ_k d_k,  T3 = 2(1−A) L η σ² Σ_k p_k²,
     T4 = 2(τ−1)σ²L²η²,  T5 = 2AB Σ_k p_k d_k,
 
-valid for ``ηL ≤ 1/(2τ)`` and a positive denominator.
+valid for ``ηL ≤ 1/(2τ)`` and a positive denominator.  The functions take ``τ`` as ``local_steps`` (old name,
+accepted for one release: ``tau``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import optimize
 
+from fedsde._compat import renamed
 from fedsde._tolerances import SLSQP_FTOL
 from fedsde._validate import positive_float, positive_int
 from fedsde.errors import FedsdeInputError
@@ -42,7 +44,8 @@ def _wd_factor(wd_scale: str, K: int) -> float:
     return 2.0 * K if wd_scale == "2K" else 2.0
 
 
-def disco_bound(n, d, p, *, tau: int, eta: float, L: float, sigma2: float, B: float, T: int, F0_gap: float,
+@renamed(tau="local_steps")
+def disco_bound(n, d, p, *, local_steps: int, eta: float, L: float, sigma2: float, B: float, T: int, F0_gap: float,
                 wd_scale: str = "2K") -> BoundValue:
     """Theorem 4.5's right-hand side (see the module docstring); ``inf`` (``valid=False``) when it is vacuous.
 
@@ -52,7 +55,7 @@ def disco_bound(n, d, p, *, tau: int, eta: float, L: float, sigma2: float, B: fl
     K = n.shape[0]
     d = _vec("d", d, K)
     p = _vec("p", p, K)
-    tau = positive_int("tau", tau)
+    tau = positive_int("local_steps", local_steps)  # τ of the paper
     eta = positive_float("eta", eta)
     T = positive_int("T", T)
     A = 2.0 * tau * (tau - 1) * eta**2 * L**2
@@ -104,15 +107,18 @@ def _reformulated_coeffs(n, d, *, tau, eta, L, sigma2, B, lam, wd_scale):
     return alpha, beta, gamma
 
 
-def reformulated_objective(p, n, d, *, tau: int, eta: float, L: float, sigma2: float, B: float, T: int,
+@renamed(tau="local_steps")
+def reformulated_objective(p, n, d, *, local_steps: int, eta: float, L: float, sigma2: float, B: float, T: int,
                            F0_gap: float, lam: float, wd_scale: str = "2K") -> float:
     """The paper's surrogate ``T1 + … + T5 − λ(1 − 3A − W_D(1 − A))`` minimised over ``p`` (Sec. 4, App. C.5)."""
-    bv = disco_bound(n, d, p, tau=tau, eta=eta, L=L, sigma2=sigma2, B=B, T=T, F0_gap=F0_gap, wd_scale=wd_scale)
+    bv = disco_bound(n, d, p, local_steps=local_steps, eta=eta, L=L, sigma2=sigma2, B=B, T=T, F0_gap=F0_gap,
+                     wd_scale=wd_scale)
     t = bv.terms
     return float(t["T1"] + t["T2"] + t["T3"] + t["T4"] + t["T5"] - lam * t["denominator"])
 
 
-def bound_optimal_weights(n, d, *, tau: int, eta: float, L: float, sigma2: float, B: float, lam: float,
+@renamed(tau="local_steps")
+def bound_optimal_weights(n, d, *, local_steps: int, eta: float, L: float, sigma2: float, B: float, lam: float,
                           wd_scale: str = "2K") -> np.ndarray:
     """Minimiser over the simplex of the reformulated bound: ``Proj_Δ(v)``.
 
@@ -124,12 +130,13 @@ def bound_optimal_weights(n, d, *, tau: int, eta: float, L: float, sigma2: float
     """
     n = _vec("n", n)
     d = _vec("d", d, n.shape[0])
-    alpha, beta, gamma = _reformulated_coeffs(n, d, tau=tau, eta=eta, L=L, sigma2=sigma2, B=B, lam=lam,
+    alpha, beta, gamma = _reformulated_coeffs(n, d, tau=local_steps, eta=eta, L=L, sigma2=sigma2, B=B, lam=lam,
                                               wd_scale=wd_scale)
     return project_simplex((alpha * n - 0.5 * gamma * d) / (alpha + beta))
 
 
-def minimise_bound(n, d, *, tau: int, eta: float, L: float, sigma2: float, B: float, T: int, F0_gap: float,
+@renamed(tau="local_steps")
+def minimise_bound(n, d, *, local_steps: int, eta: float, L: float, sigma2: float, B: float, T: int, F0_gap: float,
                    wd_scale: str = "2K", start=None) -> np.ndarray:
     """Direct minimiser over the simplex of the original bound of Thm 4.5 (SLSQP from ``start``, default ``n``)."""
     n = _vec("n", n)
@@ -137,7 +144,7 @@ def minimise_bound(n, d, *, tau: int, eta: float, L: float, sigma2: float, B: fl
     K = n.shape[0]
 
     def f(p):
-        v = disco_bound(n, d, np.clip(p, 0, None), tau=tau, eta=eta, L=L, sigma2=sigma2, B=B, T=T,
+        v = disco_bound(n, d, np.clip(p, 0, None), local_steps=local_steps, eta=eta, L=L, sigma2=sigma2, B=B, T=T,
                         F0_gap=F0_gap, wd_scale=wd_scale).value
         return v if np.isfinite(v) else 1e300
 

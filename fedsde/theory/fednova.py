@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import optimize
 
+from fedsde._compat import renamed
 from fedsde._tolerances import SLSQP_FTOL_MULTISTART
 from fedsde._validate import choice, client_weights, positive_float, positive_int, unit_interval
 from fedsde.aggregators import Aggregator, get_aggregator
@@ -29,14 +30,17 @@ from fedsde.theory.results import CLOSED_FORM, OPTIMISATION, BoundValue, Constan
 SOLVERS = ("vanilla", "prox", "momentum")
 
 
-def accumulation_vector(tau: int, solver: str = "vanilla", *, alpha: float = 0.0, rho: float = 0.0) -> np.ndarray:
-    """Accumulation vector ``a`` of a local solver, oldest gradient first (reference/seed-fednova.md §1.4).
+@renamed(tau="local_steps")
+def accumulation_vector(local_steps: int, solver: str = "vanilla", *, alpha: float = 0.0,
+                        rho: float = 0.0) -> np.ndarray:
+    """Accumulation vector ``a`` of a local solver after ``τ = local_steps`` local steps (old name: ``tau``), oldest
+    gradient first (reference/seed-fednova.md §1.4).
 
     * ``"vanilla"``: ``[1, …, 1]``;
     * ``"prox"`` (``α = ημ``): ``[(1−α)^{τ−1}, …, (1−α), 1]``;
     * ``"momentum"`` (heavy ball ``ρ``, buffer reset each round): ``[1 − ρ^τ, …, 1 − ρ]/(1 − ρ)``.
     """
-    tau = positive_int("tau", tau)
+    tau = positive_int("local_steps", local_steps)
     choice("solver", solver, SOLVERS)
     if solver == "vanilla":
         return np.ones(tau)

@@ -6,10 +6,10 @@ One round with random aggregation weights ``ω`` (drawn afresh each round, indep
     Cov ε_k = η² Γ_k
 
 (``M_k``, ``Γ_k`` from :func:`fedsde.exact.client_round_maps`; reference/seed-fedsde.md §3a; ``s`` the server
-step).  With ``m`` the mean and ``S = E[w wᵀ]`` the second moment,
+step).  With ``m`` the mean and ``M₂ = E[w wᵀ]`` the second moment,
 
     m' = E_ω[A_ω] m + E_ω[b_ω],
-    S' = E_ω[A_ω S A_ωᵀ + A_ω m b_ωᵀ + b_ω mᵀ A_ωᵀ + b_ω b_ωᵀ + s² Σ_k ω_k² η² Γ_k],
+    M₂' = E_ω[A_ω M₂ A_ωᵀ + A_ω m b_ωᵀ + b_ω mᵀ A_ωᵀ + b_ω b_ωᵀ + s² Σ_k ω_k² η² Γ_k],
 
 where ``E_ω`` is a finite sum over the support of ``ω`` (:func:`weighting_distribution`), so the moments are exact.
 The weightings are those of :func:`fedsde.sim.simulate` (``participation=m``): ``"unbiased"`` (uniform
@@ -106,16 +106,16 @@ def sampled_moments(problem: QuadraticProblem, eta: float, local_steps, rounds: 
     EbbT = np.einsum("k,ki,kj->ij", prob, b, b)
     EAb = np.einsum("k,kij,kl->ijl", prob, A, b)  # E[A_ω ⊗ b_ω]: (d, d, d) with A_ij b_l
     m = np.zeros(d) if w0 is None else np.asarray(w0, dtype=np.float64).reshape(d)
-    S = np.outer(m, m)
+    M2 = np.outer(m, m)
     means, covs = [m], [np.zeros((d, d))]
     for _ in range(rounds):
-        ASA = np.einsum("k,kij,jl,kml->im", prob, A, S, A)
+        ASA = np.einsum("k,kij,jl,kml->im", prob, A, M2, A)
         cross = np.einsum("ijl,j->il", EAb, m)  # E[A_ω m b_ωᵀ]
-        S = ASA + cross + cross.T + EbbT + noise
+        M2 = ASA + cross + cross.T + EbbT + noise
         m = EA @ m + Eb
-        S = 0.5 * (S + S.T)
+        M2 = 0.5 * (M2 + M2.T)
         means.append(m)
-        covs.append(S - np.outer(m, m))
+        covs.append(M2 - np.outer(m, m))
     return SampledMoments(np.array(means), np.array(covs))
 
 

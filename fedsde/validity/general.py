@@ -5,7 +5,7 @@ Two samplers of SDE (2) for a loss without closed forms:
 * ``svag`` — the SVAG chain with parameter ``ℓ`` (:mod:`fedsde.sde.svag`): step ``h/ℓ``, two client rounds per
   step and path, weak order 1 in the step; ``ℓ = 1`` is FedAvg itself;
 * ``mc-euler`` — Euler–Maruyama with Monte-Carlo coefficients (:class:`fedsde.sde.models.FedAvgSDE`): step
-  ``h/k``, ``S`` client rounds per step and path.
+  ``h/k``, ``K = inner_samples`` client rounds per step and path.
 
 The SDE's value ``E φ(w(T))`` is unknown; :func:`general_sde_study` takes the order-1 Richardson extrapolation of
 the two finest SVAG chains as reference (its standard error included) and reports, for every scheme and step,
@@ -188,8 +188,8 @@ def general_sde_study(
         svag_chain(problem, ell=ell, replicates=R, seed=seed, **one)
 
     def mc_once(k: int) -> None:
-        simulate_sde(problem, variant="general", paths=R, seed=seed + 1, substeps=k, inner_samples=inner_samples,
-                     record=[1], **one)
+        simulate_sde(problem, variant="general", replicates=R, seed=seed + 1, substeps=k,
+                     inner_samples=inner_samples, record=[1], **one)
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the measured runs below report their own warnings
@@ -211,7 +211,7 @@ def general_sde_study(
         runs.append(("svag", ell, hh / ell, sec, on_grid.host()))
     for k in subs:
         tic = time.perf_counter()
-        res = simulate_sde(problem, variant="general", paths=R, seed=seed + 1, substeps=k,
+        res = simulate_sde(problem, variant="general", replicates=R, seed=seed + 1, substeps=k,
                            inner_samples=inner_samples, record=grid, **common)
         sec = time.perf_counter() - tic
         runs.append(("mc-euler", k, hh / k, sec, _device_metrics(problem, res.weights, w0_arr, names, dev, dt)))

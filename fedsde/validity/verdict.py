@@ -45,6 +45,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 from scipy.special import ndtri, stdtrit
 
+from fedsde._compat import renamed
 from fedsde._tolerances import RANGE_FLOOR
 
 #: metrics judged in their own units (``accuracy_tolerance``), not relative to their movement
@@ -212,15 +213,17 @@ def _quantile(alpha: float, K: int, R: int, noisy: bool) -> tuple[float, float]:
     return bonferroni_quantile(alpha, K, df), df
 
 
-def replicates_needed(paths: dict, tol: dict, active: np.ndarray, *, alpha: float, comparisons: int,
+@renamed(paths="gaps")
+def replicates_needed(gaps: dict, tol: dict, active: np.ndarray, *, alpha: float, comparisons: int,
                       replicates: int, absolute: dict) -> int | None:
     """Smallest ``R′ >= R`` whose intervals decide (every s.e. scaled by ``√(R/R′)``, ``t`` quantile with ``R′ − 1``
-    degrees of freedom, point estimates kept); ``None`` when none up to :data:`MAX_REPLICATES` does."""
+    degrees of freedom, point estimates kept); ``None`` when none up to :data:`MAX_REPLICATES` does.  ``gaps``: metric →
+    :class:`GapPath` of the judged metrics (old name: ``paths``)."""
 
     def decides(Rp: int) -> bool:
         q, _ = _quantile(alpha, comparisons, Rp, True)
         f = math.sqrt(replicates / Rp)
-        judged = {m: _judge(p, q, f, absolute[m]) for m, p in paths.items()}
+        judged = {m: _judge(p, q, f, absolute[m]) for m, p in gaps.items()}
         return _outcome(judged, tol, active) != "inconclusive"
 
     if decides(replicates):

@@ -32,9 +32,9 @@ def make(cfg: dict, ctx: RunContext) -> FigureOutput:
     for i, (variant, col) in enumerate(VARIANTS):
         # the matched OU is sampled with its exact transition: it reproduces the chain's law at grid times
         method = "exact" if variant == "matched" else "euler"
-        paths = simulate_sde(pb, eta=eta, local_steps=E, rounds=n, paths=cfg["paths"], seed=ctx.seed + 10 + i,
-                             variant=variant, server_lr=s, h=h, w0=w0, device=ctx.device, method=method)
-        x = paths.weights[:, :, 0]
+        sde = simulate_sde(pb, eta=eta, local_steps=E, rounds=n, replicates=cfg["paths"], seed=ctx.seed + 10 + i,
+                           variant=variant, server_lr=s, h=h, w0=w0, device=ctx.device, method=method)
+        x = sde.weights[:, :, 0]
         sources[LABELS[variant]] = (x.mean(1), x.std(1, ddof=1), col)
     fig, (ax1, ax2) = subplots(2, width=5.8, height=4.4)
     m_ex, sd_ex = exact.mean[:, 0], np.sqrt(exact.cov[:, 0, 0])

@@ -29,9 +29,10 @@ def make(cfg: dict, ctx: RunContext) -> FigureOutput:
     rows, paths = [], []
     for eta_c in cfg["eta_cs"]:
         sched = PowerSchedule(eta_c, 0.0)
-        R = quadratic_region_radius(pb, sched, E=E, h=h, rounds=rounds, w0=w0, server_schedule=server)
-        inp = quadratic_constants(pb, radius=R, E=E, eta_max=eta_c, eta_min=eta_c, w0=w0).bound_inputs(E=E, h=h)
-        path = quadratic_exact_path(pb, sched, E=E, h=h, rounds=rounds, w0=w0, server_schedule=server)
+        R = quadratic_region_radius(pb, sched, local_steps=E, h=h, rounds=rounds, w0=w0, server_schedule=server)
+        const = quadratic_constants(pb, radius=R, local_steps=E, eta_max=eta_c, eta_min=eta_c, w0=w0)
+        inp = const.bound_inputs(local_steps=E, h=h)
+        path = quadratic_exact_path(pb, sched, local_steps=E, h=h, rounds=rounds, w0=w0, server_schedule=server)
         paths.append(path)
         avg, _ = random_time_average(path.grad_sq, path.eta0, N, exact=True)
         bias = round_law(pb, eta_c, E).c - pb.optimum  # the chain's limit point C4 (server steps sum to ∞)

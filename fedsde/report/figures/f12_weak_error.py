@@ -25,7 +25,7 @@ def make(cfg: dict, ctx: RunContext) -> FigureOutput:
     for ax, scaling in zip(axes, ("fixed", "diffusive"), strict=True):
         first = None
         for variant in ("corrected", "paper"):
-            curve = weak_error_vs_step(pb, eta, E, t_end=T, steps=steps, variant=variant, phi="dist2", w0=w0,
+            curve = weak_error_vs_step(pb, eta, E, t_end=T, time_steps=steps, variant=variant, phi="dist2", w0=w0,
                                        noise_scaling=scaling)
             col, ls = STYLE[variant]
             slopes[f"{variant}/{scaling}"] = curve.slope

@@ -23,6 +23,7 @@ import math
 
 import numpy as np
 
+from fedsde._compat import renamed
 from fedsde._tolerances import Z95
 from fedsde.report.figures.common import colors, integer_log_ticks, one_torch_thread, subplots
 from fedsde.report.gallery import FigureOutput, RunContext
@@ -52,7 +53,8 @@ def _bias(mean: np.ndarray, w_star: np.ndarray) -> float:
     return float(np.linalg.norm(mean - w_star))
 
 
-def stationary_row(pb, sur, scan: str, eta: float, E: int, *, replicates: int, seed: int, tol: float,
+@renamed(E="local_steps")
+def stationary_row(pb, sur, scan: str, eta: float, local_steps: int, *, replicates: int, seed: int, tol: float,
                    device: str) -> list:
     """One row of :data:`COLUMNS` (exact, surrogate, printed, simulated) at ``(η, E)``."""
     from fedsde.exact import least_squares_stationary_law, stationary_law
@@ -60,19 +62,19 @@ def stationary_row(pb, sur, scan: str, eta: float, E: int, *, replicates: int, s
     from fedsde.sim import simulate
 
     w_star = pb.optimum
-    ex = least_squares_stationary_law(pb, eta, E)
-    su = stationary_law(sur, eta, E)
-    pr = quadratic_sde_coefficients(sur, eta, E, 1.0, eta, variant="paper").stationary()
+    ex = least_squares_stationary_law(pb, eta, local_steps)
+    su = stationary_law(sur, eta, local_steps)
+    pr = quadratic_sde_coefficients(sur, eta, local_steps, 1.0, eta, variant="paper").stationary()
     rho = max(ex.law.spectral_radius, ex.spectral_radius)
     n = max(10, math.ceil(math.log(tol) / math.log(rho)))
-    x = simulate(pb, eta=eta, local_steps=E, rounds=n, replicates=replicates, seed=seed, record=[n],
+    x = simulate(pb, eta=eta, local_steps=local_steps, rounds=n, replicates=replicates, seed=seed, record=[n],
                  device=device).final
     xc = x - x.mean(0)
     tr = np.einsum("ri,ri->r", xc, xc)
     diff = x.mean(0) - w_star
     u = diff / max(np.linalg.norm(diff), np.finfo(float).tiny)
     bias_se = float(np.sqrt(u @ np.cov(x, rowvar=False) @ u / replicates))
-    return [scan, eta, E, n, float(np.trace(ex.cov)), float(np.trace(su.cov)), float(np.trace(pr.cov)),
+    return [scan, eta, local_steps, n, float(np.trace(ex.cov)), float(np.trace(su.cov)), float(np.trace(pr.cov)),
             float(tr.sum() / (replicates - 1)), float(tr.std(ddof=1) / math.sqrt(replicates)),
             _bias(ex.mean, w_star), _bias(su.mean, w_star), _bias(pr.mean, w_star), _bias(x.mean(0), w_star),
             bias_se, float(ex.spectral_radius)]

@@ -50,10 +50,10 @@ def horizon_rounds(h: float = H) -> np.ndarray:
 def quadratic_case(problem, sched, *, w0, local_steps=LOCAL_STEPS, h=H, server_schedule=None, eta_min=None):
     """Constants of the Sec. 4 bounds and the exact path of the chain from ``w0`` under ``sched``."""
     rounds = n_rounds(h)
-    R = quadratic_region_radius(problem, sched, E=local_steps, h=h, rounds=rounds, w0=w0,
+    R = quadratic_region_radius(problem, sched, local_steps=local_steps, h=h, rounds=rounds, w0=w0,
                                 server_schedule=server_schedule)
-    const = quadratic_constants(problem, radius=R, E=local_steps, eta_max=sched.scale, eta_min=eta_min, w0=w0)
-    path = quadratic_exact_path(problem, sched, E=local_steps, h=h, rounds=rounds, w0=w0,
+    const = quadratic_constants(problem, radius=R, local_steps=local_steps, eta_max=sched.scale, eta_min=eta_min, w0=w0)
+    path = quadratic_exact_path(problem, sched, local_steps=local_steps, h=h, rounds=rounds, w0=w0,
                                 server_schedule=server_schedule)
     return const, path
 
@@ -95,10 +95,10 @@ def logistic_case(seed: int, scale: float):
     problem = synthetic_logistic(3, 50, kind="noniid", seed=2)
     sched = PowerSchedule(0.5, 1.0)
     R = CheckOptions(seed, scale).replicates(128)
-    path = simulated_path(problem, sched, E=LOCAL_STEPS, h=H, rounds=n_rounds(), replicates=R, seed=seed + 11,
+    path = simulated_path(problem, sched, local_steps=LOCAL_STEPS, h=H, rounds=n_rounds(), replicates=R, seed=seed + 11,
                           w0=W0_LOGISTIC, oracle_factory=minibatch_oracle(batch_size=BATCH))
     pts = path.points[np.array([0, 2, 10, 40, 100, 400])][:, :16].reshape(-1, problem.d)
-    const = classification_constants(problem, batch_size=BATCH, E=LOCAL_STEPS, eta_max=sched.scale,
+    const = classification_constants(problem, batch_size=BATCH, local_steps=LOCAL_STEPS, eta_max=sched.scale,
                                      pilot_points=pts, seed=seed + 12,
                                      replicates=CheckOptions(seed, scale).replicates(1024), w0=W0_LOGISTIC)
     return problem, sched, const, path

@@ -67,7 +67,7 @@ def _thm45_member(n, d, p, sigma2):
     F0 = float(prob.loss(w0) - prob.min_loss)
     bounds = {}
     for scale in ("2", "2K"):
-        bounds[scale] = [disco_bound(n, d, p, tau=TAU, eta=ETA, L=1.0, sigma2=sigma2, B=B, T=int(t), F0_gap=F0,
+        bounds[scale] = [disco_bound(n, d, p, local_steps=TAU, eta=ETA, L=1.0, sigma2=sigma2, B=B, T=int(t), F0_gap=F0,
                                      wd_scale=scale) for t in HORIZONS]
     return emp, bounds, {"p": p, "B": B, "region_radius": R, "F0_gap": F0}
 
@@ -125,8 +125,8 @@ def check_weights(opt: CheckOptions) -> ClaimResult:
     """
     from fedsde.aggregators.feddisco import disco_weights_from_discrepancy
 
-    tv = TEST_VECTOR
-    kw = {k: tv[k] for k in ("tau", "eta", "L", "sigma2", "B")}
+    tv = {("local_steps" if k == "tau" else k): v for k, v in TEST_VECTOR.items()}  # τ: the keyword local_steps
+    kw = {k: tv[k] for k in ("local_steps", "eta", "L", "sigma2", "B")}
     lam = 0.05
     uniform = np.full(4, 0.25)
     pm, cm = [], []
@@ -159,7 +159,7 @@ def check_weights(opt: CheckOptions) -> ClaimResult:
                              "Disco weights lower the bound on every (n, d)",
                              "the practical Disco weights (a=0.5, b=0.1) raise the bound on {worst} ({failing} "
                              "fail; the appendix's 2K factor in numbers)", keep=3)
-    printed.numbers["test_vector"] = {**tv, "n": N_FRAC, "d": DISC, **pm[0].numbers}
+    printed.numbers["test_vector"] = {**TEST_VECTOR, "n": N_FRAC, "d": DISC, **pm[0].numbers}
     corrected = family_verdict(name, cm,
                                f"log10({tol_label(NUMERICAL_AGREEMENT)} / max|Proj_Δ formula − SLSQP minimiser|) "
                                "(worst)",

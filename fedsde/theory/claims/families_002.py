@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from fedsde._compat import renamed
 from fedsde._tolerances import EXACT_AGREEMENT, NUMERICAL_AGREEMENT, ROUNDING_SLACK
 from fedsde._tolerances import label as tol_label
 from fedsde.exact import round_law, stationary_law
@@ -50,14 +51,15 @@ def _e_inf(eta: float, U: np.ndarray) -> float:
 
 
 # ---------------------------------------------------------------------------------------------- bias in E
-def scalar_bias(U, a, p, eta: float, E) -> np.ndarray:
+@renamed(E="local_steps")
+def scalar_bias(U, a, p, eta: float, local_steps) -> np.ndarray:
     """``C4(E) − w*`` for scalar clients, vectorised over ``E`` (seed 002 §6; reference §3c).
 
     ``C4(E) = Σ_k p_k M_k a_k / Σ_k p_k M_k`` with ``M_k = 1 − (1 − ηU_k)^E`` (the one-round law's fixed point,
     :func:`fedsde.exact.round_law`), ``w* = Σ p_k U_k a_k / Σ p_k U_k``.
     """
     U, a, p = (np.asarray(v, dtype=np.float64) for v in (U, a, p))
-    M = one_minus_power(eta * U[None, :], np.asarray(E, dtype=np.float64)[:, None])  # (nE, Q)
+    M = one_minus_power(eta * U[None, :], np.asarray(local_steps, dtype=np.float64)[:, None])  # (nE, Q)
     w = p * M
     return (w @ a) / w.sum(axis=1) - float(p @ (U * a) / (p @ U))
 
@@ -134,8 +136,8 @@ def check_claim_variance_E2(opt: CheckOptions) -> ClaimResult:
         pr = scalar_problem(par)
         eta = par["eta"]
         slopes = [float(np.log2(var_exact(pr, eta, 2 * e) / var_exact(pr, eta, e))) for e in (1, 5, 20, 200)]
-        U, p, S = par["U"], par["p"], par["Sigma"]
-        limit = float(np.sum(p**2 * eta * S / (U * (2 - eta * U))))
+        U, p, Sigma = par["U"], par["p"], par["Sigma"]
+        limit = float(np.sum(p**2 * eta * Sigma / (U * (2 - eta * U))))
         e_inf = int(_e_inf(eta, U))
         rel = abs(var_exact(pr, eta, e_inf) - limit) / limit
         m_c = log_margin(NUMERICAL_AGREEMENT, rel)
@@ -251,10 +253,10 @@ def hessian_noise_pairs(n: int, seed: int) -> list[tuple[str, dict, np.ndarray, 
         d = int(rng.choice([2, 3, 5]))
         G = rng.standard_normal((2, 3, d, d))
         U = G[0] @ np.swapaxes(G[0], 1, 2) / d + 0.05 * np.eye(d)
-        S = G[1] @ np.swapaxes(G[1], 1, 2) / d
+        Sigma = G[1] @ np.swapaxes(G[1], 1, 2) / d
         p = rng.dirichlet(np.ones(3))
         out.append((f"random #{i} (d={d}, seed {seed})", {"d": d, "seed": seed, "index": i},
-                    np.einsum("q,qij->ij", p, U), np.einsum("q,qij->ij", p**2, S)))
+                    np.einsum("q,qij->ij", p, U), np.einsum("q,qij->ij", p**2, Sigma)))
     return out
 
 
@@ -286,9 +288,10 @@ def check_lemma_a_2(opt: CheckOptions) -> ClaimResult:
 
 
 # ---------------------------------------------------------------------------------------------- Asm 5.2
-def asm_x(problem: QuadraticProblem, eta: float, E: int) -> np.ndarray:
+@renamed(E="local_steps")
+def asm_x(problem: QuadraticProblem, eta: float, local_steps: int) -> np.ndarray:
     """``x_k = p_k² η² E[(N+R)²]`` of Assumption 5.2: the variance of ``p_k Δ_k`` (coordinate 0)."""
-    law = round_law(problem, eta, E, warn=False)
+    law = round_law(problem, eta, local_steps, warn=False)
     return problem.p**2 * eta**2 * np.einsum("qii->qi", law.Gamma)[:, 0]
 
 

@@ -60,7 +60,7 @@ def check_thm_4_5(opt: CheckOptions) -> ClaimResult:
         cases.append((label, sc, c, pth))
         params[label] = par
     for label, sc, c, pth in cases:
-        inp = c.bound_inputs(E=LOCAL_STEPS, h=H)
+        inp = c.bound_inputs(local_steps=LOCAL_STEPS, h=H)
         (m, se), _ = _emp(pth, horizon_rounds())
         bp = thm_4_5(inp, sc, HORIZONS, variant="paper")
         bc = thm_4_5(inp, sc, HORIZONS, variant="corrected")
@@ -80,7 +80,7 @@ def check_cor_4_6(opt: CheckOptions) -> ClaimResult:
     for b in (1.0, 0.5, 0.75):
         sched = PowerSchedule(1.0, b)
         const, path = quadratic_case(prob, sched, w0=W0_QUAD)
-        inp = const.bound_inputs(E=LOCAL_STEPS, h=H)
+        inp = const.bound_inputs(local_steps=LOCAL_STEPS, h=H)
         (m, se), _ = _emp(path, horizon_rounds())
         bp = cor_4_6(inp, HORIZONS, b=b, variant="paper")
         bc = cor_4_6(inp, HORIZONS, b=b, variant="corrected")
@@ -101,7 +101,7 @@ def check_cor_4_6(opt: CheckOptions) -> ClaimResult:
         details[label] = {"rate": rate, "V_star": const["V_star"], "L": const["L"]}
         _panel(fig, label, "E_t̃ ‖∇F(w(t̃))‖²", m, se, bp.value, bc.value)
         for rlabel, par, _, rc, rp in random_sec4_cases(opt.seed + 81, 1.0, b, 1):
-            rin = rc.bound_inputs(E=LOCAL_STEPS, h=H)
+            rin = rc.bound_inputs(local_steps=LOCAL_STEPS, h=H)
             (rm, rse), _ = _emp(rp, horizon_rounds())
             key = f"{label}, {rlabel}"
             params[key] = par
@@ -117,7 +117,7 @@ def check_cor_4_7(opt: CheckOptions) -> ClaimResult:
     sched = PowerSchedule(eta_c, 0.0)
     server = PowerSchedule(1.0, 1.0)
     const, path = quadratic_case(sec4_quadratic(), sched, w0=W0_QUAD, server_schedule=server, eta_min=eta_c)
-    inp = const.bound_inputs(E=LOCAL_STEPS, h=H)
+    inp = const.bound_inputs(local_steps=LOCAL_STEPS, h=H)
     N = horizon_rounds()
     m_unif, se_unif = random_time_average(path.grad_sq, np.ones_like(path.eta), N, exact=True)
     m_eta0, se_eta0 = random_time_average(path.grad_sq, path.eta0, N, exact=True)
@@ -128,7 +128,7 @@ def check_cor_4_7(opt: CheckOptions) -> ClaimResult:
     vc = {label: bound_over_horizons(HORIZONS, m_eta0, se_eta0, bc.value, label=label + ", t̃ ~ η₀ (corrected)")}
     params = {}
     for rlabel, par, _, rc, rp in random_sec4_cases(opt.seed + 81, eta_c, 0.0, 1, server=True):
-        rin = rc.bound_inputs(E=LOCAL_STEPS, h=H)
+        rin = rc.bound_inputs(local_steps=LOCAL_STEPS, h=H)
         params[rlabel] = par
         ru = random_time_average(rp.grad_sq, np.ones_like(rp.eta), N, exact=True)
         re0 = random_time_average(rp.grad_sq, rp.eta0, N, exact=True)
@@ -163,7 +163,7 @@ def check_thm_4_9(opt: CheckOptions) -> ClaimResult:
     fig = Figure(suptitle="seed 002, Thm 4.9: η-weighted E[F − F*] vs bound")
     printed, corrected, details = {}, {}, {}
     for label, sc, c, pth, e in _thm49_cases(opt):
-        inp = c.bound_inputs(E=e, h=H)
+        inp = c.bound_inputs(local_steps=e, h=H)
         _, (m, se) = _emp(pth, horizon_rounds())
         bp = thm_4_9(inp, sc, HORIZONS, variant="paper")
         bc = thm_4_9(inp, sc, HORIZONS, variant="corrected")
@@ -184,7 +184,7 @@ def check_cor_4_10(opt: CheckOptions) -> ClaimResult:
     for label, prob, w0, e in (("quadratic (exact)", sec4_quadratic(), W0_QUAD, LOCAL_STEPS),
                                ("counterexample ‖w₀−w*‖=10, E=1 (exact)", thm49_counterexample(), THM49_W0, 1)):
         c, pth = quadratic_case(prob, sched, w0=w0, local_steps=e)
-        inp = c.bound_inputs(E=e, h=H)
+        inp = c.bound_inputs(local_steps=e, h=H)
         _, (m, se) = _emp(pth, horizon_rounds())
         bp = cor_4_10(inp, HORIZONS, variant="paper")
         bc = cor_4_10(inp, HORIZONS, variant="corrected")
@@ -194,7 +194,7 @@ def check_cor_4_10(opt: CheckOptions) -> ClaimResult:
         _panel(fig, label, "E_t̃ [F(w(t̃)) − F*]", m, se, bp.value, bc.value)
     params = {}
     for label, par, _, c, pth in random_sec4_cases(opt.seed + 81, 1.0, 1.0, N_RANDOM_SEC4):
-        inp = c.bound_inputs(E=LOCAL_STEPS, h=H)
+        inp = c.bound_inputs(local_steps=LOCAL_STEPS, h=H)
         _, (m, se) = _emp(pth, horizon_rounds())
         params[label] = par
         printed[label] = bound_over_horizons(HORIZONS, m, se, cor_4_10(inp, HORIZONS, variant="paper").value,
@@ -212,10 +212,10 @@ def check_lemma_a_1(opt: CheckOptions) -> ClaimResult:
     eta, e, rounds = 0.1, 10, 10
     w0 = np.array([2.0, 2.0])
     sched = PowerSchedule(eta, 0.0)
-    R = quadratic_region_radius(prob, sched, E=e, h=1.0, rounds=rounds, w0=w0)
-    c = quadratic_constants(prob, radius=R, E=e, eta_max=eta, eta_min=eta, w0=w0)
-    inp = c.bound_inputs(E=e, h=1.0)
-    mean, se = drift_measurements(prob, eta=eta, E=e, rounds=rounds, replicates=opt.replicates(512),
+    R = quadratic_region_radius(prob, sched, local_steps=e, h=1.0, rounds=rounds, w0=w0)
+    c = quadratic_constants(prob, radius=R, local_steps=e, eta_max=eta, eta_min=eta, w0=w0)
+    inp = c.bound_inputs(local_steps=e, h=1.0)
+    mean, se = drift_measurements(prob, eta=eta, local_steps=e, rounds=rounds, replicates=opt.replicates(512),
                                   seed=opt.seed + 21, w0=w0)
     steps = np.arange(1, e + 1)
     out = {}

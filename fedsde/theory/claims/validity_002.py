@@ -33,6 +33,7 @@ import functools
 
 import numpy as np
 
+from fedsde._compat import renamed
 from fedsde.problems import QuadraticProblem, paper_table_problem
 from fedsde.theory.claims._common import Member, family_verdict, predicate, random_scalar_problems
 from fedsde.theory.claims.base import CheckOptions, Claim, ClaimResult
@@ -80,7 +81,8 @@ def _loss_path(problem, mean, cov, w0) -> np.ndarray:
     return gaussian_metric_means(problem, mean, cov, w0, ["train_loss"])["train_loss"]
 
 
-def exact_setting(problem, eta: float, E: int, s: float, w0, *, check: bool = False) -> dict:
+@renamed(E="local_steps")
+def exact_setting(problem, eta: float, local_steps: int, s: float, w0, *, check: bool = False) -> dict:
     """FedAvg against the SDE on quadratic clients, both exact: ``κ``, the verdict on the loss and, with ``check``,
     the reference check (deviation of the SVAG chains' Richardson limit from the exact law, relative to the loss's
     movement)."""
@@ -90,12 +92,12 @@ def exact_setting(problem, eta: float, E: int, s: float, w0, *, check: bool = Fa
     from fedsde.validity.step import round_contraction
 
     w0 = np.asarray(w0, dtype=np.float64)
-    kappa = round_contraction(problem, eta=eta, local_steps=E, server_lr=s)
+    kappa = round_contraction(problem, eta=eta, local_steps=local_steps, server_lr=s)
     rounds = max(4, int(np.ceil(HORIZON / kappa)))
     grid = np.arange(rounds + 1)
-    law = exact_sde_law(problem, eta=eta, local_steps=E, server_lr=s, h=eta)
+    law = exact_sde_law(problem, eta=eta, local_steps=local_steps, server_lr=s, h=eta)
     sde = exact_sde_paths(problem, law, grid, eta, w0, ["train_loss"])["train_loss"]
-    fed = transient_moments(problem, eta, E, rounds, s, w0=w0)
+    fed = transient_moments(problem, eta, local_steps, rounds, s, w0=w0)
     gap = _loss_path(problem, fed.mean, fed.cov, w0) - sde
     zero = np.zeros_like(sde)
     v = validity_verdict(grid * eta, {"train_loss": GapPath(gap, zero, sde, zero)}, replicates=2, reference="exact",
@@ -103,7 +105,7 @@ def exact_setting(problem, eta: float, E: int, s: float, w0, *, check: bool = Fa
     out = {"kappa": kappa, "d": v.worst["gap"], "time": v.worst["time"], "outcome": v.outcome, "rounds": rounds,
            "margin": v.margin}
     if check:
-        chains = [svag_transient_moments(problem, eta, E, rounds, s, ell, w0=w0) for ell in CHECK_ELLS]
+        chains = [svag_transient_moments(problem, eta, local_steps, rounds, s, ell, w0=w0) for ell in CHECK_ELLS]
         a, b = (_loss_path(problem, mo.mean, mo.cov, w0) for mo in chains)
         la, lb = CHECK_ELLS
         rich = (lb * b - la * a) / (lb - la)
