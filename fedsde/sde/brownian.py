@@ -214,11 +214,18 @@ class GridBrownian(torchsde.BaseBrownian):
         elif not self._contiguous:
             out = torch.empty((W, nb, K), dtype=self._dtype, device=self._device)
             streams.uniform_(out.transpose(0, 1))  # block b fills out[:, b] with U ∈ [0, 1), 53-bit grid
-            half_ulp = torch.finfo(self._dtype).eps / 2  # v = 2U − 1 + 2⁻⁵³ (exact): symmetric, never ±1
-            out.mul_(2.0).sub_(1.0 - half_ulp).erfinv_().mul_(math.sqrt(2.0 * self._dt))
+            self._symmetric(out).erfinv_().mul_(math.sqrt(2.0 * self._dt))
         else:  # groups of blocks drawn contiguous (no staging copy), transposed by the erfinv pass itself
             u = streams.uniform_(torch.empty((nb, W, K), dtype=self._dtype, device=self._device))
-            half_ulp = torch.finfo(self._dtype).eps / 2
             out = torch.empty((W, nb, K), dtype=self._dtype, device=self._device)
-            torch.erfinv(u.mul_(2.0).sub_(1.0 - half_ulp).transpose(0, 1), out=out).mul_(math.sqrt(2.0 * self._dt))
+            torch.erfinv(self._symmetric(u).transpose(0, 1), out=out).mul_(math.sqrt(2.0 * self._dt))
         return out.view(W, nb * BLOCK, m)
+
+    def _symmetric(self, u: torch.Tensor) -> torch.Tensor:
+        """``v = 2U − (1 − 2⁻⁵³)`` in place, one pass (float64; ``2⁻²⁴`` in float32): symmetric, never ±1.
+
+        Exact, so one fused pass gives the numbers of ``u.mul_(2).sub_(1 − 2⁻⁵³)``: for ``U = j·2⁻⁵³`` the result is
+        ``(2j + 1 − 2⁵³)·2⁻⁵³``, an odd integer below ``2⁵³`` in magnitude times a power of two, which a double holds
+        (with or without a fused multiply-add)."""
+        shift = torch.tensor(-(1.0 - torch.finfo(self._dtype).eps / 2), dtype=self._dtype, device=self._device)
+        return torch.add(shift, u, alpha=2.0, out=u)
