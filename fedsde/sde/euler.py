@@ -27,7 +27,10 @@ per cent: a captured graph would save little and could not span the window draws
 changes, so the paths would no longer be torchsde's (nor the CPU's bit-identical ones), for a gain bounded by the
 share of those sums: under a tenth of a step on the CPU (profile of the quick SDE figure of
 ``benchmarks/bench_gpu.py``: the Brownian draws are three quarters of it), and about a third on a GPU by memory
-traffic, where the target (twice a fused loop) does not need it.
+traffic.  Measured on an NVIDIA H100 (10⁶ paths, d = 10, 200 steps, float64, torch 2.11): 0.170 s, 2.09× the fused
+loop of ``benchmarks/bench_gpu.py`` (0.082 s), the GPU busy throughout; per step about 0.30 ms in the two products,
+0.21 ms in the three sums and 0.29 ms in the window's Brownian passes (uniforms, the exact shift, ``erfinv``, the
+scale), against the fused loop's one ``normal_`` and two products.
 """
 
 from __future__ import annotations
