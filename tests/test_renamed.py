@@ -253,7 +253,11 @@ def test_sweep_spec_may_use_either_flag_but_not_both():
                           "base": {"problem": PAPER, "eta": 0.05, "local_steps": 5, "rounds": 3, key: 20}})
         argv = cell_argv(spec, next(spec.cells()))
         assert f"--{key}=20" in argv
-        out = run_command("sde", argv)
+        if key == "paths":
+            with pytest.warns(DeprecationWarning, match="--paths is the old name of --replicates"):
+                out = run_command("sde", argv)
+        else:
+            out = run_command("sde", argv)
         assert out["status"] == "done", out
         results.append(out["result"])
     assert results[0] == results[1]
