@@ -36,7 +36,6 @@ from typing import Any
 
 import numpy as np
 
-from fedsde._compat import renamed
 from fedsde.errors import FedsdeInputError
 
 
@@ -54,7 +53,6 @@ def add_strict_flag(p: argparse.ArgumentParser) -> None:
                        "one line on stderr, nothing on stdout, exit 2")
 
 
-@renamed(steps="local_steps")
 def add_problem_args(p: argparse.ArgumentParser, *, local_steps: bool = True, data: bool = True,
                      problem_help: str | None = None) -> None:
     """``--problem FILE --eta η --local-steps E --server-lr s [--client-steps τ1,τ2,…]``; ``local_steps=False``
@@ -292,7 +290,6 @@ def fmt_array(a) -> str:
     return np.array2string(np.asarray(a), precision=6, suppress_small=False, max_line_width=100)
 
 
-@renamed(steps="local_steps")
 def refuse_known_divergence(problem, eta: float, local_steps, server_lr: float = 1.0, *, aggregator="fedavg",
                             participation: int | None = None) -> None:
     """Raise a one-line :class:`FedsdeInputError` when :func:`known_divergence` finds a reason (commands that run
