@@ -81,7 +81,7 @@ def _decorated():
     """Every function or method of fedsde (outside the scaling package) decorated with :func:`renamed`."""
     found = []
     for mod in pkgutil.walk_packages(fedsde.__path__, "fedsde."):
-        if mod.name.startswith("fedsde.scaling"):
+        if mod.name.startswith("fedsde.scaling") or mod.name == "fedsde.sim.fedavg":  # (a deprecated re-export)
             continue
         module = importlib.import_module(mod.name)
         for obj in vars(module).values():
@@ -266,3 +266,19 @@ def test_sweep_spec_may_use_either_flag_but_not_both():
         load_spec({"run": {"command": "sde", "seed": 4},
                    "base": {"problem": PAPER, "eta": 0.05, "local_steps": 5, "rounds": 3, "replicates": 20},
                    "grid": {"paths": [20, 30]}})
+
+
+def test_the_old_simulator_module_still_imports_with_a_warning():
+    import subprocess
+    import sys
+
+    code = ("import warnings; warnings.simplefilter('error', DeprecationWarning)\n"
+            "try:\n    import fedsde.sim.fedavg\nexcept DeprecationWarning as w:\n    print(w)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "fedsde.sim.fedavg is the old home of the simulator" in out.stdout
+    with pytest.warns(DeprecationWarning, match="old home of the simulator"):
+        old = importlib.reload(importlib.import_module("fedsde.sim.fedavg"))
+    import fedsde.sim as sim
+
+    assert (old.simulate, old.SimulationResult, old.WEIGHTINGS) == (sim.simulate, sim.SimulationResult,
+                                                                    sim.WEIGHTINGS)
