@@ -24,14 +24,14 @@ drift, diffusion quadratic in ``w``).  :func:`least_squares_sde_study` puts them
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from fedsde._validate import positive_float, positive_int
 from fedsde.compare.distances import gaussian_w2
-from fedsde.compare.moments import MomentComparison, compare_moments
-from fedsde.compare.study import DEFAULT_REFINEMENT, UNSETTLED_SLOPE, refinement_grid
+from fedsde.compare.moments import compare_moments
+from fedsde.compare.study import DEFAULT_REFINEMENT, UNSETTLED_SLOPE, ExactSDEStudy, refinement_grid
 from fedsde.compare.weak_error import PHIS, at_rounding_level, expected_phi, fit_loglog_slope, local_loglog_slopes
 from fedsde.errors import NoStationaryLawError
 from fedsde.exact import least_squares_sde, least_squares_stationary_law, least_squares_transient_moments
@@ -39,7 +39,7 @@ from fedsde.exact.moments import Moments
 
 
 @dataclass
-class LeastSquaresSDEStudy:
+class LeastSquaresSDEStudy(ExactSDEStudy):
     """Result of :func:`least_squares_sde_study` (T recorded rounds, J refinement steps, d dimension).
 
     Attributes
@@ -63,36 +63,11 @@ class LeastSquaresSDEStudy:
     config : dict
     """
 
-    chain: Moments
-    sde: Moments
-    distances: MomentComparison
-    weak_error: dict
-    slope: dict
-    stationary: dict
-    h: float
-    h_grid: np.ndarray
-    config: dict = field(default_factory=dict)
-
-    @property
-    def t_end(self) -> float:
-        return self.config["rounds"] * self.h
-
     def to_dict(self) -> dict:
         """The JSON layout of ``fedsde compare --json`` on a regression file (without its ``warnings``)."""
-        times = self.chain.rounds * self.h
-        return {
-            "kind": "regression",
-            "sde": "eq. (2) with the exact round moments of the least-squares chain (state-dependent diffusion)",
-            "moments": {"rounds": self.chain.rounds, "times": times,
-                        "chain": {"mean": self.chain.mean, "cov": self.chain.cov},
-                        "sde": {"mean": self.sde.mean, "cov": self.sde.cov}},
-            "distances": {"w2_gaussian_lower_bound": self.distances.w2, "mean_error": self.distances.mean_error,
-                          "cov_error": self.distances.cov_error, "cov_rel_error": self.distances.cov_rel_error},
-            "weak_error": {phi: {"times": times, "error": err} for phi, err in self.weak_error.items()},
-            "slope": self.slope,
-            "stationary": self.stationary,
-            "config": self.config,
-        }
+        return {"kind": "regression",
+                "sde": "eq. (2) with the exact round moments of the least-squares chain (state-dependent diffusion)",
+                **self._layout("w2_gaussian_lower_bound")}
 
 
 def _chain_and_sde(problem, eta, local_steps, rounds: int, record, *, server_lr, h, w0,

@@ -107,7 +107,45 @@ def refinement_grid(h_grid, t_end: float, *, name: str = "h_grid") -> np.ndarray
 
 
 @dataclass
-class QuadraticSDEStudy:
+class ExactSDEStudy:
+    """What the exact chain-vs-SDE studies share (:class:`QuadraticSDEStudy`,
+    :class:`fedsde.compare.least_squares.LeastSquaresSDEStudy`): the moments of both at the recorded rounds, their
+    distances, weak errors, the refinement slope and the stationary laws, on the clock ``t = n·h``."""
+
+    chain: Moments
+    sde: Moments
+    distances: MomentComparison
+    weak_error: dict
+    slope: dict
+    stationary: dict
+    h: float
+    h_grid: np.ndarray
+    config: dict = field(default_factory=dict)
+
+    @property
+    def t_end(self) -> float:
+        return self.config["rounds"] * self.h
+
+    def _layout(self, w2_key: str) -> dict:
+        """The JSON layout of both studies, the W2 distance under ``w2_key``."""
+        times = self.chain.rounds * self.h
+        return {
+            "moments": {
+                "rounds": self.chain.rounds, "times": times,
+                "chain": {"mean": self.chain.mean, "cov": self.chain.cov},
+                "sde": {"mean": self.sde.mean, "cov": self.sde.cov},
+            },
+            "distances": {w2_key: self.distances.w2, "mean_error": self.distances.mean_error,
+                          "cov_error": self.distances.cov_error, "cov_rel_error": self.distances.cov_rel_error},
+            "weak_error": {phi: {"times": times, "error": err} for phi, err in self.weak_error.items()},
+            "slope": self.slope,
+            "stationary": self.stationary,
+            "config": self.config,
+        }
+
+
+@dataclass
+class QuadraticSDEStudy(ExactSDEStudy):
     """Result of :func:`quadratic_sde_study` (T recorded rounds, J refinement steps, d dimension, R paths).
 
     Attributes
@@ -137,37 +175,11 @@ class QuadraticSDEStudy:
     config : dict
     """
 
-    chain: Moments
-    sde: Moments
-    distances: MomentComparison
-    weak_error: dict
-    slope: dict
-    stationary: dict
-    h: float
-    h_grid: np.ndarray
-    config: dict = field(default_factory=dict)
     monte_carlo: dict | None = None
-
-    @property
-    def t_end(self) -> float:
-        return self.config["rounds"] * self.h
 
     def to_dict(self) -> dict:
         """The JSON layout of ``fedsde compare --json`` (without its ``warnings``)."""
-        times = self.chain.rounds * self.h
-        out: dict = {
-            "moments": {
-                "rounds": self.chain.rounds, "times": times,
-                "chain": {"mean": self.chain.mean, "cov": self.chain.cov},
-                "sde": {"mean": self.sde.mean, "cov": self.sde.cov},
-            },
-            "distances": {"w2": self.distances.w2, "mean_error": self.distances.mean_error,
-                          "cov_error": self.distances.cov_error, "cov_rel_error": self.distances.cov_rel_error},
-            "weak_error": {phi: {"times": times, "error": err} for phi, err in self.weak_error.items()},
-            "slope": self.slope,
-            "stationary": self.stationary,
-            "config": self.config,
-        }
+        out = self._layout("w2")
         if self.monte_carlo is not None:
             out["monte_carlo"] = self.monte_carlo
         return out

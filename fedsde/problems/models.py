@@ -25,6 +25,7 @@ layer for all the weight vectors, and return tensors.
 
 from __future__ import annotations
 
+import abc
 import itertools
 import sys
 from collections.abc import Callable
@@ -187,12 +188,15 @@ class _MulticlassOutput:
         return np.argmax(Z, axis=-1)
 
 
-class _LinearModel(_Model):
-    """``z = Wᵀx̃`` with ``W`` (n_features, n_outputs) row-major in ``w``: ``∇ℓ = x̃ ⊗ ∂ℓ/∂z``, start at zero."""
+class _LinearModel(_Model, abc.ABC):
+    """``z = Wᵀx̃`` with ``W`` (n_features, n_outputs) row-major in ``w``: ``∇ℓ = x̃ ⊗ ∂ℓ/∂z``, start at zero.
+
+    A model (logistic, softmax) supplies :attr:`n_outputs` and :meth:`_weighted_hessian`."""
 
     @property
+    @abc.abstractmethod
     def n_outputs(self) -> int:
-        raise NotImplementedError
+        """Outputs ``K`` of the logits."""
 
     @property
     def d(self) -> int:
@@ -240,8 +244,9 @@ class _LinearModel(_Model):
             out[k] = self._weighted_hessian(Xd[a:b], Z[a:b], s[a:b])
         return out
 
+    @abc.abstractmethod
     def _weighted_hessian(self, Xd: np.ndarray, Z: np.ndarray, s: np.ndarray) -> np.ndarray:
-        raise NotImplementedError
+        """``Σ_n s_n ∇²ℓ_n`` of one client's rows ``Xd`` with logits ``Z``, shape (d, d)."""
 
 
 class LogisticModel(_LinearModel):
