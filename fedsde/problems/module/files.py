@@ -92,7 +92,8 @@ def module_problem_from_dict(data: dict, *, source: str = "problem", base_dir=No
     base = Path(base_dir) if base_dir is not None else Path.cwd()
     factory = _model_factory(k, base, options)
     if k.has("data"):
-        arrays, info = _npz(k, base), {"data": str(data["data"])}
+        arrays, info = _npz(k, base)
+        info["data"] = str(data["data"])
     else:
         arrays, info = _digits(k)
     x, y, client, x_test, y_test = arrays
