@@ -101,7 +101,7 @@ def module_problem_from_dict(data: dict, *, source: str = "problem", base_dir=No
 
     _, names = client_order(client)
     p = _weights(k, [str(n) for n in names])
-    info |= {"model": str(data["model"]), "model_options": dict(options)}
+    info |= {"model_spec": str(data["model"]), "model_options": dict(options)}
     try:
         return module_problem(factory, x, y, client, x_test=x_test, y_test=y_test, loss=loss, batch_size=batch,
                               sampling=sampling, l2=l2, p=p, init_seed=init_seed, batching=batching,
