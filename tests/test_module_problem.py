@@ -392,3 +392,24 @@ def test_cuda_module_run_matches_the_cpu_full_batch(tmp_path):
     assert _rel(b, a) <= 1e-10
     m = evaluate_metrics(pb, b[-1])
     assert np.all(np.isfinite(m["train_loss"]))
+
+
+def test_validity_on_the_conv_net_gives_one_of_its_three_outcomes(tmp_path):
+    from fedsde.validity import validity_test
+
+    path, _ = write_cnn_problem(tmp_path, batch=4, dropout=0.3)
+    res = validity_test(load_problem(path), eta=0.2, local_steps=2, rounds=2, replicates=4, seed=0, ells=[1, 2])
+    assert res.verdict.outcome in ("tracks", "does not track", "inconclusive")
+
+
+def test_round_contraction_by_hessian_vector_products_equals_the_closed_form_hessians(digits):
+    from fedsde.validity.step import round_contraction
+
+    builtin = digits.replace(batch_size=8)
+    mine = _as_module(builtin, SoftmaxModule(64, 10), batch_size=8)
+    w = np.random.default_rng(0).standard_normal(builtin.d) * 0.1
+    np.testing.assert_allclose(mine.client_hvp(w, np.ones(builtin.d)), builtin.client_hessian(w) @ np.ones(builtin.d),
+                               rtol=1e-10, atol=1e-12)
+    a = round_contraction(builtin, eta=0.1, local_steps=2, server_lr=1.0, at=w)
+    b = round_contraction(mine, eta=0.1, local_steps=2, server_lr=1.0, at=w)
+    assert abs(a - b) <= 1e-8 * abs(a)
