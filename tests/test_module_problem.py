@@ -194,7 +194,7 @@ def test_conv_net_on_natural_clients_trains_as_a_plain_per_client_loop(tmp_path)
 
 
 # ---------------------------------------------------------------------------------------------- dropout, minibatches
-def test_dropout_minibatch_replicate_does_not_depend_on_R_or_chunks(tmp_path):
+def test_dropout_minibatch_replicate_does_not_depend_on_R_or_chunks(tmp_path, monkeypatch):
     path, _ = write_cnn_problem(tmp_path, batch=4, dropout=0.3)
     problem = load_problem(path)
     kw = {"eta": 0.2, "local_steps": 2, "rounds": 2, "seed": 9, "block_size": 2}
@@ -202,6 +202,9 @@ def test_dropout_minibatch_replicate_does_not_depend_on_R_or_chunks(tmp_path):
     assert simulate(problem, replicates=6, chunk_size=2, **kw).weights.tobytes() == full.tobytes()
     assert simulate(problem, replicates=2, **kw).weights.tobytes() == full[:, :2].tobytes()
     assert np.ptp(full[-1], axis=0).max() > 0  # replicates differ (minibatches and masks)
+    monkeypatch.setattr("fedsde.sim.workers.MIN_CHUNK_WORK", 1)  # small chunks in parallel threads
+    threads = simulate(problem, replicates=6, workers=3, **kw).weights
+    assert threads.tobytes() == full.tobytes()
 
 
 def test_dropout_minibatch_mean_loss_agrees_with_an_independent_monte_carlo_loop(tmp_path):
@@ -319,6 +322,7 @@ def test_a_module_vmap_cannot_batch_runs_in_a_loop_with_the_same_numbers_and_one
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         res = simulate(pb, eta=0.3, local_steps=2, rounds=3, replicates=2, seed=0, workers=1)
+        simulate(pb, eta=0.3, local_steps=2, rounds=1, replicates=4, block_size=1, chunk_size=1, seed=0)  # again
     loops = [w for w in seen if issubclass(w.category, ModuleLoopWarning)]
     assert len(loops) == 1 and "loop" in str(loops[0].message)
     ref = _plain_loop(module, x, y, c, eta=0.3, steps=2, rounds=3)

@@ -117,13 +117,17 @@ class FunctionalModule:
         Shape of one input row (to find the dropout masks' shapes).
     batching : {"auto", "vmap", "loop"}
         ``auto``: ``vmap``, falling back to the loop (with a :class:`ModuleLoopWarning`) where it cannot batch.
+    state : dict, optional
+        Shared by the copies of one problem: once ``vmap`` failed, every later copy loops at once and the warning
+        is given once.
     """
 
     def __init__(self, module: nn.Module, loss: str, device, dtype, row_shape: tuple[int, ...],
-                 batching: str = "auto"):
+                 batching: str = "auto", state: dict | None = None):
         self.module = copy.deepcopy(module).to(device=device, dtype=dtype)
         self.loss, self.device, self.dtype = loss, torch.device(device), dtype
-        self.batching = batching
+        self.state = {} if state is None else state
+        self.batching = "loop" if batching == "auto" and self.state.get("loop") else batching
         self.dropouts = _replace_dropouts(self.module)
         named = list(self.module.named_parameters())
         self.names = [n for n, _ in named]
@@ -211,9 +215,11 @@ class FunctionalModule:
                         "model: the forward pass draws random numbers itself (e.g. torch.nn.functional.dropout); "
                         "use nn.Dropout modules, whose masks fedsde draws from the run's streams") from None
                 self.batching = "loop"
-                warnings.warn(f"model {type(self.module).__name__}: torch.func.vmap cannot batch it "
-                              f"({_first_line(exc)}); running a loop over the {w.shape[0]} (replicate, client) "
-                              "entries instead (same formulas, slower)", ModuleLoopWarning, stacklevel=3)
+                if not self.state.get("loop"):
+                    self.state["loop"] = True
+                    warnings.warn(f"model {type(self.module).__name__}: torch.func.vmap cannot batch it "
+                                  f"({_first_line(exc)}); running a loop over the (replicate, client) entries "
+                                  "instead (same formulas, slower)", ModuleLoopWarning, stacklevel=3)
         g = torch.func.grad(self._weighted)
         return torch.stack([g(w[i], x[i], y[i], c[i], [m[i] for m in masks]) for i in range(w.shape[0])])
 

@@ -147,7 +147,8 @@ class ModuleProblem(ModuleViews):
     # ------------------------------------------------------------------ device copies
     def functional(self, device="cpu", dtype=torch.float64) -> FunctionalModule:
         """A :class:`FunctionalModule` of this problem on ``device`` in ``dtype`` (a fresh private copy)."""
-        return FunctionalModule(self.module, self.loss_name, device, dtype, self.row_shape, self.batching)
+        return FunctionalModule(self.module, self.loss_name, device, dtype, self.row_shape, self.batching,
+                                state=self._cache.setdefault("vmap_state", {}))
 
     def _shared(self, device, dtype) -> tuple[FunctionalModule, dict]:
         """A cached functional copy and the rows on ``device`` (for metrics; callers hold its lock)."""
