@@ -261,6 +261,9 @@ def test_batchnorm_is_refused_in_one_line_naming_the_fix():
     with pytest.raises(FedsdeInputError, match="GroupNorm") as err:
         module_problem(nn.Sequential(nn.Linear(4, 5), nn.BatchNorm1d(5), nn.Linear(5, 3)), x, y, c)
     assert "\n" not in str(err.value)
+    with pytest.raises(FedsdeInputError, match="GroupNorm"):
+        module_problem(nn.Sequential(nn.Linear(4, 5), nn.BatchNorm1d(5, track_running_stats=False),
+                                     nn.Linear(5, 3)), x, y, c)
     with pytest.raises(FedsdeInputError, match=r"nn\.Dropout"):
         module_problem(nn.Sequential(nn.Linear(4, 3), nn.AlphaDropout(0.2)), x, y, c)
 
