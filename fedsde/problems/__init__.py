@@ -10,6 +10,7 @@ from fedsde.problems.generate import paper_table_problem, random_quadratic_probl
 from fedsde.problems.io import load_problem, problem_from_dict, save_problem
 from fedsde.problems.logistic import ClassificationProblem
 from fedsde.problems.metrics import METRICS, evaluate_metrics, metric_names
+from fedsde.problems.module import is_module_problem
 from fedsde.problems.partition import (
     dirichlet_partition,
     iid_partition,
@@ -25,9 +26,9 @@ from fedsde.problems.synthetic import synthetic_problem
 
 
 def is_data_problem(problem) -> bool:
-    """Whether ``problem`` holds per-sample data (a :class:`ClassificationProblem` or a
-    :class:`RegressionProblem`) rather than quadratic clients."""
-    return isinstance(problem, ClassificationProblem | RegressionProblem)
+    """Whether ``problem`` holds per-sample data (a :class:`ClassificationProblem`, a :class:`RegressionProblem` or a
+    :class:`~fedsde.problems.module.ModuleProblem`) rather than quadratic clients."""
+    return isinstance(problem, ClassificationProblem | RegressionProblem) or is_module_problem(problem)
 
 
 def require_quadratic(problem, what: str, why: str) -> None:
@@ -38,7 +39,8 @@ def require_quadratic(problem, what: str, why: str) -> None:
     if is_data_problem(problem):
         from fedsde.errors import FedsdeInputError
 
-        kind = "regression" if isinstance(problem, RegressionProblem) else "classification"
+        kind = ("regression" if isinstance(problem, RegressionProblem) else
+                "module" if is_module_problem(problem) else "classification")
         exact = ("; least-squares problems have exact laws in fedsde.exact.least_squares"
                  if kind == "regression" else "")
         raise FedsdeInputError(
@@ -50,6 +52,7 @@ def require_quadratic(problem, what: str, why: str) -> None:
 __all__ = [
     "METRICS",
     "ClassificationProblem",
+    "ModuleProblem",
     "QuadraticProblem",
     "RegressionProblem",
     "data_problem_from_dict",
@@ -62,6 +65,7 @@ __all__ = [
     "load_dataset",
     "load_problem",
     "metric_names",
+    "module_problem",
     "niid2_partition",
     "paper_table_problem",
     "problem_from_dict",
@@ -73,3 +77,11 @@ __all__ = [
     "shard_partition",
     "synthetic_problem",
 ]
+
+
+def __getattr__(name: str):
+    if name in ("ModuleProblem", "module_problem"):  # torch is imported on first use
+        from fedsde.problems import module
+
+        return getattr(module, name)
+    raise AttributeError(f"module 'fedsde.problems' has no attribute {name!r}")

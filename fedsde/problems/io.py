@@ -1,7 +1,8 @@
 """Load and save problems as TOML or JSON: quadratic clients (keys ``U``, ``a``, ``Sigma``, ``p``; optional ``name``,
 ``label_distributions`` and ``kind = "quadratic"``) or data problems (``kind = "classification"``, see
 :mod:`fedsde.problems.data_files`; ``kind = "regression"``, least squares on a CSV file or a packaged panel, see
-:mod:`fedsde.problems.regression_files`).
+:mod:`fedsde.problems.regression_files`; ``kind = "module"``, a user's own ``nn.Module`` on an npz of rows, see
+:mod:`fedsde.problems.module.files`).
 
 Shapes follow :meth:`fedsde.problems.QuadraticProblem.from_arrays`: full matrices, per-client diagonals,
 or scalars when d = 1.  ``p`` may be omitted (uniform weights).  Example (TOML, Q = 3, d = 1)::
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
     from fedsde.problems.regression import RegressionProblem
 
 _KEYS = ("U", "a", "Sigma", "p", "name", "label_distributions")
-KINDS = ("quadratic", "classification", "regression")
+KINDS = ("quadratic", "classification", "regression", "module")
 
 
 def problem_from_dict(data: dict, *, source: str = "problem",
@@ -61,6 +62,10 @@ def problem_from_dict(data: dict, *, source: str = "problem",
             from fedsde.problems.regression_files import regression_problem_from_dict
 
             return regression_problem_from_dict(data, source=source, base_dir=base_dir)
+        if kind == "module":
+            from fedsde.problems.module.files import module_problem_from_dict
+
+            return module_problem_from_dict(data, source=source, base_dir=base_dir)
         data = {k: v for k, v in data.items() if k != "kind"}
     missing = [k for k in ("U", "a", "Sigma") if k not in data]
     if missing:

@@ -87,6 +87,8 @@ class MetricValues(dict):
 
 def metric_names(problem) -> tuple[str, ...]:
     """The metrics defined for ``problem`` (``test_accuracy`` needs a data problem with test samples)."""
+    if hasattr(problem, "torch_metrics"):  # a problem with its own metric passes (module problems)
+        return problem.metric_names()
     if isinstance(problem, ClassificationProblem) and problem.y_test.size > 0:
         return METRICS
     return tuple(m for m in METRICS if m != "test_accuracy")
@@ -181,6 +183,8 @@ def evaluate_metrics_torch(problem, w, w0=None, names: Sequence[str] | None = No
         sampling = plan["describe"]
         got, se = _data_metrics(problem, flat, need, plan)
         vals |= got
+    elif need and hasattr(problem, "torch_metrics"):  # module problems: their own functional calls
+        vals |= problem.torch_metrics(flat, need)
     elif need and _plain_quadratic(problem):
         vals |= _quadratic_metrics(problem, flat, need)
     elif need:

@@ -53,6 +53,7 @@ from fedsde.clients.local import run_local_steps, step_limits
 from fedsde.clients.oracles import GaussianQuadraticOracle
 from fedsde.clients.streams import ReplicateStreams, resolve_block_size, resolve_seed
 from fedsde.errors import FedsdeInputError, SimulationDivergedError
+from fedsde.problems.module.problem import ModuleProblem
 from fedsde.problems.quadratic import QuadraticProblem
 from fedsde.problems.regression import RegressionProblem
 from fedsde.sim.moments import BlowUpWatch, plan_chunks, problem_scale, working_set
@@ -81,6 +82,10 @@ def default_oracle_factory(problem) -> Callable | None:
         return None
     if isinstance(problem, RegressionProblem):
         return least_squares_oracle(problem.batch_size, sampling=problem.sampling)
+    if isinstance(problem, ModuleProblem):
+        from fedsde.clients.module_oracle import module_oracle
+
+        return module_oracle()
     batch = getattr(problem, "batch_size", None)
     if batch is None:
         raise FedsdeInputError(

@@ -20,10 +20,12 @@ from fedsde._validate import choice, device_dtype, positive_int, record_rounds, 
 from fedsde.aggregators import Aggregator, get_aggregator
 from fedsde.clients.data_oracles import minibatch_oracle
 from fedsde.clients.least_squares_oracle import least_squares_oracle
+from fedsde.clients.module_oracle import module_oracle
 from fedsde.clients.oracles import GaussianQuadraticOracle
 from fedsde.clients.steps import EpochSteps, RandomSteps, normalise_steps
 from fedsde.clients.streams import resolve_block_size, resolve_seed
 from fedsde.errors import FedsdeInputError
+from fedsde.problems.module.problem import ModuleProblem
 from fedsde.problems.quadratic import QuadraticProblem
 from fedsde.problems.regression import RegressionProblem
 from fedsde.sim.moments import BlowUpWatch, plan_chunks, problem_scale, working_set
@@ -196,6 +198,10 @@ def make_plan(
     else:
         w_start = start_point(w0, d)
     make_oracle = oracle_factory or _default_oracle(problem, steps)
+    check = getattr(make_oracle, "check_memory", None)
+    if check is not None:  # an oracle with a work space of its own per block (module problems): refused up front
+        check(problem, slots=participation if participation is not None else Q, block=block_size, device=dev,
+              dtype=dtype, memory_limit=memory_limit)
     if moments_only and drift_keep.size:
         raise FedsdeInputError("record_drift: needs the samples; not available with moments_only=True")
     workers = resolve_workers(workers, dev)
@@ -240,6 +246,8 @@ def _default_oracle(problem, local_steps):
         return GaussianQuadraticOracle
     if isinstance(problem, RegressionProblem):
         return least_squares_oracle(problem.batch_size, sampling=problem.sampling)
+    if isinstance(problem, ModuleProblem):
+        return module_oracle()
     sampling = getattr(problem, "sampling", "minibatch")
     if isinstance(local_steps, EpochSteps):
         return minibatch_oracle(sampling=sampling)

@@ -1,0 +1,173 @@
+"""Gradient oracle of clients training a user's ``nn.Module`` (:class:`~fedsde.problems.module.ModuleProblem`).
+
+One local step of every (replicate, client slot) of a block of ``B`` replicates is one ``torch.func`` pass:
+``vmap(grad(Σ_i c_i ℓ(functional_call(module, w, x_i), y_i)))`` over the ``slots·B`` entries
+(:class:`~fedsde.problems.module.functional.FunctionalModule`), plus ``λw``.  Everything random is drawn **outside**
+``vmap``, from the block's own stream (:class:`~fedsde.clients.streams.ReplicateStreams`), into tensors whose shapes
+are fixed by the run's configuration:
+
+* the minibatch: without replacement the draws of :class:`~fedsde.clients.data_oracles.MinibatchOracle`
+  (``sampling="minibatch"``), number for number — ``N_max`` uniform keys per slot when ``N_max <= 2b`` or
+  ``b > 32`` (the ``b`` smallest keys), else Floyd's algorithm on ``b`` uniforms — so that a module that computes
+  a built-in model gives the built-in path's trajectories; with replacement ``b`` uniforms, row ``⌊u N_k⌋``; with
+  ``batch_size=None`` (``"full"``) every row, nothing drawn;
+* the dropout masks: for each dropout module, one uniform per (slot, replicate, row of the batch, masked entry),
+  ``keep = u < 1 − p``, drawn after the minibatch.
+
+Blocks are computed one at a time with the same shapes, so a replicate's numbers do not depend on the chunking
+or on how many replicates run (for one block size), as for every other oracle.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from fedsde._memory import available_memory, memory_fits
+from fedsde.clients.data_oracles import DENSE_FACTOR, FLOYD_MAX, floyd_sample
+from fedsde.clients.oracles import OracleBase
+from fedsde.clients.streams import ReplicateStreams
+from fedsde.errors import FedsdeInputError
+
+
+class ModuleOracle(OracleBase):
+    """Minibatch gradients of a :class:`~fedsde.problems.module.ModuleProblem` (see the module docstring).
+
+    Parameters
+    ----------
+    problem : ModuleProblem
+    nblocks : int
+    device, dtype
+    """
+
+    participants_only = True
+    accepts_clients = True
+
+    def __init__(self, problem, nblocks: int, device, dtype):
+        if not hasattr(problem, "functional"):
+            raise FedsdeInputError(f"oracle: a {type(problem).__name__} is not a module problem")
+        self.problem = problem
+        self.fm = problem.functional(device, dtype)
+        self.device, self.dtype = torch.device(device), dtype
+        self.Q = problem.Q
+        self.sizes = torch.as_tensor(problem.sizes, device=device)
+        self.n_max = int(problem.sizes.max())
+        ydt = torch.int64 if problem.loss_name == "cross-entropy" else dtype
+        X, Y = padded_rows(problem)
+        self.X = torch.as_tensor(X).to(device=device, dtype=dtype)  # (Q, N_max, …)
+        self.Y = torch.as_tensor(Y).to(device=device, dtype=ydt)  # (Q, N_max, …)
+        self.l2 = float(problem.l2)
+        self.batch = problem.batch_size
+        self.with_replacement = problem.sampling == "with-replacement"
+        self.clients = None
+        self.pos = torch.arange(self.n_max, device=device)
+        self.cap = self.n_max if self.batch is None else (
+            int(self.batch) if self.with_replacement else min(int(self.batch), self.n_max))
+
+    def begin_round(self, batch=None, max_batch=None, clients: torch.Tensor | None = None) -> None:
+        """Start a round; ``clients`` (nb, slots, B): the client of every slot (default slot ``k`` = client ``k``)."""
+        if batch is not None:
+            raise FedsdeInputError("local_steps: epochs (EpochSteps) are not available for module problems; give "
+                                   "local steps and the problem's batch_size")
+        self.clients = clients
+
+    def _slot_sizes(self, nb: int, slots: int, B: int) -> torch.Tensor:
+        if self.clients is None:
+            return self.sizes.view(1, slots, 1).expand(nb, slots, B)
+        return self.sizes[self.clients]
+
+    def _draw(self, streams: ReplicateStreams, n: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Row indices (nb, slots, B, cap) and their weights ``c`` (1/batch on the batch's rows, 0 elsewhere)."""
+        nb, slots, B = n.shape
+        cap = self.cap
+        ar = torch.arange(cap, device=self.device)
+        if self.batch is None:  # the client's whole data
+            idx = ar.expand(nb, slots, B, cap)
+            valid = ar < n.unsqueeze(-1)
+            count = n.unsqueeze(-1)
+        elif self.with_replacement:
+            u = streams.uniform_(torch.empty((nb, slots, B, cap), dtype=torch.float64, device=self.device))
+            idx = torch.minimum(torch.floor(u * n.unsqueeze(-1)).to(torch.int64), n.unsqueeze(-1) - 1)
+            valid = torch.ones_like(idx, dtype=torch.bool)
+            count = torch.full_like(n.unsqueeze(-1), cap)
+        else:
+            b = torch.clamp(n, max=cap).unsqueeze(-1)  # (nb, slots, B, 1)
+            if self.n_max <= DENSE_FACTOR * cap or cap > FLOYD_MAX:  # the b smallest of N_max keys
+                keys = streams.uniform_(torch.empty((nb, slots, B, self.n_max), dtype=torch.float64,
+                                                    device=self.device))
+                keys = keys.masked_fill(self.pos >= n.unsqueeze(-1), 2.0)
+                idx = torch.topk(keys, cap, dim=-1, largest=False, sorted=True).indices
+            else:  # Floyd: O(batch) draws per slot
+                u = streams.uniform_(torch.empty((nb, slots, B, cap), dtype=torch.float64, device=self.device))
+                idx = floyd_sample(u, n, b[..., 0])
+            valid = ar < b
+            count = b
+        c = valid.to(self.dtype) / count.to(self.dtype)
+        return torch.where(valid, idx, 0), c
+
+    def _masks(self, streams: ReplicateStreams, lead: tuple[int, ...]) -> list[torch.Tensor]:
+        out = []
+        for (_, mod), shape in zip(self.fm.dropouts, self.fm.mask_shapes, strict=True):
+            u = streams.uniform_(torch.empty((*lead, *shape), dtype=self.dtype, device=self.device))
+            out.append((u < 1.0 - mod.p).to(self.dtype).mul_(1.0 / (1.0 - mod.p)))
+        return out
+
+    def sample(self, x: torch.Tensor, streams: ReplicateStreams) -> torch.Tensor:
+        nb, slots, B, d = x.shape
+        n = self._slot_sizes(nb, slots, B)
+        idx, c = self._draw(streams, n)
+        masks = self._masks(streams, (nb, slots, B, self.cap)) if self.fm.dropouts else []
+        client = (torch.arange(self.Q, device=self.device).view(1, slots, 1).expand(nb, slots, B)
+                  if self.clients is None else self.clients)
+        flat = (client.unsqueeze(-1) * self.n_max + idx)  # (nb, slots, B, cap)
+        Xf, Yf = self.X.flatten(0, 1), self.Y.flatten(0, 1)
+        out = torch.empty_like(x)
+        M = slots * B
+        for blk in range(nb):  # one block at a time: the same shapes whatever the chunk
+            rows = flat[blk].reshape(-1)
+            xb = Xf.index_select(0, rows).view(M, self.cap, *Xf.shape[1:])
+            yb = Yf.index_select(0, rows).view(M, self.cap, *Yf.shape[1:])
+            mb = [m[blk].reshape(M, self.cap, *m.shape[4:]) for m in masks]
+            g = self.fm.grads(x[blk].reshape(M, d), xb, yb, c[blk].reshape(M, self.cap), mb)
+            out[blk] = g.view(slots, B, d)
+        return out.add_(x, alpha=self.l2) if self.l2 else out
+
+
+def padded_rows(problem) -> tuple[np.ndarray, np.ndarray]:
+    """Rows and targets of every client in a padded client-major layout: (Q, N_max, …) each (zeros after ``N_k``)."""
+    Q, n_max = problem.Q, int(problem.sizes.max())
+    real = np.arange(n_max) < problem.sizes[:, None]
+    X = np.zeros((Q, n_max, *problem.X.shape[1:]))
+    Y = np.zeros((Q, n_max, *problem.y.shape[1:]), dtype=problem.y.dtype)
+    X[real] = problem.X
+    Y[real] = problem.y
+    return X, Y
+
+
+def step_bytes(problem, slots: int, block: int, dtype: torch.dtype) -> int:
+    """Work space of one local step of one block: for ``slots·block`` entries of ``b`` rows, the gathered rows,
+    the dropout masks and about four copies of a row's activations (forward, backward), plus the gradients."""
+    item = torch.finfo(dtype).bits // 8
+    b = int(problem.sizes.max()) if problem.batch_size is None else int(problem.batch_size)
+    row = int(np.prod(problem.row_shape, dtype=np.int64))
+    per_entry = b * (row + 4 * int(problem._cache["act_floats"])) + 3 * problem.d
+    return int(item * slots * block * per_entry)
+
+
+def module_oracle():
+    """Oracle factory ``(problem, nblocks, device, dtype) -> ModuleOracle``, with its up-front memory check
+    (``factory.check_memory(problem, slots=, block=, device=, dtype=, memory_limit=)``)."""
+
+    def factory(problem, nblocks, device, dtype):
+        return ModuleOracle(problem, nblocks, device, dtype)
+
+    def check_memory(problem, *, slots: int, block: int, device, dtype, memory_limit=None) -> int:
+        need = step_bytes(problem, slots, block, dtype)
+        memory_fits(f"module {type(problem.module).__name__} (d={problem.d}, {slots} client slots × {block} "
+                    "replicates per block)", need, available_memory(device, memory_limit),
+                    "use a smaller batch_size, fewer clients per round (--participation) or a smaller block_size")
+        return need
+
+    factory.describe = {"oracle": "module"}
+    factory.check_memory = check_memory
+    return factory

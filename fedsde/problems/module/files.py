@@ -1,0 +1,191 @@
+"""Problem files of a user's own model (TOML/JSON, ``kind = "module"``), read by :func:`fedsde.problems.load_problem`.
+
+A model file and an npz of rows with natural clients::
+
+    kind = "module"
+    model = "my_model.py:SmallCNN"     # FILE.py:NAME, relative to this file; NAME a class or function
+    model_options = { channels = 4 }   # keyword arguments of NAME
+    data = "my_data.npz"               # arrays x (n, …), y (n,), client (n,) [, x_test, y_test]
+    loss = "cross-entropy"
+    batch_size = 16                    # or "full"
+    sampling = "without-replacement"
+    l2 = 1e-4
+    init_seed = 0
+
+or a bundled set partitioned as in ``kind = "classification"`` files (``dataset = "digits"``, ``shape = "image"``
+for 1×8×8 inputs, and the ``partition`` keys).  Keys (every other key is an error):
+
+| key | meaning (default) |
+|---|---|
+| ``kind`` | ``"module"`` (required) |
+| ``model`` | ``"FILE.py:NAME"`` (required): a class or function returning an ``nn.Module`` |
+| ``model_options`` | keyword arguments of ``NAME`` (a table; none) |
+| ``data`` | an ``.npz`` file relative to the problem file: ``x``, ``y``, ``client`` [, ``x_test``, ``y_test``] |
+| ``dataset`` | ``digits`` (instead of ``data``) |
+| ``shape`` | digits: ``flat`` (64 features) or ``image`` (1×8×8) (``flat``) |
+| ``loss`` | ``cross-entropy`` (integer labels) or ``mse`` (``cross-entropy``) |
+| ``batch_size`` | rows per local step, or ``"full"`` (required) |
+| ``sampling`` | ``without-replacement`` or ``with-replacement`` (``without-replacement``) |
+| ``l2`` | ridge ``λ >= 0`` (0) |
+| ``p`` | client weights: a list (clients in order of first appearance) or a table ``{client = weight}`` (``∝ N_k``) |
+| ``init_seed`` | ``torch.manual_seed`` before the model is built (0) |
+| ``batching`` | ``auto``, ``vmap`` or ``loop`` (``auto``: vmap, a loop where vmap cannot batch) |
+| ``name`` | free text |
+| ``seed``, ``clients``, ``partition`` | digits: as in ``kind = "classification"`` files (``seed`` required) |
+| ``alpha``, ``min_size``, ``shards_per_client`` | digits: the partition's keys, as there |
+| ``quantity_beta``, ``n_biased``, ``n_uniform`` | digits: likewise |
+| ``test_fraction``, ``standardise`` | digits: likewise (0.25, true) |
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from fedsde.errors import FedsdeInputError
+from fedsde.problems._file_keys import _Keys
+from fedsde.problems.module.functional import LOSSES
+from fedsde.problems.module.problem import BATCHINGS, SAMPLINGS, ModuleProblem, client_order, module_problem
+
+_COMMON = ("kind", "model", "model_options", "loss", "batch_size", "sampling", "l2", "p", "init_seed", "batching",
+           "name")
+_DIGITS = ("dataset", "shape", "seed", "clients", "partition", "alpha", "min_size", "shards_per_client",
+           "quantity_beta", "n_biased", "n_uniform", "test_fraction", "standardise")
+DATASETS = ("digits",)
+SHAPES = ("flat", "image")
+
+
+def module_problem_from_dict(data: dict, *, source: str = "problem", base_dir=None) -> ModuleProblem:
+    """A :class:`ModuleProblem` from the keys of a problem file (see the module docstring); ``base_dir`` is the
+    folder ``model`` and ``data`` paths start from (default: the working directory).  Errors are one line naming
+    the file, the key, its value and the constraint."""
+    k = _Keys(data, source)
+    if data.get("kind") != "module":
+        raise k.fail(f"kind={data.get('kind')!r}: must be 'module' for a problem of your own model")
+    if k.has("data") and k.has("dataset"):
+        raise k.fail("data, dataset: give one of them (an npz file of your own, or a bundled set)")
+    if not k.has("data") and not k.has("dataset"):
+        raise k.fail(f"missing key 'data' (an .npz file) or 'dataset' (one of {', '.join(DATASETS)})")
+    allowed = set(_COMMON) | ({"data"} if k.has("data") else set(_DIGITS))
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        what = "data (an npz file)" if k.has("data") else "dataset='digits'"
+        why = (f"{what} has no key(s) {', '.join(unknown)}" if set(unknown) <= set(_DIGITS) | {"data"}
+               else f"unknown key(s) {', '.join(unknown)}")
+        raise k.fail(f"{why} (allowed: {', '.join(sorted(allowed))})")
+    loss = k.choice("loss", LOSSES, "cross-entropy")
+    sampling = k.choice("sampling", SAMPLINGS, "without-replacement")
+    batching = k.choice("batching", BATCHINGS, "auto")
+    if not k.has("batch_size"):
+        raise k.fail("missing key 'batch_size' (an integer >= 1, or \"full\")")
+    batch = data["batch_size"]
+    if batch != "full":
+        batch = k.integer("batch_size")
+    l2 = k.number("l2", 0.0, allow_zero=True)
+    init_seed = k.integer("init_seed", 0, minimum=0)
+    options = data.get("model_options", {})
+    if not isinstance(options, dict):
+        raise k.fail(f"model_options={options!r}: must be a table of keyword arguments")
+    base = Path(base_dir) if base_dir is not None else Path.cwd()
+    factory = _model_factory(k, base, options)
+    if k.has("data"):
+        arrays, info = _npz(k, base), {"data": str(data["data"])}
+    else:
+        arrays, info = _digits(k)
+    x, y, client, x_test, y_test = arrays
+    from fedsde.problems.regression_files import _weights
+
+    _, names = client_order(client)
+    p = _weights(k, [str(n) for n in names])
+    info |= {"model": str(data["model"]), "model_options": dict(options)}
+    try:
+        return module_problem(factory, x, y, client, x_test=x_test, y_test=y_test, loss=loss, batch_size=batch,
+                              sampling=sampling, l2=l2, p=p, init_seed=init_seed, batching=batching,
+                              name=str(data.get("name", Path(str(data["model"]).partition(":")[0]).stem)),
+                              info=info)
+    except FedsdeInputError as exc:
+        msg = str(exc)
+        raise FedsdeInputError(msg if msg.startswith(source) else f"{source}: {msg}") from None
+
+
+def _model_factory(k: _Keys, base: Path, options: dict):
+    """``lambda: NAME(**model_options)`` of the ``model = "FILE.py:NAME"`` key."""
+    spec_text = k.data.get("model")
+    if not isinstance(spec_text, str) or spec_text.count(":") != 1 or not spec_text.partition(":")[2]:
+        raise k.fail(f"model={spec_text!r}: must be \"FILE.py:NAME\" (a Python file relative to the problem file "
+                     "and a class or function in it)" if k.has("model") else
+                     "missing key 'model' (\"FILE.py:NAME\", a class or function returning an nn.Module)")
+    rel, _, name = spec_text.partition(":")
+    path = Path(rel) if Path(rel).is_absolute() else base / rel
+    if path.suffix != ".py" or not path.is_file():
+        raise k.fail(f"model={spec_text!r}: no Python file {str(path)!r}")
+    mod_name = f"fedsde_user_model_{abs(hash(str(path.resolve())))}"
+    try:
+        spec = importlib.util.spec_from_file_location(mod_name, path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[mod_name] = mod  # dataclasses and pickling look a class's module up here
+        spec.loader.exec_module(mod)
+    except Exception as exc:
+        sys.modules.pop(mod_name, None)
+        raise k.fail(f"model={spec_text!r}: importing {str(path)!r} fails ({type(exc).__name__}: "
+                     f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
+    obj = getattr(mod, name, None)
+    if obj is None or not callable(obj):
+        raise k.fail(f"model={spec_text!r}: {str(path)!r} has no class or function {name!r}")
+
+    def factory():
+        try:
+            return obj(**options)
+        except TypeError as exc:
+            raise k.fail(f"model_options={options!r}: {name}(**model_options) fails ({exc})") from None
+
+    factory.__name__ = name
+    return factory
+
+
+def _npz(k: _Keys, base: Path):
+    rel = k.data["data"]
+    if not isinstance(rel, str) or not rel.strip():
+        raise k.fail(f"data={rel!r}: must be the path of an .npz file")
+    path = Path(rel) if Path(rel).is_absolute() else base / rel
+    if not path.is_file():
+        raise k.fail(f"data={rel!r}: no such file ({str(path)!r})")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {name: z[name] for name in z.files}
+    except Exception as exc:
+        raise k.fail(f"data={rel!r}: cannot be read as an .npz of plain arrays ({type(exc).__name__})") from None
+    missing = [a for a in ("x", "y", "client") if a not in arrays]
+    if missing:
+        raise k.fail(f"data={rel!r}: missing array(s) {', '.join(missing)} (need x, y, client; x_test, y_test "
+                     f"optional; found {', '.join(sorted(arrays)) or 'none'})")
+    extra = sorted(set(arrays) - {"x", "y", "client", "x_test", "y_test"})
+    if extra:
+        raise k.fail(f"data={rel!r}: unknown array(s) {', '.join(extra)} (allowed: x, y, client, x_test, y_test)")
+    if ("x_test" in arrays) != ("y_test" in arrays):
+        raise k.fail(f"data={rel!r}: x_test and y_test go together (found only one)")
+    x, y, client = arrays["x"], arrays["y"], arrays["client"]
+    if x.ndim < 2 or y.shape[:1] != x.shape[:1] or client.shape != x.shape[:1]:
+        raise k.fail(f"data={rel!r}: shapes x {x.shape}, y {y.shape}, client {client.shape} must be (n, …), (n,) "
+                     "and (n,)")
+    return (x, y, client, arrays.get("x_test"), arrays.get("y_test")), {}
+
+
+def _digits(k: _Keys):
+    from fedsde.problems.data_files import _sklearn
+
+    k.choice("dataset", DATASETS)
+    shape = k.choice("shape", SHAPES, "flat")
+    seed = k.integer("seed", minimum=0, required=True)
+    test_fraction = k.number("test_fraction", 0.25, allow_zero=True)
+    if test_fraction >= 1.0:
+        raise k.fail(f"test_fraction={test_fraction!r}: must lie in [0, 1)")
+    pb = _sklearn(k, "digits", seed, test_fraction, 0.0, "size")
+    lead = (1, 8, 8) if shape == "image" else (64,)
+    x, xt = pb.X.reshape(-1, *lead), pb.X_test.reshape(-1, *lead)
+    info = {"dataset": "digits", "shape": shape, "seed": seed, **{key: v for key, v in pb.info.items()
+                                                                   if key not in ("model", "l2")}}
+    return (x, pb.y, pb.client_ids, xt if xt.shape[0] else None, pb.y_test if xt.shape[0] else None), info

@@ -1,0 +1,230 @@
+"""A user's ``nn.Module`` prepared for batched functional calls on flat weight vectors (``torch.func``).
+
+:class:`FunctionalModule` holds its own copy of the module on one device and dtype and evaluates, for a batch of
+``M`` weight vectors ``w`` (M, d) with ``M`` minibatches of rows, the gradients of the weighted minibatch losses
+``Σ_i c_i ℓ(f_w(x_i), y_i)`` in one ``torch.func.vmap`` of ``torch.func.grad`` of ``torch.func.functional_call``.
+
+Conventions (a contract):
+
+* the weight vector is ``torch.nn.utils.parameters_to_vector(module.parameters())``: the parameters in the order of
+  ``module.parameters()``, each flattened row-major; :meth:`FunctionalModule.unflatten` gives them back as views;
+* dropout: every ``nn.Dropout`` (and ``nn.Dropout1d/2d/3d``) is replaced in the copy by :class:`MaskedDropout`, which
+  multiplies by a mask handed in as a buffer (``keep / (1 − p)``, ``keep ~ Bernoulli(1 − p)`` elementwise, or per
+  channel for the 1d/2d/3d kinds).  The masks are drawn by the caller **outside** ``vmap`` from the per-replicate
+  streams, so a replicate's dropout does not depend on the other entries of the batch; in eval mode (metrics) it
+  is the identity.  A module that draws random numbers itself in its forward pass (``torch.nn.functional.dropout``
+  called directly, ``nn.AlphaDropout``, ``torch.rand``) is refused;
+* modules with running statistics (BatchNorm) are refused: their statistics couple the rows of a minibatch (and
+  padded rows of small clients would enter them) and update state outside the weight vector;
+* a module that ``vmap`` cannot batch (a Python ``float(tensor)``, ``.item()``, a branch on a tensor's value, an
+  operator without a batching rule) is run in a loop over the batch, one ``grad`` call per entry: the same
+  formulas, entry by entry; a :class:`ModuleLoopWarning` says so once per module.
+
+Losses ``ℓ`` per row: ``cross-entropy`` (``torch.nn.functional.cross_entropy`` of logits (C,) and an integer label)
+and ``mse`` (the mean over the output's entries of ``(f_w(x) − y)²``, ``torch.nn.functional.mse_loss``'s row term).
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+import warnings
+
+import torch
+from torch import nn
+
+from fedsde.errors import FedsdeInputError
+
+LOSSES = ("cross-entropy", "mse")
+_DROPOUTS = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d)
+_CHANNEL_DROPOUTS = (nn.Dropout1d, nn.Dropout2d, nn.Dropout3d)
+
+
+class ModuleLoopWarning(UserWarning):
+    """A module that ``vmap`` cannot batch runs in a loop over the batch (same formulas, slower)."""
+
+
+class MaskedDropout(nn.Module):
+    """Dropout with a mask handed in (buffer ``mask``: ``keep/(1 − p)``, shape of one row's input or its channels);
+    the identity in eval mode or while no mask is set."""
+
+    def __init__(self, p: float, channelwise: bool):
+        super().__init__()
+        self.p = float(p)
+        self.channelwise = bool(channelwise)
+        self.register_buffer("mask", torch.empty(0), persistent=False)
+
+    def mask_shape(self, row_shape: torch.Size) -> tuple[int, ...]:
+        """The mask of one row whose input has ``row_shape``: the full shape, or (C, 1, …) per channel."""
+        if self.channelwise:
+            return (int(row_shape[0]),) + (1,) * (len(row_shape) - 1)
+        return tuple(int(s) for s in row_shape)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.mask.numel() == 0:
+            return x
+        return x * self.mask
+
+
+def refuse_running_stats(module: nn.Module, where: str = "model") -> None:
+    """One-line refusal of BatchNorm and any other module with running statistics (buffers)."""
+    for name, sub in module.named_modules():
+        if isinstance(sub, nn.modules.batchnorm._BatchNorm) or any(True for _ in sub.buffers(recurse=False)):
+            label = name or type(sub).__name__
+            raise FedsdeInputError(
+                f"{where}: {label} ({type(sub).__name__}) keeps running statistics, which couple the rows of a "
+                "minibatch and change outside the weight vector; use nn.GroupNorm or nn.LayerNorm instead")
+        if isinstance(sub, nn.AlphaDropout | nn.FeatureAlphaDropout):
+            raise FedsdeInputError(f"{where}: {name or type(sub).__name__} ({type(sub).__name__}) draws its own random "
+                                   "numbers; use nn.Dropout (its masks are drawn from the run's streams)")
+
+
+def _replace_dropouts(module: nn.Module) -> list[tuple[str, MaskedDropout]]:
+    """Replace every dropout of ``module`` (in place) by a :class:`MaskedDropout`; returns (name, module) of each."""
+    out = []
+    for name, sub in list(module.named_modules()):
+        if isinstance(sub, MaskedDropout):
+            out.append((name, sub))
+        elif isinstance(sub, _DROPOUTS) and sub.p > 0:
+            new = MaskedDropout(sub.p, isinstance(sub, _CHANNEL_DROPOUTS))
+            parent_name, _, attr = name.rpartition(".")
+            parent = module.get_submodule(parent_name) if parent_name else module
+            if not name:
+                raise FedsdeInputError("model: a bare nn.Dropout is not a model")
+            setattr(parent, attr, new)
+            out.append((name, new))
+    return out
+
+
+def row_loss(loss: str, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """``ℓ`` of every row, shape (b,), for outputs ``out`` (b, …) and targets ``y`` (b,) or (b, …)."""
+    if loss == "cross-entropy":
+        return torch.nn.functional.cross_entropy(out.reshape(out.shape[0], -1), y, reduction="none")
+    diff = out.reshape(y.shape) - y if out.numel() == y.numel() else out - y
+    return diff.square().reshape(diff.shape[0], -1).mean(-1)
+
+
+class FunctionalModule:
+    """A private copy of ``module`` on ``device`` in ``dtype``, called functionally on flat weight vectors.
+
+    Parameters
+    ----------
+    module : nn.Module
+        The template (not modified).
+    loss : {"cross-entropy", "mse"}
+    device, dtype
+    row_shape : tuple of int
+        Shape of one input row (to find the dropout masks' shapes).
+    batching : {"auto", "vmap", "loop"}
+        ``auto``: ``vmap``, falling back to the loop (with a :class:`ModuleLoopWarning`) where it cannot batch.
+    """
+
+    def __init__(self, module: nn.Module, loss: str, device, dtype, row_shape: tuple[int, ...],
+                 batching: str = "auto"):
+        self.module = copy.deepcopy(module).to(device=device, dtype=dtype)
+        self.loss, self.device, self.dtype = loss, torch.device(device), dtype
+        self.batching = batching
+        self.dropouts = _replace_dropouts(self.module)
+        named = list(self.module.named_parameters())
+        self.names = [n for n, _ in named]
+        self.shapes = [tuple(p.shape) for _, p in named]
+        self.numels = [int(p.numel()) for _, p in named]
+        self.d = sum(self.numels)
+        self.mask_shapes = self._probe_masks(row_shape) if self.dropouts else []
+        self._batched = None
+        self.lock = threading.Lock()
+
+    # ------------------------------------------------------------------ shapes
+    def unflatten(self, w: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Parameters as views of one weight vector ``w`` (d,)."""
+        return {n: t.view(s) for n, t, s in zip(self.names, torch.split(w, self.numels), self.shapes, strict=True)}
+
+    def _probe_masks(self, row_shape) -> list[tuple[int, ...]]:
+        """The mask shape of every dropout for one row (a forward pass on a zero row, recording the inputs)."""
+        seen: dict[str, torch.Size] = {}
+        hooks = [m.register_forward_pre_hook(lambda mod, args, name=name: seen.__setitem__(name, args[0].shape[1:]))
+                 for name, m in self.dropouts]
+        try:
+            with torch.no_grad():
+                self.module.eval()(torch.zeros((1, *row_shape), dtype=self.dtype, device=self.device))
+        finally:
+            for h in hooks:
+                h.remove()
+        missing = [name for name, _ in self.dropouts if name not in seen]
+        if missing:
+            raise FedsdeInputError(f"model: dropout module(s) {', '.join(missing)} are not called in the forward pass "
+                                   "(or called more than once); give each call its own nn.Dropout")
+        return [m.mask_shape(seen[name]) for name, m in self.dropouts]
+
+    # ------------------------------------------------------------------ calls
+    def outputs(self, w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """Eval-mode outputs of rows ``x`` (n, …) for one weight vector ``w`` (d,) (dropout off)."""
+        self.module.eval()
+        return torch.func.functional_call(self.module, self.unflatten(w), (x,))
+
+    def row_losses(self, w: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Eval-mode ``ℓ`` of every row, shape (n,), for one ``w`` (d,)."""
+        return row_loss(self.loss, self.outputs(w, x), y)
+
+    def _weighted(self, w, x, y, c, masks):
+        buffers = {f"{name}.mask": m for (name, _), m in zip(self.dropouts, masks, strict=True)}
+        out = torch.func.functional_call(self.module, (self.unflatten(w), buffers), (x,))
+        return torch.sum(row_loss(self.loss, out, y) * c)
+
+    def grads(self, w: torch.Tensor, x: torch.Tensor, y: torch.Tensor, c: torch.Tensor,
+              masks: list[torch.Tensor] | None = None, *, train: bool = True) -> torch.Tensor:
+        """``∇_w Σ_i c_i ℓ(f_w(x_i), y_i)`` of ``M`` entries, shape (M, d).
+
+        Parameters
+        ----------
+        w : Tensor, shape (M, d)
+        x : Tensor, shape (M, b, …)
+            Each entry's rows.
+        y : Tensor, shape (M, b) or (M, b, …)
+        c : Tensor, shape (M, b)
+            Row weights (``1/batch`` on the rows of the minibatch, 0 on padding).
+        masks : list of Tensor, shapes (M, b, *mask_shape), optional
+            Dropout masks (``keep/(1 − p)``), one per :attr:`dropouts` entry (train mode only).
+        train : bool
+            Train mode (dropout active, with ``masks``) or eval mode.
+        """
+        masks = list(masks) if (train and self.dropouts) else []
+        if train and self.dropouts and len(masks) != len(self.dropouts):
+            raise FedsdeInputError("masks: one per dropout module is needed in train mode")
+        self.module.train(train)
+        if self.dropouts and not train:
+            masks = [torch.empty((w.shape[0], 0), dtype=w.dtype, device=w.device) for _ in self.dropouts]
+        mode = self.batching
+        if mode != "loop":
+            try:
+                if self._batched is None:
+                    self._batched = torch.func.vmap(torch.func.grad(self._weighted), randomness="error")
+                return self._batched(w, x, y, c, masks)
+            except FedsdeInputError:
+                raise
+            except (RuntimeError, ValueError, NotImplementedError, TypeError) as exc:
+                if mode == "vmap":
+                    raise FedsdeInputError(f"model: torch.func.vmap cannot batch this module ({_first_line(exc)})") \
+                        from None
+                if "random" in str(exc).lower():
+                    raise FedsdeInputError(
+                        "model: the forward pass draws random numbers itself (e.g. torch.nn.functional.dropout); "
+                        "use nn.Dropout modules, whose masks fedsde draws from the run's streams") from None
+                self.batching = "loop"
+                warnings.warn(f"model {type(self.module).__name__}: torch.func.vmap cannot batch it "
+                              f"({_first_line(exc)}); running a loop over the {w.shape[0]} (replicate, client) "
+                              "entries instead (same formulas, slower)", ModuleLoopWarning, stacklevel=3)
+        g = torch.func.grad(self._weighted)
+        return torch.stack([g(w[i], x[i], y[i], c[i], [m[i] for m in masks]) for i in range(w.shape[0])])
+
+    def hvp(self, w: torch.Tensor, v: torch.Tensor, x: torch.Tensor, y: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        """Eval-mode Hessian-vector product ``∇²_w (Σ_i c_i ℓ_i) v`` for one ``w``, ``v`` (d,) (forward over
+        reverse: ``torch.func.jvp`` of ``torch.func.grad``)."""
+        self.module.eval()
+        masks = [torch.empty(0, dtype=w.dtype, device=w.device) for _ in self.dropouts]
+        return torch.func.jvp(lambda u: torch.func.grad(self._weighted)(u, x, y, c, masks), (w,), (v,))[1]
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:200]

@@ -1,0 +1,411 @@
+"""Clients that train a user's ``nn.Module`` on their own rows: :class:`ModuleProblem` and :func:`module_problem`.
+
+Client ``k`` holds ``N_k`` rows ``(x_i, y_i)`` and minimises
+
+    F_k(w) = (1/N_k) Σ_{i∈I_k} ℓ(f_w(x_i), y_i),        F(w) = Σ_k p_k F_k(w) + (λ/2) ‖w‖²,
+
+with ``f_w`` the module with weight vector ``w`` (``parameters_to_vector(module.parameters())``), ``ℓ`` the
+cross-entropy or the squared error (:mod:`fedsde.problems.module.functional`), ``p_k ∝ N_k`` unless given and ``λ``
+the ``l2`` coefficient.  A local step is ``w ← w − η(∇ (1/b) Σ_{i∈S} ℓ(f_w(x_i), y_i) + λw)`` on a minibatch ``S``
+of ``b`` rows (``batch_size``; ``None`` = the client's whole data) drawn without or with replacement, with the module
+in train mode (dropout active, masks from the run's streams); metrics are evaluated in eval mode.  The initial
+weights are those of the module built after ``torch.manual_seed(init_seed)``, in float64 (cast to the run's dtype).
+
+The simulator reaches the module through :class:`fedsde.clients.module_oracle.ModuleOracle` (one batched
+``torch.func`` pass over replicates × clients); the metrics of :mod:`fedsde.problems.metrics` through
+:meth:`ModuleProblem.torch_metrics`, on the weights' device.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from fedsde._validate import choice, client_weights, positive_float, positive_int
+from fedsde.errors import FedsdeInputError
+from fedsde.problems.models import segment_starts
+from fedsde.problems.module.functional import LOSSES, FunctionalModule, refuse_running_stats
+from fedsde.problems.module.views import ModuleViews
+
+SAMPLINGS = ("without-replacement", "with-replacement")
+BATCHINGS = ("auto", "vmap", "loop")
+#: work space of one metric pass (bytes); the weight vectors per pass shrink to fit
+METRIC_BYTES = 1 << 27
+
+_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True, eq=False)
+class ModuleProblem(ModuleViews):
+    """``Q`` clients training one ``nn.Module`` on their own rows (see the module docstring).
+
+    Build with :func:`module_problem` or from a problem file (``kind = "module"``,
+    :mod:`fedsde.problems.module.files`).
+
+    Attributes
+    ----------
+    module : nn.Module
+        The model at its initial weights, float64 on the CPU (a template: never trained in place).
+    X : ndarray, shape (N, …)
+        Input rows of all clients, concatenated in client order (float64).
+    y : ndarray, shape (N,) or (N, …)
+        Targets: integer labels (cross-entropy) or numbers (mse).
+    sizes : ndarray of int, shape (Q,)
+    X_test, y_test : ndarrays (M, …), (M,) or (M, …)
+        The global test set (``M = 0``: none).
+    p : ndarray, shape (Q,)
+        Client weights (normalised; default ``N_k/N``).
+    loss : {"cross-entropy", "mse"}
+    l2 : float
+    batch_size : int or None
+        Rows per local step (``None``: the client's whole data, ``"full"`` in a file).
+    sampling : {"without-replacement", "with-replacement"}
+    init_seed : int
+    client_names : tuple of str
+    batching : {"auto", "vmap", "loop"}
+        How the batch of (replicate, client) entries is evaluated (``auto``: vmap, else a loop, with a warning).
+    name : str
+    info : dict
+    factory : callable or None
+        What built the module (for :meth:`replace` with another ``init_seed``).
+    """
+
+    module: Any
+    X: np.ndarray
+    y: np.ndarray
+    sizes: np.ndarray
+    X_test: np.ndarray
+    y_test: np.ndarray
+    p: np.ndarray
+    loss_name: str = "cross-entropy"
+    l2: float = 0.0
+    batch_size: int | None = None
+    sampling: str = "without-replacement"
+    init_seed: int = 0
+    client_names: tuple = ()
+    batching: str = "auto"
+    name: str = ""
+    info: dict = field(default_factory=dict)
+    factory: Callable | None = None
+    _cache: dict = field(default_factory=dict, repr=False, compare=False)
+
+    model = "module"
+
+    # ------------------------------------------------------------------ shapes
+    @property
+    def Q(self) -> int:
+        return int(self.sizes.size)
+
+    @property
+    def d(self) -> int:
+        return int(self._cache["d"])
+
+    @property
+    def row_shape(self) -> tuple[int, ...]:
+        """Shape of one input row."""
+        return tuple(int(s) for s in self.X.shape[1:])
+
+    @property
+    def n_classes(self) -> int | None:
+        """Classes of a cross-entropy problem (``1 + max label``), else None."""
+        if self.loss_name != "cross-entropy":
+            return None
+        return int(max(self.y.max(), self.y_test.max() if self.y_test.size else 0)) + 1
+
+    @property
+    def client_ids(self) -> np.ndarray:
+        """Client of every training row, shape (N,)."""
+        return np.repeat(np.arange(self.Q), self.sizes)
+
+    def initial_weights(self, seed: int | None = None) -> np.ndarray:
+        """``w₀ = parameters_to_vector(module.parameters())`` in float64, shape (d,)."""
+        if seed is not None and seed != self.init_seed:
+            return self.replace(init_seed=seed).initial_weights()
+        return self._cache["w0"].copy()
+
+    def replace(self, **changes) -> ModuleProblem:
+        """A copy with other settings (validated; a new ``init_seed`` rebuilds the module from its factory)."""
+        kw = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "_cache"}
+        if "init_seed" in changes and changes["init_seed"] != self.init_seed:
+            if self.factory is None:
+                raise FedsdeInputError("init_seed: the problem was built from a module, not a factory; pass a "
+                                       "factory (a class or function) to module_problem to change init_seed")
+            kw["module"] = None
+        if "p" in changes and changes["p"] is not None:
+            changes["p"] = client_weights("p", changes["p"], self.Q)
+        kw |= changes
+        return _build(**kw)
+
+    def with_weights(self, p) -> ModuleProblem:
+        """A copy with other client weights (normalised)."""
+        return self.replace(p=p)
+
+    # ------------------------------------------------------------------ device copies
+    def functional(self, device="cpu", dtype=torch.float64) -> FunctionalModule:
+        """A :class:`FunctionalModule` of this problem on ``device`` in ``dtype`` (a fresh private copy)."""
+        return FunctionalModule(self.module, self.loss_name, device, dtype, self.row_shape, self.batching)
+
+    def _shared(self, device, dtype) -> tuple[FunctionalModule, dict]:
+        """A cached functional copy and the rows on ``device`` (for metrics; callers hold its lock)."""
+        key = ("module_metric", str(device), str(dtype))
+        with _LOCK:
+            if key not in self._cache:
+                fm = self.functional(device, dtype)
+
+                def put(a, dt=dtype):
+                    return torch.as_tensor(np.ascontiguousarray(a)).to(device=device, dtype=dt)
+
+                ydt = torch.int64 if self.loss_name == "cross-entropy" else dtype
+                s = np.repeat(self.p / self.sizes, self.sizes)
+                data = {"X": put(self.X), "y": put(self.y, ydt), "s": put(s),
+                        "Xt": put(self.X_test), "yt": put(self.y_test, ydt),
+                        "starts": segment_starts(self.sizes)}
+                self._cache[key] = (fm, data)
+        return self._cache[key]
+
+    def _per_weight(self, W: torch.Tensor) -> int:
+        """Weight vectors evaluated together over all rows within :data:`METRIC_BYTES`."""
+        rows = max(self.X.shape[0], self.X_test.shape[0], 1)
+        per = rows * max(1, int(self._cache["act_floats"])) * 4 * W.element_size()
+        return int(max(1, min(64, METRIC_BYTES // max(1, per))))
+
+    # ------------------------------------------------------------------ metrics (torch)
+    def torch_metrics(self, W: torch.Tensor, need: list[str]) -> dict[str, torch.Tensor]:
+        """``train_loss`` (``F`` with the ridge), ``grad_norm_sq`` (``‖∇F‖²``) and ``test_accuracy`` (or, for mse,
+        none) of weights ``W`` (m, d), exact over all rows, eval mode, on ``W``'s device and in its dtype."""
+        fm, data = self._shared(W.device, W.dtype)
+        out: dict[str, list] = {n: [] for n in need}
+        step = self._per_weight(W)
+        with fm.lock:
+            for a in range(0, W.shape[0], step):
+                Wc = W[a:a + step]
+                m = Wc.shape[0]
+                ridge = 0.5 * self.l2 * torch.sum(Wc * Wc, dim=-1)
+                if "train_loss" in need:
+                    vals = torch.stack([torch.sum(fm.row_losses(w, data["X"], data["y"]) * data["s"]) for w in Wc])
+                    out["train_loss"].append(vals + ridge)
+                if "grad_norm_sq" in need:
+                    ex = (m, *data["X"].shape)
+                    g = fm.grads(Wc, data["X"].expand(ex), data["y"].expand(m, *data["y"].shape),
+                                 data["s"].expand(m, -1), train=False) + self.l2 * Wc
+                    out["grad_norm_sq"].append(torch.sum(g * g, dim=-1))
+                if "test_accuracy" in need:
+                    acc = [(torch.argmax(fm.outputs(w, data["Xt"]).reshape(data["yt"].shape[0], -1), -1)
+                            == data["yt"]).to(W.dtype).mean() for w in Wc]
+                    out["test_accuracy"].append(torch.stack(acc))
+        return {n: torch.cat(v) for n, v in out.items()}
+
+    def metric_names(self) -> tuple[str, ...]:
+        """The metrics this problem defines (``test_accuracy`` needs cross-entropy and a test set)."""
+        names = ["train_loss", "grad_norm_sq"]
+        if self.loss_name == "cross-entropy" and self.y_test.shape[0] > 0:
+            names.append("test_accuracy")
+        return (*names, "distance_from_start")
+
+    def label_distributions(self) -> np.ndarray:
+        """Training label distribution of every client (cross-entropy), shape (Q, C)."""
+        if self.loss_name != "cross-entropy":
+            raise FedsdeInputError("label_distributions: need integer labels (loss='cross-entropy')")
+        C = self.n_classes
+        counts = np.bincount(self.client_ids * C + self.y.astype(np.int64), minlength=self.Q * C).reshape(self.Q, C)
+        return counts / counts.sum(1, keepdims=True)
+
+    def summary(self) -> dict:
+        """Sizes, weights and settings, for records."""
+        return {"name": self.name, "model": "module", "module": type(self.module).__name__, "Q": self.Q,
+                "d": self.d, "loss": self.loss_name, "l2": self.l2,
+                "batch_size": "full" if self.batch_size is None else self.batch_size, "sampling": self.sampling,
+                "init_seed": self.init_seed, "row_shape": list(self.row_shape), "sizes": self.sizes.tolist(),
+                "p": self.p.tolist(), "client_names": list(self.client_names), **self.info}
+
+
+# ---------------------------------------------------------------------------------------------- construction
+def _build(*, module, X, y, sizes, X_test, y_test, p, loss_name, l2, batch_size, sampling, init_seed, client_names,
+           batching, name, info, factory) -> ModuleProblem:
+    """Validated :class:`ModuleProblem` (the module built from ``factory`` after ``torch.manual_seed(init_seed)``
+    when ``module`` is None)."""
+    choice("loss", loss_name, LOSSES)
+    choice("sampling", sampling, SAMPLINGS)
+    choice("batching", batching, BATCHINGS)
+    l2 = positive_float("l2", l2, allow_zero=True)
+    init_seed = positive_int("init_seed", init_seed, minimum=0)
+    if batch_size is not None:
+        batch_size = positive_int("batch_size", batch_size)
+    if module is None:
+        module = _instantiate(factory, init_seed)
+    module = module.to(dtype=torch.float64)
+    refuse_running_stats(module)
+    w0 = torch.nn.utils.parameters_to_vector(module.parameters()).detach().cpu().numpy().copy()
+    if w0.size == 0:
+        raise FedsdeInputError(f"model: {type(module).__name__} has no parameters")
+    sizes = np.asarray(sizes, dtype=np.int64)
+    p = sizes / sizes.sum() if p is None else client_weights("p", p, sizes.size)
+    if batch_size is not None and sampling == "without-replacement" and batch_size > int(sizes.min()):
+        pass  # capped at N_k per client (the whole client)
+    pb = ModuleProblem(module=module, X=X, y=y, sizes=sizes, X_test=X_test, y_test=y_test, p=p, loss_name=loss_name,
+                       l2=l2, batch_size=batch_size, sampling=sampling, init_seed=init_seed,
+                       client_names=tuple(client_names), batching=batching, name=name, info=dict(info),
+                       factory=factory)
+    pb._cache["d"] = int(w0.size)
+    pb._cache["w0"] = w0
+    pb._cache["act_floats"] = _activation_floats(module, pb.row_shape)
+    _check_outputs(pb)
+    return pb
+
+
+def _instantiate(factory, init_seed: int):
+    """``factory()`` after ``torch.manual_seed(init_seed)``, the global RNG state restored afterwards."""
+    if not callable(factory):
+        raise FedsdeInputError(f"model: {factory!r} is neither an nn.Module nor a class/function returning one")
+    state = torch.random.get_rng_state()
+    try:
+        torch.manual_seed(int(init_seed))
+        module = factory()
+    finally:
+        torch.random.set_rng_state(state)
+    if not isinstance(module, torch.nn.Module):
+        raise FedsdeInputError(f"model: {getattr(factory, '__name__', factory)!r} returned a "
+                               f"{type(module).__name__}, not a torch.nn.Module")
+    return module
+
+
+def _activation_floats(module, row_shape) -> int:
+    """Floats of every submodule's output for one row (an estimate of a row's activations)."""
+    total = [0]
+
+    def hook(mod, args, out):
+        if isinstance(out, torch.Tensor):
+            total[0] += int(out.numel())
+
+    hooks = [m.register_forward_hook(hook) for m in module.modules()]
+    try:
+        with torch.no_grad():
+            module.eval()(torch.zeros((1, *row_shape), dtype=torch.float64))
+    except Exception as exc:
+        raise FedsdeInputError(f"model: the forward pass fails on one row of shape {tuple(row_shape)} "
+                               f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
+    finally:
+        for h in hooks:
+            h.remove()
+    return max(total[0], 1)
+
+
+def _check_outputs(pb: ModuleProblem) -> None:
+    """The module's output fits the loss and the targets (one row's check)."""
+    fm, data = pb._shared("cpu", torch.float64)
+    with torch.no_grad():
+        out = fm.outputs(torch.from_numpy(pb._cache["w0"]), data["X"][:1])
+    if pb.loss_name == "cross-entropy":
+        C = int(out.reshape(1, -1).shape[1])
+        if C < pb.n_classes:
+            raise FedsdeInputError(f"model: gives {C} outputs per row, the labels go up to {pb.n_classes - 1} "
+                                   "(cross-entropy needs one logit per class)")
+    elif out.numel() != int(np.prod(pb.y.shape[1:], dtype=np.int64)):
+        raise FedsdeInputError(f"model: gives outputs of shape {tuple(out.shape[1:])} per row, the targets have "
+                               f"shape {tuple(pb.y.shape[1:])} (mse needs one output per target entry)")
+
+
+def client_order(client) -> tuple[np.ndarray, list]:
+    """Client index of every row (clients in order of first appearance) and the distinct values in that order."""
+    client = np.asarray(client)
+    if client.ndim != 1:
+        raise FedsdeInputError(f"client: shape {client.shape} must be (n,)")
+    values, first, inverse = np.unique(client, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    return rank[inverse.reshape(-1)], [values[i].item() if hasattr(values[i], "item") else values[i] for i in order]
+
+
+def module_problem(module_or_factory, x, y, client, *, x_test=None, y_test=None, loss: str = "cross-entropy",
+                   batch_size: int | str | None = "full", sampling: str = "without-replacement", l2: float = 0.0,
+                   p=None, init_seed: int = 0, batching: str = "auto", name: str = "",
+                   info: dict | None = None) -> ModuleProblem:
+    """A :class:`ModuleProblem` (what :func:`fedsde.problems.load_problem` returns for ``kind = "module"``).
+
+    Parameters
+    ----------
+    module_or_factory : nn.Module, or a class / function returning one
+        A factory is called after ``torch.manual_seed(init_seed)`` (the global RNG state is restored afterwards);
+        a module is used at its current weights (copied, cast to float64).
+    x : array, shape (n, …)
+        Input rows (finite numbers).
+    y : array, shape (n,) (or (n, …) for mse)
+        Integer labels ``0..C−1`` (cross-entropy) or targets (mse).
+    client : array, shape (n,)
+        Client of every row; every distinct value is a client, in order of first appearance.
+    x_test, y_test : arrays, optional
+        A global test set (test accuracy for cross-entropy).
+    loss : {"cross-entropy", "mse"}
+    batch_size : int or "full"
+        Rows per local step (capped at ``N_k`` without replacement), or the client's whole data.
+    sampling : {"without-replacement", "with-replacement"}
+    l2 : float
+        Ridge ``λ >= 0`` (``F`` gets ``(λ/2)‖w‖²``, a step ``λw``).
+    p : array, shape (Q,), optional
+        Client weights (normalised; default ``∝ N_k``).
+    init_seed : int
+    batching : {"auto", "vmap", "loop"}
+    name : str
+    info : dict, optional
+    """
+    choice("loss", loss, LOSSES)
+    X = np.asarray(x, dtype=np.float64)
+    if X.ndim < 2 or X.shape[0] < 1:
+        raise FedsdeInputError(f"x: shape {X.shape} must be (n, …) with n >= 1 rows")
+    if not np.isfinite(X).all():
+        raise FedsdeInputError("x: contains NaN or inf")
+    Y = _targets("y", y, X.shape[0], loss)
+    ids, names = client_order(client)
+    if ids.size != X.shape[0]:
+        raise FedsdeInputError(f"client: {ids.size} entries, x has {X.shape[0]} rows")
+    order = np.argsort(ids, kind="stable")
+    sizes = np.bincount(ids, minlength=len(names)).astype(np.int64)
+    if x_test is None:
+        Xt, Yt = np.zeros((0, *X.shape[1:])), _targets("y_test", np.zeros((0, *Y.shape[1:])), 0, loss)
+    else:
+        if y_test is None:
+            raise FedsdeInputError("x_test, y_test: give both or neither")
+        Xt = np.asarray(x_test, dtype=np.float64)
+        if Xt.shape[1:] != X.shape[1:] or not np.isfinite(Xt).all():
+            raise FedsdeInputError(f"x_test: shape {Xt.shape} must be (m, {', '.join(map(str, X.shape[1:]))}) "
+                                   "with finite numbers")
+        Yt = _targets("y_test", y_test, Xt.shape[0], loss)
+    if batch_size == "full":
+        batch_size = None
+    elif isinstance(batch_size, str):
+        raise FedsdeInputError(f"batch_size={batch_size!r}: must be an integer >= 1 or 'full'")
+    factory = None if isinstance(module_or_factory, torch.nn.Module) else module_or_factory
+    module = None if factory is not None else _copy_module(module_or_factory)
+    return _build(module=module, X=X[order], y=Y[order], sizes=sizes, X_test=Xt, y_test=Yt, p=p, loss_name=loss,
+                  l2=l2, batch_size=batch_size, sampling=sampling, init_seed=init_seed,
+                  client_names=tuple(str(n) for n in names), batching=batching, name=name or "module",
+                  info=info or {}, factory=factory)
+
+
+def _copy_module(module):
+    import copy
+
+    return copy.deepcopy(module)
+
+
+def _targets(name: str, y, n: int, loss: str) -> np.ndarray:
+    y = np.asarray(y)
+    if y.ndim < 1 or y.shape[0] != n:
+        raise FedsdeInputError(f"{name}: shape {y.shape} must start with the {n} rows of x")
+    if loss == "cross-entropy":
+        if y.ndim != 1:
+            raise FedsdeInputError(f"{name}: shape {y.shape} must be (n,): integer labels for cross-entropy")
+        if y.size and ((not np.issubdtype(y.dtype, np.integer) and np.any(np.mod(y, 1) != 0)) or y.min() < 0):
+            raise FedsdeInputError(f"{name}: labels must be integers 0..C-1 for cross-entropy")
+        return y.astype(np.int64)
+    y = y.astype(np.float64)
+    if not np.isfinite(y).all():
+        raise FedsdeInputError(f"{name}: contains NaN or inf")
+    return y
