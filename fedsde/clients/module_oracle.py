@@ -66,21 +66,33 @@ class ModuleOracle(OracleBase):
 
     def begin_round(self, batch=None, max_batch=None, clients: torch.Tensor | None = None) -> None:
         """Start a round; ``clients`` (nb, slots, B): the client of every slot (default slot ``k`` = client ``k``)."""
-        if batch is not None:
-            raise FedsdeInputError("local_steps: epochs (EpochSteps) are not available for module problems; give "
-                                   "local steps and the problem's batch_size")
         self.clients = clients
+        self.round_batch = batch  # (R, slots) from EpochSteps, viewed block-major at the first step
+        if batch is not None:
+            self.cap = int(max_batch) if max_batch is not None else int(batch.max())
+            if not self.with_replacement:
+                self.cap = min(self.cap, self.n_max)
 
     def _slot_sizes(self, nb: int, slots: int, B: int) -> torch.Tensor:
         if self.clients is None:
             return self.sizes.view(1, slots, 1).expand(nb, slots, B)
         return self.sizes[self.clients]
 
+    def _batches(self, nb: int, slots: int, B: int) -> torch.Tensor | None:
+        """The round's batch sizes from EpochSteps, (nb, slots, B) (None: the problem's ``batch_size``)."""
+        rb = self.round_batch
+        if rb is not None and rb.dim() == 2:
+            self.round_batch = rb = rb.to(self.device).view(nb, B, slots).transpose(1, 2)
+        return rb
+
     def _draw(self, streams: ReplicateStreams, n: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Row indices (nb, slots, B, cap) and their weights ``c`` (1/batch on the batch's rows, 0 elsewhere)."""
         nb, slots, B = n.shape
         cap = self.cap
         ar = torch.arange(cap, device=self.device)
+        rb = self._batches(nb, slots, B)
+        if rb is not None:  # EpochSteps: every (replicate, slot) its own batch size
+            return self._draw_sized(streams, n, rb)
         if self.batch is None:  # the client's whole data
             idx = ar.expand(nb, slots, B, cap)
             valid = ar < n.unsqueeze(-1)
@@ -103,6 +115,25 @@ class ModuleOracle(OracleBase):
             valid = ar < b
             count = b
         c = valid.to(self.dtype) / count.to(self.dtype)
+        return torch.where(valid, idx, 0), c
+
+    def _draw_sized(self, streams: ReplicateStreams, n: torch.Tensor, rb: torch.Tensor):
+        """:meth:`_draw` with per-(replicate, slot) batch sizes ``rb`` (nb, slots, B): the ``b`` smallest of
+        ``N_max`` uniform keys (without replacement), or ``b`` uniform rows (with replacement)."""
+        nb, slots, B = n.shape
+        cap = self.cap
+        ar = torch.arange(cap, device=self.device)
+        if self.with_replacement:
+            b = rb.unsqueeze(-1)
+            u = streams.uniform_(torch.empty((nb, slots, B, cap), dtype=torch.float64, device=self.device))
+            idx = torch.minimum(torch.floor(u * n.unsqueeze(-1)).to(torch.int64), n.unsqueeze(-1) - 1)
+        else:
+            b = torch.minimum(rb, n).unsqueeze(-1)
+            keys = streams.uniform_(torch.empty((nb, slots, B, self.n_max), dtype=torch.float64, device=self.device))
+            keys = keys.masked_fill(self.pos >= n.unsqueeze(-1), 2.0)
+            idx = torch.topk(keys, cap, dim=-1, largest=False, sorted=True).indices
+        valid = ar < b
+        c = valid.to(self.dtype) / b.clamp(min=1).to(self.dtype)
         return torch.where(valid, idx, 0), c
 
     def _masks(self, streams: ReplicateStreams, lead: tuple[int, ...]) -> list[torch.Tensor]:

@@ -132,7 +132,10 @@ def load_data_problem(path: str):
                                "training objective)")
     if is_regression(problem):
         return problem
-    if int(np.sum(problem.test_sizes)) == 0:
+    if getattr(problem, "loss_name", "cross-entropy") != "cross-entropy":  # a module problem with mse: no accuracy
+        raise FedsdeInputError(f"--problem={path!r}: compare-aggregators reports test accuracy, which needs "
+                               "loss = \"cross-entropy\"")
+    if len(problem.y_test) == 0:
         raise FedsdeInputError(f"--problem={path!r}: the problem has no test samples (test_fraction = 0); the "
                                "comparison reports test accuracy")
     return problem
@@ -195,7 +198,7 @@ def run_comparison(cfg: ComparisonConfig, *, progress: bool = True) -> dict:
                 raise FedsdeInputError(f"--aggregators: {', '.join(unfit)} need(s) data that a regression problem "
                                        f"does not have ({next(iter(unfit.values()))})")
             continue
-        if int(np.sum(problem.test_sizes)) == 0:
+        if len(problem.y_test) == 0:
             raise FedsdeInputError(f"--clients={cfg.n_clients}: the {setting!r} partition leaves no test samples "
                                    "(too many clients for the data); use fewer clients")
     metric = "train_loss" if regression else "test_accuracy"
@@ -255,6 +258,10 @@ def _oracle(problem, cfg: ComparisonConfig):
         from fedsde.clients.least_squares_oracle import least_squares_oracle
 
         return least_squares_oracle(sampling=problem.sampling)
+    if hasattr(problem, "functional"):  # a module problem: its own oracle, with the epochs' batch sizes
+        from fedsde.clients.module_oracle import module_oracle
+
+        return module_oracle()
     return minibatch_oracle(sampling=problem.sampling if cfg.problem_file else "epoch")
 
 

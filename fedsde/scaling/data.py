@@ -48,6 +48,8 @@ def split_clients(problem, parts: int, *, seed: int = 0):
     """
     from fedsde.problems import ClassificationProblem
 
+    if hasattr(problem, "split_clients"):  # a module problem splits its own rows
+        return problem.split_clients(parts, seed=seed)
     parts = positive_int("kappa", parts)
     if parts == 1:
         return problem
@@ -109,6 +111,8 @@ def temperature_trace(problem, config: FedAvgConfig, w) -> float:
     """
     b = problem.batch_size
     total = 0.0
+    if b is None:  # full batches: no minibatch noise
+        return 0.0
     for k in range(problem.Q):
         Nk = int(problem.sizes[k])
         if b >= Nk or Nk < 2:
@@ -303,7 +307,8 @@ def map_end(problem, config: FedAvgConfig, rule: str | ScalingRule, kappa: float
         raise FedsdeInputError(f"kappa={kappa:g}: rule {rule.name!r} on a data problem splits each client into κ "
                                "clients, so κ must be a whole number >= 1")
     new = rule.apply(config, kappa)
-    if problem.classifier.curvature is not None:  # a network has no global curvature bound
+    model = getattr(problem, "classifier", None)  # module problems: a network, no global curvature bound
+    if model is not None and model.curvature is not None:  # a network has no global curvature bound
         lam = float(np.max(problem.max_curvature()))
         check_client_step(config.eta, lam, which="base")
         check_client_step(new.eta, lam, which=f"kappa={kappa:g} (rule {rule.name!r}, eta={new.eta:g})")
@@ -336,6 +341,8 @@ def memory_need(problem, base: FedAvgConfig, scaled: FedAvgConfig, *, replicates
     from fedsde.problems import metrics
 
     item = 8
+    if hasattr(problem, "functional"):  # a module problem: its oracle's work space per block
+        return _module_memory_need(problem, base, scaled, replicates=replicates, points=points)
     F = problem.n_features + int(problem.fit_intercept)
     C, d = problem.n_outputs, problem.d
     width = max(C, int(problem.hidden or 0))
@@ -360,6 +367,28 @@ def memory_need(problem, base: FedAvgConfig, scaled: FedAvgConfig, *, replicates
     forward = min(forward, getattr(metrics, "CHUNK_BYTES", forward))
     evaluate = max(forward + item * N * F, item * 2 * n_max * d)
     return int(split + ends + evaluate + item * 2 * T * replicates * len(metrics.METRICS))
+
+
+def _module_memory_need(problem, base: FedAvgConfig, scaled: FedAvgConfig, *, replicates: int, points: int) -> int:
+    """:func:`memory_need` of a module problem: the rows (copied once when split), the larger end's local step
+    (:func:`fedsde.clients.module_oracle.step_bytes`, one replicate per block as :func:`simulate_end` runs) and
+    about ten ``(Q, d)`` tensors per replicate, the recorded weights and the metrics' per-replicate values."""
+    from fedsde.clients.module_oracle import step_bytes
+
+    item, d = 8, problem.d
+    T = len(tau_grid(base, scaled, points)[0])
+    parts = max(1, (scaled.clients or problem.Q) // (base.clients or problem.Q))
+    Qs = problem.Q * parts
+    rows = item * (problem.X.size + problem.X_test.size) * (2 if parts > 1 else 1)
+    step = max(step_bytes(problem, problem.Q, 1, problem_dtype()), step_bytes(problem, Qs, 1, problem_dtype()))
+    return int(rows + step + item * replicates * (10 * Qs * d + T * d) + item * 2 * T * replicates * 4)
+
+
+def problem_dtype():
+    """float64, the dtype :func:`simulate_end` runs in."""
+    import torch
+
+    return torch.float64
 
 
 def check_memory(problem, base: FedAvgConfig, scaled: FedAvgConfig, *, replicates: int, points: int,

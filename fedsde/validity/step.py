@@ -43,6 +43,8 @@ def round_contraction(problem, *, eta: float, local_steps, server_lr: float = 1.
 
         B = round_law(problem, eta, local_steps, s, warn=False).B
         return s * float(np.linalg.eigvalsh(0.5 * (B + B.T))[-1])
+    if hasattr(problem, "client_hvp"):  # a module problem: Hessian-vector products, no (Q, d, d) Hessians
+        return s * _lanczos_top(problem, eta, client_steps("local_steps", local_steps, problem.Q), at)
     if not hasattr(problem, "client_hessian"):
         raise FedsdeInputError(f"problem: a {type(problem).__name__} has no client Hessians to linearise")
     import scipy.sparse.linalg as sla
@@ -73,6 +75,27 @@ def round_contraction(problem, *, eta: float, local_steps, server_lr: float = 1.
     v0 = np.random.default_rng(0).standard_normal(d)
     lam = sla.eigsh(op, k=1, which="LA", return_eigenvectors=False, tol=LANCZOS_RTOL, v0=v0)[0]
     return s * float(lam)
+
+
+def _lanczos_top(problem, eta: float, steps: np.ndarray, at) -> float:
+    """``λ_max(B)`` by Lanczos with ``H_k v_k`` from ``problem.client_hvp(w, V)`` (V, result (Q, d); ``torch.func``
+    forward-over-reverse products for module problems): ``(I − ηH_k)^{τ_k} v`` is ``τ_k`` products per client."""
+    import scipy.sparse.linalg as sla
+
+    w = approximate_optimum(problem) if at is None else np.asarray(at, dtype=np.float64).reshape(problem.d)
+    d, Q = problem.d, problem.Q
+
+    def matvec(v):
+        v = np.asarray(v, dtype=np.float64).reshape(d)
+        U = np.broadcast_to(v, (Q, d)).copy()
+        for i in range(int(steps.max())):
+            HU = problem.client_hvp(w, U)
+            U = np.where((steps > i)[:, None], U - eta * HU, U)
+        return problem.p @ (v[None, :] - U)
+
+    op = sla.LinearOperator((d, d), matvec=matvec, dtype=np.float64)
+    v0 = np.random.default_rng(0).standard_normal(d)
+    return float(sla.eigsh(op, k=1, which="LA", return_eigenvectors=False, tol=LANCZOS_RTOL, v0=v0)[0])
 
 
 def approximate_optimum(problem) -> np.ndarray:

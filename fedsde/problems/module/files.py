@@ -92,7 +92,8 @@ def module_problem_from_dict(data: dict, *, source: str = "problem", base_dir=No
     base = Path(base_dir) if base_dir is not None else Path.cwd()
     factory = _model_factory(k, base, options)
     if k.has("data"):
-        arrays, info = _npz(k, base), {"data": str(data["data"])}
+        arrays, info = _npz(k, base)
+        info["data"] = str(data["data"])
     else:
         arrays, info = _digits(k)
     x, y, client, x_test, y_test = arrays
@@ -100,7 +101,7 @@ def module_problem_from_dict(data: dict, *, source: str = "problem", base_dir=No
 
     _, names = client_order(client)
     p = _weights(k, [str(n) for n in names])
-    info |= {"model": str(data["model"]), "model_options": dict(options)}
+    info |= {"model_spec": str(data["model"]), "model_options": dict(options)}
     try:
         return module_problem(factory, x, y, client, x_test=x_test, y_test=y_test, loss=loss, batch_size=batch,
                               sampling=sampling, l2=l2, p=p, init_seed=init_seed, batching=batching,

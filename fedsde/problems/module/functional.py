@@ -217,6 +217,13 @@ class FunctionalModule:
         g = torch.func.grad(self._weighted)
         return torch.stack([g(w[i], x[i], y[i], c[i], [m[i] for m in masks]) for i in range(w.shape[0])])
 
+    def grad_and_value(self, w: torch.Tensor, x: torch.Tensor, y: torch.Tensor, c: torch.Tensor):
+        """Eval mode: ``(∇_w Σ_i c_i ℓ_i, Σ_i c_i ℓ_i)`` for one ``w`` (d,) and rows ``x`` (n, …) (no vmap)."""
+        self.module.eval()
+        masks = [torch.empty(0, dtype=w.dtype, device=w.device) for _ in self.dropouts]
+        g, f = torch.func.grad_and_value(self._weighted)(w, x, y, c, masks)
+        return g.detach(), f.detach()
+
     def hvp(self, w: torch.Tensor, v: torch.Tensor, x: torch.Tensor, y: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
         """Eval-mode Hessian-vector product ``∇²_w (Σ_i c_i ℓ_i) v`` for one ``w``, ``v`` (d,) (forward over
         reverse: ``torch.func.jvp`` of ``torch.func.grad``)."""

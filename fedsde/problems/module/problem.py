@@ -137,8 +137,6 @@ class ModuleProblem(ModuleViews):
                 raise FedsdeInputError("init_seed: the problem was built from a module, not a factory; pass a "
                                        "factory (a class or function) to module_problem to change init_seed")
             kw["module"] = None
-        if "p" in changes and changes["p"] is not None:
-            changes["p"] = client_weights("p", changes["p"], self.Q)
         kw |= changes
         return _build(**kw)
 
@@ -169,37 +167,48 @@ class ModuleProblem(ModuleViews):
                 self._cache[key] = (fm, data)
         return self._cache[key]
 
-    def _per_weight(self, W: torch.Tensor) -> int:
-        """Weight vectors evaluated together over all rows within :data:`METRIC_BYTES`."""
-        rows = max(self.X.shape[0], self.X_test.shape[0], 1)
-        per = rows * max(1, int(self._cache["act_floats"])) * 4 * W.element_size()
-        return int(max(1, min(64, METRIC_BYTES // max(1, per))))
+    def _rows_per_pass(self, W: torch.Tensor) -> int:
+        """Rows of one metric pass within :data:`METRIC_BYTES` (about four copies of a row's activations)."""
+        per = max(1, int(self._cache["act_floats"])) * 4 * W.element_size()
+        return int(max(1, METRIC_BYTES // per))
+
+    @property
+    def _logits(self) -> int:
+        return int(self._cache.get("logits", 1))
 
     # ------------------------------------------------------------------ metrics (torch)
     def torch_metrics(self, W: torch.Tensor, need: list[str]) -> dict[str, torch.Tensor]:
-        """``train_loss`` (``F`` with the ridge), ``grad_norm_sq`` (``‖∇F‖²``) and ``test_accuracy`` (or, for mse,
-        none) of weights ``W`` (m, d), exact over all rows, eval mode, on ``W``'s device and in its dtype."""
+        """``train_loss`` (``F`` with the ridge), ``grad_norm_sq`` (``‖∇F‖²``) and ``test_accuracy`` (cross-entropy) of
+        weights ``W`` (m, d), exact over all rows, eval mode, on ``W``'s device and in its dtype: one forward (and
+        backward) pass per weight vector over the rows, in chunks of :data:`METRIC_BYTES`."""
         fm, data = self._shared(W.device, W.dtype)
         out: dict[str, list] = {n: [] for n in need}
-        step = self._per_weight(W)
+        X, y, s = data["X"], data["y"], data["s"]
+        step = self._rows_per_pass(W)
+        cuts = [(a, min(a + step, X.shape[0])) for a in range(0, X.shape[0], step)]
         with fm.lock:
-            for a in range(0, W.shape[0], step):
-                Wc = W[a:a + step]
-                m = Wc.shape[0]
-                ridge = 0.5 * self.l2 * torch.sum(Wc * Wc, dim=-1)
-                if "train_loss" in need:
-                    vals = torch.stack([torch.sum(fm.row_losses(w, data["X"], data["y"]) * data["s"]) for w in Wc])
-                    out["train_loss"].append(vals + ridge)
+            for w in W:
+                ridge = 0.5 * self.l2 * torch.sum(w * w)
                 if "grad_norm_sq" in need:
-                    ex = (m, *data["X"].shape)
-                    g = fm.grads(Wc, data["X"].expand(ex), data["y"].expand(m, *data["y"].shape),
-                                 data["s"].expand(m, -1), train=False) + self.l2 * Wc
-                    out["grad_norm_sq"].append(torch.sum(g * g, dim=-1))
+                    g, f = w.new_zeros(w.shape), w.new_zeros(())
+                    for a, b in cuts:
+                        ga, fa = fm.grad_and_value(w, X[a:b], y[a:b], s[a:b])
+                        g, f = g + ga, f + fa
+                    g = g + self.l2 * w
+                    out["grad_norm_sq"].append(torch.sum(g * g))
+                    if "train_loss" in need:
+                        out["train_loss"].append(f + ridge)
+                elif "train_loss" in need:
+                    with torch.no_grad():
+                        f = sum(torch.sum(fm.row_losses(w, X[a:b], y[a:b]) * s[a:b]) for a, b in cuts)
+                    out["train_loss"].append(f + ridge)
                 if "test_accuracy" in need:
-                    acc = [(torch.argmax(fm.outputs(w, data["Xt"]).reshape(data["yt"].shape[0], -1), -1)
-                            == data["yt"]).to(W.dtype).mean() for w in Wc]
-                    out["test_accuracy"].append(torch.stack(acc))
-        return {n: torch.cat(v) for n, v in out.items()}
+                    Xt, yt = data["Xt"], data["yt"]
+                    with torch.no_grad():
+                        hits = sum(torch.sum(torch.argmax(fm.outputs(w, Xt[a:a + step]).reshape(-1, self._logits), -1)
+                                             == yt[a:a + step]) for a in range(0, Xt.shape[0], step))
+                    out["test_accuracy"].append(hits.to(W.dtype) / Xt.shape[0])
+        return {n: torch.stack(v) for n, v in out.items()}
 
     def metric_names(self) -> tuple[str, ...]:
         """The metrics this problem defines (``test_accuracy`` needs cross-entropy and a test set)."""
@@ -303,6 +312,7 @@ def _check_outputs(pb: ModuleProblem) -> None:
         out = fm.outputs(torch.from_numpy(pb._cache["w0"]), data["X"][:1])
     if pb.loss_name == "cross-entropy":
         C = int(out.reshape(1, -1).shape[1])
+        pb._cache["logits"] = C
         if C < pb.n_classes:
             raise FedsdeInputError(f"model: gives {C} outputs per row, the labels go up to {pb.n_classes - 1} "
                                    "(cross-entropy needs one logit per class)")

@@ -64,15 +64,17 @@ class ModuleViews:
         return (g.numpy() + self.l2 * W.numpy()).reshape(*lead, self.d)
 
     def client_hvp(self, w, v) -> np.ndarray:
-        """``∇²F_k(w) v`` (with ``λv``) for every client, shape (Q, d), for ``w``, ``v`` (d,) (eval mode)."""
-        W, V = self._wt(w)[0], self._wt(v)[0]
+        """``∇²F_k(w) v_k`` (with ``λv_k``) for every client, shape (Q, d), for ``w`` (d,) and ``v`` (d,) (the same
+        vector for every client) or (Q, d) (eval mode; ``torch.func`` forward-over-reverse products)."""
+        W = self._wt(w)[0]
+        V = self._wt(np.broadcast_to(np.asarray(v, dtype=np.float64), (self.Q, self.d)))
         fm, data = self._shared("cpu", torch.float64)
         out = np.empty((self.Q, self.d))
         with fm.lock:
             for k, (a, n) in enumerate(zip(data["starts"], self.sizes, strict=True)):
                 c = torch.full((int(n),), 1.0 / n, dtype=torch.float64)
-                out[k] = fm.hvp(W, V, data["X"][a:a + n], data["y"][a:a + n], c).numpy()
-        return out + self.l2 * V.numpy()[None, :]
+                out[k] = fm.hvp(W, V[k], data["X"][a:a + n], data["y"][a:a + n], c).numpy()
+        return out + self.l2 * V.numpy()
 
     def per_sample_grads(self, w, client: int) -> np.ndarray:
         """``∇ℓ_i(w) + λw`` of every training row of ``client`` (eval mode), shape (N_k, d)."""
@@ -103,4 +105,30 @@ class ModuleViews:
                    for v in self._wt(w)]
         out = np.asarray(acc).reshape(lead)
         return float(out) if out.ndim == 0 else out
+
+    def split_clients(self, parts: int, *, seed: int = 0):
+        """Each client's rows split at random into ``parts`` clients with weight ``p_k/parts`` (the global test set
+        kept), for the scaling rules that change ``Q``."""
+        from fedsde._validate import positive_int
+
+        parts = positive_int("kappa", parts)
+        if parts == 1:
+            return self
+        small = [k for k in range(self.Q) if self.sizes[k] < parts]
+        if small:
+            raise FedsdeInputError(f"kappa={parts}: client {small[0]} has {int(self.sizes[small[0]])} training rows, "
+                                   f"fewer than κ, so it cannot be split into {parts} clients")
+        rng = np.random.default_rng(seed)
+        starts = np.concatenate([[0], np.cumsum(self.sizes)[:-1]])
+        rows, sizes, p, names = [], [], [], []
+        for k in range(self.Q):
+            for j, idx in enumerate(np.array_split(rng.permutation(int(self.sizes[k])), parts)):
+                rows.append(starts[k] + idx)
+                sizes.append(idx.size)
+                p.append(self.p[k] / parts)
+                names.append(f"{self.client_names[k] if self.client_names else k}/{j}")
+        rows = np.concatenate(rows)
+        return self.replace(X=self.X[rows], y=self.y[rows], sizes=np.asarray(sizes), p=np.asarray(p),
+                            client_names=tuple(names), name=f"{self.name} (clients split ×{parts})",
+                            info=self.info | {"split_clients": parts})
 
