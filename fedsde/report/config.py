@@ -1,6 +1,6 @@
 """Experiment configurations of ``fedsde reproduce``: TOML files shipped in ``fedsde/configs``.
 
-A configuration has a ``[run]`` table (seed, device, problem) and one table per figure (``[F1]`` … ``[F16]``).
+A configuration has a ``[run]`` table (seed, device, problem) and one table per figure (``[F1]`` … ``[F17]``).
 ``--quick`` starts from ``quick.toml``, otherwise ``full.toml``; ``--config FILE`` overrides fields of that base
 (only the fields it names).  Every field is validated against the schema below, with an error naming the field,
 the value and the constraint.
@@ -106,6 +106,9 @@ SCHEMA: dict[str, dict[str, Field]] = {
             "eta": POS, "E": POS_INT, "E_grid": POS_INTS, "eta_grid": POS_FLOATS, "replicates": Field("int", 2),
             "burn_in_tol": UNIT, "validity_server_lrs": POS_FLOATS, "validity_rounds": POS_INT,
             "validity_replicates": Field("int", 2), "tolerance": POS},
+    "F17": {"problem": Field("str", help="a problem file, e.g. examples/models/digits_cnn.toml"), "eta": POS,
+            "local_steps": POS_INT, "server_lrs": POS_FLOATS, "rounds": POS_INT, "replicates": Field("int", 2),
+            "ells": POS_INTS, "record_every": POS_INT, "tolerance": POS, "accuracy_tolerance": POS},
 }
 
 FIGURE_IDS = tuple(k for k in SCHEMA if k != "run")
@@ -192,6 +195,8 @@ def check_constraints(cfg: dict, only, problem) -> None:
     * F1: the printed and corrected SDEs are integrated by Euler with step ``h = eta``, which must be stable;
     * F13/F14: ``ells`` strictly increasing, starting at 1 (FedAvg) with at least one (F13) or two (F14: the
       reference is the Richardson limit of the two largest) larger values; ``record_every <= rounds``;
+    * F17: ``ells`` as F14's; a ``problem`` file other than the default must exist (the default, from the source
+      tree, is looked for when the figure runs, so that a missing ``examples/`` fails that figure only);
     * F16 (its own data, Grunfeld): at every ``(eta, E_grid)`` and ``(eta_grid, E)`` point local SGD must not
       expand and the least-squares chain must have a stationary law; ``batch_size`` at most a firm's 20 years;
     * covariances need ``replicates``/``paths`` >= 2; F6 needs a diagonal problem; F7's ``Qs`` are multiples of the
@@ -239,7 +244,7 @@ def check_constraints(cfg: dict, only, problem) -> None:
                 raise FedsdeInputError(f"F9.horizon={t['horizon']:g}, F9.h={t['h']:g}: {rounds} rounds; at most "
                                        f"{MAX_FIGURE_ROUNDS}")
             continue
-        if "eta" in t and "local_steps" in t:
+        if "eta" in t and "local_steps" in t and fid != "F17":  # F17 runs on its own problem
             s = t.get("server_lr", 1.0)
             diverges(f"{fid}.eta={t['eta']:g}, {fid}.local_steps={t['local_steps']}"
                      + (f", {fid}.server_lr={s:g}" if "server_lr" in t else ""), problem, t["eta"], t["local_steps"], s)
@@ -275,8 +280,10 @@ def check_constraints(cfg: dict, only, problem) -> None:
         if fid == "F15" and t["data_rounds"] % t["data_kappa"]:
             raise FedsdeInputError(f"F15.data_rounds={t['data_rounds']}, F15.data_kappa={t['data_kappa']}: the rules "
                                    "map rounds n → n/κ on digits, so data_rounds must be a multiple of data_kappa")
-        if fid in ("F13", "F14"):
+        if fid in ("F13", "F14", "F17"):
             _check_svag_ells(fid, t)
+        if fid == "F17":
+            _check_f17(t)
         if fid == "F16":
             _check_f16(t)
         if fid == "F12" and 2 ** (t["levels"] + 1) > MAX_FIGURE_ROUNDS:
@@ -298,6 +305,14 @@ def _check_svag_ells(fid: str, t: dict) -> None:
     if "record_every" in t and "rounds" in t and t["record_every"] > t["rounds"]:
         raise FedsdeInputError(f"{fid}.record_every={t['record_every']}, {fid}.rounds={t['rounds']}: record_every "
                                "must be at most rounds")
+
+
+def _check_f17(t: dict) -> None:
+    """F17: a configured problem file exists (see :func:`check_constraints`)."""
+    from fedsde.report.figures.f17_module_validity import DEFAULT_PROBLEM, problem_path
+
+    if t["problem"] != DEFAULT_PROBLEM:
+        problem_path(t["problem"])
 
 
 def _check_f16(t: dict) -> None:

@@ -1,0 +1,49 @@
+"""benchmarks/bench_module.py times the same computation on both sides: its per-client loop (a module with the
+server weights, torch.optim.SGD with weight_decay = l2, one client after the other) is FedAvg as fedsde runs it."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from fedsde.clients.data_oracles import full_gradient_oracle
+from fedsde.problems import federated_classification
+from fedsde.sim import simulate
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("bench_module", ROOT / "benchmarks" / "bench_module.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _to_module_layout(w: np.ndarray, F: int, H: int, K: int) -> np.ndarray:
+    """The built-in MLP's ``[vec W₁ ((F+1)×H, bias last row), vec W₂ ((H+1)×K)]`` in ``parameters_to_vector`` order
+    of ``examples/models/mlp.py``: weight₁ (H×F), bias₁, weight₂ (K×H), bias₂."""
+    W1, W2 = w[:(F + 1) * H].reshape(F + 1, H), w[(F + 1) * H:].reshape(H + 1, K)
+    return np.concatenate([W1[:F].T.ravel(), W1[F], W2[:H].T.ravel(), W2[H]])
+
+
+def test_per_client_loop_is_fedavg_of_the_builtin_mlp_at_full_batch():
+    """Independent of the module path: the loop, on the module MLP, gives the built-in MLP's FedAvg weights
+    (hand-written gradients, full batch) to rounding, over rounds, local steps and a server step s ≠ 1."""
+    bench = _bench()
+    H, F, K = 4, 64, 10
+    pb = federated_classification("digits", n_clients=3, partition="iid", seed=0).replace(model="mlp", hidden=H,
+                                                                                          init_seed=0, l2=1e-3)
+    w0 = pb.initial_weights()
+    model = bench.load_model_class("mlp.py", "MLP")(hidden=H).double()
+    clients = [(torch.as_tensor(x), torch.as_tensor(y)) for x, y in zip(*pb.client_data(), strict=True)]
+    kw = {"eta": 0.1, "local_steps": 3, "rounds": 4, "server_lr": 1.5}
+    loop = bench.per_client_loop(model, clients, pb.p.tolist(), replicates=2, batch=None, l2=pb.l2, seed=0,
+                                   w0=torch.as_tensor(_to_module_layout(w0, F, H, K)), **kw)
+    sim = simulate(pb, replicates=1, seed=0, w0=w0, oracle_factory=full_gradient_oracle(), **kw).final[0]
+    ref = _to_module_layout(sim, F, H, K)
+    assert np.abs(loop.numpy() - ref).max() <= 1e-12 * np.abs(ref).max()
+    assert torch.equal(loop[0], loop[1])  # full batch: no randomness
