@@ -196,3 +196,44 @@ def test_derive_refuses_a_rule_without_sde_in_one_line(tmp_path, capsys):
     rc = main(["derive", "--problem", path, "--aggregator", "scaffold", "--eta", "0.1", "--local-steps", "3"])
     err = capsys.readouterr().err
     assert rc == 2 and len(err.strip().splitlines()) == 1 and "control variates" in err
+
+
+# ------------------------------------------------------------------ weak order, exact (no Monte Carlo)
+RULES = [("fedavg", {}), ("fedprox", {"mu": 0.5}), ("fednova", {}), ("feddisco", {"base": "fednova"}),
+         ("fedavgm", {"beta": 0.5}), ("fedavgm", {"beta": 0.9}), ("fedavgm", {"beta": 0.9, "variant": "nesterov"}),
+         ("fednova", {"server_momentum": 0.7})]
+
+
+@pytest.mark.parametrize("name,opts", RULES)
+def test_weak_order_one_of_each_linear_and_momentum_rule(name, opts):
+    from fedsde.compare.rule_weak import rule_weak_error_vs_step
+
+    pb = _problem(11, Q=3, d=2)
+    hs = [0.004 / 2**j for j in range(4)]
+    for phi in ("dist2", "loss"):
+        c = rule_weak_error_vs_step(pb, get_aggregator(name, **opts), 0.05, np.array([2, 4, 7]), t_end=1.0,
+                                    time_steps=hs, w0=np.full(2, 2.0), phi=phi)
+        assert 0.9 <= c.slope <= 1.1, (name, opts, phi, c.slope, c.errors)
+
+
+def test_underdamped_sde_keeps_order_one_where_the_first_order_sde_fails():
+    from fedsde.compare.rule_weak import underdamped_weak_error_vs_step
+
+    pb = _problem(12, Q=3, d=2)
+    hs = [0.1 / 2**j for j in range(4)]
+    c, first = underdamped_weak_error_vs_step(pb, 0.05, np.array([2, 4, 7]), t_end=2.0, time_steps=hs,
+                                              friction=2.0, w0=np.full(2, 2.0))
+    assert 0.9 <= c.slope <= 1.1
+    assert first.min() > 20 * c.errors.min()  # 1 − β ∝ √s: the first-order SDE's error does not vanish
+
+
+def test_compare_aggregator_reports_the_slopes(tmp_path, capsys):
+    from fedsde.cli import main
+
+    path = _write(tmp_path, _problem(13, Q=3, d=2))
+    rc = main(["compare", "--problem", path, "--aggregator", "fednova", "--eta", "0.05", "--client-steps", "2,4,7",
+               "--server-lr", "0.01", "--h", "0.01", "--rounds", "50", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["sde"] == "linear"
+    assert all(0.9 <= v["slope"] <= 1.1 for v in out["weak_error"].values())
+    assert out["stationary"]["w2"] < 1e-2
