@@ -91,7 +91,7 @@ def rule_round_law(problem: QuadraticProblem, aggregator: str | Aggregator, eta:
     ----------
     problem : QuadraticProblem
     aggregator : str or Aggregator
-        A rule of kind ``"linear"`` or ``"momentum"`` (its buffer runs on this step).
+        A rule of kind ``"linear"``, ``"momentum"`` or ``"adaptive"`` (their buffers run on this step).
     eta : float
         Client rate ``η``.
     local_steps : int or array of int, shape (Q,)
@@ -104,7 +104,7 @@ def rule_round_law(problem: QuadraticProblem, aggregator: str | Aggregator, eta:
     RoundLaw
         ``B = B_rule``, ``Ba``, ``noise_cov = N_rule``, ``p = ω`` (module docstring).
     """
-    agg = rule_kind(aggregator)
+    agg = rule_kind(aggregator, ("linear", "momentum", "adaptive"))
     eta = positive_float("eta", eta)
     server_lr = positive_float("server_lr", server_lr)
     tau = client_steps("local_steps", local_steps, problem.Q)
@@ -261,6 +261,44 @@ def rule_chain_moments(rsde: RuleSDE, rounds: int, w0, *, record=None) -> Moment
     return linear_chain_moments(rsde.law, rounds, w0, record=record)
 
 
+def simulate_rule_sde(rsde: RuleSDE, rounds: int, replicates: int, seed: int, w0=None, *, method: str = "exact",
+                      substeps: int = 1, record=None) -> tuple[np.ndarray, np.ndarray]:
+    """Paths of a rule's first-order SDE on the round grid (float64, numpy ``default_rng(seed)``).
+
+    ``method="exact"``: the OU transition over ``h/substeps`` (:meth:`LinearSDE.transition`); ``"euler"``:
+    Euler–Maruyama with step ``h/substeps``.  Returns ``rounds`` (T,) and the paths ``(T, R, d)`` at the recorded
+    rounds (default every round).
+    """
+    from fedsde._validate import choice
+
+    choice("method", method, ("exact", "euler"))
+    rounds = positive_int("rounds", rounds, minimum=0)
+    replicates = positive_int("replicates", replicates)
+    substeps = positive_int("substeps", substeps)
+    sde, d = rsde.sde, rsde.sde.d
+    dt = sde.h / substeps
+    if method == "exact":
+        Phi, K = sde.transition(dt)
+    else:
+        Phi, K = np.eye(d) - dt * sde.A, dt * sde.diffusion_cov
+    from fedsde.sde.coefficients import psd_sqrt
+
+    root = psd_sqrt(K, name="the transition covariance")
+    rng = np.random.default_rng(seed)
+    w = np.broadcast_to(np.zeros(d) if w0 is None else np.asarray(w0, dtype=np.float64), (replicates, d)).copy()
+    keep = set(range(rounds + 1)) if record is None else {int(k) for k in record}
+    out, at = [], []
+    for n in range(rounds + 1):
+        if n in keep:
+            out.append(w.copy())
+            at.append(n)
+        if n == rounds:
+            break
+        for _ in range(substeps):
+            w = sde.c + (w - sde.c) @ Phi.T + rng.standard_normal((replicates, d)) @ root.T
+    return np.asarray(at), np.stack(out)
+
+
 __all__ = [
     "NoSDEError",
     "RuleSDE",
@@ -272,4 +310,5 @@ __all__ = [
     "rule_kind",
     "rule_round_law",
     "rule_sde",
+    "simulate_rule_sde",
 ]
