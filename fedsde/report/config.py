@@ -106,6 +106,9 @@ SCHEMA: dict[str, dict[str, Field]] = {
             "eta": POS, "E": POS_INT, "E_grid": POS_INTS, "eta_grid": POS_FLOATS, "replicates": Field("int", 2),
             "burn_in_tol": UNIT, "validity_server_lrs": POS_FLOATS, "validity_rounds": POS_INT,
             "validity_replicates": Field("int", 2), "tolerance": POS},
+    "F18": {"eta": POS, "server_lr": POS, "horizon": POS, "weak_h": POS, "weak_t": POS, "levels": Field("int", 2),
+            "adam_server_lr": POS, "adam_rounds": POS_INT, "adam_replicates": Field("int", 2), "adam_substeps": POS_INT,
+            "adam_ks": POS_INTS},
 }
 
 FIGURE_IDS = tuple(k for k in SCHEMA if k != "run")

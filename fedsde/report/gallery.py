@@ -141,6 +141,8 @@ GALLERY: dict[str, FigureSpec] = {
                    cost=8.4),
         FigureSpec("F16", "real_data", "Real clients, exact answers: stationary variance and bias on Grunfeld",
                    "f16_real_data", cost=3.5),
+        FigureSpec("F18", "rule_sdes", "The SDE of every aggregator: chain vs its own SDE, and the weak-error slope",
+                   "f18_rule_sdes", cost=1.5),
     ]
 }
 

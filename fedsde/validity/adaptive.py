@@ -5,10 +5,12 @@
   times the rounds on a round displacement whose noise is amplified to ``ℓ = k²`` times its covariance.  On quadratic
   clients with Gaussian gradient noise the SVAG combination of two independent rounds,
   ``(1 + √(2ℓ − 1))/2·Δ⁽¹⁾ + (1 − √(2ℓ − 1))/2·Δ⁽²⁾``, has the law of one round whose client noise covariances are
-  ``ℓ·Σ_k``, so the chain is the simulator (:func:`fedsde.sim.simulate`, the rule's own code) on the problem with
-  ``Σ_k → k²Σ_k``.  As ``k → ∞`` the chain tends to the SDE (their Theorem 4.2/4.4, weak order 1 in ``1/ℓ``); the
-  rule (``k = 1``) is judged against the order-1 Richardson limit of the two largest ``ℓ`` by the three-outcome
-  verdict of :func:`fedsde.validity.verdict.validity_verdict`, with the 1/ℓ report.  Clock ``t = n·s²`` by default.
+  ``ℓ·Σ_k``, so the chain is the simulator (:func:`fedsde.sim.simulate`, the rule's own code) on the problem
+  with ``Σ_k → k²Σ_k`` — or, equally in law and faster, one draw per round from the exact round law
+  (:func:`round_law_chain`, the default).  As ``k → ∞`` the chain tends to the SDE (their Theorem 4.2/4.4, weak
+  order 1 in ``1/ℓ``); the rule (``k = 1``) is judged against the order-1 Richardson limit of the two largest ``ℓ``
+  by the three-outcome verdict of :func:`fedsde.validity.verdict.validity_verdict`, with the 1/ℓ report.  Clock
+  ``t = n·s²`` by default.
 * Linear and momentum rules (:mod:`fedsde.sde.rules`): the simulated rule against its first-order SDE's exact law.
 """
 
@@ -36,19 +38,64 @@ def _noisier(problem: QuadraticProblem, factor: float) -> QuadraticProblem:
                                         label_distributions=problem.label_distributions)
 
 
+def round_law_chain(problem: QuadraticProblem, aggregator: Aggregator, *, eta: float, local_steps, rounds: int,
+                    replicates: int, seed: int, server_lr: float, w0=None, record=None, noise_factor: float = 1.0
+                    ) -> np.ndarray:
+    """Weights (T, R, d) of a rule run on its exact round law: each round ``Δ = −B(w − c) + ε``, ``ε ~ N(0, N)``
+    (:func:`fedsde.sde.rules.rule_round_law`: FedAvg's averaged displacement on quadratic clients with Gaussian
+    noise, full participation — the same law as the simulator's round, one normal draw instead of ``Q·τ``), passed
+    to the rule's own ``apply`` as one client's update.  ``noise_factor`` multiplies ``N`` (SVAG's ``ℓ``); seeded
+    ``torch.Generator``, float64."""
+    import torch
+
+    from fedsde.aggregators import RoundContext
+    from fedsde.sde.coefficients import psd_sqrt
+    from fedsde.sde.rules import rule_round_law
+
+    law = rule_round_law(problem, aggregator, eta, local_steps, server_lr)
+    as_t = lambda a: torch.as_tensor(np.asarray(a), dtype=torch.float64)  # noqa: E731
+    B, c, root = as_t(law.B), as_t(law.c), as_t(psd_sqrt(noise_factor * law.noise_cov, name="N"))
+    R, d = positive_int("replicates", replicates), problem.d
+    gen = torch.Generator().manual_seed(int(seed))
+    w = as_t(start_point(w0, d)).expand(R, d).clone()
+    state = aggregator.init(w)
+    ones = torch.ones(R, 1, dtype=torch.float64)
+    ctx = dict(server_lr=float(server_lr), eta=float(eta), local_steps=torch.ones(R, 1, dtype=torch.long),
+               participating=torch.ones(R, 1, dtype=torch.bool), p=torch.ones(1, dtype=torch.float64))
+    keep = set(range(rounds + 1)) if record is None else {int(k) for k in record}
+    out = []
+    for n in range(rounds + 1):
+        if n in keep:
+            out.append(w.numpy().copy())
+        if n == rounds:
+            break
+        delta = -(w - c) @ B.T + torch.randn(R, d, generator=gen, dtype=torch.float64) @ root.T
+        w, state = aggregator.apply(w, delta.unsqueeze(1), ones, state, RoundContext(round=n, **ctx))
+    return np.stack(out)
+
+
 def adaptive_svag_chain(problem: QuadraticProblem, aggregator: Aggregator, *, eta: float, local_steps, rounds: int,
                         k: int, replicates: int, seed: int, server_lr: float, w0=None, record=None,
-                        device: str = "cpu") -> np.ndarray:
+                        device: str = "cpu", method: str = "round-law") -> np.ndarray:
     """Weights (T, R, d) of the adaptive SVAG chain with ``k`` at the base rounds ``record`` (default all; module
-    docstring)."""
+    docstring).  ``method="round-law"`` (default) samples the round from its exact law (:func:`round_law_chain`);
+    ``"simulate"`` runs the clients' local SGD in the simulator (the same law, slower)."""
+    from fedsde._validate import choice
     from fedsde.sde.adaptive import svag_aggregator
-    from fedsde.sim import simulate
 
+    choice("method", method, ("round-law", "simulate"))
     k = positive_int("k", k)
     base = np.arange(rounds + 1) if record is None else np.asarray(record, dtype=np.int64)
+    rule = svag_aggregator(aggregator, k)
+    if method == "round-law":
+        return round_law_chain(problem, rule, eta=eta, local_steps=local_steps, rounds=rounds * k * k,
+                               replicates=replicates, seed=seed, server_lr=server_lr / k, w0=w0,
+                               record=(base * k * k).tolist(), noise_factor=float(k * k))
+    from fedsde.sim import simulate
+
     res = simulate(_noisier(problem, float(k * k)), eta=eta, local_steps=local_steps, rounds=rounds * k * k,
-                   replicates=replicates, seed=seed, server_lr=server_lr / k, w0=w0,
-                   aggregator=svag_aggregator(aggregator, k), record=(base * k * k).tolist(), device=device)
+                   replicates=replicates, seed=seed, server_lr=server_lr / k, w0=w0, aggregator=rule,
+                   record=(base * k * k).tolist(), device=device)
     return res.weights
 
 
@@ -182,4 +229,4 @@ def adaptive_weak_error(problem: QuadraticProblem, aggregator: str | Aggregator,
     return WeakErrorCurve(steps, rounds * np.asarray(ks) ** 2, errs, slope, intercept, ea, eb, ses, cis, config)
 
 
-__all__ = ["DEFAULT_KS", "adaptive_svag_chain", "adaptive_weak_error", "rule_validity_test"]
+__all__ = ["DEFAULT_KS", "adaptive_svag_chain", "adaptive_weak_error", "round_law_chain", "rule_validity_test"]
