@@ -130,6 +130,32 @@ def add_aggregator_option(p: argparse.ArgumentParser) -> None:
                    "anything else as a string (the parameters are those of the classes in fedsde.aggregators)")
 
 
+def add_rule_sde_args(p: argparse.ArgumentParser, what: str = "the SDE") -> None:
+    """``--aggregator NAME`` (default: FedAvg's own SDE) and ``--aggregator-option KEY=VALUE``: which server rule's
+    SDE ``what`` is (:mod:`fedsde.sde.rules`, :mod:`fedsde.sde.adaptive`); a rule without one is refused in one
+    line."""
+    from fedsde._cli._names import AGGREGATOR_NAMES
+
+    p.add_argument("--aggregator", default=None, choices=AGGREGATOR_NAMES, metavar="NAME",
+                   help=f"server rule whose own SDE {what} uses: linear rules (fedavg, fedprox, fednova, feddisco) "
+                   "their first-order SDE from the rule's exact round, fedavgm the momentum SDE with step s/(1 − β), "
+                   "fedadam/fedyogi/fedadagrad the adaptive SDE of Malladi et al. 2022 where supported; scaffold and "
+                   "fedaware are refused with the reason (default: FedAvg's SDE, the --variant)")
+    add_aggregator_option(p)
+
+
+def rule_from_args(args: argparse.Namespace):
+    """The ``--aggregator`` rule as an instance (its options applied, its SDE kind declared), or ``None``."""
+    if getattr(args, "aggregator", None) is None:
+        if getattr(args, "aggregator_option", None):
+            raise FedsdeInputError("--aggregator-option: needs --aggregator NAME")
+        return None
+    from fedsde.aggregators import get_aggregator
+
+    agg = aggregator_from_args(args)
+    return get_aggregator(agg)
+
+
 def _reject_constant(name: str):
     raise ValueError(f"{name} is not a finite number")
 

@@ -12,10 +12,12 @@ from fedsde._cli.common import (
     add_json_flag,
     add_problem_args,
     add_renamed,
+    add_rule_sde_args,
     emit,
     flag,
     local_steps_from_args,
     parse_vector,
+    rule_from_args,
 )
 
 
@@ -67,6 +69,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="data problems: substeps of the Monte-Carlo-coefficient Euler runs ('0': none; default 1)")
     p.add_argument("--inner-samples", type=int, default=8, metavar="K",
                    help="data problems: Monte-Carlo rollouts per path and step of the Euler runs (default 8)")
+    add_rule_sde_args(p, "compare measures the chain against (quadratic clients: exact moments and the exact weak "
+                      "error vs h with its slope)")
     add_json_flag(p)
     p.set_defaults(func=run)
 
@@ -105,6 +109,9 @@ def run(args: argparse.Namespace) -> int:
     if args.noise_scaling is None:
         args.noise_scaling = "diffusive"
     h_grid = _refinement_steps(args.time_steps, args)
+    agg = rule_from_args(args)
+    if agg is not None:
+        return _rule(args, problem, agg, steps, w0, h_grid)
     if args.replicates is not None and args.replicates < 2:
         raise FedsdeInputError(f"{flag(args, 'replicates')}={args.replicates}: must be an integer >= 2 (a covariance "
                                "needs two paths)")
@@ -143,3 +150,32 @@ def _human(st, args: argparse.Namespace, problem) -> str:
         lines += [f"  E φ difference ({phi}): {v['value']:.4g} ± {Z95 * v['stderr']:.2g}"
                   for phi, v in mc["weak_error"].items()]
     return "\n".join(lines)
+
+
+def _rule(args: argparse.Namespace, problem, agg, steps, w0, h_grid) -> int:
+    """``--aggregator``: the rule's chain against its own SDE (linear and momentum rules: exact; adaptive rules:
+    Monte Carlo, :mod:`fedsde._cli._compare_adaptive`)."""
+    from fedsde.errors import FedsdeInputError
+
+    if args.variant != "corrected":
+        raise FedsdeInputError(f"--variant={args.variant}: with --aggregator the SDE is the rule's own first-order "
+                               "SDE; drop --variant")
+    if agg.sde_kind == "adaptive":
+        from fedsde._cli._compare_adaptive import run_adaptive
+
+        return run_adaptive(args, problem, agg, steps, w0)
+    from fedsde.compare.rule_weak import rule_sde_study
+
+    agg.check_problem(problem, args.problem)
+    st = rule_sde_study(problem, agg, eta=args.eta, local_steps=steps, rounds=args.rounds, server_lr=args.server_lr,
+                        h=args.h, w0=w0, time_steps=h_grid, noise_scaling=args.noise_scaling)
+    mom, weak = st["moments"], st["weak_error"]
+    lines = [f"aggregator={agg.name}  sde={st['sde']}  eta={args.eta}  server_lr={args.server_lr}  effective "
+             f"server_lr={st['effective_server_lr']:.6g}  h={st['h']}  rounds={args.rounds} (t = {st['t_end']:.6g})",
+             f"at t={st['t_end']:.6g}: W2(chain, SDE) = {mom['w2'][-1]:.6g}"]
+    lines += [f"weak error {phi:5s} vs h ({args.noise_scaling} noise): errors "
+              f"{', '.join(f'{e:.3g}' for e in v['errors'])} at h = {', '.join(f'{x:.3g}' for x in v['steps'])}; "
+              f"slope {v['slope']:.3f}" for phi, v in weak.items()]
+    if st["stationary"]["w2"] is not None:
+        lines.append(f"stationary W2(chain, SDE) = {st['stationary']['w2']:.6g}")
+    return emit(args, st, "\n".join(lines))

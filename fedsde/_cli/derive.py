@@ -8,6 +8,10 @@
   drift ``−A (w − c)``, time ``t = n·h`` (``h`` defaults to η).  Diagonal problems are evaluated with the
   lambdified symbolic formulas; full matrices through fedsde.exact's round law (see
   :func:`fedsde.symbolic.numeric.sde_coefficients_numeric`).
+* ``fedsde derive --problem FILE --aggregator A [--aggregator-option K=V …] --eta η --local-steps E|--client-steps
+  τ1,… [--server-lr s] [--h h] --json`` prints rule ``A``'s own first-order SDE with the same keys
+  (:func:`fedsde.sde.rules.rule_sde`: drift ``(s/h)B_A(w − c_A)``, diffusion ``(s²/h)N_A``; server momentum with
+  ``s/(1 − β)`` and its underdamped SDE under ``second_order``); a rule without one is refused in one line.
 * ``fedsde derive --errata [--format …]`` prints the generated errata of seed 002, Section 6.
 """
 
@@ -17,7 +21,15 @@ import argparse
 import sys
 
 from fedsde._cli import one_line_help
-from fedsde._cli.common import add_json_flag, emit, fmt_array, refuse_least_squares
+from fedsde._cli.common import (
+    add_json_flag,
+    add_rule_sde_args,
+    emit,
+    fmt_array,
+    local_steps_from_args,
+    refuse_least_squares,
+    rule_from_args,
+)
 from fedsde.errors import FedsdeInputError
 
 VARIANT_CHOICES = ("paper", "corrected", "matched")
@@ -44,6 +56,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="actual server step s = h·η₀ (default 1: plain FedAvg)")
     p.add_argument("--h", type=float, default=None, metavar="h",
                    help="time step of the lift, round n at t = n·h (default η, seed 002 Section 6)")
+    p.add_argument("--client-steps", default=None, metavar="τ1,τ2,…",
+                   help="per-client local steps (with --problem; overrides --local-steps)")
+    add_rule_sde_args(p, "derive --problem evaluates")
     p.add_argument("--errata", action="store_true", help="print the generated errata of seed 002, Section 6")
     add_json_flag(p)
     p.set_defaults(func=run)
@@ -73,6 +88,9 @@ def run(args: argparse.Namespace) -> int:
             raise FedsdeInputError(f"{name}={val}: only used with --problem FILE")
     if args.server_lr != 1.0:
         raise FedsdeInputError(f"--server-lr={args.server_lr}: only used with --problem FILE")
+    for name, val in (("--client-steps", args.client_steps), ("--aggregator", args.aggregator)):
+        if val is not None:
+            raise FedsdeInputError(f"{name}={val}: only used with --problem FILE")
     from fedsde.symbolic.render import derivation
 
     der = derivation(args.variant, _local_steps(args.local_steps, required=False))
@@ -90,6 +108,9 @@ def _numeric(args: argparse.Namespace) -> int:
 
     if args.eta is None:
         raise FedsdeInputError("--eta: required with --problem FILE")
+    agg = rule_from_args(args)
+    if agg is not None or args.client_steps:
+        return _rule(args, agg)
     E = _local_steps(args.local_steps, required=True)
     problem = load_problem(args.problem)
     refuse_least_squares(problem, "derive --problem")
@@ -110,6 +131,44 @@ def _numeric(args: argparse.Namespace) -> int:
         lines.append("stationary law: none (A is not stable)")
     else:
         lines += [f"stationary mean {fmt_array(st['mean'])}", f"stationary cov  {fmt_array(st['cov'])}"]
+    return emit(args, result, "\n".join(lines))
+
+
+def _rule(args: argparse.Namespace, agg) -> int:
+    """A rule's own first-order SDE on quadratic clients (FedAvg's corrected SDE when only --client-steps)."""
+    from fedsde.problems import load_problem, require_quadratic
+    from fedsde.sde.rules import rule_sde
+
+    if args.variant != "corrected":
+        raise FedsdeInputError(f"--variant={args.variant}: a rule's own SDE (--aggregator, --client-steps) is the "
+                               "corrected first-order SDE of its exact round; drop --variant")
+    problem = load_problem(args.problem)
+    refuse_least_squares(problem, "derive --problem --aggregator")
+    require_quadratic(problem, "derive --problem --aggregator", "a rule's exact one-round law is a closed form for "
+                      "quadratic losses only")
+    if args.client_steps is None:
+        args.local_steps = _local_steps(args.local_steps, required=True)
+    steps = local_steps_from_args(args, problem.Q)
+    if agg is not None:
+        agg.check_problem(problem, args.problem)
+    r = rule_sde(problem, "fedavg" if agg is None else agg, args.eta, steps, args.server_lr, args.h)
+    result = r.to_dict()
+    st = result["stationary"]
+    lines = [
+        f"aggregator={r.aggregator.name}  sde={r.kind}  eta={args.eta}  local_steps={result['local_steps']}  "
+        f"server_lr={args.server_lr}  effective server_lr={r.effective_server_lr:.6g}  h={r.sde.h}  (clock t = n·h)",
+        "dw = -A (w - c) dt + b dB(t)   (the rule's own first-order SDE)",
+        f"A              {fmt_array(r.sde.A)}",
+        f"c              {fmt_array(r.sde.c)}",
+        f"diffusion b bᵀ {fmt_array(r.sde.diffusion_cov)}",
+    ]
+    if st is None:
+        lines.append("stationary law: none (A is not stable)")
+    else:
+        lines += [f"stationary mean {fmt_array(st['mean'])}", f"stationary cov  {fmt_array(st['cov'])}"]
+    if r.momentum is not None:
+        lines.append(f"server momentum beta={r.momentum.beta:g}: first-order step s*g/(1-beta) = "
+                     f"{r.effective_server_lr:.6g}; underdamped (w, u) SDE under the JSON key second_order")
     return emit(args, result, "\n".join(lines))
 
 

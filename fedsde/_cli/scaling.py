@@ -28,7 +28,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--local-steps", required=True, type=int, metavar="E", help="local SGD steps per round")
     p.add_argument("--server-lr", type=float, default=1.0, metavar="s", help="actual server step (default 1)")
     p.add_argument("--rounds", required=True, type=int, metavar="n", help="rounds of the base run")
-    p.add_argument("--rule", required=True, choices=list(RULES), help="scaling rule")
+    p.add_argument("--rule", required=True, choices=[*RULES, "sqrt"],
+                   help="scaling rule (sqrt: the square-root rule of the adaptive server rules, Malladi et al. 2022 "
+                   "Def. 4.5: server step ×√κ, 1 − β ×κ, τ ×1/√κ, rounds ×1/κ for noise ×1/κ; needs --aggregator "
+                   "fedadam or fedyogi)")
     p.add_argument("--kappa", required=True, metavar="κ[,κ2,…]",
                    help="scaling factor; a comma-separated list gives the discrepancy as a function of κ")
     p.add_argument("--w0", default=None, metavar="w1,w2,…",
@@ -56,6 +59,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--z", type=float, default=3.5,
                    help="classification problems: curves separate where they differ by more than z standard "
                    "errors (3.5)")
+    from fedsde._cli.common import add_rule_sde_args
+
+    add_rule_sde_args(p, "the scaling rule maps (--rule sqrt: an adaptive rule; the first-order rules: fedavg)")
     add_json_flag(p)
     p.set_defaults(func=run)
 
@@ -82,6 +88,8 @@ def _run(args: argparse.Namespace) -> int:
         raise FedsdeInputError(f"--workers={args.workers}: must be an integer >= 1")
     kappas = _kappas(args.kappa)
     single = "," not in args.kappa
+    if args.rule == "sqrt" or getattr(args, "aggregator", None) is not None:
+        return _run_rule(args, kappas)
     rule = get_rule(args.rule)
     problem = load_problem(args.problem)
     if _is_regression(problem):
@@ -370,3 +378,39 @@ def _human_data_list(out: dict) -> str:
         lines.append(f"{k:8.4g} {'never' if t is None else f'{t:.4g}':>22s}")
     lines += [f"note (κ = {c['kappa']:g}): {n}" for c in out["cells"] for n in c.get("notes", [])]
     return "\n".join(lines)
+
+
+def _run_rule(args: argparse.Namespace, kappas: list[float]) -> int:
+    """``--rule sqrt --aggregator fedadam|fedyogi``: the square-root rule mapped and checked on quadratic clients
+    (:mod:`fedsde.scaling.sqrt_rule`); ``--aggregator`` with a first-order rule: FedAvg only."""
+    from fedsde._cli.common import rule_from_args
+    from fedsde.problems import QuadraticProblem, load_problem
+    from fedsde.scaling.sqrt_rule import SOURCE, sqrt_scaling_check
+
+    agg = rule_from_args(args)
+    if args.rule != "sqrt":
+        raise FedsdeInputError(f"--aggregator={args.aggregator} with --rule {args.rule}: the first-order rules map "
+                               "FedAvg's (η, E, s, Q, b) and keep FedAvg's SDE; other rules have their own SDE "
+                               "(--rule sqrt for fedadam/fedyogi)")
+    if agg is None:
+        raise FedsdeInputError("--rule sqrt: needs --aggregator fedadam or fedyogi (the rule scales the server's β's "
+                               "and τ)")
+    problem = load_problem(args.problem)
+    if not isinstance(problem, QuadraticProblem):
+        raise FedsdeInputError("--rule sqrt: checked on quadratic clients (the adaptive SDE is built on their exact "
+                               "round law)")
+    w0 = parse_vector("--w0", args.w0, problem.d)
+    cells = [sqrt_scaling_check(problem, agg, eta=args.eta, local_steps=args.local_steps, server_lr=args.server_lr,
+                                rounds=args.rounds, kappa=k, replicates=args.replicates, seed=args.seed, w0=w0)
+             for k in kappas]
+    out = cells[0] if len(cells) == 1 else {"rule": "sqrt", "source": SOURCE, "cells": cells}
+    lines = [f"rule sqrt ({SOURCE}): noise ×1/κ, server step ×√κ, 1 − β ×κ, τ ×1/√κ, rounds ×1/κ"]
+    for c in cells:
+        b, sc = c["base"], c["scaled"]
+        lines += [f"κ = {c['kappa']:g}: base s={b['server_lr']:g} n={b['rounds']} β=({b['beta1']:g}, {b['beta2']:g}) "
+                  f"τ={b['tau']:g} → s={sc['server_lr']:g} n={sc['rounds']} β=({sc['beta1']:g}, {sc['beta2']:g}) "
+                  f"τ={sc['tau']:g} (t = {b['time']:.4g})",
+                  f"  E F(w_T): base {b['loss_mean']:.6g} ± {b['loss_se']:.2g}, scaled {sc['loss_mean']:.6g} ± "
+                  f"{sc['loss_se']:.2g}; difference {c['loss_difference']:+.3g} ± {c['loss_difference_se']:.2g} "
+                  f"(s.e.); SDE coefficients equal to {c['sde_invariance']:.1e} (relative)"]
+    return emit(args, out, "\n".join(lines))

@@ -19,6 +19,7 @@ from fedsde._cli.common import (
     parse_vector,
     refuse_known_divergence,
     refuse_least_squares,
+    rule_from_args,
 )
 
 
@@ -58,6 +59,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="cpu", help="torch device (cpu, cuda, …)")
     p.add_argument("--float32", action="store_true", help="integrate in float32 (default float64)")
     p.add_argument("--chunk-size", type=int, default=None, metavar="C", help="paths integrated at once")
+    from fedsde._cli.common import add_rule_sde_args
+
+    add_rule_sde_args(p, "sde integrates (linear and momentum rules: their first-order OU, --method exact or euler; "
+                      "adaptive rules: the SDE of Malladi et al. with torchsde)")
     add_json_flag(p)
     p.set_defaults(func=run)
 
@@ -86,6 +91,11 @@ def run(args: argparse.Namespace) -> int:
     if every < 1:
         raise FedsdeInputError(f"--record-every={every}: must be an integer >= 1")
     record = sorted(set(range(0, args.rounds + 1, every)) | {args.rounds})
+    agg = rule_from_args(args)
+    if agg is not None:
+        from fedsde._cli._sde_rule import run_rule
+
+        return run_rule(args, problem, agg, steps, w0, record)
     refuse_known_divergence(problem, args.eta, steps, args.server_lr)
     general = _general_setup(args, problem, w0)
     if general is not None:

@@ -8,10 +8,12 @@ from fedsde._cli import one_line_help
 from fedsde._cli.common import (
     add_json_flag,
     add_problem_args,
+    add_rule_sde_args,
     emit,
     local_steps_from_args,
     parse_vector,
     refuse_known_divergence,
+    rule_from_args,
 )
 
 #: values of ``--reference``
@@ -70,6 +72,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="what final_cov holds per ℓ: full (d×d covariance, default), diag (the d variances) or none "
                    "(null); use diag or none for large models (d×d per ℓ is hundreds of MB of JSON at d in the "
                    "thousands) and in sweeps")
+    add_rule_sde_args(p, "validity judges the rule against (quadratic clients; adaptive rules: the SVAG test of "
+                      "Malladi et al. 2022 with k = 1, 2, 4, 8 by default, see --ells)")
     add_json_flag(p)
     p.set_defaults(func=run)
 
@@ -135,6 +139,9 @@ def run(args: argparse.Namespace) -> int:
         raise FedsdeInputError(f"--rounds={args.rounds}: must be an integer >= 1")
     if args.replicates is None or args.replicates < 2:
         raise FedsdeInputError(f"--replicates={args.replicates}: must be an integer >= 2 (a standard error needs two)")
+    agg = rule_from_args(args)
+    if agg is not None:
+        return _rule(args, problem, agg, steps, w0)
     try:
         reference = resolve_reference(problem, args.reference)
     except FedsdeInputError as err:
@@ -210,3 +217,44 @@ def human_report(res, problem, args: argparse.Namespace) -> str:
                      + ", ".join(f"{m} {float(res.metrics[m]['mean'][0, -1] - s['mean'][-1]):+.3g}"
                                  for m, s in res.sde.items() if m not in v.skipped))
     return "\n".join(lines)
+
+
+def _rule(args: argparse.Namespace, problem, agg, steps, w0) -> int:
+    """``--aggregator A``: the rule against its own SDE (:func:`fedsde.validity.adaptive.rule_validity_test`); for
+    adaptive rules ``--ells`` are the SVAG ``ℓ = k²`` (squares: 1,4,16,64 by default)."""
+    import math
+
+    from fedsde.errors import FedsdeInputError
+    from fedsde.problems import QuadraticProblem
+    from fedsde.sde.rules import NoSDEError
+    from fedsde.validity.adaptive import rule_validity_test
+
+    if agg.sde_kind is None:
+        raise NoSDEError(agg.sde_refusal)
+    if not isinstance(problem, QuadraticProblem):
+        raise FedsdeInputError(f"--aggregator={agg.name}: the rules' own SDEs are built on quadratic clients; "
+                               f"{args.problem} is not one")
+    agg.check_problem(problem, args.problem)
+    ks = None
+    if args.ells is not None:
+        ells = _ells(args.ells, "svag") or []
+        ks = [math.isqrt(e) for e in ells]
+        if any(k * k != e for k, e in zip(ks, ells, strict=True)):
+            raise FedsdeInputError(f"--ells={args.ells!r}: the adaptive SVAG chain has ℓ = k², so each value must be "
+                                   "a square (e.g. 1,4,16,64)")
+    res = rule_validity_test(problem, agg, eta=args.eta, local_steps=steps, rounds=args.rounds,
+                             replicates=args.replicates, seed=args.seed, server_lr=args.server_lr, h=args.h, w0=w0,
+                             ks=ks, tolerance=args.tolerance, alpha=args.alpha, record_every=args.record_every,
+                             device=args.device)
+    result = res.to_dict()
+    result["final_cov"] = final_cov_view(res.final_cov, args.final_cov)
+    v = res.verdict
+    lines = [f"aggregator={agg.name}  sde={agg.sde_kind}  eta={args.eta}  server_lr={args.server_lr}  "
+             f"h={res.config['h']}  rounds={args.rounds} (t up to {res.times[-1]:.6g})  replicates={args.replicates}",
+             "reference: " + (f"SVAG chains ℓ = k² = {', '.join(map(str, res.ells))}, Richardson limit of the two "
+                              "largest" if v.reference == "svag" else "exact law of the rule's first-order SDE"),
+             v.sentence(agg.name)]
+    for c in v.curves:
+        lines.append(f"  d({c['metric']}): simultaneous bounds of max_t d [{max(c['lower'][1:], default=0.0):.3g}, "
+                     f"{max(c['upper'][1:], default=0.0):.3g}], tolerance {c['tolerance']:g}")
+    return emit(args, result, "\n".join(lines))

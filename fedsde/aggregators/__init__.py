@@ -18,7 +18,14 @@ and never compare names.  :mod:`fedsde.aggregators.registry` maps names to class
 
 from __future__ import annotations
 
-from fedsde.aggregators.base import Aggregator, RoundContext, ServerRecursion, linear_recursion
+from fedsde.aggregators.base import (
+    SDE_KINDS,
+    Aggregator,
+    MomentumForm,
+    RoundContext,
+    ServerRecursion,
+    linear_recursion,
+)
 from fedsde.aggregators.fedadagrad import FedAdagrad
 from fedsde.aggregators.fedadam import FedAdam
 from fedsde.aggregators.fedavg import FedAvg
@@ -34,6 +41,7 @@ from fedsde.aggregators.scaffold import Scaffold
 
 __all__ = [
     "AGGREGATORS",
+    "SDE_KINDS",
     "Aggregator",
     "FedAWARE",
     "FedAdagrad",
@@ -44,6 +52,7 @@ __all__ = [
     "FedNova",
     "FedProx",
     "FedYogi",
+    "MomentumForm",
     "RoundContext",
     "Scaffold",
     "ServerRecursion",

@@ -49,6 +49,29 @@ VARIANTS = ("paper", "bias_corrected", "flower")
 
 
 @dataclass(frozen=True)
+class AdaptiveForm:
+    """What the adaptive SDE (:mod:`fedsde.sde.adaptive`) reads of a rule.
+
+    Attributes
+    ----------
+    beta1, beta2, tau, v0 : float
+        The rule's parameters.
+    second_moment : {"ema", "yogi"}
+        ``v ← β₂v + (1 − β₂)Δ²`` (Adam) or Yogi's ``v ← v − (1 − β₂)Δ² sign(v − Δ²)``.
+    correction : {"none", "moments", "step"}
+        No bias correction (``"paper"``), ``m̂ = m/(1 − β₁^t)``, ``v̂ = v/(1 − β₂^t)`` (``"bias_corrected"``), or
+        Flower's FedAdam step factor ``√(1 − β₂^(n+2))/(1 − β₁^(n+2))`` (``"step"``).
+    """
+
+    beta1: float
+    beta2: float
+    tau: float
+    v0: float
+    second_moment: str
+    correction: str
+
+
+@dataclass(frozen=True)
 class AdaptiveState:
     """First and second moment estimates ``m``, ``v`` (each shape (R, d)) and the update count ``t``."""
 
@@ -72,6 +95,7 @@ class AdaptiveServer(Aggregator):
     """
 
     stateful = True
+    sde_kind = "adaptive"
     paper = "Reddi et al. 2021, Algorithm 2"
     #: Flower's defaults of the strategy (``beta_1``, ``beta_2``, ``tau``) for ``variant="flower"``
     _flower_defaults: ClassVar[tuple[float, float, float]] = (0.9, 0.99, 1e-9)
@@ -89,6 +113,33 @@ class AdaptiveServer(Aggregator):
         self.tau = positive_float("tau", tau)
         default_v0 = self.tau**2 if variant == "paper" else 0.0
         self.v0 = default_v0 if v0 is None else positive_float("v0", v0, allow_zero=True)
+
+    #: the rule's second-moment recursion as :class:`AdaptiveForm` names it (None: no SDE, e.g. Adagrad's sum)
+    _second_moment_form: ClassVar[str | None] = "ema"
+
+    def sde_weights(self, weights, norms, local_steps, *, p=None):
+        """``ω = weights``: the moments run on FedAvg's averaged displacement ``Σ_k ω_k Δ_k``."""
+        import numpy as np
+
+        return np.array(weights, dtype=np.float64)
+
+    def adaptive_form(self) -> AdaptiveForm:
+        """The parameters the adaptive SDE reads (:class:`AdaptiveForm`)."""
+        if self.variant == "bias_corrected":
+            corr = "moments"
+        elif self.variant == "flower" and self._flower_step_correction:
+            corr = "step"
+        else:
+            corr = "none"
+        return AdaptiveForm(float(self.beta1), float(self.beta2), float(self.tau), float(self.v0),
+                            str(self._second_moment_form), corr)
+
+    def rescaled(self, *, one_minus_beta: float, tau: float) -> AdaptiveServer:
+        """A copy with ``1 − β_i`` multiplied by ``one_minus_beta``, ``τ`` and ``√v₀`` by ``tau`` (the SVAG chain of
+        Malladi et al. 2022 with ``k``: 1/k², k; their square-root scaling rule with ``κ``: κ, 1/√κ)."""
+        b1 = 1.0 - (1.0 - self.beta1) * one_minus_beta if self.beta1 > 0 else 0.0  # β₁ = 0: no m to scale
+        b2 = 1.0 - (1.0 - self.beta2) * one_minus_beta
+        return type(self)(beta1=b1, beta2=b2, tau=self.tau * tau, variant=self.variant, v0=self.v0 * tau * tau)
 
     def init(self, w0: torch.Tensor) -> AdaptiveState:
         return AdaptiveState(m=torch.zeros_like(w0), v=torch.full_like(w0, self.v0), t=0)

@@ -36,7 +36,11 @@ never compare names):
 * ``generalised_weights(weights, norms, local_steps)`` — the weights of seed 003's generalised update (6);
 * ``server_recursion(B, server_lr)`` — the linear recursion of the server mean (:class:`ServerRecursion`), or
   ``None``;
-* ``check_problem(problem, source)`` — a one-line error when the rule needs data the problem does not carry.
+* ``check_problem(problem, source)`` — a one-line error when the rule needs data the problem does not carry;
+* ``sde_kind`` — which continuous-time model the rule has (:data:`SDE_KINDS`: ``"linear"``, the first-order SDE of
+  its exact one-round law; ``"momentum"``, server heavy ball; ``"adaptive"``, the SDE of Malladi et al. 2022), or
+  ``None`` with ``sde_refusal`` saying why; ``sde_weights`` and ``momentum_form`` give what those SDEs read
+  (:mod:`fedsde.sde.rules`, :mod:`fedsde.sde.adaptive`).
 
 A new rule that is linear in the displacements implements ``apply`` and ``linear_weights``; the exact laws, the
 stability check and the theory functions then apply to it unchanged.
@@ -88,6 +92,34 @@ class RoundContext:
     p: torch.Tensor
     norms: torch.Tensor | None = None
     first_grads: torch.Tensor | None = None
+
+
+#: the continuous-time models a rule can declare (:attr:`Aggregator.sde_kind`)
+SDE_KINDS = ("linear", "momentum", "adaptive")
+
+
+@dataclass(frozen=True)
+class MomentumForm:
+    """Server heavy ball on a linear rule's step ``U = Σ_k ω_k Δ_k``: ``v ← βv + gU``, ``w ← w + s·(v or βv + gU)``.
+
+    Attributes
+    ----------
+    beta : float
+        Momentum ``β ∈ [0, 1)``.
+    gain : float
+        ``g`` (``1 − δ`` with dampening ``δ``).
+    nesterov : bool
+        ``w ← w + s(βv' + gU)`` instead of ``w ← w + s v'``.
+    """
+
+    beta: float
+    gain: float = 1.0
+    nesterov: bool = False
+
+    @property
+    def step_factor(self) -> float:
+        """``g/(1 − β)``: the first-order SDE's server step is ``s·g/(1 − β)`` (Li, Tai & E 2019, heavy ball)."""
+        return self.gain / (1.0 - self.beta)
 
 
 @dataclass(frozen=True)
@@ -282,6 +314,44 @@ class Aggregator(ABC):
         Default: :func:`linear_recursion` (``I − s·B``) for stateless rules, ``None`` for rules with server state.
         """
         return None if self.stateful else linear_recursion(B, server_lr)
+
+    # ---------------------------------------------------------------- the SDE the rule declares
+    @property
+    def sde_kind(self) -> str | None:
+        """The rule's continuous-time model, one of :data:`SDE_KINDS`, or ``None`` (then :attr:`sde_refusal` says
+        why).  Default: ``"linear"`` for a stateless rule whose :meth:`linear_weights` exist and whose clients run
+        plain or proximal SGD (no local momentum), else ``None``."""
+        if self.stateful or self.local_solver.momentum:
+            return None
+        try:
+            self.linear_weights(np.ones(1), np.ones(1), np.ones(1))
+        except NoExactLawError:
+            return None
+        except Exception:  # weights that need bound data (FedDisco) still declare linearity
+            return "linear"
+        return "linear"
+
+    @property
+    def sde_refusal(self) -> str:
+        """Why the rule has no SDE here (one line; empty when :attr:`sde_kind` is set)."""
+        if self.sde_kind is not None:
+            return ""
+        if self.local_solver.momentum:
+            return (f"aggregator={self._label!r}: its clients run local momentum, whose round map the rule SDEs do "
+                    "not model (SDEs exist for plain and proximal local SGD)")
+        return (f"aggregator={self._label!r}: declares no SDE (SDEs exist for linear rules, server momentum and the "
+                "adaptive server rules)")
+
+    def sde_weights(self, weights: np.ndarray, norms: np.ndarray, local_steps: np.ndarray, *,
+                    p: np.ndarray | None = None) -> np.ndarray:
+        """The weights ``ω`` of the linear step ``U = Σ_k ω_k Δ_k`` the rule's SDE is built on (default
+        :meth:`linear_weights`; a momentum rule gives those of the step under its buffer).  Shapes as
+        :meth:`linear_weights`."""
+        return self.linear_weights(weights, norms, local_steps, p=p)
+
+    def momentum_form(self) -> MomentumForm | None:
+        """The server heavy ball on top of :meth:`sde_weights` (rules of kind ``"momentum"``), else ``None``."""
+        return None
 
     @property
     def _label(self) -> str:

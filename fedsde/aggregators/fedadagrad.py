@@ -18,6 +18,10 @@ class FedAdagrad(AdaptiveServer):
 
     name = "fedadagrad"
     _correct_v = False
+    _second_moment_form = None
+    sde_kind = None
+    sde_refusal = ("aggregator='fedadagrad': no adaptive SDE; its v is a running sum of Δ², not a moving average, so "
+                   "there is no 1 − β₂ for the SDE scaling of Malladi et al. 2022 (their SDEs cover RMSprop and Adam)")
     _flower_defaults = (0.0, 0.99, 1e-9)  # Flower's FedAdagrad has no beta_1 (FedOpt's 0); beta_2 unused
 
     def _second_moment(self, v: torch.Tensor, d2: torch.Tensor) -> torch.Tensor:

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from fedsde._validate import choice, unit_interval
-from fedsde.aggregators.base import Aggregator, RoundContext, ServerRecursion, weighted_mean
+from fedsde.aggregators.base import Aggregator, MomentumForm, RoundContext, ServerRecursion, weighted_mean
 from fedsde.aggregators.registry import register
 
 VARIANTS = ("heavy_ball", "nesterov")
@@ -71,6 +71,17 @@ class FedAvgM(Aggregator):
         M = np.vstack([top, np.hstack([-g * B, beta * eye])])
         return ServerRecursion(M, f"the server momentum recursion of the mean ({self.name} {self.variant}, "
                                   f"beta={beta:g})")
+
+    sde_kind = "momentum"
+
+    def sde_weights(self, weights: np.ndarray, norms: np.ndarray, local_steps: np.ndarray, *,
+                    p: np.ndarray | None = None) -> np.ndarray:
+        """``ω = weights``: the buffer averages FedAvg's step ``Σ_k ω_k Δ_k`` (shapes as the base's)."""
+        return np.array(weights, dtype=np.float64)
+
+    def momentum_form(self) -> MomentumForm:
+        """``β``, ``g = 1 − δ`` and the variant (module docstring); first-order step ``s·g/(1 − β)``."""
+        return MomentumForm(float(self.beta), 1.0 - float(self.dampening), self.variant == "nesterov")
 
     def init(self, w0: torch.Tensor) -> MomentumState:
         return MomentumState(v=torch.zeros_like(w0))

@@ -80,6 +80,9 @@ class FedAWARE(Aggregator):
     name = "fedaware"
     paper = "Zeng et al. (seeds 000/001), Algorithm 1"
     stateful = True
+    sde_refusal = ("aggregator='fedaware': no SDE of the weights alone; its step is the min-norm point of Q per-client "
+                   "momenta carried across rounds (normalised, non-smooth in them), so the general SDE (eq. 2) of a "
+                   "one-round map of w is undefined")
     warm_start_rounds = 0  # set per instance from ``warm_start``
 
     def __init__(self, alpha: float = 0.5, *, variant: str = "normalized", warm_start: bool | str = True,

@@ -196,6 +196,18 @@ class FedDisco(Aggregator):
         return self._base.warm_start_rounds
 
     @property
+    def sde_kind(self) -> str | None:
+        """The base rule's (its SDE with the Disco weights in place of ``p``)."""
+        return self._base.sde_kind
+
+    @property
+    def sde_refusal(self) -> str:
+        return self._base.sde_refusal
+
+    def momentum_form(self):
+        return self._base.momentum_form()
+
+    @property
     def base_rule(self) -> Aggregator:
         """The wrapped rule."""
         return self._base

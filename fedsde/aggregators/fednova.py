@@ -62,7 +62,7 @@ import torch
 
 from fedsde._compat import renamed
 from fedsde._validate import choice, positive_float, unit_interval
-from fedsde.aggregators.base import Aggregator, RoundContext, weighted_mean
+from fedsde.aggregators.base import Aggregator, MomentumForm, RoundContext, weighted_mean
 from fedsde.aggregators.registry import register
 from fedsde.clients.solvers import LocalSolver
 from fedsde.errors import FedsdeInputError
@@ -143,6 +143,17 @@ class FedNova(Aggregator):
     def stateful(self) -> bool:
         """True with server momentum (its buffer is server state)."""
         return self.server_momentum > 0
+
+    @property
+    def sde_kind(self) -> str | None:
+        """``"linear"``; ``"momentum"`` with server momentum; ``None`` with local momentum (base rule)."""
+        if self.local_solver.momentum:
+            return None
+        return "momentum" if self.server_momentum else "linear"
+
+    def momentum_form(self) -> MomentumForm | None:
+        """With server momentum ``γ``: ``v = ηb``, ``v ← γv + U``, ``w ← w + s v`` (heavy ball, ``g = 1``)."""
+        return MomentumForm(float(self.server_momentum)) if self.server_momentum else None
 
     def linear_weights(self, weights: np.ndarray, norms: np.ndarray, local_steps: np.ndarray, *,
                        p: np.ndarray | None = None) -> np.ndarray:

@@ -17,6 +17,7 @@ class FedYogi(AdaptiveServer):
     """Yogi on the server (formula, defaults and bias-correction variants: :mod:`fedsde.aggregators._adaptive`)."""
 
     name = "fedyogi"
+    _second_moment_form = "yogi"
     _flower_defaults = (0.9, 0.99, 1e-3)  # Flower's FedYogi: beta_1, beta_2, tau
 
     def _second_moment(self, v: torch.Tensor, d2: torch.Tensor) -> torch.Tensor:

@@ -55,6 +55,9 @@ class Scaffold(Aggregator):
     paper = "Karimireddy et al. 2020, Algorithm 1"
     stateful = True
     needs_norms = True
+    sde_refusal = ("aggregator='scaffold': no SDE of the weights alone; each round's step depends on the control "
+                   "variates c, c_k, which are the clients' own past stochastic gradients carried across rounds, so "
+                   "the general SDE (eq. 2) of a one-round map of w is undefined")
 
     def __init__(self, option: str = "II", *, control: str = "uniform", local_solver: LocalSolver | None = None):
         option = str(option).upper()
