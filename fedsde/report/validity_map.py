@@ -73,6 +73,7 @@ def threshold_path(kappas: np.ndarray, kappa_star: float) -> tuple[np.ndarray, n
                     x = i + (target - lk[i]) / step
                     if min(i, edge) <= x <= max(i, edge):
                         found.append(x)
+        found = sorted({round(float(x), 9) for x in found})  # a cell exactly at κ* ends two intervals
         if not found:
             xs.append(np.nan)
             ys.append(np.nan)
