@@ -59,6 +59,7 @@ def _look(row: dict) -> dict:
     out = {"outcome": verdict.get("outcome") if row["status"] == "done" else None,
            "gap": worst.get("gap"), "lower": worst.get("lower"), "upper": worst.get("upper"),
            "replicates_needed": verdict.get("replicates_needed"), "metric": worst.get("metric"),
+           "metric_tolerance": worst.get("tolerance"),
            "replicates": (result.get("config") or {}).get("replicates"), "status": row["status"],
            "record": row["record"]}
     if row["status"] != "done":
@@ -119,7 +120,8 @@ def run_map(
     -------
     dict
         ``cells`` (one per cell, in grid order: ``eta``, ``local_steps``, ``server_lr``, ``outcome``, ``gap``,
-        ``lower``, ``upper``, ``replicates_needed``, ``kappa``, and ``metric``, ``replicates``, ``look``, ``looks``,
+        ``lower``, ``upper``, ``replicates_needed``, ``kappa``, and ``metric`` (the decisive one, whose gap ``gap``
+        is) with its ``metric_tolerance``, ``replicates``, ``look``, ``looks``,
         ``status``, ``record``), ``grid``, ``tolerance``, ``accuracy_tolerance``, ``alpha`` (the map's error
         level) and ``alpha_per_look``, ``problem``, ``reference``, ``ells``, ``rounds``, ``replicates``, ``seed``,
         ``kappa_threshold`` with ``claim`` and ``kappa_measure``, ``counts`` (cells per outcome), ``refine``,

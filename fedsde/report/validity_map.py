@@ -29,6 +29,15 @@ STYLE = {
 }
 
 
+#: what the numbers in a cell are (the legend's last entry)
+CELL_TEXT = ("in each cell: outcome; d̂ = largest gap |E φ_FedAvg − E φ_SDE| over the judged metrics and times, "
+             "relative to the SDE's movement (test accuracy: in accuracy units, against its own tolerance); its "
+             "simultaneous interval [lower, upper]; κ = s·λ_max(B), the fraction of the distance to the fixed point "
+             "one round removes; undecided cells: the replicates per chain that would decide")
+#: metrics whose gap is in their own units (against their own tolerance), as a cell names them
+OWN_UNITS = {"test_accuracy": "accuracy"}
+
+
 def _num(x) -> float:
     return float("nan") if x is None else float(x)
 
@@ -42,8 +51,12 @@ def _label(c: dict) -> str:
         lines = [outcome, "no finite gap", "(FedAvg or the SDE", "blew up?)"]
     else:
         lines = [outcome, f"d̂ = {gap:.3g}", f"[{low:.2g}, {up:.2g}]" if math.isfinite(up) else f"[{low:.2g}, ∞)"]
+        if c.get("metric") in OWN_UNITS:
+            lines.insert(2, f"({OWN_UNITS[c['metric']]}, tol {_num(c.get('metric_tolerance')):g})")
     if c.get("kappa") is not None:
         lines.append(f"κ = {c['kappa']:.2g}")
+    if c.get("look") == 2:
+        lines.append(f"2nd look, R = {c.get('replicates')}")
     if outcome == "inconclusive" and c.get("replicates_needed") is not None:
         lines.append(f"needs R = {c['replicates_needed']}")
     return "\n".join(lines)
@@ -96,7 +109,7 @@ def map_figure(record: dict):
     cells = {(c["server_lr"], c["local_steps"], c["eta"]): c for c in record["cells"]}
     kappa_star = record.get("kappa_threshold")
     width = max(4.2, 1.25 * nH + 1.6)
-    fig, axes = plt.subplots(1, len(servers), figsize=(width * len(servers), 0.95 * nE + 1.9), squeeze=False)
+    fig, axes = plt.subplots(1, len(servers), figsize=(width * len(servers), 1.15 * nE + 1.9), squeeze=False)
     size = 7.5 if nH <= 4 else 6.5
     drew_line = False
     for ax, s in zip(axes[0], servers, strict=True):
@@ -107,14 +120,16 @@ def map_figure(record: dict):
                 colour = STYLE.get(c.get("outcome"), STYLE[None])[0]
                 ax.add_patch(mpatches.Rectangle((i - 0.5, j - 0.5), 1, 1, facecolor=colour, edgecolor="white",
                                                 lw=2, hatch="//" if c.get("outcome") is None else None))
-                ax.text(i, j, _label(c), ha="center", va="center", fontsize=size, linespacing=1.15)
+                ax.text(i, j, _label(c), ha="center", va="center", fontsize=size, linespacing=1.15, zorder=4,
+                        bbox={"facecolor": colour, "alpha": 0.85, "edgecolor": "none", "pad": 1.5})
                 if c.get("kappa") is not None:
                     kappas[j, i] = c["kappa"]
         if kappa_star is not None:
             x, y = threshold_path(kappas, kappa_star)
             if np.isfinite(x).any():
                 drew_line = True
-                ax.plot(x, y, "k--", lw=2.2, path_effects=[pe.Stroke(linewidth=4.5, foreground="white"), pe.Normal()])
+                halo = [pe.Stroke(linewidth=4.5, foreground="white"), pe.Normal()]
+                ax.plot(x, y, "k--", lw=2.2, zorder=3, path_effects=halo)
         ax.set_xlim(-0.5, nH - 0.5)
         ax.set_ylim(-0.5, nE - 0.5)
         ax.set_xticks(range(nH), [f"{v:g}" for v in etas])
@@ -125,7 +140,7 @@ def map_figure(record: dict):
         ax.tick_params(length=0)
         for side in ax.spines.values():
             side.set_visible(False)
-    outcomes = [o for o in STYLE if any(c.get("outcome") == o for c in record["cells"])]
+    outcomes = [o for o in STYLE if o is not None or any(c.get("outcome") is None for c in record["cells"])]
     handles = [mpatches.Patch(facecolor=STYLE[o][0], edgecolor="#999999", hatch="//" if o is None else None,
                               label=STYLE[o][1].replace("tolerance", f"tolerance {record['tolerance']:g}", 1))
                for o in outcomes]
@@ -134,11 +149,7 @@ def map_figure(record: dict):
         handles.append(Line2D([], [], color="k", ls="--", lw=2.2,
                               label=f"κ = κ* = {kappa_star:.3g}{where}: the claim {record.get('claim')} predicts "
                               "'tracks' on the side of smaller κ"))
-    handles.append(mpatches.Patch(facecolor="none", edgecolor="none",
-                                  label="in each cell: outcome; d̂ = largest gap |E φ_FedAvg − E φ_SDE| over the "
-                                  "judged metrics and times, relative to the SDE's movement; its simultaneous "
-                                  "interval [lower, upper]; κ = s·λ_max(B), the fraction of the distance to the "
-                                  "fixed point one round removes"))
+    handles.append(mpatches.Patch(facecolor="none", edgecolor="none", label=CELL_TEXT))
     wrap = max(60, int(14 * fig.get_figwidth()))
     for h in handles:
         h.set_label(textwrap.fill(h.get_label(), wrap, subsequent_indent="  "))
