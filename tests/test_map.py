@@ -105,6 +105,14 @@ def test_map_user_mistakes_are_one_line_errors(tmp_path, capsys, extra, message)
     assert not (tmp_path / "x" / "cells").exists()
 
 
+def test_map_memory_is_checked_before_anything_runs(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("FEDSDE_MEMORY_LIMIT", "1K")
+    assert main(["map", *ARGS, "--out", str(tmp_path / "m"), "--json"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "map of 4 cells" in err and "needs about" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "m").exists()
+
+
 def test_grid_is_sorted_and_checked():
     g = MapGrid(eta=(0.3, 0.1), local_steps=(4, 1), server_lr=(1.0, 0.5))
     assert g.eta == (0.1, 0.3) and g.shape == (2, 2, 2) and g.n_cells == 8

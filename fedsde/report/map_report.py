@@ -80,9 +80,13 @@ def write_outputs(record: dict, out: str | Path, problem) -> dict[str, str]:
     fig.clf()
     panels = [(title, c, _result(out, c)) for title, c in extremes(record["cells"])]
     if panels:
-        fig = paths_figure(panels)
-        save_figure(fig, out / "paths", dpi=120)
-        fig.clf()
+        try:
+            fig = paths_figure(panels)
+            save_figure(fig, out / "paths", dpi=120)
+            fig.clf()
+        except (ValueError, OverflowError, FloatingPointError) as exc:  # the paths are data; the map stands alone
+            record.setdefault("notes", []).append(f"paths figure not drawn: {type(exc).__name__}: {exc}")
+            panels = []
     cache: dict = {}
     tracking = [c for c in record["cells"] if c.get("outcome") == "tracks"][:MAX_MOVES]
     moves = [(c, scaling_moves(problem, c, rounds=record["rounds"], kappa_star=record.get("kappa_threshold"),
@@ -179,6 +183,8 @@ def build_html(record: dict, out: Path, panels: list, moves: list) -> str:
                   "</figcaption></figure>"]
     parts += ["<h2>Undecided cells</h2>", _inconclusive(record), "<h2>Scaling from the cells that track</h2>",
               _moves(record, moves)]
+    for note in record.get("notes") or ():
+        parts.append(f"<p class='na'>{_esc(note)}</p>")
     failed = [c for c in record["cells"] if c.get("outcome") is None]
     if failed:
         parts.append("<h2>Failed cells</h2><table><tr><th>cell</th><th>error</th></tr>" + "".join(

@@ -178,6 +178,22 @@ def _curves(result: dict) -> list[tuple[str, np.ndarray, np.ndarray, np.ndarray,
     return out
 
 
+def _keep_in_view(ax, fedavg: np.ndarray, sde: np.ndarray) -> None:
+    """Where one side's path runs off by orders of magnitude (it blew up), limit the axis to the other side's range
+    and say on the plot how far the first one went."""
+    spans = {name: float(np.nanmax(np.abs(v))) if np.isfinite(v).any() else math.inf
+             for name, v in (("FedAvg", fedavg), ("SDE", sde))}
+    calm, wild = sorted(spans, key=spans.get)
+    if not spans[wild] > 1e3 * max(spans[calm], 1e-300):
+        return
+    v = fedavg if calm == "FedAvg" else sde
+    lo, hi = float(np.nanmin(v)), float(np.nanmax(v))
+    pad = 0.5 * (hi - lo) + 1e-12 * max(1.0, abs(hi))
+    ax.set_ylim(lo - pad, hi + pad)
+    ax.text(0.02, 0.97, f"{wild} leaves the plot (|mean| up to {spans[wild]:.2g})", transform=ax.transAxes,
+            fontsize=7, va="top", color="#a31515")
+
+
 def paths_figure(panels: list[tuple[str, dict, dict]]):
     """FedAvg against the SDE (mean paths with 95 % bands) of each ``(title, cell, validity result)``: one row per
     cell, one column per judged metric."""
@@ -199,10 +215,7 @@ def paths_figure(panels: list[tuple[str, dict, dict]]):
             ax.fill_between(t, sm - Z95 * ss, sm + Z95 * ss, color="k", alpha=0.12, lw=0)
             ax.set_xlabel("t = n·h")
             ax.set_ylabel(m)
-            both = np.abs(np.r_[fm, sm])
-            floor = float(np.nanmin(both[both > 0], initial=1.0))
-            if np.isfinite(both).all() and float(both.max()) > 1e4 * floor:  # one side blew up: show both sides
-                ax.set_yscale("symlog", linthresh=floor)
+            _keep_in_view(ax, fm, sm)
             if k == 0:
                 ax.set_title(f"{title}: η = {cell['eta']:g}, E = {cell['local_steps']}, s = {cell['server_lr']:g}\n"
                              f"{cell.get('outcome')}, d̂ = {_num(cell.get('gap')):.3g}", fontsize=9, loc="left")
