@@ -38,8 +38,8 @@ KAPPA_MEASURE = ("κ = s·λ_max(B), B = Σ_k p_k [I − (I − ηU_k)^E] (data:
 
 def cell_records(out: str | os.PathLike) -> list[dict[str, Any]]:
     """The cells stored in the sweep folder ``out``, in grid order: ``coords``, ``status`` (``done``, ``failed`` or
-    ``missing``), ``error``, ``result`` (the command's JSON object, or ``None``) and ``record`` (the cell file,
-    relative to ``out``)."""
+    ``missing``), ``error``, ``result`` (the command's JSON object, or ``None``), ``warnings`` (the cell's) and
+    ``record`` (the cell file, relative to ``out``)."""
     from fedsde.sweep.store import CELLS_DIR, iter_records, read_spec
 
     rows = []
@@ -47,6 +47,7 @@ def cell_records(out: str | os.PathLike) -> list[dict[str, Any]]:
         rec = rec or {}
         rows.append({"coords": dict(cell.coords), "status": rec.get("status", "missing"),
                      "error": rec.get("error") or "", "result": rec.get("result"),
+                     "warnings": list(rec.get("warnings") or ()),
                      "record": f"{CELLS_DIR}/{cell.id}.json"})
     return rows
 
@@ -61,7 +62,7 @@ def _look(row: dict) -> dict:
            "replicates_needed": verdict.get("replicates_needed"), "metric": worst.get("metric"),
            "metric_tolerance": worst.get("tolerance"),
            "replicates": (result.get("config") or {}).get("replicates"), "status": row["status"],
-           "record": row["record"]}
+           "record": row["record"], "warnings": row.get("warnings", [])}
     if row["status"] != "done":
         out["error"] = row["error"] or "not run"
     return out
@@ -121,9 +122,9 @@ def run_map(
     dict
         ``cells`` (one per cell, in grid order: ``eta``, ``local_steps``, ``server_lr``, ``outcome``, ``gap``,
         ``lower``, ``upper``, ``replicates_needed``, ``kappa``, and ``metric`` (the decisive one, whose gap ``gap``
-        is) with its ``metric_tolerance``, ``replicates``, ``look``, ``looks``,
-        ``status``, ``record``), ``grid``, ``tolerance``, ``accuracy_tolerance``, ``alpha`` (the map's error
-        level) and ``alpha_per_look``, ``problem``, ``reference``, ``ells``, ``rounds``, ``replicates``, ``seed``,
+        is) with its ``metric_tolerance``, ``replicates``, ``look``, ``looks``, ``status``, ``record``,
+        ``warnings``), ``grid``, ``tolerance``, ``accuracy_tolerance``, ``alpha`` (the map's error level) and
+        ``alpha_per_look``, ``problem``, ``reference``, ``ells``, ``rounds``, ``replicates``, ``seed``,
         ``kappa_threshold`` with ``claim`` and ``kappa_measure``, ``counts`` (cells per outcome), ``refine``,
         ``sweep`` (the grid's sweep summary), ``memory_estimate_bytes`` and ``out``.
     """
