@@ -126,13 +126,15 @@ def run(args: argparse.Namespace) -> int:
                "metrics": _names("--metrics", args.metrics),
                "verdict_metrics": _names("--verdict-metrics", args.verdict_metrics),
                "record_every": args.record_every, "device": args.device}
-    record = run_map(args.problem, grid, rounds=args.rounds, replicates=args.replicates, seed=args.seed, out=out,
-                     options=options, refine=args.refine, workers=args.workers, scheduler=args.scheduler,
-                     resume=args.resume, max_cells=args.max_cells, progress=not args.json, commands=cell_commands())
     from fedsde.problems import load_problem
     from fedsde.report.map_report import write_outputs
 
-    record["files"] = write_outputs(record, out, load_problem(args.problem))
+    problem = load_problem(args.problem)
+    record = run_map(args.problem, grid, rounds=args.rounds, replicates=args.replicates, seed=args.seed, out=out,
+                     options=options, refine=args.refine, workers=args.workers, scheduler=args.scheduler,
+                     resume=args.resume, max_cells=args.max_cells, progress=not args.json, commands=cell_commands(),
+                     problem=problem)
+    record["files"] = write_outputs(record, out, problem)
     failed = record["counts"]["failed"]
     if failed:
         from fedsde._cli.common import warn

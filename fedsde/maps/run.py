@@ -94,6 +94,7 @@ def run_map(
     max_cells: int | None = None,
     progress: bool = True,
     commands: Mapping | None = None,
+    problem=None,
 ) -> dict[str, Any]:
     """The validity map of the problem in ``problem_file`` over ``grid`` (see the module docstring).
 
@@ -116,6 +117,9 @@ def run_map(
         Replicates per chain to spend on the undecided cells (:mod:`fedsde.maps.refine`); ``None``: one look.
     workers, scheduler, resume, max_cells, progress, commands
         As :func:`fedsde.sweep.run` (``max_cells`` is checked here first, from the axis lengths).
+    problem
+        The problem of ``problem_file`` when already loaded (its cached optimum and Hessians are reused for ``κ``);
+        the cells load the file themselves.
 
     Returns
     -------
@@ -150,7 +154,7 @@ def run_map(
     tolerance = positive_float("tolerance", options.get("tolerance", 0.05))
     accuracy_tolerance = positive_float("accuracy_tolerance", options.get("accuracy_tolerance", 0.01))
     path = Path(problem_file).absolute()
-    problem = load_problem(path)
+    problem = load_problem(path) if problem is None else problem
     reference = resolve_reference(problem, options.get("reference"))
     ells = sorted({int(e) for e in options.get("ells") or DEFAULT_ELLS[reference]})
     recorded = options.get("metrics") or metric_names(problem)
