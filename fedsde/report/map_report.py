@@ -72,18 +72,18 @@ def _result(out: Path, cell: dict) -> dict:
 def write_outputs(record: dict, out: str | Path, problem) -> dict[str, str]:
     """Write the map's files into ``out`` (the map's folder); returns name → path."""
     from fedsde.maps.moves import scaling_moves
-    from fedsde.report.validity_map import map_figure, paths_figure
+    from fedsde.report.validity_map import map_figure, paths_figure, plt
 
     out = Path(out)
     fig = map_figure(record)
     save_figure(fig, out / "map", formats=("png", "pdf"), dpi=150)
-    fig.clf()
+    plt.close(fig)
     panels = [(title, c, _result(out, c)) for title, c in extremes(record["cells"])]
     if panels:
         try:
             fig = paths_figure(panels)
             save_figure(fig, out / "paths", dpi=120)
-            fig.clf()
+            plt.close(fig)
         except (ValueError, OverflowError, FloatingPointError) as exc:  # the paths are data; the map stands alone
             record.setdefault("notes", []).append(f"paths figure not drawn: {type(exc).__name__}: {exc}")
             panels = []
