@@ -19,6 +19,7 @@ from fedsde.report.output import atomic_write_text, save_figure, write_json
 
 #: most tracking cells whose scaling moves the report lists
 MAX_MOVES = 40
+BEST, WORST = "tracks best (smallest d̂)", "tracks worst (largest d̂)"
 FILES = {"map": "map.png", "map_pdf": "map.pdf", "paths": "paths.png", "json": "map.json", "report": "report.html"}
 
 _CSS = """
@@ -56,13 +57,13 @@ def _img(path: Path, alt: str) -> str:
 
 
 def extremes(cells: list[dict]) -> list[tuple[str, dict]]:
-    """``("tracks best", cell)`` with the smallest estimated gap and ``("tracks worst", cell)`` with the largest,
+    """``(BEST, cell)`` with the smallest estimated gap and ``(WORST, cell)`` with the largest,
     among the cells that ran (one entry when they are the same cell, none when no cell ran)."""
     ran = [c for c in cells if c.get("outcome") is not None and c.get("gap") is not None and math.isfinite(c["gap"])]
     if not ran:
         return []
     best, worst = min(ran, key=lambda c: c["gap"]), max(ran, key=lambda c: c["gap"])
-    return [("tracks best", best)] if best is worst else [("tracks best", best), ("tracks worst", worst)]
+    return ([(BEST, best)] if best is worst else [(BEST, best), (WORST, worst)])
 
 
 def _result(out: Path, cell: dict) -> dict:
@@ -125,11 +126,13 @@ def _inconclusive(record: dict) -> str:
     parts = ["<p>Replicates per chain that would decide each cell at its current estimates (the validity test's "
              "<code>replicates_needed</code>; — where no finite number decides)."
              + (" Cells refined once on fresh replicates show the second look." if record.get("refine") else "")
-             + "</p><table><tr><th>cell</th><th>d̂</th><th>interval</th><th>replicates used</th>"
+             + "</p><table><tr><th>cell</th><th>d̂</th><th>interval</th><th>decisive metric (tolerance)</th>"
+             "<th>replicates used</th>"
              "<th>replicates needed</th><th>look</th></tr>"]
     for c in rows:
         parts.append(f"<tr class='inconclusive'><td>{_where(c)}</td><td>{_g(c.get('gap'))}</td>"
-                     f"<td>[{_g(c.get('lower'))}, {_g(c.get('upper'))}]</td><td>{_g(c.get('replicates'))}</td>"
+                     f"<td>[{_g(c.get('lower'))}, {_g(c.get('upper'))}]</td><td>{_esc(c.get('metric') or '—')} "
+                     f"({_g(c.get('metric_tolerance'))})</td><td>{_g(c.get('replicates'))}</td>"
                      f"<td>{_g(c.get('replicates_needed'))}</td><td>{c.get('look', 1)}</td></tr>")
     parts.append("</table>")
     return "\n".join(parts)

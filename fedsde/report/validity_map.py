@@ -145,7 +145,9 @@ def map_figure(record: dict):
                               label=STYLE[o][1].replace("tolerance", f"tolerance {record['tolerance']:g}", 1))
                for o in outcomes]
     if kappa_star is not None:
-        where = "" if drew_line else " (outside this grid: compare the κ in each cell)"
+        known = any(c.get("kappa") is not None for c in record["cells"])
+        where = ("" if drew_line else " (outside this grid: compare the κ in each cell)" if known else
+                 " (κ is not available for this problem: no client Hessians to linearise the round)")
         handles.append(Line2D([], [], color="k", ls="--", lw=2.2,
                               label=f"κ = κ* = {kappa_star:.3g}{where}: the claim {record.get('claim')} predicts "
                               "'tracks' on the side of smaller κ"))
