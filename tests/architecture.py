@@ -26,7 +26,7 @@ FLOORS: list[set[str]] = [
     {"sde", "symbolic"},
     {"compare", "validity"},
     {"theory", "scaling"},
-    {"sweep"},
+    {"sweep", "maps"},
     {"report"},
     {"_cli"},
     {"cli"},

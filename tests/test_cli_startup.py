@@ -126,5 +126,5 @@ def test_unknown_command_and_no_command_are_one_line(capsys):
 def test_cell_commands_are_declared_with_the_commands():
     table = cell_commands()
     assert sorted(table) == sorted(c.name for c in SUBCOMMANDS if c.cell)
-    assert set(table.refused) == {"compare-aggregators", "sweep", "reproduce"}
+    assert set(table.refused) == {"compare-aggregators", "sweep", "reproduce", "map"}
     assert all(table.refused.values())

@@ -79,6 +79,8 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand("scaling", "first-order SDE scaling rules: the scaled configuration and how far it is from the base"),
     Subcommand("sweep", "run a command over a grid of options (in-process or on Dask), one stored file per cell",
                cell=False, not_cell="it runs sweeps itself"),
+    Subcommand("map", "where does the SDE describe FedAvg? the validity test over a grid of (η, E, s), drawn as a "
+               "map with a report", cell=False, not_cell="it runs sweeps itself and writes its own files"),
     Subcommand("reproduce", f"run the main job: the gallery {GALLERY_RANGE} and report.html", cell=False,
                not_cell=_OWN_FILES),
 )

@@ -10,7 +10,8 @@ A spec is a TOML file (or the equivalent dict) with the tables
   ``local_steps``; a renamed option also by its old flag, e.g. ``paths`` for ``replicates``, but not by both);
   switches take ``true``/``false``, vectors a list or a comma-separated string;
 * ``[grid]``: axes, each a non-empty list of values; the cells are their Cartesian product;
-* ``[zip]`` (optional): axes of equal length that vary together along one dimension named ``zip``, or several
+* ``[zip]`` (optional): axes of equal length that vary together along one dimension named ``zip`` (a value may
+  repeat along one axis; no two positions may agree on every axis), or several
   such groups as sub-tables ``[zip.NAME]``, each along its own dimension ``NAME``.
 
 The number of cells is the product of the axis lengths, known before any cell is built; a grid of more than
@@ -191,7 +192,9 @@ def _table(data: dict, name: str) -> dict:
     return out
 
 
-def _axis(where: str, values: Any) -> list:
+def _axis(where: str, values: Any, *, distinct: bool = True) -> list:
+    """The values of one axis, checked; ``distinct=False`` (a zip axis) lets a value repeat (the rows of its
+    group must be distinct instead, :func:`_distinct_rows`)."""
     if not isinstance(values, list):
         raise FedsdeInputError(f"{where}={values!r}: an axis must be a list of values")
     if not values:
@@ -200,10 +203,23 @@ def _axis(where: str, values: Any) -> list:
     for v in values:
         _check_value(where, v)
         key = canonical_json(v)
-        if key in seen:
+        if distinct and key in seen:
             raise FedsdeInputError(f"{where}: value {v!r} appears twice; the values of an axis must be distinct")
         seen.add(key)
     return list(values)
+
+
+def _distinct_rows(prefix: str, group: dict[str, list]) -> None:
+    """The cells along a zip dimension must differ: no two positions with the same value on every axis (a value
+    may repeat along one axis, e.g. ``eta = [0.1, 0.1]`` with ``local_steps = [1, 2]``)."""
+    seen: dict[str, int] = {}
+    for i, row in enumerate(zip(*group.values(), strict=True)):
+        key = canonical_json(list(row))
+        if key in seen:
+            raise FedsdeInputError(f"[{prefix}]: positions {seen[key]} and {i} have the same values "
+                                   f"({', '.join(f'{k}={v!r}' for k, v in zip(group, row, strict=True))}); the "
+                                   "cells along a zip dimension must differ")
+        seen[key] = i
 
 
 def parse_structure(data: Mapping) -> SweepSpec:
@@ -242,11 +258,12 @@ def parse_structure(data: Mapping) -> SweepSpec:
         prefix = "zip" if dim == "zip" and group is raw_zip else f"zip.{dim}"
         if not group:
             raise FedsdeInputError(f"[{prefix}]: empty group; give at least one axis")
-        zips[dim] = {key: _axis(f"{prefix}.{key}", val) for key, val in group.items()}
+        zips[dim] = {key: _axis(f"{prefix}.{key}", val, distinct=False) for key, val in group.items()}
         lengths = {key: len(vals) for key, vals in zips[dim].items()}
         if len(set(lengths.values())) > 1:
             desc = ", ".join(f"{k} has {n}" for k, n in lengths.items())
             raise FedsdeInputError(f"[{prefix}]: axes that vary together need equal lengths; {desc} values")
+        _distinct_rows(prefix, zips[dim])
     places: dict[str, str] = {key: "[base]" for key in base}
     for key in grid:
         if key in places:

@@ -141,6 +141,17 @@ def fit_threshold(fit: list[Member]) -> tuple[float | None, float | None]:
     return (max(ok) if ok else None), first_fail
 
 
+@functools.cache
+def kappa_threshold() -> float | None:
+    """``κ*`` of the corrected claim: the largest ``κ`` of the fit set (the table problem at :data:`FIT_SETTINGS`
+    from both starts, exact laws) below which every fit setting tracks (:func:`fit_threshold`); ``None`` when the
+    smallest fails.  What ``fedsde map`` draws over its grid."""
+    pb = paper_table_problem()
+    fit = [_member("", {}, exact_setting(pb, eta, E, s, w0))
+           for w0 in ([FIT_W0], pb.optimum) for eta, E, s in FIT_SETTINGS]
+    return fit_threshold(fit)[0]
+
+
 def _member(label: str, params: dict, res: dict) -> Member:
     return Member(label, params, float(res["margin"]), {k: v for k, v in res.items() if k != "margin"})
 

@@ -1,0 +1,174 @@
+"""``fedsde map``: the validity test over a grid of (η, E, s) on the sweep engine, drawn as a map with a report."""
+
+from __future__ import annotations
+
+import argparse
+
+from fedsde._cli import one_line_help
+from fedsde._cli.common import add_json_flag, emit, writable_folder
+
+REFERENCES = ("exact", "svag")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from fedsde.sweep.spec import MAX_CELLS  # light: numpy and the standard library
+
+    p = sub.add_parser(
+        "map",
+        help=one_line_help("map"),
+        description="For which client steps η, local steps E and server steps s does seed 002's SDE describe FedAvg "
+        "on this problem? Runs the validity test (fedsde validity) in every cell of the grid η × E × s on the sweep "
+        "engine (one stored file per cell in --out, resumable with --resume, on Dask with --workers/--scheduler, "
+        "loadable with fedsde.sweep.load(DIR)), and writes DIR/map.png and map.pdf (cells coloured by outcome with "
+        "the gap and its interval, the line κ = κ* of the claim 002/eq-2-model), DIR/map.json and a self-contained "
+        "DIR/report.html. --refine BUDGET gives the inconclusive cells a second look on fresh replicates, with the "
+        "family level α split over the two looks (Bonferroni), so the map's error level stays α.",
+    )
+    p.add_argument("--problem", required=True, metavar="FILE",
+                   help="problem file (.toml/.json): quadratic clients or a data problem (classification, regression)")
+    p.add_argument("--eta", required=True, metavar="η1,η2,…", help="client steps η (the map's columns)")
+    p.add_argument("--local-steps", required=True, metavar="E1,E2,…", help="local steps E (the map's rows)")
+    p.add_argument("--server-lr", default="1", metavar="s1,s2,…",
+                   help="server steps s, one map panel each (default 1: plain FedAvg)")
+    p.add_argument("--rounds", type=int, required=True, metavar="n", help="base rounds of every cell (t = n·h)")
+    p.add_argument("--replicates", type=int, required=True, metavar="R", help="independent chains per ℓ (>= 2)")
+    p.add_argument("--seed", type=int, required=True, metavar="SEED",
+                   help="the map's seed (each cell's derives from it and the cell's η, E, s)")
+    p.add_argument("--out", required=True, metavar="DIR", help="the map's folder (created; a sweep folder)")
+    p.add_argument("--reference", choices=REFERENCES, default=None,
+                   help="the SDE's value: exact (default where one exists: quadratic and least-squares clients) or "
+                   "svag (Richardson limit of SVAG chains; default for other problems)")
+    p.add_argument("--ells", default=None, metavar="ℓ1,ℓ2,…", help="SVAG parameters (as fedsde validity --ells)")
+    p.add_argument("--tolerance", type=float, default=0.05, metavar="tol",
+                   help="largest accepted gap d as a fraction of the SDE's movement (default 0.05)")
+    p.add_argument("--accuracy-tolerance", type=float, default=0.01, metavar="tol",
+                   help="largest accepted gap of the test accuracy, in accuracy units (default 0.01)")
+    p.add_argument("--alpha", type=float, default=0.05, metavar="α",
+                   help="family level of each cell's test (default 0.05; with --refine split as α/2 per look)")
+    p.add_argument("--metrics", default=None, metavar="m1,m2,…", help="metrics to record (as fedsde validity)")
+    p.add_argument("--verdict-metrics", default=None, metavar="m1,m2,…",
+                   help="metrics the verdict judges (default all recorded)")
+    p.add_argument("--record-every", type=int, default=1, metavar="m", help="grid spacing in base rounds")
+    p.add_argument("--device", default="cpu", help="torch device of every cell (cpu, cuda, …)")
+    p.add_argument("--refine", type=int, default=None, metavar="BUDGET",
+                   help="replicates per chain (summed over cells) for a second look at the inconclusive cells, on "
+                   "fresh replicates, cheapest first; both looks at level α/2 (see docs/map.md)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--workers", type=int, default=1, metavar="N",
+                       help="1 (default): cells in-process; N > 1: a Dask LocalCluster of N single-threaded processes")
+    where.add_argument("--scheduler", default=None, metavar="tcp://HOST:PORT",
+                       help="run the cells on the Dask cluster whose scheduler listens at this address")
+    p.add_argument("--resume", action="store_true", help="continue the map in --out (finished cells are kept)")
+    p.add_argument("--max-cells", type=int, default=MAX_CELLS, metavar="N",
+                   help=f"refuse a grid of more than N cells before anything runs (default {MAX_CELLS})")
+    add_json_flag(p)
+    p.set_defaults(func=run)
+
+
+def _numbers(option: str, text: str, cast):
+    from fedsde.errors import FedsdeInputError
+
+    try:
+        vals = [cast(x) for x in str(text).replace(" ", "").split(",") if x]
+    except ValueError:
+        raise FedsdeInputError(f"{option}={text!r}: must be comma-separated numbers") from None
+    if not vals:
+        raise FedsdeInputError(f"{option}={text!r}: give at least one value")
+    return vals
+
+
+def _names(option: str, text: str | None) -> list[str] | None:
+    if text is None:
+        return None
+    from fedsde.errors import FedsdeInputError
+
+    out = [x.strip() for x in text.split(",") if x.strip()]
+    if not out:
+        raise FedsdeInputError(f"{option}={text!r}: must name at least one metric")
+    return out
+
+
+def _local_steps(text: str) -> list[int]:
+    from fedsde.errors import FedsdeInputError
+
+    vals = _numbers("--local-steps", text, float)
+    if any(v != int(v) or v < 1 for v in vals):
+        raise FedsdeInputError(f"--local-steps={text!r}: must be comma-separated integers >= 1")
+    return [int(v) for v in vals]
+
+
+def run(args: argparse.Namespace) -> int:
+    from fedsde._cli import cell_commands
+    from fedsde.errors import FedsdeInputError
+    from fedsde.maps import MapGrid, run_map
+
+    try:
+        grid = MapGrid(eta=tuple(_numbers("--eta", args.eta, float)), local_steps=tuple(_local_steps(args.local_steps)),
+                       server_lr=tuple(_numbers("--server-lr", args.server_lr, float)))
+    except FedsdeInputError as err:
+        raise FedsdeInputError(f"--{str(err).replace('_', '-', 1)}") from None
+    if args.rounds < 1:
+        raise FedsdeInputError(f"--rounds={args.rounds}: must be an integer >= 1")
+    if args.replicates < 2:
+        raise FedsdeInputError(f"--replicates={args.replicates}: must be an integer >= 2 (a standard error needs two)")
+    if args.seed < 0:
+        raise FedsdeInputError(f"--seed={args.seed}: must be an integer >= 0")
+    if args.refine is not None and args.refine < 1:
+        raise FedsdeInputError(f"--refine={args.refine}: must be an integer >= 1 (replicates to spend)")
+    if not 0.0 < args.alpha < 1.0:
+        raise FedsdeInputError(f"--alpha={args.alpha}: must be in (0, 1)")
+    if args.workers < 1:
+        raise FedsdeInputError(f"--workers={args.workers}: must be an integer >= 1")
+    out = writable_folder("--out", args.out)
+    ells = None if args.ells is None else [int(x) for x in _numbers("--ells", args.ells, float)]
+    options = {"reference": args.reference, "ells": ells, "tolerance": args.tolerance,
+               "accuracy_tolerance": args.accuracy_tolerance, "alpha": args.alpha,
+               "metrics": _names("--metrics", args.metrics),
+               "verdict_metrics": _names("--verdict-metrics", args.verdict_metrics),
+               "record_every": args.record_every, "device": args.device}
+    from fedsde.problems import load_problem
+    from fedsde.report.map_report import write_outputs
+
+    problem = load_problem(args.problem)
+    record = run_map(args.problem, grid, rounds=args.rounds, replicates=args.replicates, seed=args.seed, out=out,
+                     options=options, refine=args.refine, workers=args.workers, scheduler=args.scheduler,
+                     resume=args.resume, max_cells=args.max_cells, progress=not args.json, commands=cell_commands(),
+                     problem=problem)
+    record["files"] = write_outputs(record, out, problem)
+    failed = record["counts"]["failed"]
+    if failed:
+        from fedsde._cli.common import warn
+
+        warn(f"{failed} of {len(record['cells'])} cells failed; their errors are in {out}/map.json and "
+             f"fedsde.sweep.load({str(out)!r}).error; rerun them with --resume")
+    return emit(args, record, human_report(record))
+
+
+def human_report(record: dict) -> str:
+    """The grid as text: one block per server step, rows E, columns η, each cell's outcome and gap."""
+    short = {"tracks": "tracks", "does not track": "NOT", "inconclusive": "?", None: "failed"}
+    grid = record["grid"]
+    cells = {(c["server_lr"], c["local_steps"], c["eta"]): c for c in record["cells"]}
+    ks = record.get("kappa_threshold")
+    lines = [f"validity map: {record['problem']['file']} ({len(record['cells'])} cells, tolerance "
+             f"{record['tolerance']:g}, α = {record['alpha']:g}, reference {record['reference']}; κ* = "
+             + (f"{ks:.3g})" if ks is not None else "none)")]
+    for s in grid["server_lr"]:
+        lines.append(f"server step s = {s:g}   (outcome d̂; NOT: does not track, ?: inconclusive)")
+        lines.append("E \\ η".ljust(8) + "".join(f"{e:<18g}" for e in grid["eta"]))
+        for E in grid["local_steps"]:
+            row = []
+            for eta in grid["eta"]:
+                c = cells[(s, E, eta)]
+                gap = "" if c.get("gap") is None else f" {c['gap']:.3g}"
+                row.append(f"{short.get(c.get('outcome'), '?')}{gap}".ljust(18))
+            lines.append(f"{E:<8d}" + "".join(row))
+    n = record["counts"]
+    lines.append(f"{n['tracks']} track, {n['does not track']} do not, {n['inconclusive']} inconclusive, "
+                 f"{n['failed']} failed")
+    if record.get("refine"):
+        r = record["refine"]
+        lines.append(f"refined {r['cells']} cells ({r['spent']} of {r['budget']} replicates), {r.get('decided', 0)} "
+                     "decided at the second look")
+    lines += [f"{name}: {path}" for name, path in record.get("files", {}).items()]
+    return "\n".join(lines)

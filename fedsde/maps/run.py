@@ -1,0 +1,207 @@
+"""Running a validity map: the grid's sweep, the refinement of undecided cells, and the map's JSON record.
+
+:func:`run_map` runs every cell as ``fedsde validity … --json`` on the sweep engine (:func:`fedsde.sweep.run`:
+in-process, on a Dask LocalCluster of ``workers`` processes or on the cluster at ``scheduler``; one file per
+finished cell in ``out``, resumable with ``resume=True``; ``fedsde.sweep.load(out)`` reads them as xarray), then,
+with ``refine``, a second sweep in ``out/refine`` over the cells still inconclusive (:mod:`fedsde.maps.refine`),
+and returns the map as a JSON-able dict.  Results are read back through the validity command's JSON keys only:
+``verdict.outcome``, ``verdict.worst`` (``gap``, ``lower``, ``upper``, ``metric``), ``verdict.replicates_needed``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from fedsde._validate import positive_float, positive_int
+from fedsde.errors import FedsdeInputError
+from fedsde.maps.grid import (
+    AXES,
+    MapGrid,
+    cell_kappa,
+    check_grid,
+    check_memory,
+    kappa_threshold,
+    sweep_spec,
+)
+from fedsde.maps.refine import DESIGN, LOOKS, combine_looks, look_alpha, plan_refinement
+
+#: the sweep folder of the refinement look, inside the map's folder
+REFINE_DIR = "refine"
+#: the claim whose threshold the map draws
+CLAIM = "002/eq-2-model"
+KAPPA_MEASURE = ("κ = s·λ_max(B), B = Σ_k p_k [I − (I − ηU_k)^E] (data: client Hessians at the optimum); the claim "
+                 "002/eq-2-model fits κ* on the paper's table problem: the SDE tracks FedAvg where κ <= κ*")
+
+
+def cell_records(out: str | os.PathLike) -> list[dict[str, Any]]:
+    """The cells stored in the sweep folder ``out``, in grid order: ``coords``, ``status`` (``done``, ``failed`` or
+    ``missing``), ``error``, ``result`` (the command's JSON object, or ``None``), ``warnings`` (the cell's) and
+    ``record`` (the cell file, relative to ``out``)."""
+    from fedsde.sweep.store import CELLS_DIR, iter_records, read_spec
+
+    rows = []
+    for cell, rec in iter_records(out, read_spec(out)):
+        rec = rec or {}
+        rows.append({"coords": dict(cell.coords), "status": rec.get("status", "missing"),
+                     "error": rec.get("error") or "", "result": rec.get("result"),
+                     "warnings": list(rec.get("warnings") or ()),
+                     "record": f"{CELLS_DIR}/{cell.id}.json"})
+    return rows
+
+
+def _look(row: dict) -> dict:
+    """One look at one cell, from its stored record (validity's JSON keys)."""
+    result = row["result"] or {}
+    verdict = result.get("verdict") or {}
+    worst = verdict.get("worst") or {}
+    out = {"outcome": verdict.get("outcome") if row["status"] == "done" else None,
+           "gap": worst.get("gap"), "lower": worst.get("lower"), "upper": worst.get("upper"),
+           "replicates_needed": verdict.get("replicates_needed"), "metric": worst.get("metric"),
+           "metric_tolerance": worst.get("tolerance"),
+           "replicates": (result.get("config") or {}).get("replicates"), "status": row["status"],
+           "record": row["record"], "warnings": row.get("warnings", [])}
+    if row["status"] != "done":
+        out["error"] = row["error"] or "not run"
+    return out
+
+
+def _key(coords: Mapping) -> tuple:
+    return tuple(float(coords[a]) for a in AXES)
+
+
+def _sweep(spec: dict, out: Path, **kw) -> dict:
+    from fedsde.sweep import run as run_sweep
+
+    return run_sweep(spec, out, **kw)
+
+
+def run_map(
+    problem_file: str | os.PathLike,
+    grid: MapGrid,
+    *,
+    rounds: int,
+    replicates: int,
+    seed: int,
+    out: str | os.PathLike,
+    options: Mapping[str, Any] | None = None,
+    refine: int | None = None,
+    workers: int = 1,
+    scheduler: str | None = None,
+    resume: bool = False,
+    max_cells: int | None = None,
+    progress: bool = True,
+    commands: Mapping | None = None,
+    problem=None,
+) -> dict[str, Any]:
+    """The validity map of the problem in ``problem_file`` over ``grid`` (see the module docstring).
+
+    Parameters
+    ----------
+    problem_file
+        A problem file ``fedsde validity --problem`` accepts (quadratic, classification, regression, …).
+    grid
+        The axes ``η``, ``E``, ``s`` (:class:`~fedsde.maps.grid.MapGrid`).
+    rounds, replicates, seed
+        Base rounds ``n``, replicates ``R`` per chain of every cell (>= 2), the map's seed (each cell's derives from
+        it and the cell's coordinates).
+    out
+        The map's folder: the grid's sweep (``spec.toml``, ``cells/``) and, with ``refine``, ``refine/``.
+    options
+        Other options of ``fedsde validity``, named like its long flags with ``_``: ``reference``, ``tolerance``,
+        ``accuracy_tolerance``, ``alpha``, ``metrics``, ``verdict_metrics`` (lists), ``ells`` (list of int),
+        ``record_every``, ``device``, ``float32``.
+    refine
+        Replicates per chain to spend on the undecided cells (:mod:`fedsde.maps.refine`); ``None``: one look.
+    workers, scheduler, resume, max_cells, progress, commands
+        As :func:`fedsde.sweep.run` (``max_cells`` is checked here first, from the axis lengths).
+    problem
+        The problem of ``problem_file`` when already loaded (its cached optimum and Hessians are reused for ``κ``);
+        the cells load the file themselves.
+
+    Returns
+    -------
+    dict
+        ``cells`` (one per cell, in grid order: ``eta``, ``local_steps``, ``server_lr``, ``outcome``, ``gap``,
+        ``lower``, ``upper``, ``replicates_needed``, ``kappa``, and ``metric`` (the decisive one, whose gap ``gap``
+        is) with its ``metric_tolerance``, ``replicates``, ``look``, ``looks``, ``status``, ``record``,
+        ``warnings``), ``grid``, ``tolerance``, ``accuracy_tolerance``, ``alpha`` (the map's error level) and
+        ``alpha_per_look``, ``problem``, ``reference``, ``ells``, ``rounds``, ``replicates``, ``seed``,
+        ``kappa_threshold`` with ``claim`` and ``kappa_measure``, ``counts`` (cells per outcome), ``refine``,
+        ``sweep`` (the grid's sweep summary), ``memory_estimate_bytes`` and ``out``.
+    """
+    from fedsde.problems import load_problem
+    from fedsde.problems.metrics import metric_names
+    from fedsde.sweep.spec import MAX_CELLS
+    from fedsde.validity.core import DEFAULT_ELLS
+    from fedsde.validity.reference import resolve_reference
+
+    max_cells = MAX_CELLS if max_cells is None else max_cells
+    check_grid(grid, max_cells)
+    rounds = positive_int("rounds", rounds)
+    replicates = positive_int("replicates", replicates, minimum=2)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise FedsdeInputError(f"seed={seed!r}: must be an integer >= 0")
+    if refine is not None:
+        refine = positive_int("refine", refine)
+    workers = positive_int("workers", workers)
+    options = {k: v for k, v in dict(options or {}).items() if v is not None}
+    alpha = float(options.pop("alpha", 0.05))
+    if not 0.0 < alpha < 1.0:
+        raise FedsdeInputError(f"alpha={alpha!r}: must be in (0, 1)")
+    tolerance = positive_float("tolerance", options.get("tolerance", 0.05))
+    accuracy_tolerance = positive_float("accuracy_tolerance", options.get("accuracy_tolerance", 0.01))
+    path = Path(problem_file).absolute()
+    problem = load_problem(path) if problem is None else problem
+    reference = resolve_reference(problem, options.get("reference"))
+    ells = sorted({int(e) for e in options.get("ells") or DEFAULT_ELLS[reference]})
+    recorded = options.get("metrics") or metric_names(problem)
+    concurrent = 1 if scheduler is not None else workers
+    memory = check_memory(problem, grid, concurrent=concurrent, rounds=rounds, replicates=replicates, ells=ells,
+                          record_every=int(options.get("record_every", 1)), metrics=len(recorded) + 1,
+                          exact=reference == "exact")
+    per_look = look_alpha(alpha, refine is not None)
+    kw = {"workers": workers, "scheduler": scheduler, "resume": resume, "progress": progress,
+          "commands": commands, "max_cells": max_cells}
+    spec = sweep_spec(str(path), grid, rounds=rounds, replicates=replicates, seed=seed,
+                      options={**options, "alpha": per_look})
+    out = Path(out)
+    summary = _sweep(spec, out, **kw)
+    firsts = [_look(row) for row in cell_records(out)]
+    coords = list(grid.cells())
+    refined: dict[int, dict] = {}
+    refine_info = None
+    if refine is not None:
+        plan, spent = plan_refinement(firsts, refine)
+        refine_info = {"budget": refine, "looks": LOOKS, "alpha_per_look": per_look, "design": DESIGN,
+                       "spent": spent, "cells": len(plan), "folder": REFINE_DIR, "sweep": None}
+        if plan:
+            zips = {a: [coords[i][a] for i, _ in plan] for a in AXES} | {"replicates": [r for _, r in plan]}
+            base = {k: v for k, v in spec["base"].items() if k != "replicates"}
+            spec2 = {"run": {"command": "validity", "seed": int(seed)}, "base": base, "zip": zips}
+            refine_info["sweep"] = _sweep(spec2, out / REFINE_DIR, **kw)
+            by_key = {_key(row["coords"]): row for row in cell_records(out / REFINE_DIR)}
+            for i, _ in plan:
+                look = _look(by_key[_key(coords[i])])
+                refined[i] = {**look, "record": f"{REFINE_DIR}/{look['record']}"}
+    kappa_star = kappa_threshold()
+    cells = []
+    for i, (c, first) in enumerate(zip(coords, firsts, strict=True)):
+        kappa, why = cell_kappa(problem, c)
+        row = {**c, **combine_looks(first, refined.get(i)), "kappa": kappa}
+        if why:
+            row["kappa_note"] = why
+        cells.append(row)
+    if refine_info is not None:
+        refine_info["decided"] = sum(1 for r in cells if r["look"] == 2 and r["outcome"] != "inconclusive")
+    counts = {o: sum(r["outcome"] == o for r in cells) for o in ("tracks", "does not track", "inconclusive")}
+    counts["failed"] = sum(r["outcome"] is None for r in cells)
+    return {"problem": {"file": str(path), "kind": type(problem).__name__, "Q": int(problem.Q),
+                        "d": int(problem.d)},
+            "grid": grid.to_dict(), "tolerance": tolerance, "accuracy_tolerance": accuracy_tolerance,
+            "alpha": alpha, "alpha_per_look": per_look, "reference": reference, "ells": ells, "rounds": rounds,
+            "replicates": replicates, "seed": seed, "kappa_threshold": kappa_star, "claim": CLAIM,
+            "kappa_measure": KAPPA_MEASURE, "cells": cells, "counts": counts, "refine": refine_info,
+            "sweep": summary, "memory_estimate_bytes": memory, "out": str(out)}
