@@ -52,7 +52,8 @@ ax.set(xscale="log", yscale="log", xlabel="local steps E", ylabel="stationary va
 ax.set_xticks(Es, [str(E) for E in Es], minor=False)
 ax.legend(fontsize=8)
 for s in (1.0, 4.0):  # the SDE against its exact law: tracks with s = 1, not with a large server step
-    res = validity_test(problem, eta=eta, local_steps=2, server_lr=s, rounds=20, replicates=R, seed=1)
+    res = validity_test(problem, eta=eta, local_steps=2, server_lr=s, rounds=20, replicates=R, seed=1,
+                        fedavg="sampled")
     print(f"validity, E=2, s={s:g}: {res.verdict.sentence()}")
 fig.savefig(out / "f16_real_data.png", dpi=120, bbox_inches="tight")
 print(f"wrote {out / 'f16_real_data.png'}")

@@ -207,10 +207,12 @@ def test_claim_eq_2_model_fits_on_one_set_and_judges_another(monkeypatch):
 
     claim = next(c for c in mod.CLAIMS if c.id == "002/eq-2-model")
     assert "Fit: the table problem" in claim.problem and "Held out:" in claim.problem and "digits" in claim.problem
+    assert "drawn settings" in claim.problem and "grunfeld" in claim.problem
     # the exact settings only (fast): digits replaced by a tracking Monte-Carlo member
     fake = {"kappa": 0.03, "d": 0.02, "upper": 0.03, "time": 0.4, "outcome": "tracks", "rounds": 10,
             "replicates": 16, "margin": 0.4, "regime": "not checked", "loss_drop": 0.7}
     monkeypatch.setattr(mod, "digits_setting", lambda opt: fake)
+    monkeypatch.setattr(mod, "REAL_DATA", ("grunfeld",))  # diabetes (d = 10) costs a minute: `fedsde claims` runs it
     res = mod.check_eq_2_model(CheckOptions())
     d = res.details
     fit, held = d["fit"], d["held_out"]

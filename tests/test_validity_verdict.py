@@ -76,7 +76,7 @@ def test_three_outcomes_against_exact_laws(problem, outcome):
     eta, E, s, rounds, R = CASES[outcome]
     d = exact_gap(problem, eta, E, s, rounds)
     res = validity_test(problem, eta=eta, local_steps=E, server_lr=s, rounds=rounds, replicates=R, seed=11, w0=W0,
-                        verdict_metrics=["train_loss"])
+                        fedavg="sampled", verdict_metrics=["train_loss"])
     v = res.verdict
     assert v.reference == "exact" and res.ells == [1] and v.outcome == outcome and v.tracks == (outcome == "tracks")
     w = v.worst
@@ -97,7 +97,7 @@ def test_fewer_replicates_never_turn_a_failing_setting_into_tracking(problem):
     make a decision inconclusive."""
     eta, E, s, rounds, _ = CASES["does not track"]
     big = validity_test(problem, eta=eta, local_steps=E, server_lr=s, rounds=rounds, replicates=512, seed=5, w0=W0,
-                        verdict_metrics=["train_loss"])
+                        fedavg="sampled", verdict_metrics=["train_loss"])
     assert big.verdict.outcome == "does not track"
     law = exact_sde_law(problem, eta=eta, local_steps=E, server_lr=s, h=eta)
     sde = exact_sde_paths(problem, law, big.rounds, eta, W0, ["train_loss"])
@@ -116,7 +116,7 @@ def test_fewer_replicates_never_turn_a_failing_setting_into_tracking(problem):
 
     for seed in range(5):
         v = validity_test(paper_table_problem(), eta=0.05, local_steps=5, server_lr=1.0, rounds=20, replicates=3,
-                          seed=seed, w0=[3.0]).verdict
+                          fedavg="sampled", seed=seed, w0=[3.0]).verdict
         assert v.outcome != "tracks", v.reason
 
 
@@ -140,7 +140,7 @@ def test_a_constant_in_every_client_loss_changes_nothing(problem):
     shifted = Shifted(U=problem.U, a=problem.a, Sigma=problem.Sigma, p=problem.p, offset=10.0)
     assert float(shifted.loss(W0)) == pytest.approx(float(problem.loss(W0)) + 10.0)
     for eta, E, s, rounds, R in CASES.values():
-        kw = dict(eta=eta, local_steps=E, server_lr=s, rounds=rounds, replicates=R, seed=3, w0=W0)
+        kw = dict(eta=eta, local_steps=E, server_lr=s, rounds=rounds, replicates=R, seed=3, w0=W0, fedavg="sampled")
         a, b = validity_test(problem, **kw).verdict, validity_test(shifted, **kw).verdict
         assert a.outcome == b.outcome and a.worst["metric"] == b.worst["metric"]
         for key in ("gap", "lower", "upper"):

@@ -18,6 +18,8 @@ from fedsde._cli.common import (
 
 #: values of ``--reference``
 REFERENCES = ("exact", "svag")
+#: values of ``--fedavg``
+FEDAVG_MODES = ("exact", "sampled")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -33,8 +35,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "displacement (1+√(2ℓ−1))/2·Â⁽¹⁾ + (1−√(2ℓ−1))/2·Â⁽²⁾ from two independent client rounds. Simultaneous "
         "Student-t intervals (Bonferroni, level --alpha) give one of three outcomes: tracks (every upper bound of d "
         "<= tolerance), does not track (some lower bound > tolerance), or inconclusive (with the replicates that "
-        "would decide). Quadratic and data problem files (kind = \"classification\", \"regression\" or "
-        "\"module\") are accepted.",
+        "would decide); a metric whose per-replicate values are heavy-tailed decides nothing (inconclusive — heavy "
+        "tails). Where FedAvg's moments close too (quadratic and least-squares clients), --fedavg exact (the "
+        "default there) compares the two exact paths instead: no replicates, the exact gap. Quadratic and data "
+        "problem files (kind = \"classification\", \"regression\" or \"module\") are accepted.",
     )
     add_problem_args(p)
     p.add_argument("--rounds", type=int, required=True, metavar="n", help="base rounds: the test runs to t = n·h")
@@ -46,8 +50,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="SVAG parameters, distinct integers >= 1; the smallest is the chain judged (1: FedAvg). "
                    "Default 1 with --reference exact (add larger ℓ for the 1/ℓ report) and 1,2,4,8 with svag (at "
                    "least two values; three besides FedAvg let the 1/ℓ regime be checked)")
-    p.add_argument("--replicates", type=int, required=True, metavar="R", help="independent chains per ℓ (>= 2)")
-    p.add_argument("--seed", type=int, required=True, metavar="SEED")
+    p.add_argument("--fedavg", choices=FEDAVG_MODES, default=None,
+                   help="FedAvg's side: exact (its exact moments, where they close: quadratic and least-squares "
+                   "clients, against the SDE's exact law; no replicates, the exact gap, outcome tracks or does not "
+                   "track) or sampled (R Monte-Carlo chains, the equivalence test with simultaneous intervals and "
+                   "the heavy-tail check). Default exact where the moments close and no SVAG chain is asked for, "
+                   "else sampled")
+    p.add_argument("--replicates", type=int, default=None, metavar="R",
+                   help="independent chains per ℓ (>= 2; needed by --fedavg sampled)")
+    p.add_argument("--seed", type=int, default=None, metavar="SEED", help="base seed (needed by --fedavg sampled)")
     p.add_argument("--h", type=float, default=None, metavar="h", help="time step of one base round (default η)")
     p.add_argument("--w0", default=None, metavar="w1,w2,…",
                    help="start point (default: the problem's initial weights for a data problem — zero for linear "
@@ -130,6 +141,7 @@ def run(args: argparse.Namespace) -> int:
     from fedsde.problems import load_problem
     from fedsde.validity import validity_test
     from fedsde.validity.core import DEFAULT_ELLS
+    from fedsde.validity.exact_fedavg import resolve_fedavg
     from fedsde.validity.reference import resolve_reference
 
     problem = load_problem(args.problem)
@@ -137,16 +149,29 @@ def run(args: argparse.Namespace) -> int:
     w0 = parse_vector("--w0", args.w0, problem.d)
     if args.rounds is None or args.rounds < 1:
         raise FedsdeInputError(f"--rounds={args.rounds}: must be an integer >= 1")
-    if args.replicates is None or args.replicates < 2:
-        raise FedsdeInputError(f"--replicates={args.replicates}: must be an integer >= 2 (a standard error needs two)")
     agg = rule_from_args(args)
     if agg is not None:
+        if args.replicates is None or args.replicates < 2:
+            raise FedsdeInputError(f"--replicates={args.replicates}: must be an integer >= 2 (a standard error needs "
+                                   "two)")
         return _rule(args, problem, agg, steps, w0)
     try:
         reference = resolve_reference(problem, args.reference)
     except FedsdeInputError as err:
         raise FedsdeInputError(f"--reference={args.reference}: {str(err).split(': ', 1)[-1]}") from None
     ells = _ells(args.ells, reference)
+    try:
+        fedavg = resolve_fedavg(problem, args.fedavg, reference, ells)
+    except FedsdeInputError as err:
+        raise FedsdeInputError(f"--fedavg={args.fedavg}: {str(err).split(': ', 1)[-1]}") from None
+    if fedavg == "sampled":
+        if args.replicates is None or args.replicates < 2:
+            raise FedsdeInputError(f"--replicates={args.replicates}: must be an integer >= 2 (a standard error needs "
+                                   "two) with --fedavg sampled")
+        if args.seed is None:
+            raise FedsdeInputError("--seed: required with --fedavg sampled (the chains are random)")
+    elif args.replicates is not None and args.replicates < 2:
+        raise FedsdeInputError(f"--replicates={args.replicates}: must be an integer >= 2 (a standard error needs two)")
     positive_float("--tolerance", args.tolerance)
     positive_float("--accuracy-tolerance", args.accuracy_tolerance)
     # known divergence on quadratic clients, up front: local SGD (eta·λ_max >= 2) and the server recursion of the
@@ -165,6 +190,7 @@ def run(args: argparse.Namespace) -> int:
         accuracy_tolerance=args.accuracy_tolerance, alpha=args.alpha, metrics=_names("--metrics", args.metrics),
         verdict_metrics=_names("--verdict-metrics", args.verdict_metrics), record_every=args.record_every,
         device=args.device, dtype=torch.float32 if args.float32 else torch.float64, progress=not args.json,
+        fedavg=fedavg,
     )
     result = res.to_dict()
     result["final_cov"] = final_cov_view(res.final_cov, args.final_cov)
@@ -186,8 +212,10 @@ def human_report(res, problem, args: argparse.Namespace) -> str:
                   else "exact law of the SDE (OU, eq. (2) with exact round moments)")
     else:
         source = f"SVAG: Richardson limit of ℓ = {res.ells[-2]}, {res.ells[-1]}"
+    exact = res.config.get("fedavg") == "exact"
     lines = [f"problem: Q={problem.Q}, d={problem.d}  eta={args.eta}  server_lr={args.server_lr}  h={res.config['h']}"
-             f"  rounds={args.rounds} (t = n·h up to {T:.6g})  replicates={args.replicates} per ℓ",
+             f"  rounds={args.rounds} (t = n·h up to {T:.6g})  "
+             + ("FedAvg: exact moments (no replicates)" if exact else f"replicates={args.replicates} per ℓ"),
              f"reference: {source}"]
     header = "  ".join(f"ℓ={e:<14d}" for e in res.ells)
     lines.append(f"{'metric at T':22s}{header}  SDE")

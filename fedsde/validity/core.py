@@ -9,6 +9,7 @@ accumulate in one tensor on the device and reach the host once per chain.
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -21,7 +22,9 @@ from fedsde.clients.streams import resolve_seed
 from fedsde.errors import FedsdeInputError
 from fedsde.problems.metrics import evaluate_metrics_torch, metric_names
 from fedsde.sde.svag import default_oracle_factory, svag_chain
+from fedsde.validity.exact_fedavg import exact_fedavg_paths, resolve_fedavg
 from fedsde.validity.reference import (
+    NO_NORM_MEAN,
     ell_ratios,
     exact_gaps,
     exact_sde_law,
@@ -29,7 +32,7 @@ from fedsde.validity.reference import (
     resolve_reference,
     svag_gaps,
 )
-from fedsde.validity.verdict import ValidityVerdict, richardson_limit, validity_verdict
+from fedsde.validity.verdict import ABSOLUTE_METRICS, GapPath, ValidityVerdict, richardson_limit, validity_verdict
 
 #: default SVAG parameters per reference: FedAvg alone against an exact law; with the SVAG reference, FedAvg and the
 #: chains whose Richardson limit is the SDE (three besides FedAvg, so that the 1/ℓ regime can be checked)
@@ -142,8 +145,8 @@ def validity_test(
     eta: float,
     local_steps: int | np.ndarray,
     rounds: int,
-    replicates: int,
-    seed: int | torch.Generator,
+    replicates: int | None = None,
+    seed: int | torch.Generator | None = None,
     server_lr: float = 1.0,
     ells: Sequence[int] | None = None,
     h: float | None = None,
@@ -159,6 +162,7 @@ def validity_test(
     device: str | torch.device = "cpu",
     dtype: torch.dtype = torch.float64,
     progress: bool = False,
+    fedavg: str | None = None,
 ) -> ValidityResult:
     """Does seed 002's SDE (2) describe FedAvg on ``problem``?  FedAvg by Monte Carlo against the SDE.
 
@@ -177,9 +181,10 @@ def validity_test(
     rounds : int
         Base rounds ``n >= 1``.
     replicates : int
-        ``R >= 2`` per ``ℓ``.
+        ``R >= 2`` per ``ℓ`` (sampled chains only; not used by ``fedavg="exact"``).
     seed : int or torch.Generator
-        ``ℓ = 1`` reproduces :func:`fedsde.sim.simulate` with the same seed; other ``ℓ`` are independent.
+        ``ℓ = 1`` reproduces :func:`fedsde.sim.simulate` with the same seed; other ``ℓ`` are independent
+        (sampled chains only).
     ells : sequence of int, optional
         SVAG parameters; default ``(1,)`` with the exact reference (add ``ℓ > 1`` for the 1/ℓ report) and
         ``(1, 2, 4, 8)`` with the SVAG reference (which needs at least two).
@@ -205,28 +210,37 @@ def validity_test(
     oracle_factory : callable, optional
         Gradient oracle (default: Gaussian quadratic, or minibatches of the problem's batch size).
     device, dtype, progress
+    fedavg : {"exact", "sampled"}, optional
+        FedAvg's side: ``"exact"`` — its exact moments where they close (quadratic and least-squares clients,
+        :mod:`fedsde.validity.exact_fedavg`) against the SDE's exact law: no replicates, ``worst.gap`` is the exact
+        gap and ``lower = upper = gap``; ``"sampled"`` — the Monte-Carlo chains.  Default ``"exact"`` where the
+        moments close, the reference is exact and no ``ℓ > 1`` is asked for, else ``"sampled"``.
     """
     rounds = positive_int("rounds", rounds)
-    R = positive_int("replicates", replicates, minimum=2)
     every = positive_int("record_every", record_every)
     reference = resolve_reference(problem, reference)
+    mode = resolve_fedavg(problem, fedavg, reference, ells)
+    if mode == "exact":
+        if replicates is not None:
+            warnings.warn(f"replicates={replicates}: not used — FedAvg's side is exact (fedavg='exact'); pass "
+                          "fedavg='sampled' to sample it", UserWarning, stacklevel=2)
+        return _exact_test(problem, eta=eta, local_steps=local_steps, rounds=rounds, server_lr=server_lr, h=h,
+                           w0=w0, tolerance=tolerance, accuracy_tolerance=accuracy_tolerance, alpha=alpha,
+                           metrics=metrics, verdict_metrics=verdict_metrics, every=every, device=device,
+                           dtype=dtype)
+    if replicates is None or seed is None:
+        raise FedsdeInputError(f"replicates={replicates}, seed={seed}: both are needed to sample the chains "
+                               "(fedavg='sampled')")
+    R = positive_int("replicates", replicates, minimum=2)
     ells = parse_ells(DEFAULT_ELLS[reference] if ells is None else ells)
     if reference == "svag" and len(ells) < 2:
         raise FedsdeInputError(f"ells={ells}: the SVAG reference needs at least two values of ℓ (its Richardson "
                                "limit uses the two largest), e.g. 1,2,4,8")
-    available = metric_names(problem)
-    names = list(available) if metrics is None else list(dict.fromkeys(["train_loss", *metrics]))
-    bad = [m for m in names if m not in available]
-    if bad:
-        raise FedsdeInputError(f"metrics={bad}: not available for this problem (available: {', '.join(available)})")
     # the verdict's inputs are checked before any chain runs (a typo must not cost the whole run)
+    names, judged = _check_names(problem, metrics, verdict_metrics)
     tolerance = positive_float("tolerance", tolerance)
     accuracy_tolerance = positive_float("accuracy_tolerance", accuracy_tolerance)
     alpha = unit_interval("alpha", alpha, open_left=True)
-    unknown = [m for m in (verdict_metrics or ()) if m not in names]
-    if unknown:
-        raise FedsdeInputError(f"verdict_metrics={unknown}: not recorded (recorded: {', '.join(names)})")
-    judged = names if verdict_metrics is None else list(dict.fromkeys(verdict_metrics))
     seed = resolve_seed(seed)  # one base seed for every ℓ (a Generator is drawn from once), recorded in config
     if oracle_factory is None:
         oracle_factory = default_oracle_factory(problem)
@@ -270,7 +284,10 @@ def validity_test(
         gaps = exact_gaps({m: values[m][0] for m in judged}, sde_exact)
     else:
         gaps = svag_gaps(ells, values, judged)
-    regime = ell_ratios(ells, times, {m: values[m] for m in judged}, judged, alpha=alpha)
+    tol_of = {m: accuracy_tolerance if m in ABSOLUTE_METRICS else tolerance for m in judged}
+    detect = {m: tol_of[m] * (1.0 if m in ABSOLUTE_METRICS else float(np.ptp(gaps[m].sde_mean)))
+              for m in judged if not gaps[m].unjudged}
+    regime = ell_ratios(ells, times, {m: values[m] for m in judged}, judged, alpha=alpha, detect=detect)
     base = "FedAvg" if ells[0] == 1 else f"the ℓ={ells[0]} chain"
     verdict = validity_verdict(times, gaps, replicates=R, reference=reference, tolerance=tolerance,
                                accuracy_tolerance=accuracy_tolerance, alpha=alpha, regime=regime, base=base,
@@ -280,7 +297,61 @@ def validity_test(
               "h": hh, "rounds": rounds, "replicates": R, "seed": seed, "ells": ells, "reference": reference,
               "tolerance": tolerance, "accuracy_tolerance": accuracy_tolerance, "alpha": alpha,
               "record_every": every, "device": res.config["device"], "dtype": res.config["dtype"],
-              "oracle": res.config["oracle"], "seconds": seconds}
+              "oracle": res.config["oracle"], "seconds": seconds, "fedavg": "sampled"}
     return ValidityResult(ells=ells, rounds=grid, times=times, metrics=summary, final_mean=final_mean,
                           final_cov=final_cov, verdict=verdict, extrapolated=extrapolated, values=values,
                           config=config, sde=sde)
+
+
+def _check_names(problem, metrics, verdict_metrics) -> tuple[list[str], list[str]]:
+    """The metrics recorded and judged, checked against the problem."""
+    available = metric_names(problem)
+    names = list(available) if metrics is None else list(dict.fromkeys(["train_loss", *metrics]))
+    bad = [m for m in names if m not in available]
+    if bad:
+        raise FedsdeInputError(f"metrics={bad}: not available for this problem (available: {', '.join(available)})")
+    unknown = [m for m in (verdict_metrics or ()) if m not in names]
+    if unknown:
+        raise FedsdeInputError(f"verdict_metrics={unknown}: not recorded (recorded: {', '.join(names)})")
+    return names, (names if verdict_metrics is None else list(dict.fromkeys(verdict_metrics)))
+
+
+def _exact_test(problem, *, eta, local_steps, rounds, server_lr, h, w0, tolerance, accuracy_tolerance, alpha,
+                metrics, verdict_metrics, every, device, dtype) -> ValidityResult:
+    """``fedavg="exact"``: FedAvg's exact moments against the SDE's exact law (:mod:`fedsde.validity.exact_fedavg`);
+    the verdict's intervals collapse onto the exact gap."""
+    names, judged = _check_names(problem, metrics, verdict_metrics)
+    tolerance = positive_float("tolerance", tolerance)
+    accuracy_tolerance = positive_float("accuracy_tolerance", accuracy_tolerance)
+    alpha = unit_interval("alpha", alpha, open_left=True)
+    dev, dt = device_dtype(device, dtype)  # checked, though nothing runs on it
+    w0_arr = start_point(default_start(problem, w0), problem.d)
+    grid = np.unique(np.r_[np.arange(0, rounds + 1, every), rounds])
+    hh = positive_float("eta", float(eta)) if h is None else positive_float("h", h)
+    law = exact_sde_law(problem, eta=float(eta), local_steps=local_steps, server_lr=float(server_lr), h=hh)
+    sde = exact_sde_paths(problem, law, grid, hh, w0_arr, names)
+    fed, final_mean, final_cov = exact_fedavg_paths(problem, eta=float(eta), local_steps=local_steps,
+                                                    server_lr=float(server_lr), grid=grid, w0=w0_arr, names=names)
+    gaps = {}
+    for m in judged:
+        if sde[m] is None or fed[m] is None:
+            nan = np.full(grid.size, np.nan)
+            gaps[m] = GapPath(nan, nan, nan, nan, unjudged=NO_NORM_MEAN)
+        else:
+            zero = np.zeros(grid.size)
+            gaps[m] = GapPath(np.asarray(fed[m]) - sde[m], zero, np.asarray(sde[m]), zero)
+    times = grid * hh
+    regime = {"status": "not checked", "note": "no SVAG chains: an exact comparison", "ratios": []}
+    verdict = validity_verdict(times, gaps, replicates=None, reference="exact", tolerance=tolerance,
+                               accuracy_tolerance=accuracy_tolerance, alpha=alpha, regime=regime)
+    summary = {m: {"mean": (np.full((1, grid.size), np.nan) if fed[m] is None else np.asarray(fed[m])[None]),
+                   "se": np.zeros((1, grid.size))} for m in names}
+    config = {"eta": float(eta), "local_steps": np.atleast_1d(local_steps).tolist(), "server_lr": float(server_lr),
+              "h": hh, "rounds": rounds, "replicates": None, "seed": None, "ells": [1], "reference": "exact",
+              "tolerance": tolerance, "accuracy_tolerance": accuracy_tolerance, "alpha": alpha,
+              "record_every": every, "device": str(dev), "dtype": str(dt).replace("torch.", ""), "oracle": None,
+              "seconds": [], "fedavg": "exact"}
+    sde_out = {m: {"mean": g.sde_mean, "se": g.sde_se} for m, g in gaps.items()}
+    return ValidityResult(ells=[1], rounds=grid, times=times, metrics=summary, final_mean=final_mean[None],
+                          final_cov=final_cov[None], verdict=verdict, extrapolated={}, values={}, config=config,
+                          sde=sde_out)

@@ -36,6 +36,7 @@ import numpy as np
 import scipy.integrate
 
 from fedsde.errors import FedsdeInputError
+from fedsde.validity.tails import tail_diagnostic
 from fedsde.validity.verdict import GapPath, bonferroni_quantile, richardson_weights
 
 #: metrics with a closed form under a Gaussian law of the weights (quadratic loss)
@@ -220,7 +221,7 @@ def exact_gaps(values: dict, sde: dict) -> dict:
             out[m] = GapPath(estimate=nan, se=nan, sde_mean=nan, sde_se=nan, unjudged=NO_NORM_MEAN)
             continue
         out[m] = GapPath(estimate=v.mean(-1) - mean, se=v.std(-1, ddof=1) / math.sqrt(R), sde_mean=mean,
-                         sde_se=np.zeros_like(mean))
+                         sde_se=np.zeros_like(mean), tails=tail_diagnostic(v))
     return out
 
 
@@ -235,11 +236,11 @@ def svag_gaps(ells, values: dict, names) -> dict:
         ref = wa * v[-2] + wb * v[-1]  # (T, R)
         diff = v[0] - ref
         out[m] = GapPath(estimate=diff.mean(-1), se=diff.std(-1, ddof=1) / math.sqrt(R), sde_mean=ref.mean(-1),
-                         sde_se=ref.std(-1, ddof=1) / math.sqrt(R))
+                         sde_se=ref.std(-1, ddof=1) / math.sqrt(R), tails=tail_diagnostic(diff))
     return out
 
 
-def ell_ratios(ells, times: np.ndarray, values: dict, names, *, alpha: float) -> dict:
+def ell_ratios(ells, times: np.ndarray, values: dict, names, *, alpha: float, detect: dict | None = None) -> dict:
     """The 1/ℓ report: successive SVAG gaps and whether they keep the ratio the extrapolation assumes.
 
     For each metric and successive triple ``(ℓ_j, ℓ_{j+1}, ℓ_{j+2})``: per replicate
@@ -249,11 +250,23 @@ def ell_ratios(ells, times: np.ndarray, values: dict, names, *, alpha: float) ->
     Richardson reference rests on the larger ones.  Each row reports the ratio ``g_j/g_{j+1}`` at the time where
     ``g_{j+1}`` is best resolved.
 
+    **Power** (with ``detect``: metric → the tolerance in the metric's units, ``tol·scale``).  A check that cannot
+    see a failure of the size that matters must not report "ok".  The failure that matters: a second-order term,
+    ``E_ℓ = E_∞ + C/ℓ + D/ℓ²``, large enough to move the Richardson limit of the two largest ``ℓ_a < ℓ_b`` (whose
+    error is ``−D/(ℓ_a ℓ_b)``) by the tolerance, ``|D| = tol·scale·ℓ_a·ℓ_b``.  It shifts triple ``j``'s residual
+    by ``c_j·D`` with ``c_j = (ℓ_j⁻² − ℓ_{j+1}⁻²) − ρ_j (ℓ_{j+1}⁻² − ℓ_{j+2}⁻²)`` (``3/32`` for ``2, 4, 8``).  A
+    decisive triple has **power** when that shift reaches its simultaneous interval at every grid time,
+    ``|c_j|·|D| ≥ q·se(r̄)(t)`` (about even odds of detection, more where the interval is narrower).  Unless it is
+    off, the regime is "ok" only when every metric has a decisive triple with power; otherwise it is "not
+    checked" with the note "too few replicates …".  Row keys ``detectable`` (``|c_j|·|D|``), ``half_width``
+    (largest ``q·se(r̄)``) and ``power``.
+
     Returns
     -------
     dict
         ``status`` (``"ok"``, ``"off"``, ``"not checked"``), ``note`` (one line) and ``ratios`` (rows: metric,
-        ells, expected, ratio, time, z (largest ``|r̄|/se``), off, decisive).
+        ells, expected, ratio, time, z (largest ``|r̄|/se``), off, decisive, and with ``detect`` detectable,
+        half_width, power).
     """
     L = len(ells)
     if L < 3:
@@ -266,10 +279,12 @@ def ell_ratios(ells, times: np.ndarray, values: dict, names, *, alpha: float) ->
     K = max(1, len(names) * int(active.sum()) * len(triples))
     q = bonferroni_quantile(alpha, K, R - 1)
     rows = []
+    big = float(ells[-2]) * float(ells[-1])
     for m in names:
         v = values[m]
         for j in triples:
             rho = (inv[j] - inv[j + 1]) / (inv[j + 1] - inv[j + 2])
+            c_j = (inv[j] ** 2 - inv[j + 1] ** 2) - rho * (inv[j + 1] ** 2 - inv[j + 2] ** 2)
             g1, g2 = v[j] - v[j + 1], v[j + 1] - v[j + 2]  # (T, R)
             r = g1 - rho * g2
             rm, rs = r.mean(-1), r.std(-1, ddof=1) / math.sqrt(R)
@@ -282,6 +297,10 @@ def ell_ratios(ells, times: np.ndarray, values: dict, names, *, alpha: float) ->
                          "expected": float(rho), "ratio": float(g1.mean(-1)[ti] / den) if den != 0 else math.nan,
                          "time": float(times[ti]), "z": float(np.max(z[active], initial=0.0)),
                          "off": bool(np.any(z[active] > q)), "decisive": j in decisive})
+            if detect is not None and m in detect:
+                half = float(np.max(q * rs[active], initial=0.0))
+                size = abs(float(c_j)) * float(detect[m]) * big
+                rows[-1] |= {"detectable": size, "half_width": half, "power": bool(half <= size)}
     bad = [r for r in rows if r["decisive"] and r["off"]]
     if not decisive:
         return {"status": "not checked", "note": "needs three values of ℓ besides the chain judged", "ratios": rows}
@@ -290,4 +309,13 @@ def ell_ratios(ells, times: np.ndarray, values: dict, names, *, alpha: float) ->
         note = (f"{b['metric']}: gap ratio {b['ratio']:.3g} for ℓ = {', '.join(map(str, b['ells']))} where "
                 f"{b['expected']:.3g} is expected, |z| = {b['z']:.3g} > {q:.3g}")
         return {"status": "off", "note": note, "ratios": rows}
+    weak = [m for m in names if detect is not None and m in detect
+            and not any(r["power"] for r in rows if r["metric"] == m and r["decisive"])]
+    if weak:
+        r = min((r for r in rows if r["metric"] == weak[0] and r["decisive"]), key=lambda r: r["half_width"])
+        note = (f"too few replicates: a departure from the 1/ℓ regime that would move the Richardson limit by the "
+                f"tolerance ({', '.join(weak)}: residual {r['detectable']:.3g} for ℓ = "
+                f"{', '.join(map(str, r['ells']))}) is within the check's simultaneous interval "
+                f"(±{r['half_width']:.3g})")
+        return {"status": "not checked", "note": note, "ratios": rows}
     return {"status": "ok", "note": "successive SVAG gaps keep the 1/ℓ ratio within noise", "ratios": rows}

@@ -47,6 +47,7 @@ from scipy.special import ndtri, stdtrit
 
 from fedsde._compat import renamed
 from fedsde._tolerances import RANGE_FLOOR
+from fedsde.validity.tails import heavy_reason, summarise_tails
 
 #: metrics judged in their own units (``accuracy_tolerance``), not relative to their movement
 ABSOLUTE_METRICS = ("test_accuracy",)
@@ -72,6 +73,10 @@ class GapPath:
     unjudged : str
         Non-empty: why the SDE has no value for this metric (e.g. no closed form under its exact law); the metric
         is then left out of the verdict and named in ``skipped`` with this reason.
+    tails : dict or None
+        The heavy-tail diagnostic of the per-replicate values behind ``estimate``
+        (:func:`fedsde.validity.tails.tail_diagnostic`: ``share`` (T,), ``hill`` (T,), ``threshold``); ``None`` when
+        there are none (an exact comparison, or synthetic inputs).
     """
 
     estimate: np.ndarray
@@ -79,6 +84,7 @@ class GapPath:
     sde_mean: np.ndarray
     sde_se: np.ndarray
     unjudged: str = ""
+    tails: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -100,8 +106,9 @@ class ValidityVerdict:
         ``estimate`` and ``se`` (``D̂`` in the metric's units at that time), ``scale`` and ``ells`` (the chain
         judged and ``None`` for ``ℓ → ∞``).  ``None`` when no metric could be judged.
     replicates_needed : int or None
-        When inconclusive, the replicates per chain that would decide at the current estimates; ``None`` when the
-        outcome is decided or no finite number decides.
+        When inconclusive, the replicates per chain that would decide under the planning assumption
+        ``replicates_needed_basis`` (:func:`replicates_needed`); ``None`` when the outcome is decided, when the
+        values are heavy-tailed, or when no finite number decides.
     reason : str
         One sentence.
     margin : float
@@ -128,7 +135,17 @@ class ValidityVerdict:
         ``"ok"``, ``"off"`` (beyond noise) or ``"not checked"``.
     curves : list of dict
         Per metric: ``scale`` (with ``scale_lower``/``scale_upper``), ``tolerance``, and over the grid
-        ``sde_mean``, ``sde_se``, ``estimate``, ``se``, ``gap``, ``lower``, ``upper``.
+        ``sde_mean``, ``sde_se``, ``estimate``, ``se``, ``gap``, ``lower``, ``upper`` (and ``share``, ``hill``
+        where the tail diagnostic ran).
+    tails : dict
+        metric → the heavy-tail diagnostic (:mod:`fedsde.validity.tails`) at the time of its largest share:
+        ``heavy`` (share above threshold at some ``t > 0``), ``share``, ``threshold``, ``hill``, ``time``,
+        ``times_flagged``, ``checked`` (``False`` where ``R`` is too small for the rule to ever fire).  Empty for
+        an exact comparison.
+    regime_note : str
+        The 1/ℓ check's note (why it is off, or not checked).
+    replicates_needed_basis : str
+        The planning assumption behind ``replicates_needed`` (:data:`PLANNING`).
     """
 
     outcome: str
@@ -151,6 +168,9 @@ class ValidityVerdict:
     ell_ratios: list = field(default_factory=list)
     regime: str = "not checked"
     curves: list = field(default_factory=list, repr=False)
+    tails: dict = field(default_factory=dict)
+    regime_note: str = ""
+    replicates_needed_basis: str = ""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -200,12 +220,39 @@ def _judge(path: GapPath, q: float, factor: float, absolute: bool) -> dict:
     return {"gap": gap, "lower": lower, "upper": upper, "scale": scale, "scale_lower": lo_s, "scale_upper": hi_s}
 
 
-def _outcome(judged: dict, tol: dict, active: np.ndarray) -> str:
-    if any(np.any(j["lower"][active] > tol[m]) for m, j in judged.items()):
+def _outcome(judged: dict, tol: dict, active: np.ndarray, heavy=()) -> str:
+    """The three-outcome rule; a ``heavy``-tailed metric decides nothing (its intervals cannot be trusted)."""
+    if any(m not in heavy and np.any(j["lower"][active] > tol[m]) for m, j in judged.items()):
         return "does not track"
+    if heavy:
+        return "inconclusive"
     if all(np.all(j["upper"][active] <= tol[m]) for m, j in judged.items()):
         return "tracks"
     return "inconclusive"
+
+
+#: the planning assumption of :func:`replicates_needed`: how far from its tolerance a gap is assumed to be, as a
+#: fraction of the tolerance
+PLANNING_MARGIN = 0.1
+PLANNING = ("planning gap: the point estimate of d at every time, held at least tol/10 from its tolerance (a "
+            "true gap within 10 % of the tolerance is not planned for); every s.e. scaled by sqrt(R/R'), Student t "
+            "with R' - 1 degrees of freedom")
+
+
+def _planned(path: GapPath, tol: float, absolute: bool) -> GapPath:
+    """``path`` with every estimate moved away from the tolerance to at least :data:`PLANNING_MARGIN`·tol (same
+    sign, same s.e.): the planning assumption of :func:`replicates_needed`."""
+    est = np.asarray(path.estimate, dtype=np.float64)
+    if absolute:
+        scale = 1.0
+    else:
+        m = np.asarray(path.sde_mean, dtype=np.float64)
+        scale = float(m.max() - m.min())
+    d = np.abs(est) / scale
+    lo, hi = (1.0 - PLANNING_MARGIN) * tol, (1.0 + PLANNING_MARGIN) * tol
+    planned = np.where(d < tol, np.minimum(d, lo), np.maximum(d, hi))
+    sign = np.where(est < 0, -1.0, 1.0)
+    return GapPath(sign * planned * scale, path.se, path.sde_mean, path.sde_se, path.unjudged, path.tails)
 
 
 def _quantile(alpha: float, K: int, R: int, noisy: bool) -> tuple[float, float]:
@@ -215,10 +262,20 @@ def _quantile(alpha: float, K: int, R: int, noisy: bool) -> tuple[float, float]:
 
 @renamed(paths="gaps")
 def replicates_needed(gaps: dict, tol: dict, active: np.ndarray, *, alpha: float, comparisons: int,
-                      replicates: int, absolute: dict) -> int | None:
-    """Smallest ``R′ >= R`` whose intervals decide (every s.e. scaled by ``√(R/R′)``, ``t`` quantile with ``R′ − 1``
-    degrees of freedom, point estimates kept); ``None`` when none up to :data:`MAX_REPLICATES` does.  ``gaps``: metric →
-    :class:`GapPath` of the judged metrics (old name: ``paths``)."""
+                      replicates: int, absolute: dict, planning: bool = True) -> int | None:
+    """Smallest ``R′ > R`` whose intervals decide under the planning assumption :data:`PLANNING`; ``None`` when none
+    up to :data:`MAX_REPLICATES` does, or when ``R`` itself would (the gap is then within
+    :data:`PLANNING_MARGIN`·tol of the tolerance and resolved to that: no number of replicates is planned for it).
+
+    Why: at the point estimates ``R′`` grows like ``1/(tol − d̂)²`` and jumps with the noise of ``d̂``
+    (124 to 32,321 over six seeds at ``R = 64`` on one setting).  Holding every ``d̂`` at least
+    ``tol/10`` from its tolerance (the usual practice of sample-size planning for an equivalence test: plan for a
+    difference of practical size, not for the estimate) bounds that: ``R′`` then depends on ``d̂`` only where it is
+    already clear of the tolerance, and on the s.e. (stable: ``R·se²`` is a variance estimate) otherwise.  Every
+    s.e. is scaled by ``√(R/R′)`` and the ``t`` quantile has ``R′ − 1`` degrees of freedom.  ``planning=False``
+    keeps the point estimates (the earlier rule).  ``gaps``: metric → :class:`GapPath` of the judged metrics (old
+    name: ``paths``)."""
+    gaps = {m: _planned(p, tol[m], absolute[m]) for m, p in gaps.items()} if planning else gaps
 
     def decides(Rp: int) -> bool:
         q, _ = _quantile(alpha, comparisons, Rp, True)
@@ -227,7 +284,7 @@ def replicates_needed(gaps: dict, tol: dict, active: np.ndarray, *, alpha: float
         return _outcome(judged, tol, active) != "inconclusive"
 
     if decides(replicates):
-        return replicates
+        return None if planning else replicates
     hi = replicates
     while not decides(hi):
         if hi >= MAX_REPLICATES:
@@ -261,8 +318,8 @@ def validity_verdict(
         Grid ``t = n·h`` (``t = 0`` is not a comparison: every chain starts at ``w₀``).
     gaps : dict
         metric → :class:`GapPath` (over the grid).
-    replicates : int
-        ``R``: the s.e. have ``R − 1`` degrees of freedom.
+    replicates : int or None
+        ``R``: the s.e. have ``R − 1`` degrees of freedom (``None`` for an exact comparison: every s.e. is zero).
     reference : {"exact", "svag"}
     tolerance : float
         ``tol``: largest ``d`` accepted, as a fraction of the metric's movement.
@@ -302,11 +359,15 @@ def validity_verdict(
     ratios = list((regime or {}).get("ratios", []))
     status = (regime or {}).get("status", "not checked")
     T = float(times[-1])
+    note = (regime or {}).get("note", "")
     if not judged:
         reason = "no metric could be judged: " + "; ".join(skipped.values()) if skipped else "no metric was judged"
         return ValidityVerdict("inconclusive", False, reference, None, None, reason, math.nan, 0.0, tolerance,
-                               accuracy_tolerance, alpha, q, df, replicates, [], K, skipped, ratios, status, [])
-    outcome = _outcome(judged, tol_of, active)
+                               accuracy_tolerance, alpha, q, df, replicates, [], K, skipped, ratios, status, [],
+                               regime_note=note, replicates_needed_basis=PLANNING)
+    tails = {m: summarise_tails(p.tails, times, active) for m, p in paths.items() if p.tails is not None}
+    heavy = {m for m, tl in tails.items() if tl["heavy"]}
+    outcome = _outcome(judged, tol_of, active, heavy)
     off = reference == "svag" and status == "off"
     if off:
         outcome = "inconclusive"
@@ -320,24 +381,32 @@ def validity_verdict(
              "upper": float(np.max(j["upper"][active], initial=0.0)), "tolerance": tol_of[wm],
              "estimate": float(path.estimate[ti]), "se": float(path.se[ti]), "scale": j["scale"],
              "ells": [base_ell, None]}
-    ok_t = np.all([np.where(active, judged[m]["upper"] <= tol_of[m], True) for m in judged], axis=0)
+    ok_t = np.all([np.where(active, (judged[m]["upper"] <= tol_of[m]) & (m not in heavy or paths[m].tails["share"]
+                                                                          <= tails[m]["threshold"]), True)
+                   for m in judged], axis=0)
     first_bad = np.flatnonzero(~ok_t)
     horizon = 0.0 if off else T if first_bad.size == 0 else float(times[max(first_bad[0] - 1, 0)])
     with np.errstate(invalid="ignore"):
         margin = float(min(np.min(1.0 - j2["upper"][active] / tol_of[m], initial=np.inf)
                            for m, j2 in judged.items()))
     needed = None
-    if outcome == "inconclusive" and not off:
+    if outcome == "inconclusive" and not off and not heavy:
         needed = replicates_needed(paths, tol_of, active, alpha=alpha, comparisons=K, replicates=replicates,
                                    absolute=absolute)
     reason = _reason(outcome, worst, base, T, replicates, needed, regime if off else None, skipped)
+    if heavy and outcome == "inconclusive":
+        reason = heavy_reason(heavy, tails, base, T, replicates, reason)
+    if status == "not checked" and note.startswith("too few replicates"):
+        reason += "; 1/ℓ regime not checked — too few replicates"
     curves = [{"metric": m, "tolerance": tol_of[m], "scale": j2["scale"], "scale_lower": j2["scale_lower"],
                "scale_upper": j2["scale_upper"], "sde_mean": paths[m].sde_mean, "sde_se": paths[m].sde_se,
                "estimate": paths[m].estimate, "se": paths[m].se, "gap": j2["gap"], "lower": j2["lower"],
-               "upper": j2["upper"]} for m, j2 in judged.items()]
+               "upper": j2["upper"]} | ({} if paths[m].tails is None else
+                                        {"share": paths[m].tails["share"], "hill": paths[m].tails["hill"]})
+              for m, j2 in judged.items()]
     return ValidityVerdict(outcome, outcome == "tracks", reference, worst, needed, reason, margin, horizon,
                            tolerance, accuracy_tolerance, alpha, q, df, replicates, list(judged), K, skipped,
-                           ratios, status, curves)
+                           ratios, status, curves, tails, note, PLANNING)
 
 
 def _reason(outcome: str, w: dict, base: str, T: float, R: int, needed: int | None, regime: dict | None,

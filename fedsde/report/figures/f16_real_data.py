@@ -155,7 +155,7 @@ def _validity(pb, cfg: dict, ctx: RunContext, ax) -> tuple[list[list], list[dict
     for k, s in enumerate(cfg["validity_server_lrs"]):
         res = validity_test(pb, eta=cfg["eta"], local_steps=cfg["E"], rounds=cfg["validity_rounds"],
                             replicates=cfg["validity_replicates"], seed=ctx.seed + 1000 + k, server_lr=float(s),
-                            reference="exact", tolerance=cfg["tolerance"], device=ctx.device)
+                            reference="exact", tolerance=cfg["tolerance"], device=ctx.device, fedavg="sampled")
         v, w = res.verdict, res.verdict.worst
         verdicts.append({"server_lr": float(s), "outcome": v.outcome, "metric": w["metric"], "d": w["gap"],
                          "lower": w["lower"], "upper": w["upper"], "tolerance": w["tolerance"],
