@@ -63,6 +63,14 @@ def schedule(name: str, value: float | Sequence[float] | np.ndarray, rounds: int
     return arr
 
 
+def constant_or_schedule(name: str, value, rounds: int) -> np.ndarray:
+    """:func:`schedule`, but a constant becomes a read-only broadcast view (no memory per round, so an exact
+    recursion asked for ``rounds = 10⁸`` does not allocate ``10⁸`` numbers); for read-only use."""
+    if np.ndim(value) == 0:
+        return np.broadcast_to(positive_float(name, float(value)), (rounds,))
+    return schedule(name, value, rounds)
+
+
 def client_steps(name: str, value: int | Sequence[int] | np.ndarray, Q: int) -> np.ndarray:
     """Per-client local step counts (ints >= 1) from an int or a length-Q sequence.
 

@@ -55,7 +55,7 @@ def _rule_weights(args: argparse.Namespace, problem, local_steps) -> np.ndarray:
     return aggregator_round_weights(problem, agg, local_steps, participation=args.participation)
 
 
-def _surrogate(problem, args, local_steps, omega, w0, exact_cov, transient) -> tuple[dict, list[str]]:
+def _surrogate(problem, args, local_steps, omega, w0, exact, transient) -> tuple[dict, list[str]]:
     """The constant-noise surrogate's laws and their errors against the exact ones."""
     from fedsde.errors import NoStationaryLawError
     from fedsde.exact import constant_noise_surrogate, stationary_law, surrogate_gap, transient_moments
@@ -66,8 +66,8 @@ def _surrogate(problem, args, local_steps, omega, w0, exact_cov, transient) -> t
                           "Sigma_k = minibatch covariance at w*", "Sigma": sur.Sigma, "stationary": None}
     notes: list[str] = []
     try:
-        if exact_cov is not None:
-            gap = surrogate_gap(problem, args.eta, local_steps, args.server_lr, **kw)
+        if exact is not None:
+            gap = surrogate_gap(problem, args.eta, local_steps, args.server_lr, exact=exact, **kw)
             out["stationary"] = {"mean": gap.surrogate.mean, "cov": gap.surrogate.cov}
             out |= {"cov_rel_error": gap.cov_rel_error, "variance_ratio": gap.variance_ratio,
                     "mean_error": gap.mean_error, "worst_direction_ratio": list(gap.worst_direction_ratio)}
@@ -101,7 +101,7 @@ def run_regression(args: argparse.Namespace, problem) -> int:
     law = least_squares_round_law(problem, args.eta, steps, args.server_lr, **kw)
     optimum = problem.optimum
     notes: list[str] = []
-    stationary, rho2 = None, None
+    stationary, rho2, st = None, None, None
     try:
         st = least_squares_stationary_law(problem, args.eta, steps, args.server_lr, **kw)
         stationary, rho2 = {"mean": st.mean, "cov": st.cov}, st.spectral_radius
@@ -113,11 +113,10 @@ def run_regression(args: argparse.Namespace, problem) -> int:
     transient = None
     if args.rounds is not None:
         tr = least_squares_transient_moments(problem, args.eta, steps, args.rounds, args.server_lr, w0=w0,
-                                             record=[args.rounds], **kw)
+                                             record=[args.rounds], stationary=st, **kw)
         transient = {"rounds": args.rounds, "mean": tr.final_mean, "cov": tr.final_cov}
     try:
-        surrogate, more = _surrogate(problem, args, steps, omega, w0,
-                                     None if stationary is None else stationary["cov"], transient)
+        surrogate, more = _surrogate(problem, args, steps, omega, w0, st, transient)
     except FedsdeInputError as exc:  # e.g. a client whose own solution is not unique: no surrogate, still an answer
         surrogate, more = {"stationary": None}, [f"surrogate: {exc}"]
     notes += more

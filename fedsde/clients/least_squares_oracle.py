@@ -20,6 +20,7 @@ by the slots (``participants_only``), as the data oracles of :mod:`fedsde.client
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from fedsde._validate import choice, positive_int
@@ -78,11 +79,14 @@ class LeastSquaresMinibatchOracle:
             raise FedsdeInputError(f"oracle: {type(problem).__name__} has no regression rows; the least-squares "
                                    "oracle needs a RegressionProblem")
         sampling = choice("sampling", problem.sampling if sampling is None else sampling, SAMPLINGS)
-        Xp, yp, _ = problem.padded_rows()
-        self.Q, self.n_max, self.d = Xp.shape
-        self.X = torch.as_tensor(Xp, dtype=dtype, device=device).reshape(-1, self.d)  # (Q·N, d)
-        self.y = torch.as_tensor(yp, dtype=dtype, device=device).reshape(-1)  # (Q·N,)
+        self.Q, self.n_max, self.d = problem.Q, int(np.max(problem.sizes)), problem.d
+        # the rows as they are, client after client (memory N·d, not Q·max n_k); row i of client k is at
+        # offsets[k] + i
+        self.X = torch.as_tensor(problem.X, dtype=dtype, device=device)  # (N, d)
+        self.y = torch.as_tensor(problem.y, dtype=dtype, device=device)  # (N,)
         self.sizes = torch.as_tensor(problem.sizes, device=device)
+        self.offsets = torch.as_tensor(np.concatenate([[0], np.cumsum(problem.sizes)[:-1]]), dtype=torch.int64,
+                                       device=device)
         self.l2 = float(problem.l2)
         self.replace = sampling == "with-replacement"
         b = problem.batch_size if batch_size is None else batch_size
@@ -104,10 +108,10 @@ class LeastSquaresMinibatchOracle:
         self.clients = clients
         if clients is None:
             self._slot_sizes = self.sizes.view(1, self.Q, 1, 1)
-            self._base = (torch.arange(self.Q, device=self.device) * self.n_max).view(1, self.Q, 1, 1)
+            self._base = self.offsets.view(1, self.Q, 1, 1)
         else:
             self._slot_sizes = self.sizes[clients].unsqueeze(-1)  # (nb, slots, B, 1)
-            self._base = (clients * self.n_max).unsqueeze(-1)
+            self._base = self.offsets[clients].unsqueeze(-1)
         if batch is None:
             if self.fixed_batch is None:
                 raise FedsdeInputError("batch_size: the oracle needs a batch size (give the problem a batch_size, "

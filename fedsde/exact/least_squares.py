@@ -25,19 +25,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
 from fedsde._memory import available_memory, memory_fits
-from fedsde._tolerances import PSD_TOL, STATIONARY_MARGIN, SYM_TOL
+from fedsde._tolerances import DIVISION_FLOOR, PSD_TOL, STATIONARY_MARGIN, SYM_TOL
 from fedsde._validate import (
     choice,
     client_steps,
     client_weights,
+    constant_or_schedule,
     positive_float,
     positive_int,
     record_rounds,
-    schedule,
     start_point,
 )
 from fedsde.errors import FedsdeInputError, NoStationaryLawError
@@ -45,6 +46,13 @@ from fedsde.exact._least_squares_steps import LocalData, weight_moments
 from fedsde.exact.moments import Moments
 
 WEIGHTINGS = ("unbiased", "renormalised", "multinomial")
+METHODS = ("auto", "dense", "matrix-free")
+#: with more rounds than this (and constant rates) the transient is not computed round by round
+DIRECT_ROUNDS = 64
+#: at most this many recorded rounds for the shortcut of the transient
+MAX_JUMPS = 8
+#: a stationary solve whose relative residual is above this is refused
+SOLVE_RTOL = 1e-9
 
 
 def _check_problem(problem) -> None:
@@ -136,24 +144,60 @@ class LeastSquaresRoundLaw:
         """
         s, d = self.server_lr, self.d
         J, mu = self.J, self.mu
-        Cd = self.C - np.outer(mu, mu)
-        dk = np.einsum("qab,nb->qna", J, mhat)  # (Q, N, d+1)
-        drift = s * np.einsum("q,qna->na", mu, dk)
-        Nk = self.data.run(mhat, P)  # (Q, N, d, d)
+        drift = s * np.einsum("q,qab,nb->na", mu, J, mhat)
         noise = np.zeros((mhat.shape[0], d + 1, d + 1))
-        noise[:, :d, :d] = np.einsum("q,qnab->nab", np.diag(self.C), Nk)
-        if np.any(Cd != 0.0):
-            noise += np.einsum("kj,kna,jnb->nab", Cd, dk, dk, optimize=True)
+        noise[:, :d, :d] = self.data.round_noise(mhat, P, np.diag(self.C).copy())
+        sig, B = self._participation_terms
+        if sig.size:
+            Bm = np.einsum("rab,nb->rna", B, mhat)
+            noise += np.einsum("r,rna,rnb->nab", sig, Bm, Bm)
             if P is not None:
-                JP = np.einsum("kab,nbc->knac", J, P)
-                W = np.einsum("kj,knac->jnac", Cd, JP)
-                noise += np.einsum("jnac,jec->nae", W, J)
+                BP = B[:, None] @ P[None]
+                noise += np.einsum("r,rnac,rbc->nab", sig, BP, B)
         noise *= s * s
         if P is None:
             lin = np.zeros_like(noise)
         else:
             lin = np.einsum("ab,nbc->nac", s * np.einsum("q,qij->ij", mu, J), P)
         return drift, lin, noise
+
+    @cached_property
+    def _participation_terms(self) -> tuple[np.ndarray, np.ndarray]:
+        """``Cδ = C − μμᵀ = Σ_r σ_r u_r u_rᵀ`` as ``(σ, B)`` with ``B_r = Σ_k u_rk Ĵ_k`` (r, d+1, d+1), so that
+        ``Σ_kj Cδ_kj Ĵ_k X Ĵ_jᵀ = Σ_r σ_r B_r X B_rᵀ`` (empty under full participation)."""
+        Cd = self.C - np.outer(self.mu, self.mu)
+        if not np.any(Cd):
+            return np.zeros(0), np.zeros((0, self.d + 1, self.d + 1))
+        sig, U = np.linalg.eigh(0.5 * (Cd + Cd.T))
+        keep = np.abs(sig) > 1e-15 * np.abs(sig).max()
+        return sig[keep], np.einsum("kr,kab->rab", U[:, keep], self.J)
+
+    def second_moment_map(self, P: np.ndarray) -> np.ndarray:
+        """The homogeneous map ``T``: ``P ↦ A P Aᵀ + E Cov[·]`` (quadratic part of the noise), applied matrix-free
+        to a (d, d) matrix or a batch (B, d, d), in ``O(N d²)`` per local step (module docstring)."""
+        d = self.d
+        P = np.asarray(P, dtype=np.float64)
+        batch = P.reshape(-1, d, d)
+        Ph = np.zeros((batch.shape[0], d + 1, d + 1))
+        Ph[:, :d, :d] = batch
+        noise = self.pieces(np.zeros((batch.shape[0], d + 1)), Ph)[2][:, :d, :d]
+        A = self.mean_map[0]
+        return (A @ batch @ A.T + noise).reshape(P.shape)
+
+    def noise_operator(self) -> np.ndarray:
+        """``K`` (d², (d+1)²): ``vec E Cov[w' | w] = K vec E[ŵŵᵀ]`` (row-major) with ``ŵ = (w − shift, 1)``: the
+        conditional covariance as a linear map of the raw augmented second moment (built column by column)."""
+        d = self.d
+        n = (d + 1) ** 2
+        chunk = max(1, min(n, _CHUNK_FLOATS // max(1, self.data.rows * (d + 1))))
+        cols = []
+        for start in range(0, n, chunk):
+            idx = np.arange(start, min(n, start + chunk))
+            X = np.zeros((idx.size, d + 1, d + 1))
+            X[np.arange(idx.size), idx // (d + 1), idx % (d + 1)] = 1.0
+            noise = self.pieces(np.zeros((idx.size, d + 1)), X)[2]
+            cols.append(noise[:, :d, :d].reshape(idx.size, d * d))
+        return np.concatenate(cols).T
 
     def step(self, mean: np.ndarray, cov: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Mean (d,) and covariance (d, d) after one round, given those before it (module docstring)."""
@@ -179,30 +223,47 @@ class LeastSquaresRoundLaw:
         return 0.5 * (noise + np.swapaxes(noise, 1, 2)).reshape(*w.shape, self.d)
 
     def second_moment_operator(self, *, memory_limit: int | str | None = None) -> np.ndarray:
-        """Matrix of the homogeneous map ``P ↦ P'`` on row-major ``vec(P)``, shape (d², d²)."""
+        """Matrix of the homogeneous map ``P ↦ P'`` on row-major ``vec(P)``, shape (d², d²) (the dense form of
+        :meth:`second_moment_map`; used only where it is cheaper, small ``d``)."""
         d = self.d
-        memory_fits(f"second-moment operator (d={d})", operator_bytes(d, self.Q, self.data.X.shape[1]),
-                    available_memory("cpu", memory_limit), "the exact stationary law needs O(d⁴) memory; use fewer "
-                    "features")
-        L = self.L
-        cols = []
-        for start in range(0, d * d, _CHUNK):
-            idx = np.arange(start, min(d * d, start + _CHUNK))
-            P = np.zeros((idx.size, d + 1, d + 1))
-            P[np.arange(idx.size), idx // d, idx % d] = 1.0
-            _, lin, noise = self.pieces(np.zeros((idx.size, d + 1)), P)
-            out = P + lin + np.einsum("nab,cb->nac", P, L) + np.einsum("ab,nbc,dc->nad", L, P, L) + noise
-            cols.append(out[:, :d, :d].reshape(idx.size, d * d))
-        return np.concatenate(cols).T
+        memory_fits(f"second-moment operator (d={d})", 8 * 3 * d**4 + work_bytes(d, self.data.rows),
+                    available_memory("cpu", memory_limit), "the dense d²×d² operator needs O(d⁴) memory (the "
+                    "matrix-free solve does not)")
+        A = self.mean_map[0]
+        K = self.noise_operator()
+        aug = np.arange(d * d).reshape(d, d)
+        cols = ((aug // d) * (d + 1) + aug % d).reshape(-1)
+        return np.kron(A, A) + K[:, cols]
 
 
-#: basis matrices per application when building an operator
-_CHUNK = 256
+#: floats of row-sized work arrays per batch of basis matrices when building a dense operator
+_CHUNK_FLOATS = 8_000_000
+#: at most this many features, the stationary law and the long transients use the dense d²×d² matrices
+DENSE_MAX_D = 8
+
+
+def work_bytes(d: int, rows: int, batch: int = 1) -> int:
+    """Memory of one application of the round map to ``batch`` states: the rows (with their size-group padding,
+    at most 25 %) times a few work arrays of shape (rows, d+1), plus ``O(d²)`` per state.  It grows with the rows
+    ``N`` and ``d``, never with ``Q · max n_k``."""
+    return int(8 * (6 * 1.25 * rows * (d + 1) * batch + 16 * batch * (d + 1) ** 2))
 
 
 def operator_bytes(d: int, Q: int, n_max: int) -> int:
-    """Memory the d²×d² operator needs: the matrix, its LU copy and the per-chunk client work arrays."""
-    return 8 * (3 * d**4 + 6 * Q * min(_CHUNK, d * d) * ((d + 1) ** 2 + n_max * (d + 1)))
+    """Memory of the exact stationary law (kept for callers of the former dense path): the matrix-free work
+    arrays for ``Q · n_max`` rows at most, plus the dense operator where ``d <= DENSE_MAX_D``."""
+    dense = 8 * 3 * d**4 if d <= DENSE_MAX_D else 8 * 40 * d * d
+    return dense + work_bytes(d, Q * n_max)
+
+
+def check_rows_memory(problem, *, memory_limit: int | str | None = None) -> None:
+    """Refuse, naming the rows, problems whose exact moments would not fit in memory."""
+    rows, d = int(problem.sizes.sum()), problem.d
+    need = work_bytes(d, rows) + 8 * problem.Q * 6 * (d + 1) ** 2
+    memory_fits(f"exact least-squares moments ({rows} rows × d={d}, Q={problem.Q} clients)", need,
+                available_memory("cpu", memory_limit), "the cost grows with the rows times the features (and "
+                "Q·d² for the clients' maps); use fewer rows or clients, or set FEDSDE_MEMORY_LIMIT if more "
+                "memory is free than detected")
 
 
 def least_squares_round_law(
@@ -287,9 +348,18 @@ def least_squares_transient_moments(
     weighting: str = "unbiased",
     weights: np.ndarray | None = None,
     record: Sequence[int] | np.ndarray | None = None,
+    method: str = "auto",
+    stationary: LeastSquaresStationaryLaw | None = None,
 ) -> Moments:
     """Exact mean and covariance of the server weights after every round (mirrors
     :func:`fedsde.exact.transient_moments`).
+
+    With constant ``eta`` and ``server_lr``, many rounds and few recorded ones, the rounds are not all applied
+    (:mod:`fedsde.exact._least_squares_solve`): for ``d <= DENSE_MAX_D`` (or ``method="dense"``) the affine
+    recursion of ``(P, δδᵀ, δ, 1)`` is raised to the power by repeated squaring (``O(log n)`` products); otherwise
+    rounds are applied one by one until the proven bound on the distance to the stationary law falls below
+    ``TAIL_RTOL·‖P*‖_F``, and the mean is ``m* + Aⁿ(m₀ − m*)`` in closed form.  So ``rounds = 10⁸`` costs
+    ``O(log n)`` products or the rounds of the transient's burn-in, not ``10⁸`` rounds.
 
     Parameters
     ----------
@@ -304,6 +374,10 @@ def least_squares_transient_moments(
         See :func:`least_squares_round_law`.
     record : sequence of int, optional
         Rounds (0..rounds) to keep; default all.
+    method : {"auto", "dense", "matrix-free"}
+        Force the dense squaring or the matrix-free rounds (``auto``: dense where ``d <= DENSE_MAX_D``).
+    stationary : LeastSquaresStationaryLaw, optional
+        The stationary law of the same settings, if already computed (the matrix-free tail uses it).
 
     Returns
     -------
@@ -312,14 +386,27 @@ def least_squares_transient_moments(
     """
     _check_problem(problem)
     rounds = positive_int("rounds", rounds, minimum=0)
-    etas = schedule("eta", eta, rounds) if rounds else np.array([positive_float("eta", np.ravel(eta)[0])])
-    lrs = schedule("server_lr", server_lr, rounds) if rounds else np.array([np.ravel(server_lr)[0]])
+    choice("method", method, METHODS)
+    etas = constant_or_schedule("eta", eta, rounds) if rounds else np.array([positive_float("eta", np.ravel(eta)[0])])
+    lrs = constant_or_schedule("server_lr", server_lr, rounds) if rounds else np.array([np.ravel(server_lr)[0]])
     m, P = _initial(problem.d, problem.initial_weights() if w0 is None else w0, cov0)
     keep = record_rounds("record", record, rounds)
+    kw = {"participation": participation, "weighting": weighting, "weights": weights}
+    constant = all(a.strides == (0,) or bool(np.all(a == a[0])) for a in (etas, lrs))
+    if constant and rounds > DIRECT_ROUNDS and keep.size <= MAX_JUMPS:
+        law = least_squares_round_law(problem, float(etas[0]), local_steps, float(lrs[0]), **kw)
+        fast = _jump(problem, law, m, P, keep, method, stationary, kw)
+        if fast is not None:
+            return fast
+    return _iterate(problem, etas, lrs, local_steps, m, P, keep, kw)
+
+
+def _iterate(problem, etas, lrs, local_steps, m, P, keep, kw) -> Moments:
+    """The rounds applied one by one (matrix-free)."""
+    rounds = etas.size
     at = {int(k): i for i, k in enumerate(keep)}
     means, covs = np.empty((keep.size, problem.d)), np.empty((keep.size, problem.d, problem.d))
     laws: dict[tuple[float, float], LeastSquaresRoundLaw] = {}
-    kw = {"participation": participation, "weighting": weighting, "weights": weights}
     if rounds == 0:
         least_squares_round_law(problem, float(etas[0]), local_steps, float(lrs[0]), **kw)
     if 0 in at:
@@ -334,15 +421,103 @@ def least_squares_transient_moments(
     return Moments(rounds=keep, mean=means, cov=covs)
 
 
+def _jump(problem, law: LeastSquaresRoundLaw, m0, P0, keep, method, stationary, kw) -> Moments | None:
+    """Moments at the recorded rounds without applying every round (``fedsde.exact._least_squares_solve``): the
+    dense affine recursion by repeated squaring where ``d`` is small, else the rounds one by one until the bound on
+    the distance to the stationary law is below rounding.  ``None`` where neither applies (no fixed point, no
+    stationary law, or too few rounds for the bound to help)."""
+    from fedsde.exact._least_squares_solve import TAIL_RTOL, SteinInverse, affine_power, tail_bound
+
+    d = problem.d
+    A = law.mean_map[0]
+    try:
+        mstar = law.fixed_point()
+    except np.linalg.LinAlgError:
+        return None
+    if not np.all(np.isfinite(mstar)):
+        return None
+    means, covs = np.empty((keep.size, d)), np.empty((keep.size, d, d))
+    dense = method == "dense" or (method == "auto" and d <= DENSE_MAX_D)
+    if dense:
+        centred = least_squares_round_law(problem, law.eta, law.local_steps, law.server_lr, shift=mstar, **kw)
+        Z = _affine_matrix(centred)
+        z = np.concatenate([P0.reshape(-1), np.outer(m0 - mstar, m0 - mstar).reshape(-1), m0 - mstar, [1.0]])
+        prev = 0
+        for i, r in enumerate(keep):
+            z = affine_power(Z, int(r) - prev, z)
+            prev = int(r)
+            Pn = z[:d * d].reshape(d, d)
+            means[i], covs[i] = mstar + z[2 * d * d:2 * d * d + d], 0.5 * (Pn + Pn.T)
+        return Moments(rounds=keep, mean=means, cov=covs)
+    rho_A = law.spectral_radius
+    if rho_A >= 1.0 - STATIONARY_MARGIN:
+        return None
+    # the bound cannot fall below rounding in fewer than about log(TAIL_RTOL)/log(ρ_A²) rounds (ρ(T) >= ρ_A²)
+    if rho_A > 0 and int(keep[-1]) < 30.0 / (2.0 * -np.log(rho_A)):
+        return None
+    if stationary is None:
+        try:
+            stationary = least_squares_stationary_law(problem, law.eta, law.local_steps, law.server_lr,
+                                                      method="matrix-free", **kw)
+        except NoStationaryLawError:
+            return None
+    Pstar, rho_T = stationary.cov, stationary.spectral_radius
+    _, K = law.step(mstar, np.zeros((d, d)))
+    K2 = float(np.linalg.norm(K, 2))
+    pw = SteinInverse(A)
+    delta0 = m0 - mstar
+    scale = float(np.linalg.norm(Pstar)) or float(np.linalg.norm(P0) + delta0 @ delta0) or 1.0
+    m, P, n = m0, P0, 0
+    for i, r in enumerate(keep):
+        r = int(r)
+        while n < r and tail_bound(r - n, P - Pstar, m - mstar, rho_T, rho_A, K2) > TAIL_RTOL * scale:
+            m, P = law.step(m, P)
+            n += 1
+        if n == r:
+            means[i], covs[i] = m, P
+        else:
+            means[i], covs[i] = mstar + pw.power(r, delta0), Pstar
+    return Moments(rounds=keep, mean=means, cov=covs)
+
+
+def _affine_matrix(law: LeastSquaresRoundLaw) -> np.ndarray:
+    """The round as one linear map of ``z = (vec P, vec δδᵀ, δ, 1)`` (``δ = m − shift``), shape (2d²+d+1)²:
+    ``P' = A P Aᵀ + K vec X̂``, ``D' = A D Aᵀ``, ``δ' = A δ``, with ``X̂ = [[P + D, δ], [δᵀ, 1]]`` (the shift
+    is the fixed point, so the mean map has no offset there)."""
+    d = law.d
+    dd = d * d
+    K = law.noise_operator()
+    L = law.L
+    A = np.eye(d) + L[:d, :d]
+    AA = np.kron(A, A)
+    aug = np.arange(dd).reshape(d, d)
+    rows = ((aug // d) * (d + 1) + aug % d).reshape(-1)
+    Kdd = K[:, rows]
+    Kdelta = K[:, np.arange(d) * (d + 1) + d] + K[:, d * (d + 1) + np.arange(d)]
+    n = 2 * dd + d + 1
+    Z = np.zeros((n, n))
+    Z[:dd, :dd] = AA + Kdd
+    Z[:dd, dd:2 * dd] = Kdd
+    Z[:dd, 2 * dd:2 * dd + d] = Kdelta
+    Z[:dd, -1] = K[:, -1]
+    Z[dd:2 * dd, dd:2 * dd] = AA
+    Z[2 * dd:2 * dd + d, 2 * dd:2 * dd + d] = A
+    Z[-1, -1] = 1.0
+    return Z
+
+
 @dataclass(frozen=True)
 class LeastSquaresStationaryLaw:
-    """Stationary mean (d,) and covariance (d, d) of the chain, the spectral radius of its second-moment operator
-    and the round law that produced them."""
+    """Stationary mean (d,) and covariance (d, d) of the chain, the spectral radius of its second-moment operator,
+    the round law that produced them, the relative residual ``‖P − T(P) − K‖_F/‖K‖_F`` of the covariance and the
+    method (``dense`` or ``matrix-free``)."""
 
     mean: np.ndarray
     cov: np.ndarray
     spectral_radius: float
     law: LeastSquaresRoundLaw
+    residual: float = 0.0
+    method: str = "dense"
 
 
 def least_squares_stationary_law(
@@ -355,13 +530,17 @@ def least_squares_stationary_law(
     weighting: str = "unbiased",
     weights: np.ndarray | None = None,
     memory_limit: int | str | None = None,
+    method: str = "auto",
 ) -> LeastSquaresStationaryLaw:
     """Stationary mean and covariance of minibatch FedAvg on least-squares clients (mirrors
     :func:`fedsde.exact.stationary_law`): the fixed point of :meth:`LeastSquaresRoundLaw.step`.
 
-    The mean solves ``Σ_k μ_k d_k(m) = 0``; the covariance ``vec P = (I − T)⁻¹ vec K`` with ``T`` the
-    second-moment operator (d² × d², built up front after a memory check) and ``K`` the round's constant part at
-    the stationary mean.
+    The mean solves ``Σ_k μ_k d_k(m) = 0``; the covariance solves ``P = T(P) + K`` with ``T`` the second-moment
+    map and ``K`` the round's constant part at the stationary mean: matrix-free by preconditioned conjugate
+    gradients (``T`` is self-adjoint and positive; :mod:`fedsde.exact._least_squares_solve`), to a relative
+    residual ``‖P − T(P) − K‖_F/‖K‖_F`` of about 1e-13 (``residual``), with ``ρ(T)`` by Lanczos; or, where
+    ``d <= DENSE_MAX_D`` (or ``method="dense"``), with the d² × d² matrix of ``T`` and a direct solve.  Memory
+    grows with the rows times ``d``, checked up front.
 
     Raises
     ------
@@ -370,6 +549,10 @@ def least_squares_stationary_law(
     FedsdeInputError
         Bad arguments, or the operator does not fit in memory (with the estimate).
     """
+    from fedsde.exact._least_squares_solve import perron_root, stationary_covariance
+
+    choice("method", method, METHODS)
+    check_rows_memory(problem, memory_limit=memory_limit)
     law = least_squares_round_law(problem, eta, local_steps, server_lr, participation=participation,
                                   weighting=weighting, weights=weights)
     where = (f"eta={law.eta}, local_steps={_steps_repr(law.local_steps)}, server_lr={law.server_lr}"
@@ -378,16 +561,30 @@ def least_squares_stationary_law(
     if rho1 >= 1.0 - STATIONARY_MARGIN:
         raise NoStationaryLawError(f"{where}: the mean map has spectral radius {rho1:.6g} >= 1, so the chain has "
                                    "no stationary law")
-    T = law.second_moment_operator(memory_limit=memory_limit)
-    rho2 = float(np.max(np.abs(np.linalg.eigvals(T))))
-    if rho2 >= 1.0 - STATIONARY_MARGIN:
-        raise NoStationaryLawError(f"{where}: the second-moment operator has spectral radius {rho2:.6g} >= 1 (the "
-                                   "minibatch noise makes the variance diverge), so there is no stationary law")
     d = problem.d
     mean = law.fixed_point()
     _, K = law.step(mean, np.zeros((d, d)))
-    P = np.linalg.solve(np.eye(d * d) - T, K.reshape(-1)).reshape(d, d)
-    return LeastSquaresStationaryLaw(mean=mean, cov=0.5 * (P + P.T), spectral_radius=rho2, law=law)
+    diverges = (f"{where}: the second-moment operator has spectral radius {{:.6g}} >= 1 (the minibatch noise makes "
+                "the variance diverge), so there is no stationary law")
+    if method == "dense" or (method == "auto" and d <= DENSE_MAX_D):
+        T = law.second_moment_operator(memory_limit=memory_limit)
+        rho2 = float(np.max(np.abs(np.linalg.eigvals(T))))
+        if rho2 >= 1.0 - STATIONARY_MARGIN:
+            raise NoStationaryLawError(diverges.format(rho2))
+        P = np.linalg.solve(np.eye(d * d) - T, K.reshape(-1)).reshape(d, d)
+        res = float(np.linalg.norm(P - law.second_moment_map(P) - K) / max(np.linalg.norm(K), DIVISION_FLOOR))
+        return LeastSquaresStationaryLaw(mean=mean, cov=0.5 * (P + P.T), spectral_radius=rho2, law=law,
+                                         residual=res, method="dense")
+    P, _, res = stationary_covariance(law.second_moment_map, K, law.mean_map[0])
+    ok = np.isfinite(res) and np.all(np.isfinite(P))
+    rho2 = perron_root(law.second_moment_map, d, P if ok else None)
+    if rho2 >= 1.0 - STATIONARY_MARGIN:
+        raise NoStationaryLawError(diverges.format(rho2))
+    if not ok or res > SOLVE_RTOL:
+        raise NoStationaryLawError(f"{where}: the stationary covariance solve did not converge (relative residual "
+                                   f"{res:.3g}; spectral radius of the second-moment operator {rho2:.6g})")
+    return LeastSquaresStationaryLaw(mean=mean, cov=P, spectral_radius=rho2, law=law, residual=res,
+                                     method="matrix-free")
 
 
 def _steps_repr(local_steps: np.ndarray) -> str:

@@ -29,7 +29,7 @@ from fedsde._memory import available_memory, memory_fits
 from fedsde._tolerances import STATIONARY_MARGIN
 from fedsde._validate import positive_float
 from fedsde.errors import FedsdeInputError, NoStationaryLawError
-from fedsde.exact.least_squares import LeastSquaresRoundLaw, _initial, least_squares_round_law, operator_bytes
+from fedsde.exact.least_squares import LeastSquaresRoundLaw, _initial, least_squares_round_law, work_bytes
 
 
 @dataclass(frozen=True)
@@ -110,15 +110,7 @@ class LeastSquaresSDE:
         if "K" in self._cache:
             G = self.drift_matrix
             return self._cache["K"], np.kron(G, np.eye(d)) + np.kron(np.eye(d), G)
-        n = (d + 1) ** 2
-        cols = []
-        for start in range(0, n, 256):
-            idx = np.arange(start, min(n, start + 256))
-            X = np.zeros((idx.size, d + 1, d + 1))
-            X[np.arange(idx.size), idx // (d + 1), idx % (d + 1)] = 1.0
-            noise = law.pieces(np.zeros((idx.size, d + 1)), X)[2]
-            cols.append(noise[:, :d, :d].reshape(idx.size, d * d) / self.h)
-        K = self._cache["K"] = np.concatenate(cols).T
+        K = self._cache["K"] = law.noise_operator() / self.h
         G = self.drift_matrix
         return K, np.kron(G, np.eye(d)) + np.kron(np.eye(d), G)
 
@@ -210,7 +202,7 @@ def least_squares_sde(
                                   weighting=weighting, weights=weights)
     d = problem.d
     n = 2 * d * d + d + 1
-    memory_fits(f"SDE moment generator (d={d})", 8 * 4 * n * n + operator_bytes(d, problem.Q, law.data.X.shape[1]),
+    memory_fits(f"SDE moment generator (d={d})", 8 * 4 * n * n + work_bytes(d, law.data.rows),
                 available_memory("cpu", memory_limit), "the SDE's moment equations need O(d⁴) memory; use fewer "
                 "features")
     centre = law.fixed_point()

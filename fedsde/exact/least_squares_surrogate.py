@@ -86,15 +86,18 @@ def surrogate_gap(
     *,
     participation: int | None = None,
     weights: np.ndarray | None = None,
+    exact: LeastSquaresStationaryLaw | None = None,
 ) -> SurrogateGap:
     """Compare the exact stationary law of minibatch FedAvg on ``problem`` with the constant-noise surrogate's
     (:func:`fedsde.exact.stationary_law` of :func:`constant_noise_surrogate`).
 
     ``participation`` (uniform ``m``-subsets, unbiased weights, as the quadratic law has them) and ``weights``
-    (linear server rules) apply to both.  Raises ``NoStationaryLawError`` when either chain has no stationary law.
+    (linear server rules) apply to both; ``exact`` is the exact law of the same settings if already computed.
+    Raises ``NoStationaryLawError`` when either chain has no stationary law.
     """
-    exact = least_squares_stationary_law(problem, eta, local_steps, server_lr, participation=participation,
-                                         weighting="unbiased", weights=weights)
+    if exact is None:
+        exact = least_squares_stationary_law(problem, eta, local_steps, server_lr, participation=participation,
+                                             weighting="unbiased", weights=weights)
     sur = stationary_law(constant_noise_surrogate(problem), eta, local_steps, server_lr,
                          participation=participation, weights=weights)
     Pe, Ps = exact.cov, sur.cov

@@ -13,7 +13,7 @@ import numpy as np
 import scipy.linalg
 
 from fedsde._tolerances import POWER_ITERATION_RTOL, PSD_TOL, STATIONARY_MARGIN, SYM_TOL
-from fedsde._validate import positive_int, record_rounds, schedule, start_point
+from fedsde._validate import constant_or_schedule, positive_int, record_rounds, start_point
 from fedsde.errors import FedsdeInputError, NoStationaryLawError
 from fedsde.exact.round_law import RoundLaw, _steps_repr, round_law
 from fedsde.problems.quadratic import QuadraticProblem
@@ -109,14 +109,18 @@ def transient_moments(
         ``rounds``, ``mean`` (T, d), ``cov`` (T, d, d) at the recorded rounds.
     """
     rounds = positive_int("rounds", rounds, minimum=0)
-    etas = schedule("eta", eta, rounds) if rounds else np.zeros(0)
-    lrs = schedule("server_lr", server_lr, rounds) if rounds else np.zeros(0)
+    etas = constant_or_schedule("eta", eta, rounds) if rounds else np.zeros(0)
+    lrs = constant_or_schedule("server_lr", server_lr, rounds) if rounds else np.zeros(0)
     if rounds == 0:
         # validate scalar inputs even when nothing is run
         round_law(problem, float(np.ravel(eta)[0]), local_steps, float(np.ravel(server_lr)[0]),
                   participation=participation, weights=weights, warn=False)
     m, P = _initial(problem, w0, cov0)
     keep = record_rounds("record", record, rounds)
+    if (rounds > 64 and keep.size <= 8 and all(a.strides == (0,) or bool(np.all(a == a[0])) for a in (etas, lrs))
+            and (participation is None or participation == problem.Q)):
+        law = round_law(problem, float(etas[0]), local_steps, float(lrs[0]), weights=weights)
+        return _power_moments(law, m, P, keep)
     keep_set = {int(k): i for i, k in enumerate(keep)}
     means = np.empty((keep.size, problem.d))
     covs = np.empty((keep.size, problem.d, problem.d))
@@ -132,6 +136,28 @@ def transient_moments(
         m, P = law.step(m, P)
         if n + 1 in keep_set:
             means[keep_set[n + 1]], covs[keep_set[n + 1]] = m, P
+    return Moments(rounds=keep, mean=means, cov=covs)
+
+
+def _power_moments(law: RoundLaw, m: np.ndarray, P: np.ndarray, keep: np.ndarray) -> Moments:
+    """Moments at the recorded rounds under full participation, where a round is the affine map
+    ``(m, P) ↦ (A m + b, A P Aᵀ + S)``: its ``n``-th power by repeated squaring of the triple ``(A, b, S)``
+    (``(A₁, b₁, S₁)∘(A₂, b₂, S₂) = (A₁A₂, A₁b₂ + b₁, A₁S₂A₁ᵀ + S₁)``), so ``O(log n)`` products for any ``n``."""
+    A = law.transition
+    one = (A, law.server_lr * law.Ba, law.server_noise_cov)
+    means, covs = np.empty((keep.size, m.size)), np.empty((keep.size, m.size, m.size))
+    prev = 0
+    for i, r in enumerate(keep):
+        n, base = int(r) - prev, one
+        prev = int(r)
+        while n:
+            if n & 1:
+                m, P = base[0] @ m + base[1], base[0] @ P @ base[0].T + base[2]
+            n >>= 1
+            if n:
+                Ab, bb, Sb = base
+                base = (Ab @ Ab, Ab @ bb + bb, Ab @ Sb @ Ab.T + Sb)
+        means[i], covs[i] = m, 0.5 * (P + P.T)
     return Moments(rounds=keep, mean=means, cov=covs)
 
 

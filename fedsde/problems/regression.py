@@ -39,6 +39,8 @@ from fedsde.errors import FedsdeInputError
 
 MODELS = ("least-squares",)
 SAMPLINGS = ("without-replacement", "with-replacement")
+#: largest ratio of row counts within one group of :meth:`RegressionProblem.size_groups`
+GROUP_GROWTH = 1.25
 
 
 def _segments(sizes: np.ndarray) -> np.ndarray:
@@ -258,12 +260,52 @@ class RegressionProblem:
             self._cache["padded"] = (Xp, yp, wp)
         return self._cache["padded"]
 
+    def size_groups(self, growth: float = GROUP_GROWTH) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+        """Clients grouped by row count, each group padded only to its own largest client (for vectorised code
+        whose memory must grow with the rows, not with ``Q · max n_k``).
+
+        Clients are sorted by ``n_k`` and a group closes when the next client has more than ``growth`` times the
+        group's smallest count, so the padding adds at most a factor ``growth`` to the ``N · d`` numbers of the rows.
+
+        Returns
+        -------
+        list of (clients, X, y, weights)
+            ``clients`` (c,) indices, ``X`` (c, n, d), ``y`` (c, n), ``weights`` (c, n): ``1/n_k`` on a client's
+            rows, 0 on padding.
+        """
+        key = ("groups", float(growth))
+        if key not in self._cache:
+            order = np.argsort(self.sizes, kind="stable")
+            starts = _segments(self.sizes)
+            groups, current = [], [int(order[0])]
+            for k in order[1:]:
+                if self.sizes[k] > growth * self.sizes[current[0]]:
+                    groups.append(current)
+                    current = []
+                current.append(int(k))
+            groups.append(current)
+            out = []
+            for members in groups:
+                idx = np.asarray(members, dtype=np.int64)
+                n = int(self.sizes[idx].max())
+                X = np.zeros((idx.size, n, self.d))
+                y = np.zeros((idx.size, n))
+                w = np.zeros((idx.size, n))
+                for j, k in enumerate(idx):
+                    a, nk = int(starts[k]), int(self.sizes[k])
+                    X[j, :nk], y[j, :nk], w[j, :nk] = self.X[a:a + nk], self.y[a:a + nk], 1.0 / nk
+                out.append((idx, X, y, w))
+            self._cache[key] = out
+        return self._cache[key]
+
     def moments(self) -> tuple[np.ndarray, np.ndarray]:
         """``Ā_k = (1/n_k) Σ x_i x_iᵀ`` (Q, d, d) and ``c̄_k = (1/n_k) Σ x_i y_i`` (Q, d): the data's first moments."""
         if "moments" not in self._cache:
-            Xp, yp, wp = self.padded_rows()
-            A = np.einsum("qi,qia,qib->qab", wp, Xp, Xp)
-            c = np.einsum("qi,qia,qi->qa", wp, Xp, yp)
+            A = np.empty((self.Q, self.d, self.d))
+            c = np.empty((self.Q, self.d))
+            for k, (Xk, yk) in enumerate(zip(*self.client_data(), strict=True)):
+                A[k] = Xk.T @ Xk / Xk.shape[0]
+                c[k] = Xk.T @ yk / Xk.shape[0]
             self._cache["moments"] = (0.5 * (A + np.swapaxes(A, 1, 2)), c)
         return self._cache["moments"]
 
@@ -310,9 +352,9 @@ class RegressionProblem:
         """``F_k(w*)`` (Q,) from the residuals and ``∇F_k(w*)`` (Q, d)."""
         if "at_opt" not in self._cache:
             ws = self.optimum
-            Xp, yp, wp = self.padded_rows()
-            res = Xp @ ws - yp
-            f0 = 0.5 * np.sum(wp * res * res, axis=1) + 0.5 * self.l2 * float(ws @ ws)
+            res = self.X @ ws - self.y
+            f0 = (0.5 * np.bincount(self.client_ids, weights=res * res, minlength=self.Q) / self.sizes
+                  + 0.5 * self.l2 * float(ws @ ws))
             self._cache["at_opt"] = (f0, self.client_grad(ws))
         return self._cache["at_opt"]
 
@@ -385,10 +427,12 @@ class RegressionProblem:
         ``w`` (exact for either sampling scheme), shape (Q, d, d)."""
         kappa = self.noise_factors(batch_size, sampling)
         w = self._w(w).reshape(self.d)
-        Xp, yp, wp = self.padded_rows()
-        r = Xp * (Xp @ w - yp)[..., None]  # (Q, n_max, d)
-        rc = (r - np.einsum("qi,qia->qa", wp, r)[:, None, :]) * (wp > 0)[..., None]
-        return kappa[:, None, None] * np.einsum("qi,qia,qib->qab", wp, rc, rc)
+        out = np.empty((self.Q, self.d, self.d))
+        for k, (Xk, yk) in enumerate(zip(*self.client_data(), strict=True)):
+            r = Xk * (Xk @ w - yk)[:, None]  # (n_k, d)
+            rc = r - r.mean(axis=0)
+            out[k] = kappa[k] * (rc.T @ rc) / Xk.shape[0]
+        return out
 
     def summary(self) -> dict:
         """Sizes, weights and settings, for records."""
