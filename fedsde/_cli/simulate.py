@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     from fedsde.problems import is_data_problem, load_problem
     from fedsde.sim import simulate
 
-    problem = load_problem(args.problem)
+    problem = load_problem(args.problem, population=True)  # clients on demand where the file asks for them
     steps = local_steps_from_args(args, problem.Q)
     w0 = parse_vector("--w0", args.w0, problem.d)
     check_aggregator_problem(args.aggregator, problem, args.problem)

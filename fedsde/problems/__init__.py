@@ -25,9 +25,9 @@ from fedsde.problems.synthetic import synthetic_problem
 
 
 def is_data_problem(problem) -> bool:
-    """Whether ``problem`` holds per-sample data (a :class:`ClassificationProblem` or a
-    :class:`RegressionProblem`) rather than quadratic clients."""
-    return isinstance(problem, ClassificationProblem | RegressionProblem)
+    """Whether ``problem`` holds per-sample data (a :class:`ClassificationProblem`, a :class:`RegressionProblem` or
+    a client population, :class:`~fedsde.problems.population.PopulationProblem`) rather than quadratic clients."""
+    return isinstance(problem, ClassificationProblem | RegressionProblem) or hasattr(problem, "population")
 
 
 def require_quadratic(problem, what: str, why: str) -> None:

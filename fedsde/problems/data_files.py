@@ -42,6 +42,11 @@ Keys (every other key is an error):
 | ``iid`` | synthetic: the IID variant (false) |
 | ``dim``, ``n_classes`` | synthetic: features (60) and classes (10) |
 | ``max_samples`` | synthetic: cap on a client's sample count (none) |
+| ``population`` | synthetic: clients produced on demand, each from the seed and its index (true from 10⁴ clients) |
+
+With ``population`` (:mod:`fedsde.problems.synthetic_population`) a client's data depend only on ``seed`` and the
+client's index, and commands that sample participants (``fedsde simulate``) read only the participants' rows; other
+commands get the same data materialised (refused up front when they do not fit in memory).
 """
 
 from __future__ import annotations
@@ -65,17 +70,20 @@ _PARTITION_KEYS = {"dirichlet": ("alpha", "min_size"), "quantity": ("quantity_be
                    "shards": ("shards_per_client",), "niid2": ("n_biased", "n_uniform"), "iid": ()}
 _SKLEARN = ("partition", "alpha", "min_size", "shards_per_client", "quantity_beta", "n_biased", "n_uniform",
             "standardise")
-_SYNTHETIC = ("alpha", "beta", "iid", "dim", "n_classes", "max_samples")
+_SYNTHETIC = ("alpha", "beta", "iid", "dim", "n_classes", "max_samples", "population")
+#: synthetic files of at least this many clients are populations produced on demand unless ``population = false``
+POPULATION_CLIENTS = 10_000
 _N_CLASSES = {"digits": 10, "breast_cancer": 2}
 _N_FEATURES = {"digits": 64, "breast_cancer": 30}
 
 
-def data_problem_from_dict(data: dict, *, source: str = "problem",
-                           base_dir=None) -> ClassificationProblem | RegressionProblem:
+def data_problem_from_dict(data: dict, *, source: str = "problem", base_dir=None,
+                           population: bool = False) -> ClassificationProblem | RegressionProblem:
     """Build a :class:`ClassificationProblem` from the keys of a data-problem file (see the module docstring), or a
     :class:`~fedsde.problems.regression.RegressionProblem` when ``kind = "regression"``
     (:func:`fedsde.problems.regression_files.regression_problem_from_dict`; ``base_dir`` is the folder that a
-    ``data`` path is relative to, default the working directory).
+    ``data`` path is relative to, default the working directory).  ``population=True``: a synthetic file with
+    ``population`` gives a :class:`~fedsde.problems.population.PopulationProblem` (else its materialised problem).
 
     Raises :class:`FedsdeInputError` (one line naming the key, its value and the constraint) for unknown keys,
     bad values, keys that do not apply to the chosen data set / partition / model, and model–data mismatches.
@@ -137,6 +145,8 @@ def data_problem_from_dict(data: dict, *, source: str = "problem",
             info=problem.info | {"model": model, "batch_size": batch_size, "sampling": sampling}
             | ({"hidden": hidden, "init_seed": init_seed} if model == "mlp" else {}),
         )
+        if hasattr(problem, "population") and not population:
+            problem = problem.materialise()
     except FedsdeInputError as exc:
         msg = str(exc)
         raise FedsdeInputError(msg if msg.startswith(source) else f"{source}: {msg}") from None
@@ -165,8 +175,11 @@ def _sklearn(k: _Keys, dataset: str, seed: int, test_fraction: float, l2: float,
 
 def _synthetic(k: _Keys, seed: int, n_classes: int, test_fraction: float, l2: float) -> ClassificationProblem:
     from fedsde.problems.synthetic import synthetic_problem
+    from fedsde.problems.synthetic_population import synthetic_population_problem
 
-    pb = synthetic_problem(
+    Q = k.integer("clients", 30)
+    on_demand = k.boolean("population", Q >= POPULATION_CLIENTS)
+    pb = (synthetic_population_problem if on_demand else synthetic_problem)(
         k.number("alpha", 1.0, allow_zero=True), k.number("beta", 1.0, allow_zero=True), seed=seed,
         n_clients=k.integer("clients", 30), dim=k.integer("dim", 60), n_classes=n_classes,
         iid=k.boolean("iid", False), test_fraction=test_fraction,

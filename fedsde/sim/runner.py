@@ -171,7 +171,8 @@ def simulate(
     try:
         run_chunks(lambda a, b, halt: run_chunk(plan, a, b - a, out_w, out_drift, bar, halt), chunks, plan.workers,
                    on_error=out_w.abort if moments_only else None,
-                   before_raise=lambda exc: plan.watch.flush(before=getattr(exc, "fedsde_when", -1), stacklevel=6))
+                   before_raise=lambda exc: plan.watch.flush(before=getattr(exc, "fedsde_when", -1), stacklevel=6),
+                   one_thread=plan.sparse and plan.device.type == "cpu")  # cross-device: kernels of m slots
     finally:
         bar.close()
     plan.watch.flush(stacklevel=3)
