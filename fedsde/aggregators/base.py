@@ -29,6 +29,8 @@ And what it is, for the exact laws, the stability checks and the theory (quadrat
 never compare names):
 
 * ``stateful`` — keeps state across rounds (no one-round law of the weights alone);
+* ``mean_only`` — reads the displacements only through their weighted mean and keeps no per-client state (the
+  cross-device regime of the simulator then trains and aggregates the participants alone);
 * ``linear_weights(weights, norms, local_steps)`` — the weights ``ω`` that make the server step
   ``w + s Σ_k ω_k Δ_k`` (rules linear in the client displacements; the base raises :class:`NoExactLawError`);
 * ``exact_weights(problem, local_steps, participation=)`` — those weights for plain local SGD on a problem, after
@@ -159,6 +161,14 @@ class Aggregator(ABC):
         """The weights of :meth:`linear_weights` are the participation scheme's own, so the exact law holds under
         client sampling too (``round_law(..., participation=m, weights=ω)``); False where they depend on which
         clients are sampled."""
+        return False
+
+    @property
+    def mean_only(self) -> bool:
+        """The rule reads a round's displacements only through ``Σ_k ω_k Δ_k`` (the participation scheme's weights,
+        :func:`weighted_mean`) and keeps no per-client state (its state, if any, is the server's, shape (R, d)):
+        the cross-device regime may hand it the ``m`` participants' slots alone (server momentum, adaptive server
+        rules)."""
         return False
 
     @property

@@ -291,6 +291,23 @@ class PopulationProblem:
                 sampling=self.sampling, init_seed=self.init_seed, metric_samples=self.metric_samples)
         return self._cache["materialised"]
 
+    def round_memory(self, slots: int, *, whole_clients: bool = False) -> tuple[int, str]:
+        """Bytes a simulated round needs for ``slots`` participant slots (replicates in flight × participants), and
+        what drives them: the slots' rows (float64; the mean client's rows per slot, three copies: produced, gathered,
+        on the device; and the largest client's, two copies), the bounded cache and the per-client vectors; with
+        ``whole_clients`` (full-gradient or Gaussian oracles, or batches close to the largest client) every slot
+        also holds the largest client's padded rows."""
+        F, K = self.n_features, self.n_outputs
+        mean, largest = float(np.mean(self.sizes)), int(np.max(self.sizes))
+        rows = slots * mean + largest
+        need = 8 * F * (3 * slots * mean + 2 * largest) + self.cache_bytes + 8 * 5 * self.Q
+        what = (f"{slots} participant slots a round holding about {rows:.3g} rows of {F} columns (mean client "
+                f"{mean:.3g} rows, largest {largest})")
+        if whole_clients:
+            need += 8 * slots * largest * (F + K + 3)
+            what += f"; every slot padded to the largest client ({largest} rows)"
+        return int(need), what
+
     def loss(self, w):
         """``F(w)`` of the materialised problem (exact; see :meth:`materialise`)."""
         return self.materialise().loss(w)
