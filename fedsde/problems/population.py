@@ -286,7 +286,8 @@ class PopulationProblem:
             self._cache["materialised"] = ClassificationProblem.from_arrays(
                 np.concatenate([x for x, _ in tr]), np.concatenate([y for _, y in tr]), self.sizes,
                 np.concatenate([x for x, _ in te]), np.concatenate([y for _, y in te]), self.test_sizes,
-                n_classes=self.n_classes, model=self.model, l2=self.l2, p=self.p, fit_intercept=self.fit_intercept,
+                n_classes=self.n_classes, model=self.model, l2=self.l2, p=self._given_p(),
+                fit_intercept=self.fit_intercept,
                 name=self.name, info=self.info, hidden=self.hidden or None, batch_size=self.batch_size,
                 sampling=self.sampling, init_seed=self.init_seed, metric_samples=self.metric_samples)
         return self._cache["materialised"]
@@ -307,6 +308,11 @@ class PopulationProblem:
             need += 8 * slots * largest * (F + K + 3)
             what += f"; every slot padded to the largest client ({largest} rows)"
         return int(need), what
+
+    def _given_p(self):
+        """``p`` as the materialised problem takes it: None for the default ``N_k/N`` (normalising it again could
+        move it by a rounding error)."""
+        return None if np.array_equal(self.p, self.sizes / self.sizes.sum()) else self.p
 
     def loss(self, w):
         """``F(w)`` of the materialised problem (exact; see :meth:`materialise`)."""
