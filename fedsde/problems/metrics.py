@@ -189,8 +189,9 @@ def evaluate_metrics_torch(problem, w, w0=None, names: Sequence[str] | None = No
         if population_is_small(problem, m):  # exact, on the materialised problem
             problem = problem.materialise()
         else:
-            got, se, sampling = population_metrics(problem, flat, need, m,
-                                                   positive_int("metric_seed", metric_seed, minimum=0), GROUPS)
+            got, se, sampling = population_metrics(
+                problem, flat, need, m=m, seed=positive_int("metric_seed", metric_seed, minimum=0), groups=GROUPS,
+                chunk_size=chunk_size, grouped_norm_sq=grouped_norm_sq)
             vals |= got
             need = []
     if need and isinstance(problem, ClassificationProblem):

@@ -79,12 +79,11 @@ def population_sample(problem, m: int, seed: int, groups: int) -> dict:
     return problem._cache[key]
 
 
-def population_metrics(problem, W, need: list[str], m: int, seed: int, groups: int):
+def population_metrics(problem, W, need: list[str], *, m: int, seed: int, groups: int, chunk_size, grouped_norm_sq):
     """Estimates of the metrics ``need`` for weights ``W`` (c_w, d) (a torch tensor) over ``problem``'s population,
-    their standard errors and the ``sampling`` record (see the module docstring)."""
+    their standard errors and the ``sampling`` record (see the module docstring); ``chunk_size`` and
+    ``grouped_norm_sq`` are those of :mod:`fedsde.problems.metrics` (its caller)."""
     import torch
-
-    from fedsde.problems.metrics import chunk_size, grouped_norm_sq
 
     sample = population_sample(problem, m, seed, groups)
     model, c = problem.classifier, sample["clients"]
