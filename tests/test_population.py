@@ -157,3 +157,50 @@ def test_population_problem_files(tmp_path):
     path.write_text(path.read_text().replace("population = true", "population = 1"))
     with pytest.raises(FedsdeInputError, match=r"population=1: must be true or false"):
         load_problem(path, population=True)
+
+
+@pytest.mark.parametrize("option", ["I", "II"])
+@pytest.mark.parametrize("control", ["uniform", "weighted"])
+def test_scaffold_on_participant_slots_is_the_dense_rule(option, control):
+    # the same rounds, once on all Q clients (non-participants: zero updates, mask False) and once on the m slots
+    # with the controls of the clients that took part in a table: the same weights, server and client controls
+    import torch
+
+    from fedsde.aggregators import RoundContext, get_aggregator
+
+    R, Q, m, d = 3, 12, 4, 2
+    agg = get_aggregator("scaffold", option=option, control=control)
+    g = torch.Generator().manual_seed(0)
+    p = torch.rand(Q, generator=g, dtype=torch.float64) + 0.5
+    p = p / p.sum()
+    w = torch.zeros((R, d), dtype=torch.float64)
+    dense, slots = agg.init(w), agg.init(w)
+    wd = ws = w
+    for n in range(6):
+        cid = torch.sort(torch.stack([torch.randperm(Q, generator=g)[:m] for _ in range(R)]), dim=1).values
+        upd = torch.randn((R, m, d), generator=g, dtype=torch.float64)
+        g0 = torch.randn((R, m, d), generator=g, dtype=torch.float64)
+        wts = p[cid] * Q / m
+        tau = torch.full((R, m), 3)
+        norms = tau.to(torch.float64)
+        full = torch.zeros((R, Q, d), dtype=torch.float64).scatter_(1, cid.unsqueeze(-1).expand(R, m, d), upd)
+        mask = torch.zeros((R, Q), dtype=torch.bool).scatter_(1, cid, True)
+        ctx_d = RoundContext(round=n, server_lr=0.5, eta=0.1, local_steps=torch.full((R, Q), 3), participating=mask,
+                             p=p, norms=torch.full((R, Q), 3.0, dtype=torch.float64),
+                             first_grads=torch.zeros((R, Q, d), dtype=torch.float64).scatter_(
+                                 1, cid.unsqueeze(-1).expand(R, m, d), g0))
+        ctx_s = RoundContext(round=n, server_lr=0.5, eta=0.1, local_steps=tau, participating=torch.ones_like(cid,
+                             dtype=torch.bool), p=p, norms=norms, first_grads=g0, clients=cid)
+        if n:
+            corr_d, corr_s = agg.correction(dense), agg.correction(slots, cid)
+            torch.testing.assert_close(corr_d.gather(1, cid.unsqueeze(-1).expand(R, m, d)), corr_s)
+        wd, dense = agg.apply(wd, full, wts.new_zeros((R, Q)).scatter_(1, cid, wts), dense, ctx_d)
+        ws, slots = agg.apply(ws, upd, wts, slots, ctx_s)
+        torch.testing.assert_close(wd, ws)
+        torch.testing.assert_close(dense.c, slots.c)
+    table = slots.c_clients
+    assert table.ids.numel() <= 6 * R * m  # the clients that took part, not the population
+    torch.testing.assert_close(dense.c_clients[:, table.ids], table.values)
+    seen = torch.zeros(Q, dtype=torch.bool)
+    seen[table.ids] = True
+    assert torch.all(dense.c_clients[:, ~seen] == 0)

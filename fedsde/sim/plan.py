@@ -134,11 +134,17 @@ def compact_rule(agg: Aggregator) -> bool:
     ``exact_under_sampling`` (:mod:`fedsde.aggregators.base`).  Such a rule gives the same step on the ``m``
     participants' slots as on all ``Q`` clients (the others have zero weight), which the cross-device regime uses.
     So does a rule with server state only that reads the displacements through that weighted mean
-    (:attr:`~fedsde.aggregators.Aggregator.mean_only`: FedAvgM, FedAdam, FedYogi, FedAdagrad).
+    (:attr:`~fedsde.aggregators.Aggregator.mean_only`: FedAvgM, FedAdam, FedYogi, FedAdagrad), and a rule that keeps
+    per-client state for the participants on their slots (:attr:`~fedsde.aggregators.Aggregator.participant_state`:
+    SCAFFOLD).
     """
+    if agg.warm_start_rounds:
+        return False
+    if agg.participant_state:  # per-client state of the participants, on slots (SCAFFOLD)
+        return True
     linear = agg.exact_under_sampling and not agg.stateful
     return bool((linear or agg.mean_only) and not agg.needs_norms and not agg.needs_first_grads
-                and agg.warm_start_rounds == 0 and agg.correction(None) is None)
+                and agg.correction(None) is None)
 
 
 @renamed(steps="local_steps")
