@@ -204,3 +204,25 @@ def test_scaffold_on_participant_slots_is_the_dense_rule(option, control):
     seen = torch.zeros(Q, dtype=torch.bool)
     seen[table.ids] = True
     assert torch.all(dense.c_clients[:, ~seen] == 0)
+
+
+def test_a_bundled_partition_as_a_population(tmp_path):
+    from fedsde.problems import load_problem
+    from fedsde.problems.metrics import evaluate_metrics
+
+    path = tmp_path / "digits.toml"
+    path.write_text('kind = "classification"\ndataset = "digits"\nclients = 40\npartition = "dirichlet"\n'
+                    'batch_size = 8\nseed = 3\npopulation = true\n')
+    lazy = load_problem(path, population=True)
+    whole = load_problem(path)
+    assert isinstance(lazy, PopulationProblem) and not isinstance(whole, PopulationProblem)
+    np.testing.assert_array_equal(lazy.p, whole.p)
+    for k in (0, 39):
+        np.testing.assert_array_equal(lazy.client_data(k)[0], whole.client_data()[0][k])
+    kw = dict(eta=0.05, local_steps=2, rounds=2, replicates=4, seed=1, participation=5)
+    np.testing.assert_array_equal(simulate(lazy, **kw).weights, simulate(whole, **kw).weights)
+    w = whole.initial_weights()[None] + 0.01
+    est = evaluate_metrics(lazy, w, metric_samples=512)  # 1347 training rows > 512: clients and blocks drawn
+    exact = evaluate_metrics(whole, w, metric_samples=10**6)
+    assert est.sampled and est.sampling["train"]["clients"] == 32  # at least two draws per group
+    assert np.all(np.abs(est["train_loss"] - exact["train_loss"]) <= 5 * est.se["train_loss"])

@@ -42,11 +42,13 @@ Keys (every other key is an error):
 | ``iid`` | synthetic: the IID variant (false) |
 | ``dim``, ``n_classes`` | synthetic: features (60) and classes (10) |
 | ``max_samples`` | synthetic: cap on a client's sample count (none) |
-| ``population`` | synthetic: clients produced on demand, each from the seed and its index (true from 10⁴ clients) |
+| ``population`` | a client population (:mod:`fedsde.problems.population`; synthetic: true from 10⁴ clients) |
 
-With ``population`` (:mod:`fedsde.problems.synthetic_population`) a client's data depend only on ``seed`` and the
-client's index, and commands that sample participants (``fedsde simulate``) read only the participants' rows; other
-commands get the same data materialised (refused up front when they do not fit in memory).
+With ``population`` commands that sample participants (``fedsde simulate``) read only the participants' rows and
+estimate the metrics on a subsample of clients; other commands get the same data materialised (refused up front
+when they do not fit in memory).  Synthetic clients are then produced on demand, each from ``seed`` and its index
+(:mod:`fedsde.problems.synthetic_population`); the clients of a bundled set are slices of its partition
+(:class:`~fedsde.problems.population.ArrayPopulation`).
 """
 
 from __future__ import annotations
@@ -64,13 +66,13 @@ if TYPE_CHECKING:
 
 DATASETS = ("digits", "breast_cancer", "synthetic")
 PARTITIONS = ("iid", "dirichlet", "shards", "quantity", "niid2")
-_COMMON = ("kind", "dataset", "model", "hidden", "batch_size", "seed", "init_seed", "clients", "l2",
+_COMMON = ("kind", "dataset", "model", "hidden", "batch_size", "seed", "init_seed", "clients", "l2", "population",
            "test_fraction", "weights", "sampling", "name")
 _PARTITION_KEYS = {"dirichlet": ("alpha", "min_size"), "quantity": ("quantity_beta", "min_size"),
                    "shards": ("shards_per_client",), "niid2": ("n_biased", "n_uniform"), "iid": ()}
 _SKLEARN = ("partition", "alpha", "min_size", "shards_per_client", "quantity_beta", "n_biased", "n_uniform",
             "standardise")
-_SYNTHETIC = ("alpha", "beta", "iid", "dim", "n_classes", "max_samples", "population")
+_SYNTHETIC = ("alpha", "beta", "iid", "dim", "n_classes", "max_samples")
 #: synthetic files of at least this many clients are populations produced on demand unless ``population = false``
 POPULATION_CLIENTS = 10_000
 _N_CLASSES = {"digits": 10, "breast_cancer": 2}
@@ -82,8 +84,8 @@ def data_problem_from_dict(data: dict, *, source: str = "problem", base_dir=None
     """Build a :class:`ClassificationProblem` from the keys of a data-problem file (see the module docstring), or a
     :class:`~fedsde.problems.regression.RegressionProblem` when ``kind = "regression"``
     (:func:`fedsde.problems.regression_files.regression_problem_from_dict`; ``base_dir`` is the folder that a
-    ``data`` path is relative to, default the working directory).  ``population=True``: a synthetic file with
-    ``population`` gives a :class:`~fedsde.problems.population.PopulationProblem` (else its materialised problem).
+    ``data`` path is relative to, default the working directory).  ``population=True``: a file with ``population``
+    gives a :class:`~fedsde.problems.population.PopulationProblem` (else its materialised problem).
 
     Raises :class:`FedsdeInputError` (one line naming the key, its value and the constraint) for unknown keys,
     bad values, keys that do not apply to the chosen data set / partition / model, and model–data mismatches.
@@ -138,6 +140,12 @@ def data_problem_from_dict(data: dict, *, source: str = "problem", base_dir=None
                 problem = problem.with_weights([1.0] * problem.Q)
         else:
             problem = _sklearn(k, dataset, seed, test_fraction, l2, weights)
+            if k.boolean("population", False):  # the partition's clients as a population (slices of its arrays)
+                from fedsde.problems.population import ArrayPopulation, PopulationProblem
+
+                problem = PopulationProblem.create(ArrayPopulation(problem), model=problem.model, l2=l2,
+                                                   p=None if weights == "size" else problem.p, name=problem.name,
+                                                   info=problem.info | {"population": "slices"})
         problem = problem.replace(
             model=model, hidden=hidden, batch_size=batch_size, sampling=sampling,
             init_seed=init_seed if model == "mlp" else None,
