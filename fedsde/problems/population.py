@@ -314,6 +314,10 @@ class PopulationProblem:
         move it by a rounding error)."""
         return None if np.array_equal(self.p, self.sizes / self.sizes.sum()) else self.p
 
+    def label_distributions(self) -> np.ndarray:
+        """``D_k`` of every client (Q, C), from the materialised problem (every client produced; FedDisco)."""
+        return self.materialise().label_distributions()
+
     def loss(self, w):
         """``F(w)`` of the materialised problem (exact; see :meth:`materialise`)."""
         return self.materialise().loss(w)
@@ -327,5 +331,5 @@ class PopulationProblem:
         q = np.quantile(self.sizes, [0.0, 0.5, 0.99, 1.0]).tolist()
         return {"name": self.name, "model": self.model, "Q": self.Q, "d": self.d, "n_classes": self.n_classes,
                 "l2": self.l2, "hidden": self.hidden, "batch_size": self.batch_size, "sampling": self.sampling,
-                "population": True, "n_rows": self.n_rows, "n_test_rows": int(np.sum(self.test_sizes)),
+                "population": "on demand", "n_rows": self.n_rows, "n_test_rows": int(np.sum(self.test_sizes)),
                 "sizes_quantiles": {"min": q[0], "median": q[1], "q99": q[2], "max": q[3]}, **self.info}
