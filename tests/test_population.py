@@ -226,3 +226,17 @@ def test_a_bundled_partition_as_a_population(tmp_path):
     exact = evaluate_metrics(whole, w, metric_samples=10**6)
     assert est.sampled and est.sampling["train"]["clients"] == 32  # at least two draws per group
     assert np.all(np.abs(est["train_loss"] - exact["train_loss"]) <= 5 * est.se["train_loss"])
+
+
+@pytest.mark.cuda
+def test_population_on_cuda_gives_the_numbers_of_the_materialised_problem_there():
+    import fedsde.sim.participation as part
+
+    pb = synthetic_population_problem(1.0, 1.0, seed=4, n_clients=2000, dim=6, n_classes=3, max_samples=60,
+                                      batch_size=4)
+    kw = dict(eta=0.05, local_steps=3, rounds=3, replicates=64, seed=2, participation=5, record=[3], device="cuda")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(part, "CROSS_DEVICE_Q", 1000)
+        lazy = simulate(pb, **kw)
+        whole = simulate(pb.materialise(), **kw)
+    np.testing.assert_allclose(lazy.weights, whole.weights, rtol=1e-12, atol=1e-14)
