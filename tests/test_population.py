@@ -240,3 +240,14 @@ def test_population_on_cuda_gives_the_numbers_of_the_materialised_problem_there(
         lazy = simulate(pb, **kw)
         whole = simulate(pb.materialise(), **kw)
     np.testing.assert_allclose(lazy.weights, whole.weights, rtol=1e-12, atol=1e-14)
+
+
+def test_a_population_without_sampling_and_with_whole_client_oracles():
+    from fedsde.clients.data_oracles import full_gradient_oracle, gaussian_oracle
+
+    pb = synthetic_population_problem(1.0, 1.0, seed=4, n_clients=30, dim=4, n_classes=3, max_samples=30,
+                                      batch_size=40)
+    for kw in ({}, {"oracle_factory": full_gradient_oracle()}, {"oracle_factory": gaussian_oracle(5)},
+               {"participation": 5, "oracle_factory": gaussian_oracle(5)}):
+        run = dict(eta=0.05, local_steps=2, rounds=2, replicates=4, seed=1, **kw)
+        np.testing.assert_array_equal(simulate(pb, **run).weights, simulate(pb.materialise(), **run).weights)

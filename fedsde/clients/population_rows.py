@@ -41,6 +41,15 @@ class PopulationRows(ClientRows):
         self._flat = (X, y, torch.as_tensor(starts, device=self.device), int(X.shape[0]))
         return None if clients is None else local.to(clients.device)
 
+    def _build_padded(self):
+        """Every client's padded rows (rounds without sampling that share each client's rows among replicates): those
+        of the materialised problem."""
+        if self._padded is None:
+            Xp, yp = self.problem.materialise().padded()
+            X = torch.as_tensor(Xp, dtype=self.dtype, device=self.device)
+            self._padded = (X, X.transpose(1, 2).contiguous(), self.targets(torch.as_tensor(yp, device=self.device)))
+        return self._padded
+
     def _build_flat(self):
         if self._flat is None:
             self.select(None)
