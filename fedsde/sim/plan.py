@@ -214,8 +214,8 @@ def make_plan(
                              drift_cols=drift_keep.size * max_local_steps(steps), moments_only=moments_only,
                              device=dev, dtype=dtype, memory_limit=memory_limit)
     if hasattr(problem, "population"):  # clients on demand: what a round's participants need, not the population
-        _check_population(problem, make_oracle, participation if participation is not None else Q,
-                          min(replicates, (chunk_size or replicates) * workers), dev, memory_limit)
+        _check_population(problem, make_oracle, participation, min(replicates, (chunk_size or replicates) * workers),
+                          dev, memory_limit)
     return SimulationPlan(
         problem=problem, aggregator=agg, make_oracle=make_oracle, seed=base_seed, device=dev, dtype=dtype,
         etas=etas, server_lrs=lrs, steps=steps, participation=participation, weighting=weighting, w_start=w_start,
@@ -244,15 +244,16 @@ def _chunk_size(*, replicates: int, chunk_size: int | None, block: int, Q: int, 
                        working_set=working_set(device, available))
 
 
-def _check_population(problem, make_oracle, m: int, in_flight: int, device, memory_limit) -> None:
+def _check_population(problem, make_oracle, m: int | None, in_flight: int, device, memory_limit) -> None:
     """Refuse up front, in one line naming what drives it, a population run whose participants' rows do not fit
     (:meth:`fedsde.problems.population.PopulationProblem.round_memory`)."""
     how = getattr(make_oracle, "describe", {}) if isinstance(getattr(make_oracle, "describe", None), dict) else {}
     batch, largest = how.get("batch_size"), int(np.max(problem.sizes))
     whole = how.get("oracle") in ("full", "gaussian") or how.get("sampling") == "epoch" or (
         batch is not None and largest <= 2 * batch)
-    need, what = problem.round_memory(in_flight * m, whole_clients=whole)
-    memory_fits(f"replicates in flight={in_flight}, participation={m}: {what}", need,
+    need, what = problem.round_memory(in_flight * (problem.Q if m is None else m), whole_clients=whole)
+    taking = f"participation={m}" if m is not None else f"participation=None (all Q={problem.Q} clients)"
+    memory_fits(f"replicates in flight={in_flight}, {taking}: {what}", need,
                 available_memory(device, memory_limit),
                 "use fewer participants or replicates (chunk_size), cap the client sizes (max_samples) or a "
                 "minibatch oracle")
