@@ -184,7 +184,10 @@ def test_cross_device_regime_is_chosen_by_documented_thresholds():
     assert make_plan(big, **kw).sparse and make_plan(big, **kw).slots == 5
     assert make_plan(big, weighting="renormalised", **kw).sparse
     assert not make_plan(big, weighting="multinomial", **kw).sparse
-    assert not make_plan(big, aggregator="fedadam", **kw).sparse  # server state: the dense round
+    for rule in ("fedavgm", "fedadam", "fedyogi", "fedadagrad"):  # server state only: the participants' slots
+        assert make_plan(big, aggregator=rule, **kw).sparse, rule
+    assert make_plan(big, aggregator="scaffold", **kw).sparse  # the participants' controls, on their slots
+    assert not make_plan(big, aggregator="fedaware", **kw).sparse  # a warm start with every client: the dense round
     assert not make_plan(big, **(kw | {"participation": None})).sparse
     assert not make_plan(_many(CROSS_DEVICE_Q - 1, 2, seed=0), **kw).sparse  # below: today's draws, unchanged
 
@@ -209,6 +212,31 @@ def test_cross_device_regime_has_the_law_of_sampling(weighting, diagonal):
         diff = res.final.mean(0) - ref.final.mean(0)
         se = np.sqrt(res.final.var(0, ddof=1) / 6000 + ref.final.var(0, ddof=1) / 6000)
         assert np.all(np.abs(diff) < 5 * se), (diff, se)
+
+
+@pytest.mark.parametrize("rule", ["fedavgm", "fedadam", "scaffold"])
+def test_server_state_rules_have_the_same_law_on_the_participants_slots(rule, monkeypatch):
+    # FedAvgM and the adaptive rules read Σ ω_k Δ_k only, SCAFFOLD keeps the controls of the clients that took part:
+    # the cross-device round (participants' slots, Floyd's draw) and the dense round (all Q clients, the top-m draw)
+    # give the same law, within 5 s.e.
+    import fedsde.sim.participation as part
+    from fedsde.sim.plan import make_plan
+
+    Q, n = (40, 8) if rule == "scaffold" else (400, 4)  # SCAFFOLD: clients take part again, with their controls
+    pb = _many(Q, 2, seed=5)
+    kw = {"eta": 0.1, "local_steps": 2, "rounds": n, "server_lr": 0.5, "participation": 4, "w0": [1.0, -1.0],
+          "record": [n], "aggregator": rule, "replicates": 2000}
+    monkeypatch.setattr(part, "CROSS_DEVICE_Q", Q)
+    assert make_plan(pb, seed=0, **kw).sparse
+    res = simulate(pb, seed=1, **kw)
+    monkeypatch.setattr(part, "CROSS_DEVICE_Q", 10**9)
+    ref = simulate(pb, seed=2, **kw)
+    diff = res.final.mean(0) - ref.final.mean(0)
+    se = np.sqrt(res.final.var(0, ddof=1) / 2000 + ref.final.var(0, ddof=1) / 2000)
+    assert np.all(np.abs(diff) < 5 * se), (diff, se)
+    dv = res.final.var(0, ddof=1) - ref.final.var(0, ddof=1)
+    se_v = np.sqrt(2 / 1999) * (res.final.var(0, ddof=1) + ref.final.var(0, ddof=1))  # Gaussian approximation
+    assert np.all(np.abs(dv) < 5 * se_v), (dv, se_v)
 
 
 def test_cross_device_participants_are_uniform_subsets():

@@ -5,8 +5,11 @@ from the problem's initial weights (``--w0`` overrides) and also reports ``metri
 (:mod:`fedsde.problems.metrics`: train loss, ``‖∇F‖²``, test accuracy where there is a test set, ``‖w − w₀‖``):
 name → ``{"mean": [...], "se": [...]}`` over replicates, one entry per round in ``metrics_rounds``; its ``final``
 has the mean and its standard errors, and the covariance for least-squares regression clients only (their ``d`` is
-small; a classifier's is in the hundreds or thousands).  Least-squares clients draw their minibatches as the file
-says (:mod:`fedsde.clients.least_squares_oracle`), so the moments are comparable with ``fedsde exact``.
+small; a classifier's is in the hundreds or thousands).  ``metrics_sampling`` says how the metrics were evaluated:
+exactly, or on a seeded subsample of rows or, for a client population (a synthetic file of 10⁴ clients or more,
+:mod:`fedsde.problems.population`), of clients and their rows, with its size.  Least-squares clients draw their
+minibatches as the file says (:mod:`fedsde.clients.least_squares_oracle`), so the moments are comparable with
+``fedsde exact``.
 """
 
 from __future__ import annotations
@@ -75,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     from fedsde.problems import is_data_problem, load_problem
     from fedsde.sim import simulate
 
-    problem = load_problem(args.problem)
+    problem = load_problem(args.problem, population=True)  # clients on demand where the file asks for them
     steps = local_steps_from_args(args, problem.Q)
     w0 = parse_vector("--w0", args.w0, problem.d)
     check_aggregator_problem(args.aggregator, problem, args.problem)
@@ -136,7 +139,8 @@ def _run_data(args: argparse.Namespace, problem, local_steps, w0, agg) -> int:
         aggregator=agg, record=record, device=args.device,
         dtype=torch.float32 if args.float32 else torch.float64, progress=not args.json,
     )
-    metrics = summarise(evaluate_metrics(problem, np.swapaxes(res.weights, 0, 1), start), axis=0)
+    values = evaluate_metrics(problem, np.swapaxes(res.weights, 0, 1), start)
+    metrics = summarise(values, axis=0)
     final = res.weights[-1]
     mean, se = final.mean(0), final.std(0, ddof=1) / np.sqrt(res.replicates)
     final_law = {"mean": mean, "mean_stderr": se, "round": n}
@@ -146,6 +150,7 @@ def _run_data(args: argparse.Namespace, problem, local_steps, w0, agg) -> int:
         "final": final_law,
         "metrics": metrics,
         "metrics_rounds": record,
+        "metrics_sampling": values.sampling or None,  # exact, or the subsample (clients, rows, seed)
         "replicates": res.replicates,
         "problem": problem.summary() | {"label_counts": None},
         "config": {k: v for k, v in res.config.items() if k != "local_steps"} | {

@@ -96,6 +96,7 @@ class AdaptiveServer(Aggregator):
 
     stateful = True
     sde_kind = "adaptive"
+    mean_only = True  # server state only: the participants' slots suffice (cross-device regime)
     paper = "Reddi et al. 2021, Algorithm 2"
     #: Flower's defaults of the strategy (``beta_1``, ``beta_2``, ``tau``) for ``variant="flower"``
     _flower_defaults: ClassVar[tuple[float, float, float]] = (0.9, 0.99, 1e-9)

@@ -29,6 +29,10 @@ And what it is, for the exact laws, the stability checks and the theory (quadrat
 never compare names):
 
 * ``stateful`` — keeps state across rounds (no one-round law of the weights alone);
+* ``mean_only`` — reads the displacements only through their weighted mean and keeps no per-client state (the
+  cross-device regime of the simulator then trains and aggregates the participants alone);
+* ``participant_state`` — keeps per-client state only for the clients that have taken part, on participant slots
+  (``correction(state, clients)``, ``ctx.clients``), so the cross-device regime applies too (SCAFFOLD);
 * ``linear_weights(weights, norms, local_steps)`` — the weights ``ω`` that make the server step
   ``w + s Σ_k ω_k Δ_k`` (rules linear in the client displacements; the base raises :class:`NoExactLawError`);
 * ``exact_weights(problem, local_steps, participation=)`` — those weights for plain local SGD on a problem, after
@@ -82,6 +86,10 @@ class RoundContext:
         ``‖a_k‖₁`` of each client's local solver this round (when the aggregator ``needs_norms``).
     first_grads : Tensor, shape (R, Q, d), optional
         Stochastic gradient of each client at the server weights (when ``needs_first_grads``).
+    clients : Tensor of int, shape (R, m), optional
+        The cross-device regime (rules with :attr:`~Aggregator.participant_state`): the updates, weights, steps,
+        norms and first gradients are those of ``m`` participant slots, and this names each slot's client
+        (``p`` stays the population's, shape (Q,)).
     """
 
     round: int
@@ -92,6 +100,7 @@ class RoundContext:
     p: torch.Tensor
     norms: torch.Tensor | None = None
     first_grads: torch.Tensor | None = None
+    clients: torch.Tensor | None = None
 
 
 #: the continuous-time models a rule can declare (:attr:`Aggregator.sde_kind`)
@@ -194,6 +203,21 @@ class Aggregator(ABC):
         return False
 
     @property
+    def mean_only(self) -> bool:
+        """The rule reads a round's displacements only through ``Σ_k ω_k Δ_k`` (the participation scheme's weights,
+        :func:`weighted_mean`) and keeps no per-client state (its state, if any, is the server's, shape (R, d)):
+        the cross-device regime may hand it the ``m`` participants' slots alone (server momentum, adaptive server
+        rules)."""
+        return False
+
+    @property
+    def participant_state(self) -> bool:
+        """The rule keeps per-client state for the clients that have taken part only (memory growing with them) and
+        runs on participant slots: :meth:`correction` and :meth:`apply` accept the slots' clients (``ctx.clients``),
+        so the cross-device regime may hand it the ``m`` participants alone (SCAFFOLD)."""
+        return False
+
+    @property
     def local_solver(self) -> LocalSolver:
         """The clients' local solver (plain SGD by default)."""
         return getattr(self, "_local_solver", None) or SGD
@@ -214,8 +238,9 @@ class Aggregator(ABC):
         """Initial server state for weights ``w0`` of shape (R, d) (``None`` for stateless rules)."""
         return None
 
-    def correction(self, state: Any) -> torch.Tensor | None:
-        """Constant gradient correction of every client this round, shape (R, Q, d), or ``None``."""
+    def correction(self, state: Any, clients: torch.Tensor | None = None) -> torch.Tensor | None:
+        """Constant gradient correction of every client this round, shape (R, Q, d), or ``None``; given ``clients``
+        (R, m) (rules with :attr:`participant_state`, the cross-device regime): of those slots' clients, (R, m, d)."""
         return None
 
     # ---------------------------------------------------------------- what the theory reads

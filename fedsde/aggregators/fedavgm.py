@@ -53,6 +53,7 @@ class FedAvgM(Aggregator):
     name = "fedavgm"
     paper = "Hsu, Qi, Brown 2019"
     stateful = True
+    mean_only = True  # server state only: the participants' slots suffice (cross-device regime)
 
     def __init__(self, beta: float = 0.9, *, variant: str = "heavy_ball", dampening: float = 0.0):
         self.beta = unit_interval("beta", beta)

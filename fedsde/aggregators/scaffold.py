@@ -14,6 +14,10 @@ Server: ``w ← w + s Σ_k ω_k Δ_k`` and ``c ← c + Σ_{k∈S} γ_k (c_k⁺ �
 (``control="uniform"``: the paper's ``(|S|/N)·mean``, and seeds 000/004's code) or ``γ_k = p_k``
 (``control="weighted"``, which keeps ``c = Σ_k p_k c_k`` when the client weights are not uniform; the two agree
 for ``p_k = 1/Q``).  Non-participants keep their ``c_k``.
+
+In the simulator's cross-device regime the rule runs on the ``m`` participants' slots and keeps the controls of the
+clients that have taken part only (:class:`ClientTable`: memory growing with them, not with the population); the
+controls of the others are zero, as they start.
 """
 
 from __future__ import annotations
@@ -34,10 +38,48 @@ CONTROLS = ("uniform", "weighted")
 
 @dataclass(frozen=True)
 class ScaffoldState:
-    """Server control ``c`` (R, d) and client controls ``c_k`` (R, Q, d)."""
+    """Server control ``c`` (R, d) and client controls ``c_k``: (R, Q, d), or on participant slots (the cross-device
+    regime) a :class:`ClientTable` of the clients that have taken part."""
 
     c: torch.Tensor
-    c_clients: torch.Tensor | None
+    c_clients: torch.Tensor | ClientTable | None
+
+
+@dataclass(frozen=True)
+class ClientTable:
+    """Per-client vectors of the clients that have taken part: ``ids`` (K,) increasing, ``values`` (R, K, d) (zero
+    where a replicate has not drawn the client: the value a client starts with).  Memory grows with ``K``, the
+    clients drawn so far by any replicate of the chunk, not with the population."""
+
+    ids: torch.Tensor
+    values: torch.Tensor
+
+    def gather(self, clients: torch.Tensor) -> torch.Tensor:
+        """The vectors of ``clients`` (R, m), shape (R, m, d) (zero for clients not in the table)."""
+        R, m = clients.shape
+        d = self.values.shape[-1]
+        if not self.ids.numel():
+            return self.values.new_zeros((R, m, d))
+        pos = torch.searchsorted(self.ids, clients).clamp(max=self.ids.numel() - 1)
+        hit = (self.ids[pos] == clients).unsqueeze(-1)
+        vals = self.values.gather(1, pos.unsqueeze(-1).expand(R, m, d))
+        return torch.where(hit, vals, torch.zeros_like(vals))
+
+    def updated(self, clients: torch.Tensor, vals: torch.Tensor) -> ClientTable:
+        """A table with ``vals`` (R, m, d) set for ``clients`` (R, m) (distinct per row), new clients added."""
+        R, m, d = vals.shape
+        ids = torch.unique(torch.cat([self.ids, clients.reshape(-1)]))
+        out = vals.new_zeros((R, ids.numel(), d))
+        if self.ids.numel():
+            out[:, torch.searchsorted(ids, self.ids)] = self.values
+        out.scatter_(1, torch.searchsorted(ids, clients).unsqueeze(-1).expand(R, m, d), vals)
+        return ClientTable(ids, out)
+
+    @staticmethod
+    def empty(like: torch.Tensor) -> ClientTable:
+        """No client yet, for weights ``like`` (R, d)."""
+        return ClientTable(torch.zeros(0, dtype=torch.int64, device=like.device),
+                           like.new_zeros((like.shape[0], 0, like.shape[-1])))
 
 
 @register
@@ -58,6 +100,7 @@ class Scaffold(Aggregator):
     sde_refusal = ("aggregator='scaffold': no SDE of the weights alone; each round's step depends on the control "
                    "variates c, c_k, which are the clients' own past stochastic gradients carried across rounds, so "
                    "the general SDE (eq. 2) of a one-round map of w is undefined")
+    participant_state = True  # on participant slots: the controls of the clients that took part only
 
     def __init__(self, option: str = "II", *, control: str = "uniform", local_solver: LocalSolver | None = None):
         option = str(option).upper()
@@ -75,15 +118,19 @@ class Scaffold(Aggregator):
     def init(self, w0: torch.Tensor) -> ScaffoldState:
         return ScaffoldState(c=torch.zeros_like(w0), c_clients=None)
 
-    def correction(self, state: ScaffoldState) -> torch.Tensor | None:
+    def correction(self, state: ScaffoldState, clients: torch.Tensor | None = None) -> torch.Tensor | None:
         if state.c_clients is None:  # all controls are still zero
             return None
+        if clients is not None:  # participant slots: c − c_k of the slots' clients, (R, m, d)
+            return state.c.unsqueeze(1) - state.c_clients.gather(clients)
         return state.c.unsqueeze(1) - state.c_clients
 
     def apply(
         self, w: torch.Tensor, updates: torch.Tensor, weights: torch.Tensor, state: ScaffoldState,
         ctx: RoundContext,
     ) -> tuple[torch.Tensor, Any]:
+        if ctx.clients is not None:
+            return self._apply_slots(w, updates, weights, state, ctx)
         R, Q, _ = updates.shape
         ck = torch.zeros_like(updates) if state.c_clients is None else state.c_clients
         if self.option == "I":
@@ -97,3 +144,23 @@ class Scaffold(Aggregator):
         c = state.c + weighted_mean(gamma, dc)
         w_next = w + ctx.server_lr * weighted_mean(weights, updates)
         return w_next, ScaffoldState(c=c, c_clients=ck + dc)
+
+    def _apply_slots(self, w: torch.Tensor, updates: torch.Tensor, weights: torch.Tensor, state: ScaffoldState,
+                     ctx: RoundContext) -> tuple[torch.Tensor, Any]:
+        """The same step on the ``m`` participant slots (``updates`` (R, m, d), ``ctx.clients`` (R, m)): the controls
+        of the clients that took part are kept in a :class:`ClientTable`; the others are zero, as they start."""
+        R, m, _ = updates.shape
+        table = ClientTable.empty(w) if state.c_clients is None else state.c_clients
+        ck = table.gather(ctx.clients)
+        if self.option == "I":
+            new = ctx.first_grads
+        else:
+            new = ck - state.c.unsqueeze(1) - updates / (ctx.norms * ctx.eta).unsqueeze(-1)
+        dc = new - ck
+        Q = ctx.p.shape[0]
+        gamma = torch.full((R, m), 1.0 / Q, dtype=w.dtype, device=w.device) if self.control == "uniform" \
+            else ctx.p[ctx.clients]
+        c = state.c + weighted_mean(gamma, dc)
+        w_next = w + ctx.server_lr * weighted_mean(weights, updates)
+        return w_next, ScaffoldState(c=c, c_clients=table.updated(ctx.clients, ck + dc))
+

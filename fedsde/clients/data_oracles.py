@@ -39,6 +39,7 @@ import torch
 from fedsde._validate import choice, positive_int
 from fedsde.clients.data_rows import ClientRows
 from fedsde.clients.oracles import OracleBase
+from fedsde.clients.population_rows import PopulationRows
 from fedsde.clients.streams import ReplicateStreams
 from fedsde.errors import FedsdeInputError
 from fedsde.problems.models import LogisticModel
@@ -59,12 +60,14 @@ class _DataOracle(OracleBase):
     accepts_clients = True
 
     def __init__(self, problem, nblocks: int, device, dtype, batch_size: int | None):
-        if not hasattr(problem, "padded"):
+        population = hasattr(problem, "population")
+        if not population and not hasattr(problem, "padded"):
             raise FedsdeInputError(
                 f"oracle: {type(problem).__name__} has no per-sample data; data oracles need a ClassificationProblem"
             )
         self.problem = problem
-        self.rows = ClientRows(problem, device, dtype)  # padded (built on first use) or ragged rows
+        # padded (built on first use) or ragged rows; a population's participants' rows, loaded round by round
+        self.rows = (PopulationRows if population else ClientRows)(problem, device, dtype)
         self.Q, self.n_max, self.F = self.rows.Q, self.rows.n_max, self.rows.F
         self.K = problem.n_outputs
         model = problem.classifier
@@ -78,6 +81,7 @@ class _DataOracle(OracleBase):
         self.batch = None
         self.max_batch = None
         self.clients = None
+        self._pad_mask = None
         self.step = 0
         self._rows = None
         self._rep = None
@@ -114,15 +118,17 @@ class _DataOracle(OracleBase):
             Client held by every slot (default: slot ``k`` is client ``k``, ``slots = Q``).
         """
         self.step = 0
-        self.clients = clients
         self._rows = None
         self._mean_w = None
         if clients is None:
             sizes = self.sizes.view(1, self.Q, 1, 1)
         else:
             sizes = self.sizes[clients].unsqueeze(-1)  # (nb, slots, B, 1)
+        if isinstance(self.rows, PopulationRows):  # the participants' rows; the slots renumbered into them
+            clients = self.rows.select(clients)
+        self.clients = clients
         self._slot_sizes = sizes
-        self._pad = self.pos >= sizes  # (…, N)
+        self._pad_mask = None
         self._from_fixed = batch is None  # batch sizes from the fixed batch_size (not handed over by EpochSteps)
         if batch is None:
             if self.fixed_batch is None:
@@ -134,6 +140,14 @@ class _DataOracle(OracleBase):
         else:
             self.max_batch = int(max_batch) if max_batch is not None else int(batch.max())
             self.batch = batch  # (R, slots); viewed block-major at the first step
+
+    @property
+    def _pad(self) -> torch.Tensor:
+        """Padding rows of every slot's client, (…, N_max); formed on first use in a round (passes that gather a
+        minibatch never need it)."""
+        if self._pad_mask is None:
+            self._pad_mask = self.pos >= self._slot_sizes
+        return self._pad_mask
 
     def _mean_weights(self) -> torch.Tensor:
         """``1/N_k`` on every real row of each slot's client (0 on padding), shape (1|nb, slots, 1|B, N); per round."""

@@ -26,9 +26,11 @@ from fedsde.problems.synthetic import synthetic_problem
 
 
 def is_data_problem(problem) -> bool:
-    """Whether ``problem`` holds per-sample data (a :class:`ClassificationProblem`, a :class:`RegressionProblem` or a
-    :class:`~fedsde.problems.module.ModuleProblem`) rather than quadratic clients."""
-    return isinstance(problem, ClassificationProblem | RegressionProblem) or is_module_problem(problem)
+    """Whether ``problem`` holds per-sample data (a :class:`ClassificationProblem`, a :class:`RegressionProblem`, a
+    :class:`~fedsde.problems.module.ModuleProblem` or a client population,
+    :class:`~fedsde.problems.population.PopulationProblem`) rather than quadratic clients."""
+    return (isinstance(problem, ClassificationProblem | RegressionProblem) or is_module_problem(problem)
+            or hasattr(problem, "population"))
 
 
 def require_quadratic(problem, what: str, why: str) -> None:

@@ -42,6 +42,13 @@ Keys (every other key is an error):
 | ``iid`` | synthetic: the IID variant (false) |
 | ``dim``, ``n_classes`` | synthetic: features (60) and classes (10) |
 | ``max_samples`` | synthetic: cap on a client's sample count (none) |
+| ``population`` | a client population (:mod:`fedsde.problems.population`; synthetic: true from 10⁴ clients) |
+
+With ``population`` commands that sample participants (``fedsde simulate``) read only the participants' rows and
+estimate the metrics on a subsample of clients; other commands get the same data materialised (refused up front
+when they do not fit in memory).  Synthetic clients are then produced on demand, each from ``seed`` and its index
+(:mod:`fedsde.problems.synthetic_population`); the clients of a bundled set are slices of its partition
+(:class:`~fedsde.problems.population.ArrayPopulation`).
 """
 
 from __future__ import annotations
@@ -59,23 +66,26 @@ if TYPE_CHECKING:
 
 DATASETS = ("digits", "breast_cancer", "synthetic")
 PARTITIONS = ("iid", "dirichlet", "shards", "quantity", "niid2")
-_COMMON = ("kind", "dataset", "model", "hidden", "batch_size", "seed", "init_seed", "clients", "l2",
+_COMMON = ("kind", "dataset", "model", "hidden", "batch_size", "seed", "init_seed", "clients", "l2", "population",
            "test_fraction", "weights", "sampling", "name")
 _PARTITION_KEYS = {"dirichlet": ("alpha", "min_size"), "quantity": ("quantity_beta", "min_size"),
                    "shards": ("shards_per_client",), "niid2": ("n_biased", "n_uniform"), "iid": ()}
 _SKLEARN = ("partition", "alpha", "min_size", "shards_per_client", "quantity_beta", "n_biased", "n_uniform",
             "standardise")
 _SYNTHETIC = ("alpha", "beta", "iid", "dim", "n_classes", "max_samples")
+#: synthetic files of at least this many clients are populations produced on demand unless ``population = false``
+POPULATION_CLIENTS = 10_000
 _N_CLASSES = {"digits": 10, "breast_cancer": 2}
 _N_FEATURES = {"digits": 64, "breast_cancer": 30}
 
 
-def data_problem_from_dict(data: dict, *, source: str = "problem",
-                           base_dir=None) -> ClassificationProblem | RegressionProblem:
+def data_problem_from_dict(data: dict, *, source: str = "problem", base_dir=None,
+                           population: bool = False) -> ClassificationProblem | RegressionProblem:
     """Build a :class:`ClassificationProblem` from the keys of a data-problem file (see the module docstring), or a
     :class:`~fedsde.problems.regression.RegressionProblem` when ``kind = "regression"``
     (:func:`fedsde.problems.regression_files.regression_problem_from_dict`; ``base_dir`` is the folder that a
-    ``data`` path is relative to, default the working directory).
+    ``data`` path is relative to, default the working directory).  ``population=True``: a file with ``population``
+    gives a :class:`~fedsde.problems.population.PopulationProblem` (else its materialised problem).
 
     Raises :class:`FedsdeInputError` (one line naming the key, its value and the constraint) for unknown keys,
     bad values, keys that do not apply to the chosen data set / partition / model, and model–data mismatches.
@@ -130,6 +140,12 @@ def data_problem_from_dict(data: dict, *, source: str = "problem",
                 problem = problem.with_weights([1.0] * problem.Q)
         else:
             problem = _sklearn(k, dataset, seed, test_fraction, l2, weights)
+            if k.boolean("population", False):  # the partition's clients as a population (slices of its arrays)
+                from fedsde.problems.population import ArrayPopulation, PopulationProblem
+
+                problem = PopulationProblem.create(ArrayPopulation(problem), model=problem.model, l2=l2,
+                                                   p=None if weights == "size" else problem.p, name=problem.name,
+                                                   info=problem.info | {"population": "slices"})
         problem = problem.replace(
             model=model, hidden=hidden, batch_size=batch_size, sampling=sampling,
             init_seed=init_seed if model == "mlp" else None,
@@ -137,6 +153,8 @@ def data_problem_from_dict(data: dict, *, source: str = "problem",
             info=problem.info | {"model": model, "batch_size": batch_size, "sampling": sampling}
             | ({"hidden": hidden, "init_seed": init_seed} if model == "mlp" else {}),
         )
+        if hasattr(problem, "population") and not population:
+            problem = problem.materialise()
     except FedsdeInputError as exc:
         msg = str(exc)
         raise FedsdeInputError(msg if msg.startswith(source) else f"{source}: {msg}") from None
@@ -165,8 +183,11 @@ def _sklearn(k: _Keys, dataset: str, seed: int, test_fraction: float, l2: float,
 
 def _synthetic(k: _Keys, seed: int, n_classes: int, test_fraction: float, l2: float) -> ClassificationProblem:
     from fedsde.problems.synthetic import synthetic_problem
+    from fedsde.problems.synthetic_population import synthetic_population_problem
 
-    pb = synthetic_problem(
+    Q = k.integer("clients", 30)
+    on_demand = k.boolean("population", Q >= POPULATION_CLIENTS)
+    pb = (synthetic_population_problem if on_demand else synthetic_problem)(
         k.number("alpha", 1.0, allow_zero=True), k.number("beta", 1.0, allow_zero=True), seed=seed,
         n_clients=k.integer("clients", 30), dim=k.integer("dim", 60), n_classes=n_classes,
         iid=k.boolean("iid", False), test_fraction=test_fraction,

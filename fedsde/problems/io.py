@@ -42,14 +42,16 @@ _KEYS = ("U", "a", "Sigma", "p", "name", "label_distributions")
 KINDS = ("quadratic", "classification", "regression", "module")
 
 
-def problem_from_dict(data: dict, *, source: str = "problem",
-                      base_dir=None) -> QuadraticProblem | ClassificationProblem | RegressionProblem:
+def problem_from_dict(data: dict, *, source: str = "problem", base_dir=None,
+                      population: bool = False) -> QuadraticProblem | ClassificationProblem | RegressionProblem:
     """Build a :class:`QuadraticProblem` from a dict with keys ``U, a, Sigma`` (optional ``p``, ``name``,
     ``label_distributions``, ``kind = "quadratic"``), a :class:`ClassificationProblem` from a dict with
     ``kind = "classification"`` (:func:`fedsde.problems.data_files.data_problem_from_dict`), or a
     :class:`~fedsde.problems.regression.RegressionProblem` from one with ``kind = "regression"``
     (:func:`fedsde.problems.regression_files.regression_problem_from_dict`; a relative ``data`` path starts at
-    ``base_dir``, default the working directory)."""
+    ``base_dir``, default the working directory).  ``population=True``: the caller takes a
+    :class:`~fedsde.problems.population.PopulationProblem` (clients produced on demand) where the file asks for one
+    (:mod:`fedsde.problems.data_files`, key ``population``); otherwise such a file gives the materialised problem."""
     if not isinstance(data, dict):
         raise FedsdeInputError(f"{source}: must be a table/object with keys U, a, Sigma, p")
     if "kind" in data:
@@ -57,7 +59,7 @@ def problem_from_dict(data: dict, *, source: str = "problem",
         if kind == "classification":
             from fedsde.problems.data_files import data_problem_from_dict
 
-            return data_problem_from_dict(data, source=source)
+            return data_problem_from_dict(data, source=source, population=population)
         if kind == "regression":
             from fedsde.problems.regression_files import regression_problem_from_dict
 
@@ -79,10 +81,12 @@ def problem_from_dict(data: dict, *, source: str = "problem",
     )
 
 
-def load_problem(path: str | os.PathLike) -> QuadraticProblem | ClassificationProblem | RegressionProblem:
+def load_problem(path: str | os.PathLike, *,
+                 population: bool = False) -> QuadraticProblem | ClassificationProblem | RegressionProblem:
     """Read a problem from a ``.toml`` or ``.json`` file (format chosen by the suffix): quadratic clients, or a
     data problem when the file has ``kind = "classification"`` (:mod:`fedsde.problems.data_files`) or
-    ``kind = "regression"`` (:mod:`fedsde.problems.regression_files`; its ``data`` path is relative to the file)."""
+    ``kind = "regression"`` (:mod:`fedsde.problems.regression_files`; its ``data`` path is relative to the file).
+    ``population``: as :func:`problem_from_dict` (commands that sample participants pass True)."""
     p = Path(path)
     if not p.is_file():
         raise FedsdeInputError(f"problem file {str(p)!r}: does not exist or is not a file")
@@ -94,7 +98,7 @@ def load_problem(path: str | os.PathLike) -> QuadraticProblem | ClassificationPr
         data = tomllib.loads(text) if suffix == ".toml" else json.loads(text)
     except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
         raise FedsdeInputError(f"problem file {str(p)!r}: cannot be parsed ({exc})") from None
-    return problem_from_dict(data, source=f"problem file {str(p)!r}", base_dir=p.parent)
+    return problem_from_dict(data, source=f"problem file {str(p)!r}", base_dir=p.parent, population=population)
 
 
 def save_problem(problem: QuadraticProblem, path: str | os.PathLike, *, compact: bool = True) -> Path:

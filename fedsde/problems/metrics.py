@@ -36,6 +36,9 @@ live on the device once per device and dtype (cached on the problem).
   - ``test_accuracy``: with ``M > metric_samples`` test samples, ``m`` uniform draws of the test set, standard
     error ``sd/√m``.
 
+Client populations (:class:`~fedsde.problems.population.PopulationProblem`): exactly when small, else on a seeded
+subsample of clients and blocks of their rows (:mod:`fedsde.problems.population_metrics`).
+
 Quadratic problems are evaluated in closed form in torch; other problems (least squares) through their NumPy
 ``loss`` and ``grad``.
 """
@@ -90,6 +93,8 @@ def metric_names(problem) -> tuple[str, ...]:
     if hasattr(problem, "torch_metrics"):  # a problem with its own metric passes (module problems)
         return problem.metric_names()
     if isinstance(problem, ClassificationProblem) and problem.y_test.size > 0:
+        return METRICS
+    if hasattr(problem, "population") and int(np.sum(problem.test_sizes)) > 0:
         return METRICS
     return tuple(m for m in METRICS if m != "test_accuracy")
 
@@ -178,6 +183,19 @@ def evaluate_metrics_torch(problem, w, w0=None, names: Sequence[str] | None = No
     need = [n for n in ("train_loss", "grad_norm_sq", "test_accuracy") if n in names]
     se: dict = {}
     sampling: dict = {}
+    if need and hasattr(problem, "population"):  # a client population (fedsde.problems.population_metrics)
+        from fedsde.problems.population_metrics import POPULATION_SAMPLES, population_is_small, population_metrics
+
+        m = metric_samples if metric_samples is not None else problem.metric_samples
+        m = POPULATION_SAMPLES if m is None else positive_int("metric_samples", m, minimum=2 * GROUPS)
+        if population_is_small(problem, m):  # exact, on the materialised problem
+            problem = problem.materialise()
+        else:
+            got, se, sampling = population_metrics(
+                problem, flat, need, m=m, seed=positive_int("metric_seed", metric_seed, minimum=0), groups=GROUPS,
+                chunk_size=chunk_size, grouped_norm_sq=grouped_norm_sq)
+            vals |= got
+            need = []
     if need and isinstance(problem, ClassificationProblem):
         plan = metric_sample(problem, metric_samples, metric_seed)
         sampling = plan["describe"]

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from fedsde._compat import renamed
-from fedsde._memory import available_memory
+from fedsde._memory import available_memory, memory_fits
 from fedsde._validate import choice, device_dtype, positive_int, record_rounds, schedule, start_point
 from fedsde.aggregators import Aggregator, get_aggregator
 from fedsde.clients.data_oracles import minibatch_oracle
@@ -135,9 +135,18 @@ def compact_rule(agg: Aggregator) -> bool:
     nothing kept per client: no server state, correction, norms, first gradients or warm start, and
     ``exact_under_sampling`` (:mod:`fedsde.aggregators.base`).  Such a rule gives the same step on the ``m``
     participants' slots as on all ``Q`` clients (the others have zero weight), which the cross-device regime uses.
+    So does a rule with server state only that reads the displacements through that weighted mean
+    (:attr:`~fedsde.aggregators.Aggregator.mean_only`: FedAvgM, FedAdam, FedYogi, FedAdagrad), and a rule that keeps
+    per-client state for the participants on their slots (:attr:`~fedsde.aggregators.Aggregator.participant_state`:
+    SCAFFOLD).
     """
-    return bool(agg.exact_under_sampling and not agg.stateful and not agg.needs_norms and not agg.needs_first_grads
-                and agg.warm_start_rounds == 0 and agg.correction(None) is None)
+    if agg.warm_start_rounds:
+        return False
+    if agg.participant_state:  # per-client state of the participants, on slots (SCAFFOLD)
+        return True
+    linear = agg.exact_under_sampling and not agg.stateful
+    return bool((linear or agg.mean_only) and not agg.needs_norms and not agg.needs_first_grads
+                and agg.correction(None) is None)
 
 
 @renamed(steps="local_steps")
@@ -210,6 +219,9 @@ def make_plan(
                              Q=participation if sparse else Q, d=d, recorded=keep.size,
                              drift_cols=drift_keep.size * max_local_steps(steps), moments_only=moments_only,
                              device=dev, dtype=dtype, memory_limit=memory_limit)
+    if hasattr(problem, "population"):  # clients on demand: what a round's participants need, not the population
+        _check_population(problem, make_oracle, participation, min(replicates, (chunk_size or replicates) * workers),
+                          dev, memory_limit)
     return SimulationPlan(
         problem=problem, aggregator=agg, make_oracle=make_oracle, seed=base_seed, device=dev, dtype=dtype,
         etas=etas, server_lrs=lrs, steps=steps, participation=participation, weighting=weighting, w_start=w_start,
@@ -236,6 +248,21 @@ def _chunk_size(*, replicates: int, chunk_size: int | None, block: int, Q: int, 
     available = available_memory(device, memory_limit)
     return plan_chunks(f"replicates={replicates}", replicates, chunk_size, block, per_rep, stored, available, hint,
                        working_set=working_set(device, available))
+
+
+def _check_population(problem, make_oracle, m: int | None, in_flight: int, device, memory_limit) -> None:
+    """Refuse up front, in one line naming what drives it, a population run whose participants' rows do not fit
+    (:meth:`fedsde.problems.population.PopulationProblem.round_memory`)."""
+    how = getattr(make_oracle, "describe", {}) if isinstance(getattr(make_oracle, "describe", None), dict) else {}
+    batch, largest = how.get("batch_size"), int(np.max(problem.sizes))
+    whole = how.get("oracle") in ("full", "gaussian") or how.get("sampling") == "epoch" or (
+        batch is not None and largest <= 2 * batch)
+    need, what = problem.round_memory(in_flight * (problem.Q if m is None else m), whole_clients=whole)
+    taking = f"participation={m}" if m is not None else f"participation=None (all Q={problem.Q} clients)"
+    memory_fits(f"replicates in flight={in_flight}, {taking}: {what}", need,
+                available_memory(device, memory_limit),
+                "use fewer participants or replicates (chunk_size), cap the client sizes (max_samples) or a "
+                "minibatch oracle")
 
 
 def _default_oracle(problem, local_steps):

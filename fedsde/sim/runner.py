@@ -171,7 +171,8 @@ def simulate(
     try:
         run_chunks(lambda a, b, halt: run_chunk(plan, a, b - a, out_w, out_drift, bar, halt), chunks, plan.workers,
                    on_error=out_w.abort if moments_only else None,
-                   before_raise=lambda exc: plan.watch.flush(before=getattr(exc, "fedsde_when", -1), stacklevel=6))
+                   before_raise=lambda exc: plan.watch.flush(before=getattr(exc, "fedsde_when", -1), stacklevel=6),
+                   one_thread=plan.sparse and plan.device.type == "cpu")  # cross-device: kernels of m slots
     finally:
         bar.close()
     plan.watch.flush(stacklevel=3)
@@ -276,7 +277,7 @@ def run_chunk(plan: SimulationPlan, start: int, R: int, out_w, out_drift: np.nda
         tau, n_steps, batch, max_batch = draws.next()
         full = n < agg.warm_start_rounds
         cid, clients, tau_s, mask = None, None, tau, None
-        if sparse:  # compact rules only (fedsde.sim.plan.compact_rule): no warm start, correction or norms
+        if sparse:  # compact rules only (fedsde.sim.plan.compact_rule): no warm start; per-client state on slots
             cid, weights = draw_subsets(part, nb, Q, m, weighting, p, block)
             mask = torch.ones_like(cid, dtype=torch.bool)
         else:
@@ -285,7 +286,7 @@ def run_chunk(plan: SimulationPlan, start: int, R: int, out_w, out_drift: np.nda
             mask = torch.ones((Rp, Q), dtype=torch.bool, device=dev)
             weights = p.expand(Rp, Q)
         wb = w.view(nb, 1, block, d)
-        corr = agg.correction(state)  # (Rp, Q, d) or None
+        corr = agg.correction(state, cid) if sparse else agg.correction(state)  # (Rp, Q|m, d) or None
         if slots_ok and not full and not sparse:
             cid, clients = participant_slots(mask, m, block)
             if corr is not None:
@@ -312,8 +313,10 @@ def run_chunk(plan: SimulationPlan, start: int, R: int, out_w, out_drift: np.nda
             out_drift[rec, n_steps:, start:start + R] = out_drift[rec, n_steps - 1, start:start + R]
         delta = (x - wb).transpose(1, 2).reshape(Rp, slots, d)  # (Rp, slots, d)
         g0 = None if first_grads is None else first_grads.transpose(1, 2).reshape(Rp, slots, d)
-        if sparse:  # the rule sees the m participants as its clients
-            ctx = RoundContext(round=n, server_lr=s, eta=eta, local_steps=tau_s, participating=mask, p=p)
+        if sparse:  # the rule sees the m participants as its clients (ctx.clients: theirs)
+            norms = solver.accumulation_norm(tau_s, eta).to(dtype) if agg.needs_norms else None
+            ctx = RoundContext(round=n, server_lr=s, eta=eta, local_steps=tau_s, participating=mask, p=p,
+                               norms=norms, first_grads=g0, clients=cid)
         else:
             if cid is not None:
                 delta = scatter_slots(delta, cid, Q)

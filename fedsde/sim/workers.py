@@ -114,7 +114,7 @@ def diverged(exc: BaseException, when: int, row: int) -> BaseException:
 
 def run_chunks(fn: Callable[[int, int, Stop], None], chunks: list[tuple[int, int]], workers: int, *,
                on_error: Callable[[], None] | None = None,
-               before_raise: Callable[[BaseException], None] | None = None) -> None:
+               before_raise: Callable[[BaseException], None] | None = None, one_thread: bool = False) -> None:
     """Call ``fn(start, stop, halt)`` for every chunk, in ``min(workers, len(chunks))`` threads of one torch thread
     each (``halt``: the run's :class:`Stop`).
 
@@ -123,6 +123,8 @@ def run_chunks(fn: Callable[[int, int, Stop], None], chunks: list[tuple[int, int
     that step, no further — and any other exception before it (the first in chunk order).  ``on_error()`` is called
     at every failure (e.g. to release chunks waiting on another) and ``before_raise(exc)`` just before the chosen
     exception is raised (e.g. to issue the warnings a run of one chunk would have issued by then).
+    ``one_thread``: a single chunk runs with one torch thread too (kernels too small to split: torch's threads then
+    cost more CPU time than they save, several times more on a loaded machine).
     """
     n = min(workers, len(chunks))
     halt = Stop()
@@ -142,8 +144,14 @@ def run_chunks(fn: Callable[[int, int, Stop], None], chunks: list[tuple[int, int
                 on_error()
 
     if n <= 1:
-        for i, (a, b) in enumerate(chunks):
-            call(i, a, b)
+        threads = torch.get_num_threads()
+        if one_thread:
+            torch.set_num_threads(1)
+        try:
+            for i, (a, b) in enumerate(chunks):
+                call(i, a, b)
+        finally:
+            torch.set_num_threads(threads)
     else:
         threads = torch.get_num_threads()
 

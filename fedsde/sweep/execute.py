@@ -226,6 +226,8 @@ def run(spec: Any, out: str | os.PathLike, *, workers: int = 1, scheduler: str |
     resume
         continue the sweep stored in ``out``: cells finished there are skipped, missing and failed ones run
         (a failed record is replaced by the new outcome).  Refused when the spec differs from the stored one.
+        The workers (and the accelerators the cells name) are needed only when a cell is left to run: a sweep of
+        ``cuda`` cells that all finished resumes on a machine without a GPU.
         Without ``resume``, a folder that already holds a sweep is refused (unless it holds this spec and no
         finished cell yet).
     progress
@@ -264,15 +266,19 @@ def run(spec: Any, out: str | os.PathLike, *, workers: int = 1, scheduler: str |
         if gpu_workers > workers or (gpu_workers and workers == 1):
             raise FedsdeInputError(f"--gpu-workers={gpu_workers}: must be at most --workers={workers}, and given "
                                    "with --workers N > 1 (one worker runs the cells in this process)")
-    if scheduler is None and workers > 1:  # refused here, before the sweep folder or any worker is made
-        plan = resources.plan_workers(workers, gpu_workers,
+    local_cluster = scheduler is None and workers > 1
+
+    def plan_cluster() -> list:
+        return resources.plan_workers(workers, gpu_workers,
                                       resources.CellDevices(spec, command_info(spec.command, spec.commands)).needs())
+
+    if local_cluster and not resume:  # refused here, before the sweep folder or any worker is made
+        plan = plan_cluster()
     from tqdm.auto import tqdm
 
     summary: dict[str, Any] = {"cells": spec.n_cells, "done": 0, "skipped": 0, "failed": 0, "warned": 0,
                                "wall_s": 0.0, "out": str(out), "workers": workers, "scheduler": scheduler,
-                               "gpu_workers": None if plan is None and scheduler is not None else
-                               sum(bool(extra.get("resources")) for _, extra in plan or ()), "failures": []}
+                               "gpu_workers": None, "failures": []}
     with Store(out, spec, resume=resume) as store:
         finished = {k for k, rec in store.finished().items() if rec.get("status") == "done"}
         skipped = [0]
@@ -287,6 +293,8 @@ def run(spec: Any, out: str | os.PathLike, *, workers: int = 1, scheduler: str |
         todo = unfinished()
         first = next(todo, None)
         if first is not None:
+            if local_cluster and plan is None:  # resumed: the workers are needed (and checked) only for cells left
+                plan = plan_cluster()
             todo = itertools.chain([first], todo)
             local = scheduler is None and workers == 1
             records = _in_process(spec, todo) if local else _on_dask(spec, todo, workers, scheduler, plan)
@@ -303,5 +311,7 @@ def run(spec: Any, out: str | os.PathLike, *, workers: int = 1, scheduler: str |
                     summary["warned"] += bool(rec.get("warnings"))
                     bar.update()
         summary["skipped"] = skipped[0]
+    if scheduler is None:  # workers of the LocalCluster that declare an accelerator (none started: 0)
+        summary["gpu_workers"] = sum(bool(extra.get("resources")) for _, extra in plan or ())
     summary["wall_s"] = time.perf_counter() - t0
     return summary

@@ -1,0 +1,56 @@
+"""The rows of a round's participants, read from a client population on demand (internal).
+
+:class:`PopulationRows` is :class:`~fedsde.clients.data_rows.ClientRows` for a
+:class:`~fedsde.problems.population.PopulationProblem`: at the start of every round (:meth:`PopulationRows.select`)
+it gathers the rows of the clients that the round's slots hold (through the problem's bounded cache,
+:class:`~fedsde.problems.population.ClientCache`) into one ragged block on the device and renumbers the slots'
+clients into it; the gathers of the oracles then read that block exactly as they read the ragged rows of a
+materialised problem, so the numbers are those of the materialised problem.  Memory and work per round grow with the
+participants' rows, not with the population.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from fedsde.clients.data_rows import ClientRows
+
+
+class PopulationRows(ClientRows):
+    """Ragged rows of the round's participants (see the module docstring)."""
+
+    def __init__(self, problem, device: torch.device, dtype: torch.dtype):
+        super().__init__(problem, device, dtype)
+        self.ragged = True
+
+    def select(self, clients: torch.Tensor | None) -> torch.Tensor | None:
+        """Load the rows of the clients in ``clients`` (any shape; ``None``: every client) and return ``clients``
+        renumbered into the loaded block (the oracle's gathers take these)."""
+        pb = self.problem
+        if clients is None:
+            ids = np.arange(self.Q)
+        else:
+            uniq, local = torch.unique(clients, sorted=True, return_inverse=True)
+            ids = uniq.cpu().numpy()
+        parts = [pb.client_data(int(k)) for k in ids]
+        sizes = np.array([y.size for _, y in parts], dtype=np.int64)
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        X = torch.as_tensor(np.concatenate([x for x, _ in parts])).to(device=self.device, dtype=self.dtype)
+        y = torch.as_tensor(np.concatenate([v for _, v in parts]), device=self.device)
+        self._flat = (X, y, torch.as_tensor(starts, device=self.device), int(X.shape[0]))
+        return None if clients is None else local.to(clients.device)
+
+    def _build_padded(self):
+        """Every client's padded rows (rounds without sampling that share each client's rows among replicates): those
+        of the materialised problem."""
+        if self._padded is None:
+            Xp, yp = self.problem.materialise().padded()
+            X = torch.as_tensor(Xp, dtype=self.dtype, device=self.device)
+            self._padded = (X, X.transpose(1, 2).contiguous(), self.targets(torch.as_tensor(yp, device=self.device)))
+        return self._padded
+
+    def _build_flat(self):
+        if self._flat is None:
+            self.select(None)
+        return self._flat
