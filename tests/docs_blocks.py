@@ -26,7 +26,7 @@ from pathlib import Path
 
 RUNNABLE = {"bash": "bash", "sh": "bash", "shell": "bash", "console": "console", "python": "python", "py": "python"}
 MARKER = re.compile(r"^\s*<!--\s*docs-test:\s*(?P<kind>\w+)\s*(?:\((?P<reason>.*)\))?\s*-->\s*$")
-FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>`{3,}|~{3,})\s*(?P<lang>[\w+-]*)")
+FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>`{3,}|~{3,})\s*(?P<lang>[\w+-]*)[^`]*$")  # no backtick after
 ELISION_LINE = {"…", "...", "[…]", "[...]"}
 ELIDED = re.compile(r"…|(?<![\w.])\.\.\.(?![\w.])")
 # a number as printed: sign (also U+2212), digits with an optional fraction, optional exponent; not part of a word

@@ -2,7 +2,7 @@
 
 The convention (markers ``<!-- docs-test: skip (reason) -->``, ``slow``, ``output``) is in
 :mod:`tests.docs_blocks`.  Each page runs in a copy of the checkout (so a page that writes where it should not
-cannot touch the tree, and is caught: pages write only under ``examples-output/``), from its root, with the
+cannot touch the tree, and is caught: a page writes only under ``examples-output/PAGE/``), from its root, with the
 environment that ``source .venv/bin/activate`` gives (``.venv/bin`` first on ``PATH``) and the checkout under test
 first on ``PYTHONPATH``; the blocks of a page run one after the other in that folder.  A page with a block marked
 slow runs once without it here and once whole in the slow job.
@@ -24,8 +24,8 @@ from tests.docs_blocks import Block, PageError, compare_output, convention_error
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 BLOCK_TIMEOUT_S = 600  # a hang guard per block, not a speed assertion
-#: where pages may write (git-ignored): every page's own examples-output/<page>/, and the README's main job's report
-WRITABLE = ("examples-output/", "fedsde-results/")
+#: where a page may write (git-ignored), besides its own examples-output/<page>/: the main job's report folder
+WRITABLE = ("fedsde-results/",)
 NOT_COPIED = {".git", ".venv", "site", "examples-output", "fedsde-results", "results"}  # at the top
 NOT_COPIED_ANYWHERE = {"__pycache__", ".pytest_cache", ".ruff_cache", ".hypothesis"}
 
@@ -131,8 +131,9 @@ def _run_page(page: Path, tmp_path: Path, slow: bool) -> None:
             if diff is not None:
                 pytest.fail(f"{block.where}: {diff}\n{block.script()}\n--- output\n{output[-3000:]}")
     after = _snapshot(work)
-    stray = sorted(rel for rel, st in after.items() if before.get(rel) != st and not rel.startswith(WRITABLE))
-    assert not stray, f"{page.name}: its commands wrote outside {WRITABLE}: {stray[:10]}"
+    writable = (f"examples-output/{page.stem}/", *WRITABLE)
+    stray = sorted(rel for rel, st in after.items() if before.get(rel) != st and not rel.startswith(writable))
+    assert not stray, f"{page.name}: its commands wrote outside {writable}: {stray[:10]}"
     print(f"{page.name}: {len(blocks)} blocks: " + "; ".join(timings))
 
 
