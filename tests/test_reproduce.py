@@ -184,3 +184,15 @@ def test_jobs_is_checked(tmp_path):
             reproduce(load_config(quick=True), ("F5",), tmp_path / "x", quick=True, progress=False, jobs=bad)
     assert not (tmp_path / "x").exists()
     assert check_jobs(None) == usable_cores() >= 1 and check_jobs(3) == 3
+
+
+def test_only_checks_the_claims_its_figures_use(tmp_path, capsys):
+    from fedsde._cli.reproduce import figure_claims
+    from fedsde.report.gallery import BOUND_CLAIMS
+
+    assert figure_claims(("F3", "F5")) == ()
+    assert figure_claims(("F10", "F8", "F3")) == ("002/lemma-a.1", *BOUND_CLAIMS)
+    code = main(["reproduce", "--quick", "--only", "F3", "--out", str(tmp_path / "r"), "--jobs", "1"])
+    out = capsys.readouterr().out
+    assert code == 0 and "claims: none checked: the figures of --only (F3) use no claim" in out, out
+    assert json.loads((tmp_path / "r" / "summary.json").read_text())["claims"] is None

@@ -200,3 +200,9 @@ def test_cuda_cells_on_gpu_workers(tmp_path):
     for rec in _records(tmp_path / "o"):
         if rec["coords"]["device"] == "cuda":
             assert rec["worker_name"].startswith("gpu-") and rec["result"]["config"]["device"].startswith("cuda")
+
+
+def test_shipped_gpu_example_spec():
+    """examples/sweep_gpu.toml, which docs/sweeps.md runs with --gpu-workers: every cell needs a GPU."""
+    spec = load_spec(Path(__file__).resolve().parents[1] / "examples" / "sweep_gpu.toml")
+    assert spec.n_cells == 4 and CellDevices(spec, command_info("simulate")).needs() == {"GPU": "base.device='cuda'"}

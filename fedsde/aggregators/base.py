@@ -327,6 +327,8 @@ class Aggregator(ABC):
     def server_recursion(self, B: np.ndarray, server_lr: float) -> ServerRecursion | None:
         """The linear recursion of the server mean, or ``None`` where there is none.
 
+        Default: :func:`linear_recursion` (``I − s·B``) for stateless rules, ``None`` for rules with server state.
+
         Parameters
         ----------
         B : ndarray, shape (d, d)
@@ -335,8 +337,6 @@ class Aggregator(ABC):
             ``p`` for rules with server state.
         server_lr : float
             Server step ``s``.
-
-        Default: :func:`linear_recursion` (``I − s·B``) for stateless rules, ``None`` for rules with server state.
         """
         return None if self.stateful else linear_recursion(B, server_lr)
 

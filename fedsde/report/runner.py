@@ -67,23 +67,31 @@ def _all_claims():
     return all_claims()
 
 
+def _table_claims(ids: Sequence[str] | None):
+    """The claims of the claims table: every claim, or those of ``ids`` in the registry's order."""
+    claims = _all_claims()
+    return claims if ids is None else [c for c in claims if c.id in set(ids)]
+
+
 def _children_cpu_seconds() -> float:
     """User + system CPU seconds of this process's finished child processes (the workers, once shut down)."""
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
     return r.ru_utime + r.ru_stime
 
 
-def _claims(ctx: RunContext, scale: float) -> list[dict]:
-    """The table of ``fedsde claims`` (checks already run, for a figure or by a worker, are reused)."""
+def _claims(ctx: RunContext, scale: float, ids: Sequence[str] | None = None) -> list[dict]:
+    """The table of ``fedsde claims``, or of its checks ``ids`` (checks already run, for a figure or by a worker,
+    are reused)."""
     out = []
-    for c in _all_claims():
+    for c in _table_claims(ids):
         claim, res, sec = claim_result(ctx, c.id, scale)
         out.append(claim.result_dict(res, sec))
     return out
 
 
 def reproduce(cfg: dict, only: Sequence[str], out: Path, *, quick: bool, progress: bool = True,
-              with_claims: bool = True, jobs: int | None = None) -> ReproduceResult:
+              with_claims: bool = True, jobs: int | None = None,
+              claim_ids: Sequence[str] | None = None) -> ReproduceResult:
     """Make the figures ``only`` with configuration ``cfg`` and write the report into ``out``.
 
     Parameters
@@ -103,6 +111,8 @@ def reproduce(cfg: dict, only: Sequence[str], out: Path, *, quick: bool, progres
     jobs : int or None
         Worker processes for the figures and claim checks; ``None``: the usable cores
         (``os.sched_getaffinity``); 1: one after the other in this process. The numbers do not depend on it.
+    claim_ids : sequence of str or None
+        The checks of the claims table (with ``with_claims``); ``None``: every claim of ``fedsde claims``.
     """
     import numpy as np
     import torch
@@ -111,7 +121,8 @@ def reproduce(cfg: dict, only: Sequence[str], out: Path, *, quick: bool, progres
 
     run = cfg["run"]
     jobs = check_jobs(jobs)
-    pending = (ERRATA,) + (tuple(claim_key(c.id, cfg["F8"]["scale"]) for c in _all_claims()) if with_claims else ())
+    pending = (ERRATA,) + (tuple(claim_key(c.id, cfg["F8"]["scale"]) for c in _table_claims(claim_ids))
+                           if with_claims else ())
     ctx = RunContext(seed=run["seed"], device=run["device"], problem=resolve_problem(run["problem"]),
                      progress=progress, quick=quick, jobs=jobs, pending=pending)
     check_constraints(cfg, only, ctx.problem)  # every cross-field constraint, before anything runs
@@ -128,7 +139,7 @@ def reproduce(cfg: dict, only: Sequence[str], out: Path, *, quick: bool, progres
             claims = None
             if with_claims:
                 bar.set_description("claims")
-                claims = _claims(ctx, cfg["F8"]["scale"])
+                claims = _claims(ctx, cfg["F8"]["scale"], claim_ids)
                 bar.update(1)
             errata = errata_table(ctx)
             threads = torch.get_num_threads()

@@ -196,14 +196,16 @@ def svag_chain(
         Threads that run chunks of replicates at the same time (default: the threads torch may use on the CPU, 1 on a
         GPU; :mod:`fedsde.sim.workers`).  The chains are bit-identical for every value.
 
+    Returns
+    -------
+    SVAGPaths
+
+    Notes
+    -----
     NaN/inf weights raise :class:`~fedsde.errors.SimulationDivergedError` naming the base round, step and
     replicate; growth of ``max |w|`` far beyond the problem's scale issues one
     :class:`~fedsde.errors.DivergenceWarning` per chain (:class:`fedsde.sim.moments.BlowUpWatch`, as in the
     simulator).
-
-    Returns
-    -------
-    SVAGPaths
     """
     rounds = positive_int("rounds", rounds, minimum=0)
     ell = positive_int("ell", ell)

@@ -215,7 +215,9 @@ def run(spec: Any, out: str | os.PathLike, *, workers: int = 1, scheduler: str |
         single-threaded worker processes, closed at the end (the "LocalCluster": a ``dask.distributed.SpecCluster``
         with the workers ``LocalCluster(processes=True)`` starts, except that they may differ in resources).
     scheduler
-        address of a running Dask scheduler (``tcp://HOST:PORT``) to run the cells on instead.  A cell whose
+        address of a running Dask scheduler (``tcp://HOST:PORT``) to run the cells on instead; checked before
+        anything is written, within a bounded time (:func:`fedsde.sweep.reach.check_scheduler`: an address where
+        no Dask scheduler answers is refused in one line).  A cell whose
         ``--device`` is ``cuda``/``cuda:K`` (``mps``) runs only on workers that declare the Dask resource ``GPU``
         (``MPS``); a cluster where none does is refused before any cell runs (see :mod:`fedsde.sweep.resources`).
     gpu_workers
@@ -274,6 +276,10 @@ def run(spec: Any, out: str | os.PathLike, *, workers: int = 1, scheduler: str |
 
     if local_cluster and not resume:  # refused here, before the sweep folder or any worker is made
         plan = plan_cluster()
+    if scheduler is not None:  # a bounded handshake, before the sweep folder is made (fedsde.sweep.reach)
+        from fedsde.sweep.reach import check_scheduler
+
+        check_scheduler(scheduler)
     from tqdm.auto import tqdm
 
     summary: dict[str, Any] = {"cells": spec.n_cells, "done": 0, "skipped": 0, "failed": 0, "warned": 0,
