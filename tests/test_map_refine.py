@@ -88,4 +88,6 @@ def test_plan_spends_the_budget_on_the_cheapest_undecided_cells():
     assert combine_looks(cells[1], None)["look"] == 1
     both = combine_looks(cells[2], {"outcome": "tracks", "gap": 0.01})
     assert both["look"] == 2 and both["looks"] == ["inconclusive", "tracks"] and both["gap"] == 0.01
+    kept = combine_looks(cells[2], {"outcome": None, "error": "boom"})
+    assert kept["look"] == 1 and kept["outcome"] == "inconclusive" and kept["refine_error"] == "boom"
     assert look_alpha(0.05, True) == pytest.approx(0.025) and look_alpha(0.05, False) == 0.05

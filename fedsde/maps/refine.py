@@ -70,9 +70,12 @@ def plan_refinement(cells: Sequence[dict], budget: int) -> tuple[list[tuple[int,
 
 def combine_looks(first: dict, second: dict | None) -> dict:
     """The cell's final record: the first look where it was decided (or the second look's numbers, which rest on
-    more replicates, when neither decides); ``look`` says which, ``looks`` keeps both outcomes."""
+    more replicates, when neither decides); ``look`` says which, ``looks`` keeps both outcomes.  A second look that
+    failed leaves the first standing (its error in ``refine_error``)."""
     if second is None:
         return {**first, "look": 1, "looks": [first.get("outcome")]}
+    if second.get("outcome") is None:  # the second look failed to run: the first one stands, the error is kept
+        return {**first, "look": 1, "looks": [first.get("outcome"), None], "refine_error": second.get("error")}
     if first.get("outcome") != "inconclusive":
         return {**first, "look": 1, "looks": [first.get("outcome")]}
     return {**second, "look": 2, "looks": [first.get("outcome"), second.get("outcome")]}

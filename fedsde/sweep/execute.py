@@ -116,7 +116,9 @@ def _local_cluster(plan: list[tuple[str, dict]]):
     and an equal share of the memory each, differ in their resources and environment as ``plan`` says."""
     from dask.distributed import Nanny, Scheduler, SpecCluster
 
-    local = {"host": "127.0.0.1", "protocol": "tcp://", "dashboard": False, "dashboard_address": None}
+    # the HTTP servers (health checks) on free ports: a fixed one (8787) taken by another cluster warns, and under
+    # --strict a warning fails the sweep
+    local = {"host": "127.0.0.1", "protocol": "tcp://", "dashboard": False, "dashboard_address": ":0"}
     worker = {"cls": Nanny, "options": {**local, "nthreads": 1, "memory_limit": 1 / len(plan),
                                         "silence_logs": logging.ERROR, "preload": ["fedsde.sweep.warm"]}}
     workers = {name: {"cls": Nanny, "options": {**worker["options"], **extra}} for name, extra in plan}
