@@ -72,7 +72,7 @@ def digits():
     return federated_classification("digits", n_clients=3, partition="dirichlet", seed=0, model="softmax", l2=1e-3)
 
 
-@pytest.mark.parametrize("batch", [8, 40])  # Floyd's draws (b <= 32) and the smallest keys (b > 32)
+@pytest.mark.parametrize("batch", [8, 40, 300])  # Floyd (b <= 32), the smallest keys (b > 32), dense (N_k <= 2b)
 def test_softmax_module_gives_the_builtin_trajectories(digits, batch):
     builtin = digits.replace(batch_size=batch)
     mine = _as_module(builtin, SoftmaxModule(64, 10), batch_size=batch)
@@ -420,3 +420,12 @@ def test_round_contraction_by_hessian_vector_products_equals_the_closed_form_hes
     a = round_contraction(builtin, eta=0.1, local_steps=2, server_lr=1.0, at=w)
     b = round_contraction(mine, eta=0.1, local_steps=2, server_lr=1.0, at=w)
     assert abs(a - b) <= 1e-8 * abs(a)
+
+
+def test_a_forward_pass_that_returns_no_tensor_is_one_line():
+    x, y, c = _rows()
+    with pytest.raises(FedsdeInputError, match="not a tensor") as err:
+        module_problem(nn.LSTM(4, 3, batch_first=True), x[:, None, :], y, c)
+    assert "\n" not in str(err.value)
+    with pytest.raises(FedsdeInputError, match="outputs per row"):
+        module_problem(nn.Linear(4, 2), x, y, c)  # labels go up to 2: three logits needed

@@ -311,6 +311,9 @@ def _check_outputs(pb: ModuleProblem) -> None:
     fm, data = pb._shared("cpu", torch.float64)
     with torch.no_grad():
         out = fm.outputs(torch.from_numpy(pb._cache["w0"]), data["X"][:1])
+    if not isinstance(out, torch.Tensor):
+        raise FedsdeInputError(f"model: {type(pb.module).__name__}.forward returns a {type(out).__name__}, not a "
+                               "tensor of outputs (return the logits, e.g. the first element of an nn.LSTM's output)")
     if pb.loss_name == "cross-entropy":
         C = int(out.reshape(1, -1).shape[1])
         pb._cache["logits"] = C
