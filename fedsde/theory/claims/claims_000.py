@@ -222,3 +222,7 @@ CLAIMS = [
           "seed 000, Sec. 3, Definition 3.2", _PROB + _FAM, check_def_3_2,
           "holds when λ̃ is the exact min-norm solution on the true gradients"),
 ]
+
+from fedsde.theory.claims.rules_sde import CLAIM_000  # noqa: E402 - the SDE view of the rules (fedsde.sde.rules)
+
+CLAIMS.append(CLAIM_000)

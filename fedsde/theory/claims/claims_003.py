@@ -353,3 +353,7 @@ CLAIMS = [
           "(τ₁, τ₂) ∈ {(1,2), (1,10), (3,5)}, a = 1", check_lemma_5,
           "κ² = 4w₁w₂a², χ² = (τ₂−τ₁)²/(4τ₁τ₂); ‖∇F(x∞)‖² = χ²κ² exactly"),
 ]
+
+from fedsde.theory.claims.rules_sde import CLAIM_003  # noqa: E402 - the SDE view of the rules (fedsde.sde.rules)
+
+CLAIMS.append(CLAIM_003)
