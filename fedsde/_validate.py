@@ -96,17 +96,23 @@ def device_dtype(device, dtype) -> tuple[torch.device, torch.dtype]:
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError) as exc:
-        raise FedsdeInputError(f"device={device!r}: not a torch device ({exc})") from None
+        raise FedsdeInputError(f"device={device!r}: not a torch device ({_first_line(exc)})") from None
     if dev.type not in ("cpu", "cuda", "mps"):
         raise FedsdeInputError(f"device={device!r}: must be a cpu, cuda or mps device")
     try:
         torch.empty(0, device=dev)
         torch.Generator(device=dev)
     except (RuntimeError, AssertionError) as exc:
-        raise FedsdeInputError(f"device={device!r}: not available ({exc})") from None
+        raise FedsdeInputError(f"device={device!r}: not available ({_first_line(exc)})") from None
     if dtype not in (torch.float64, torch.float32):
         raise FedsdeInputError(f"dtype={dtype}: must be torch.float64 or torch.float32")
     return dev, dtype
+
+
+def _first_line(exc: BaseException) -> str:
+    """The first line of an exception's text (torch's backend errors run to many lines)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def start_point(w0, d: int) -> np.ndarray:

@@ -227,7 +227,8 @@ def test_memory_is_checked_before_any_law(capsys, monkeypatch):
     assert main(["scaling", "--problem", MY_DATA, "--eta", "0.05", "--local-steps", "2", "--rounds", "12", "--rule",
                  "clients", "--kappa", "1,2,4"]) == 2
     line = capsys.readouterr().err.strip()
-    assert "\n" not in line and "exact least-squares laws (d=3, O(d⁴)): needs about" in line
+    assert "\n" not in line and "exact least-squares laws (24 rows × d=3): needs about" in line
+    assert "rows times the features" in line
 
 
 def test_help_lists_the_regression_route(capsys):

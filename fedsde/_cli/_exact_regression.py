@@ -70,7 +70,10 @@ def _surrogate(problem, args, local_steps, omega, w0, exact, transient) -> tuple
             gap = surrogate_gap(problem, args.eta, local_steps, args.server_lr, exact=exact, **kw)
             out["stationary"] = {"mean": gap.surrogate.mean, "cov": gap.surrogate.cov}
             out |= {"cov_rel_error": gap.cov_rel_error, "variance_ratio": gap.variance_ratio,
-                    "mean_error": gap.mean_error, "worst_direction_ratio": list(gap.worst_direction_ratio)}
+                    "mean_error": gap.mean_error, "worst_direction_ratio": None if gap.worst_direction_ratio is None
+                    else list(gap.worst_direction_ratio)}
+            if gap.note:
+                notes.append(f"surrogate: {gap.note}")
         else:
             st = stationary_law(sur, args.eta, local_steps, args.server_lr, **kw)
             out["stationary"] = {"mean": st.mean, "cov": st.cov}
@@ -83,6 +86,9 @@ def _surrogate(problem, args, local_steps, omega, w0, exact, transient) -> tuple
         P = np.asarray(transient["cov"])
         den = float(np.linalg.norm(P))
         out["transient_cov_rel_error"] = float(np.linalg.norm(tr.final_cov - P) / den) if den > 0 else None
+        if den == 0:
+            notes.append(f"surrogate: the exact covariance after {args.rounds} rounds is zero, so "
+                         "transient_cov_rel_error is 0/0 and reported as None")
     return out, notes
 
 
@@ -163,7 +169,7 @@ def _human(args: argparse.Namespace, problem, r: dict) -> str:
                   f"                   cov  {fmt_array(t['cov'])}"]
     if sur["stationary"] is not None:
         lines.append(f"constant-noise surrogate: stationary cov {fmt_array(sur['stationary']['cov'])}")
-        if "cov_rel_error" in sur:
+        if sur.get("cov_rel_error") is not None:
             lines.append(f"  relative error of its stationary cov {sur['cov_rel_error']:.4g}, variance ratio "
                          f"tr P_sur / tr P = {sur['variance_ratio']:.4g}")
     if "transient_cov_rel_error" in sur and sur["transient_cov_rel_error"] is not None:

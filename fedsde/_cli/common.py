@@ -77,14 +77,20 @@ def add_problem_args(p: argparse.ArgumentParser, *, local_steps: bool = True, da
 class _RenamedFlag(argparse.Action):
     """Stores the value like ``store`` and records which of the option's strings was typed (:func:`flag`); the
     option strings after the first are old names: using one issues a :class:`DeprecationWarning` (housekeeping:
-    neither in the JSON ``warnings`` nor fatal under ``--strict``, so the output does not change)."""
+    neither in the JSON ``warnings`` nor fatal under ``--strict``, so the output does not change).  The old and
+    the new name given together is a one-line error (exit 2), as the Python API and the sweep specs refuse it,
+    rather than the last one silently winning."""
 
     def __call__(self, parser, namespace, values, option_string=None):
-        setattr(namespace, self.dest, values)
         typed = getattr(namespace, "_flags", None)
         if typed is None:
             typed = {}
             namespace._flags = typed
+        given = typed.get(self.dest)
+        if given is not None and option_string is not None and given != option_string:
+            new, old = self.option_strings[0], self.option_strings[1]
+            raise argparse.ArgumentError(self, f"{old} is the old name of {new}; give {new} only (both were given)")
+        setattr(namespace, self.dest, values)
         typed[self.dest] = option_string or self.option_strings[0]
         if option_string is not None and option_string != self.option_strings[0]:
             warnings.warn(f"{option_string} is the old name of {self.option_strings[0]} and goes away in the next "
@@ -99,6 +105,19 @@ def add_renamed(p, new: str, old: str, *, help: str, **kwargs) -> argparse.Actio
     """
     return p.add_argument(new, old, action=_RenamedFlag, help=f"{help} ({old}: its old name, accepted for one "
                           "release)", **kwargs)
+
+
+def check_device(value: str) -> None:
+    """``--device``, validated as the simulating commands validate it (:func:`fedsde._validate.device_dtype`:
+    a known torch device that is available here), also where the command simulates nothing; one-line error."""
+    import torch
+
+    from fedsde._validate import device_dtype
+
+    try:
+        device_dtype(value, torch.float64)
+    except FedsdeInputError as exc:
+        raise FedsdeInputError(str(exc).replace("device=", "--device=", 1)) from None
 
 
 def flag(args: argparse.Namespace, dest: str) -> str:

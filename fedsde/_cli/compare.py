@@ -13,6 +13,7 @@ from fedsde._cli.common import (
     add_problem_args,
     add_renamed,
     add_rule_sde_args,
+    check_device,
     emit,
     flag,
     local_steps_from_args,
@@ -92,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
     from fedsde.errors import FedsdeInputError
     from fedsde.problems import QuadraticProblem, load_problem
 
+    check_device(args.device)
     problem = load_problem(args.problem)
     steps = local_steps_from_args(args, problem.Q)
     w0 = parse_vector("--w0", args.w0, problem.d)

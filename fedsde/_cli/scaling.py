@@ -7,7 +7,7 @@ import argparse
 import numpy as np
 
 from fedsde._cli import cell_commands, one_line_help
-from fedsde._cli.common import add_json_flag, capture_warnings, emit, fmt_array, parse_vector, warn
+from fedsde._cli.common import add_json_flag, capture_warnings, check_device, emit, fmt_array, parse_vector, warn
 from fedsde.errors import FedsdeInputError
 from fedsde.scaling.rules import RULES, FedAvgConfig, get_rule
 
@@ -86,6 +86,7 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.workers < 1:
         raise FedsdeInputError(f"--workers={args.workers}: must be an integer >= 1")
+    check_device(args.device)
     kappas = _kappas(args.kappa)
     single = "," not in args.kappa
     if args.rule == "sqrt" or getattr(args, "aggregator", None) is not None:

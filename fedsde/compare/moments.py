@@ -130,7 +130,8 @@ class MomentComparison:
     cov_error : ndarray, shape (T,)
         ``‖P_a − P_b‖_F``.
     cov_rel_error : ndarray, shape (T,)
-        ``‖P_a − P_b‖_F / ‖P_a‖_F`` (NaN where ``P_a = 0``).
+        ``‖P_a − P_b‖_F / ‖P_a‖_F``; where ``P_a = 0`` it is 0 when ``P_b = 0`` too (two point laws, e.g. both
+        at ``t = 0`` from a point start: the covariances agree) and NaN (``null`` in JSON) when only ``P_a = 0``.
     w2 : ndarray, shape (T,)
         Wasserstein-2 distance between the Gaussian laws with these moments.
     """
@@ -153,6 +154,6 @@ def compare_moments(a: Moments, b: Moments, h: float) -> MomentComparison:
     cov_err = np.linalg.norm(Pa - Pb, axis=(-2, -1))
     norm_a = np.linalg.norm(Pa, axis=(-2, -1))
     with np.errstate(invalid="ignore", divide="ignore"):
-        rel = np.where(norm_a > 0, cov_err / np.where(norm_a > 0, norm_a, 1.0), np.nan)
+        rel = np.where(norm_a > 0, cov_err / np.where(norm_a > 0, norm_a, 1.0), np.where(cov_err == 0, 0.0, np.nan))
     w2 = np.array([gaussian_w2(ma[i], Pa[i], mb[i], Pb[i]) for i in range(common.size)])
     return MomentComparison(common, common * float(h), mean_err, cov_err, rel, w2)

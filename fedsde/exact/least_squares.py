@@ -304,6 +304,7 @@ def least_squares_round_law(
     eta = positive_float("eta", eta)
     server_lr = positive_float("server_lr", server_lr)
     steps = client_steps("local_steps", local_steps, problem.Q)
+    check_rows_memory(problem)
     Q = problem.Q
     choice("weighting", weighting, WEIGHTINGS)
     if participation is not None:

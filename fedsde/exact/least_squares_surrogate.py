@@ -16,6 +16,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedsde._tolerances import RANK_TOL
+
+#: the exact stationary law counts as a point when ``√tr P <= POINT_LAW_RTOL · max(1, ‖m‖)`` (rounding level)
+POINT_LAW_RTOL = 1e-12
 from fedsde.exact.least_squares import LeastSquaresStationaryLaw, _check_problem, least_squares_stationary_law
 from fedsde.exact.moments import StationaryLaw, stationary_law
 from fedsde.problems.quadratic import QuadraticProblem
@@ -61,19 +64,25 @@ class SurrogateGap:
     worst_direction_ratio : tuple of float
         Smallest and largest eigenvalue of ``P_exact^{-1/2} P_sur P_exact^{-1/2}`` (the variance ratio along the
         directions where the two disagree most).
+    note : str or None
+        Set when the exact law is a point (zero covariance, e.g. ``b = n_k``): the four ratios above are then
+        ``0/0`` and ``None``.
     """
 
     exact: LeastSquaresStationaryLaw
     surrogate: StationaryLaw
-    mean_error: float
-    cov_rel_error: float
-    variance_ratio: float
-    worst_direction_ratio: tuple[float, float]
+    mean_error: float | None
+    cov_rel_error: float | None
+    variance_ratio: float | None
+    worst_direction_ratio: tuple[float, float] | None
+    note: str | None = None
 
     def summary(self) -> dict:
         """The numbers, as plain floats and lists (for records)."""
         return {"mean_error": self.mean_error, "cov_rel_error": self.cov_rel_error,
-                "variance_ratio": self.variance_ratio, "worst_direction_ratio": list(self.worst_direction_ratio),
+                "variance_ratio": self.variance_ratio,
+                "worst_direction_ratio": None if self.worst_direction_ratio is None else list(
+                    self.worst_direction_ratio), "note": self.note,
                 "exact_mean": self.exact.mean.tolist(), "exact_cov": self.exact.cov.tolist(),
                 "surrogate_mean": self.surrogate.mean.tolist(), "surrogate_cov": self.surrogate.cov.tolist()}
 
@@ -101,14 +110,22 @@ def surrogate_gap(
     sur = stationary_law(constant_noise_surrogate(problem), eta, local_steps, server_lr,
                          participation=participation, weights=weights)
     Pe, Ps = exact.cov, sur.cov
-    spread = float(np.sqrt(max(np.trace(Pe), np.finfo(float).tiny)))
+    dm = float(np.linalg.norm(sur.mean - exact.mean))
+    trace, norm = float(np.trace(Pe)), float(np.linalg.norm(Pe))
+    # the exact law is a point when its spread is at the rounding level of the means (e.g. noise-free minibatches,
+    # b = n_k): every ratio to it is 0/0, reported as None with a note
+    scale = max(float(np.linalg.norm(exact.mean)), float(np.linalg.norm(sur.mean)), 1.0)
+    if np.sqrt(max(trace, 0.0)) <= POINT_LAW_RTOL * scale:
+        note = ("the exact stationary covariance is zero (a point law: no minibatch noise reaches the server), so "
+                "mean_error, cov_rel_error, variance_ratio and worst_direction_ratio are 0/0 and reported as None; "
+                f"the means differ by {dm:.3g} and the surrogate's covariance has norm {np.linalg.norm(Ps):.3g}")
+        return SurrogateGap(exact=exact, surrogate=sur, mean_error=None, cov_rel_error=None, variance_ratio=None,
+                            worst_direction_ratio=None, note=note)
     lam, V = np.linalg.eigh(Pe)
     keep = lam > RANK_TOL * max(lam.max(), np.finfo(float).tiny)  # the numerical rank of Pe
     root = V[:, keep] / np.sqrt(lam[keep])
-    rel = np.linalg.eigvalsh(root.T @ Ps @ root) if keep.any() else np.array([np.nan])
+    rel = np.linalg.eigvalsh(root.T @ Ps @ root)
     return SurrogateGap(
-        exact=exact, surrogate=sur, mean_error=float(np.linalg.norm(sur.mean - exact.mean)) / spread,
-        cov_rel_error=float(np.linalg.norm(Ps - Pe) / max(np.linalg.norm(Pe), np.finfo(float).tiny)),
-        variance_ratio=float(np.trace(Ps) / max(np.trace(Pe), np.finfo(float).tiny)),
-        worst_direction_ratio=(float(rel.min()), float(rel.max())),
+        exact=exact, surrogate=sur, mean_error=dm / np.sqrt(trace), cov_rel_error=float(np.linalg.norm(Ps - Pe) / norm),
+        variance_ratio=float(np.trace(Ps) / trace), worst_direction_ratio=(float(rel.min()), float(rel.max())),
     )

@@ -19,8 +19,8 @@ The notes give the measured change.  ``server-client`` at ``E = 1`` is exact to 
 ``s·η`` only, ``docs/scaling.md``); ``local-steps`` at ``s = 1`` is not, even with one Hessian, because the
 minibatch noise depends on the iterate (``docs/scaling.md``, "What is exact").
 
-Memory: the stationary law solves a ``d² × d²`` system (``O(d⁴)``, :func:`fedsde.exact.least_squares.
-operator_bytes`); :func:`check_memory` refuses, with the estimate, before anything is computed.
+Memory: the exact laws are matrix-free and grow with the rows times ``d`` (:func:`fedsde.exact.least_squares.
+work_bytes`); :func:`check_memory` refuses, with the estimate, before anything is computed.
 """
 
 from __future__ import annotations
@@ -86,19 +86,20 @@ def map_ends(problem, config: FedAvgConfig, rule: str | ScalingRule, kappa: floa
 def memory_need(problem, base: FedAvgConfig, scaled: FedAvgConfig) -> int:
     """Bytes the exact laws of the larger end need at their peak (float64; an estimate).
 
-    The second-moment operator of :func:`~fedsde.exact.least_squares_stationary_law` (the ``d² × d²`` matrix, its
-    LU copy and the per-chunk client work arrays, :func:`fedsde.exact.least_squares.operator_bytes`) plus the
-    padded client rows and data moments of that end (``Q·n_max·(2d + 3)``).  The ends are computed one after the
-    other, so the larger one sets the peak.
+    The matrix-free second-moment map of :func:`~fedsde.exact.least_squares_stationary_law` works on the rows
+    (:func:`fedsde.exact.least_squares.work_bytes`: ``O(N d)``, clients grouped by size) plus ``O(Q d²)`` for the
+    clients' maps, and the dense ``d² × d²`` operator only where ``d`` is small.  Splitting clients keeps the
+    rows, so the larger ``Q`` sets the peak.
     """
-    from fedsde.exact.least_squares import operator_bytes
+    from fedsde.exact.least_squares import DENSE_MAX_D, work_bytes
 
-    d, n_max = problem.d, int(np.max(problem.sizes))
+    d, rows = problem.d, int(np.sum(problem.sizes))
 
     def end(cfg: FedAvgConfig) -> int:
         parts = max(1, (cfg.clients or problem.Q) // problem.Q)
         Q = problem.Q * parts
-        return operator_bytes(d, Q, n_max) + 8 * Q * n_max * (2 * d + 3)
+        dense = 8 * 3 * d**4 if d <= DENSE_MAX_D else 0
+        return work_bytes(d, rows) + 8 * 8 * Q * (d + 1) ** 2 + dense + 8 * rows * (2 * d + 3)
 
     return int(max(end(base), end(scaled)))
 
@@ -109,9 +110,11 @@ def check_memory(problem, pairs: Sequence[tuple[FedAvgConfig, FedAvgConfig]], *,
     from fedsde._memory import available_memory, memory_fits
 
     need = max(memory_need(problem, b, s) for b, s in pairs)
-    memory_fits(f"exact least-squares laws (d={problem.d}, O(d⁴))", need, available_memory("cpu", memory_limit),
-                "use fewer features or a smaller kappa, or set FEDSDE_MEMORY_LIMIT if more memory is free than "
-                "detected")
+    rows = int(np.sum(problem.sizes))
+    memory_fits(f"exact least-squares laws ({rows} rows × d={problem.d})", need,
+                available_memory("cpu", memory_limit),
+                "the cost grows with the rows times the features (and the clients' d×d maps); use fewer rows or a "
+                "smaller kappa, or set FEDSDE_MEMORY_LIMIT if more memory is free than detected")
     return need
 
 
