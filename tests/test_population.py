@@ -48,7 +48,11 @@ def test_on_demand_simulation_gives_the_numbers_of_the_materialised_problem(cros
                                       batch_size=4)
     kw = dict(eta=0.05, local_steps=3, rounds=3, replicates=16, seed=2, participation=5, record=[0, 3])
     assert make_plan(pb, **kw).sparse == cross_device
-    lazy = simulate(pb, **kw)
+    import torch
+
+    threads = torch.get_num_threads()
+    lazy = simulate(pb, **kw)  # the cross-device regime's small kernels: one torch thread, restored after
+    assert torch.get_num_threads() == threads
     padded = simulate(pb.materialise(), **kw)  # its padded rows (Q·N_max·F small)
     np.testing.assert_array_equal(lazy.weights, padded.weights)
     monkeypatch.setattr(rows, "RAGGED_FLOATS", 0)

@@ -1,6 +1,7 @@
 """Client problems: quadratic clients (seed 002, Assumption 6.1), their I/O and generators; logistic/softmax
 regression and one-hidden-layer MLP clients on real data (scikit-learn's bundled sets) or FedProx's synthetic(α, β)
-(the models themselves in :mod:`fedsde.problems.models`), data problems from files, partitioners, and metrics of
+(the models themselves in :mod:`fedsde.problems.models`), client populations produced on demand
+(:mod:`fedsde.problems.population`), data problems from files, partitioners, and metrics of
 server weights; least-squares regression clients (a user's CSV, Grunfeld, diabetes) with real minibatch
 sampling, whose exact moments live in :mod:`fedsde.exact.least_squares`."""
 
@@ -19,10 +20,12 @@ from fedsde.problems.partition import (
     quantity_skew_partition,
     shard_partition,
 )
+from fedsde.problems.population import ClientPopulation, PopulationProblem
 from fedsde.problems.quadratic import QuadraticProblem
 from fedsde.problems.regression import RegressionProblem
 from fedsde.problems.regression_files import regression_problem_from_dict
 from fedsde.problems.synthetic import synthetic_problem
+from fedsde.problems.synthetic_population import synthetic_population_problem
 
 
 def is_data_problem(problem) -> bool:
@@ -55,6 +58,8 @@ __all__ = [
     "METRICS",
     "ClassificationProblem",
     "ModuleProblem",
+    "ClientPopulation",
+    "PopulationProblem",
     "QuadraticProblem",
     "RegressionProblem",
     "data_problem_from_dict",
@@ -77,6 +82,7 @@ __all__ = [
     "require_quadratic",
     "save_problem",
     "shard_partition",
+    "synthetic_population_problem",
     "synthetic_problem",
 ]
 

@@ -45,7 +45,7 @@ from fedsde.sim.moments import StreamingMoments
 from fedsde.sim.participation import draw_participation, draw_subsets, participant_slots, scatter_slots
 from fedsde.sim.plan import SimulationPlan, make_plan
 from fedsde.sim.result import SimulationResult
-from fedsde.sim.workers import Stop, diverged, plan_workers, run_chunks
+from fedsde.sim.workers import SMALL_KERNELS, Stop, diverged, plan_workers, run_chunks
 
 # stream families (independent for the same seed)
 _NOISE, _PARTICIPATION, _STEPS = 0, 1, 2
@@ -172,7 +172,7 @@ def simulate(
         run_chunks(lambda a, b, halt: run_chunk(plan, a, b - a, out_w, out_drift, bar, halt), chunks, plan.workers,
                    on_error=out_w.abort if moments_only else None,
                    before_raise=lambda exc: plan.watch.flush(before=getattr(exc, "fedsde_when", -1), stacklevel=6),
-                   one_thread=plan.sparse and plan.device.type == "cpu")  # cross-device: kernels of m slots
+                   one_thread=plan.device.type == "cpu" and plan.sparse and R * plan.slots * plan.d < SMALL_KERNELS)
     finally:
         bar.close()
     plan.watch.flush(stacklevel=3)

@@ -44,6 +44,10 @@ from fedsde.sim.moments import ChunkAborted
 
 #: least work of one chunk's step (tensor elements) worth a thread of its own
 MIN_CHUNK_WORK = 1 << 14
+#: a cross-device run of one chunk whose step touches fewer tensor elements (replicates × slots × d) runs with one
+#: torch thread: splitting such small kernels cost several times the CPU time on a shared 2-core machine (20 rounds
+#: of 8 replicates × 10 participants of synthetic(1, 1), d = 610: 5 s of CPU time with one thread, 21 s with two)
+SMALL_KERNELS = 1 << 20
 
 
 def resolve_workers(workers: int | None, device: torch.device) -> int:
