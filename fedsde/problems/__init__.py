@@ -57,8 +57,8 @@ def require_quadratic(problem, what: str, why: str) -> None:
 __all__ = [
     "METRICS",
     "ClassificationProblem",
-    "ModuleProblem",
     "ClientPopulation",
+    "ModuleProblem",
     "PopulationProblem",
     "QuadraticProblem",
     "RegressionProblem",
