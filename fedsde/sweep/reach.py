@@ -49,8 +49,10 @@ def _summary(exc: BaseException) -> str:
 
 async def _identity(address: str, timeout: float) -> Any:
     from distributed.comm import connect
+    from distributed.security import Security
 
-    comm = await connect(address, timeout=timeout)
+    # the TLS settings of Dask's configuration, as distributed.Client takes them (none for tcp://)
+    comm = await connect(address, timeout=timeout, **Security().get_connection_args("client"))
     try:
         await comm.write({"op": "identity", "reply": True})
         return await comm.read()
