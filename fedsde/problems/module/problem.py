@@ -256,8 +256,6 @@ def _build(*, module, X, y, sizes, X_test, y_test, p, loss_name, l2, batch_size,
         raise FedsdeInputError(f"model: {type(module).__name__} has no parameters")
     sizes = np.asarray(sizes, dtype=np.int64)
     p = sizes / sizes.sum() if p is None else client_weights("p", p, sizes.size)
-    if batch_size is not None and sampling == "without-replacement" and batch_size > int(sizes.min()):
-        pass  # capped at N_k per client (the whole client)
     pb = ModuleProblem(module=module, X=X, y=y, sizes=sizes, X_test=X_test, y_test=y_test, p=p, loss_name=loss_name,
                        l2=l2, batch_size=batch_size, sampling=sampling, init_seed=init_seed,
                        client_names=tuple(client_names), batching=batching, name=name, info=dict(info),
