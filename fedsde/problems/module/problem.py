@@ -2,9 +2,10 @@
 
 Client ``k`` holds ``N_k`` rows ``(x_i, y_i)`` and minimises
 
-    F_k(w) = (1/N_k) Σ_{i∈I_k} ℓ(f_w(x_i), y_i),        F(w) = Σ_k p_k F_k(w) + (λ/2) ‖w‖²,
+    F_k(w) = (1/N_k) Σ_{i∈I_k} ℓ(f_w(x_i), y_i) + (λ/2) ‖w‖²,        F(w) = Σ_k p_k F_k(w),
 
-with ``f_w`` the module with weight vector ``w`` (``parameters_to_vector(module.parameters())``), ``ℓ`` the
+(so ``F = Σ_k p_k (1/N_k) Σ_i ℓ_i + (λ/2)‖w‖²``, the ridge in every client's loss as for the classification
+problems), with ``f_w`` the module with weight vector ``w`` (``parameters_to_vector(module.parameters())``), ``ℓ`` the
 cross-entropy or the squared error (:mod:`fedsde.problems.module.functional`), ``p_k ∝ N_k`` unless given and ``λ``
 the ``l2`` coefficient.  A local step is ``w ← w − η(∇ (1/b) Σ_{i∈S} ℓ(f_w(x_i), y_i) + λw)`` on a minibatch ``S``
 of ``b`` rows (``batch_size``; ``None`` = the client's whole data) drawn without or with replacement, with the module
