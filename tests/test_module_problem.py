@@ -429,3 +429,17 @@ def test_a_forward_pass_that_returns_no_tensor_is_one_line():
     assert "\n" not in str(err.value)
     with pytest.raises(FedsdeInputError, match="outputs per row"):
         module_problem(nn.Linear(4, 2), x, y, c)  # labels go up to 2: three logits needed
+
+
+def test_epoch_steps_give_the_builtin_trajectories(digits):
+    """Local epochs (batch sizes handed over every round by EpochSteps, the last batch of an epoch smaller)."""
+    from fedsde.sim import EpochSteps, minibatch_oracle, module_oracle
+
+    builtin = digits.replace(batch_size=None)
+    mine = _as_module(builtin, SoftmaxModule(64, 10), batch_size=None)
+    steps = EpochSteps(tuple(builtin.sizes), 1, (20, 60))  # batch sizes drawn per client and round
+    kw = {"eta": 0.1, "local_steps": steps, "rounds": 2, "replicates": 2, "seed": 3, "record": [0, 1, 2]}
+    a = simulate(builtin, oracle_factory=minibatch_oracle(sampling="minibatch"), **kw).weights
+    b = simulate(mine, oracle_factory=module_oracle(), **kw).weights
+    assert np.max(np.abs(a[-1] - a[0])) > 0.1
+    assert _rel(b, a) <= REL

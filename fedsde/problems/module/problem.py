@@ -2,9 +2,10 @@
 
 Client ``k`` holds ``N_k`` rows ``(x_i, y_i)`` and minimises
 
-    F_k(w) = (1/N_k) Σ_{i∈I_k} ℓ(f_w(x_i), y_i),        F(w) = Σ_k p_k F_k(w) + (λ/2) ‖w‖²,
+    F_k(w) = (1/N_k) Σ_{i∈I_k} ℓ(f_w(x_i), y_i) + (λ/2) ‖w‖²,        F(w) = Σ_k p_k F_k(w),
 
-with ``f_w`` the module with weight vector ``w`` (``parameters_to_vector(module.parameters())``), ``ℓ`` the
+(so ``F = Σ_k p_k (1/N_k) Σ_i ℓ_i + (λ/2)‖w‖²``, the ridge in every client's loss as for the classification
+problems), with ``f_w`` the module with weight vector ``w`` (``parameters_to_vector(module.parameters())``), ``ℓ`` the
 cross-entropy or the squared error (:mod:`fedsde.problems.module.functional`), ``p_k ∝ N_k`` unless given and ``λ``
 the ``l2`` coefficient.  A local step is ``w ← w − η(∇ (1/b) Σ_{i∈S} ℓ(f_w(x_i), y_i) + λw)`` on a minibatch ``S``
 of ``b`` rows (``batch_size``; ``None`` = the client's whole data) drawn without or with replacement, with the module
@@ -256,8 +257,6 @@ def _build(*, module, X, y, sizes, X_test, y_test, p, loss_name, l2, batch_size,
         raise FedsdeInputError(f"model: {type(module).__name__} has no parameters")
     sizes = np.asarray(sizes, dtype=np.int64)
     p = sizes / sizes.sum() if p is None else client_weights("p", p, sizes.size)
-    if batch_size is not None and sampling == "without-replacement" and batch_size > int(sizes.min()):
-        pass  # capped at N_k per client (the whole client)
     pb = ModuleProblem(module=module, X=X, y=y, sizes=sizes, X_test=X_test, y_test=y_test, p=p, loss_name=loss_name,
                        l2=l2, batch_size=batch_size, sampling=sampling, init_seed=init_seed,
                        client_names=tuple(client_names), batching=batching, name=name, info=dict(info),
