@@ -47,3 +47,21 @@ def test_per_client_loop_is_fedavg_of_the_builtin_mlp_at_full_batch():
     ref = _to_module_layout(sim, F, H, K)
     assert np.abs(loop.numpy() - ref).max() <= 1e-12 * np.abs(ref).max()
     assert torch.equal(loop[0], loop[1])  # full batch: no randomness
+
+
+def test_per_client_loop_is_fedsde_on_the_module_problem_at_full_batch():
+    """The benchmark's two sides compute the same thing: the loop and fedsde's batched torch.func pass on the same
+    user module, full batch (no randomness), give the same final weights."""
+    from fedsde.problems import module_problem
+
+    bench = _bench()
+    base = federated_classification("digits", n_clients=3, partition="iid", seed=0)
+    MLP = bench.load_model_class("mlp.py", "MLP")
+    pb = module_problem(lambda: MLP(hidden=4), base.X, base.y, np.repeat(np.arange(base.Q), base.sizes),
+                        batch_size="full", l2=1e-3, init_seed=0)
+    kw = {"eta": 0.1, "local_steps": 3, "rounds": 4, "server_lr": 1.5}
+    sim = simulate(pb, replicates=2, seed=0, **kw).final
+    w0 = torch.as_tensor(np.asarray(pb.initial_weights()))
+    loop = bench.per_client_loop(MLP(hidden=4).double(), bench._client_tensors(pb.X, pb.y, pb.sizes, "cpu"),
+                                 pb.p.tolist(), replicates=1, batch=None, l2=pb.l2, seed=0, w0=w0, **kw)
+    assert np.abs(sim - loop.numpy()).max() <= 1e-12 * np.abs(sim).max()

@@ -18,6 +18,7 @@ from fedsde.problems import load_dataset
 ap = argparse.ArgumentParser()
 ap.add_argument("--out", default=str(Path(__file__).with_name("clients.npz")))
 args = ap.parse_args()
+Path(args.out).parent.mkdir(parents=True, exist_ok=True)
 rng = np.random.default_rng(0)
 X, y = load_dataset("digits")
 images = (X / 16.0).reshape(-1, 1, 8, 8)
