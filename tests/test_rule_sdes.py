@@ -237,3 +237,18 @@ def test_compare_aggregator_reports_the_slopes(tmp_path, capsys):
     assert rc == 0 and out["sde"] == "linear"
     assert all(0.9 <= v["slope"] <= 1.1 for v in out["weak_error"].values())
     assert out["stationary"]["w2"] < 1e-2
+
+
+def test_validity_aggregator_linear_rule_tracks_and_stateful_rule_is_refused(tmp_path, capsys):
+    from fedsde.cli import main
+
+    path = _write(tmp_path, _problem(14, Q=3, d=2))
+    rc = main(["validity", "--problem", path, "--aggregator", "fednova", "--eta", "0.05", "--client-steps", "2,5,9",
+               "--server-lr", "0.05", "--rounds", "20", "--replicates", "400", "--seed", "0", "--w0", "1,1",
+               "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["verdict"]["outcome"] == "tracks" and out["verdict"]["reference"] == "exact"
+    rc = main(["validity", "--problem", path, "--aggregator", "scaffold", "--eta", "0.05", "--local-steps", "3",
+               "--rounds", "5", "--replicates", "10", "--seed", "0"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "control variates" in err and len(err.strip().splitlines()) == 1

@@ -140,6 +140,19 @@ def adaptive_sde(problem: QuadraticProblem, aggregator: str | Aggregator, *, eta
     return AdaptiveSDE(as_t(law.B), as_t(law.c), as_t(law.noise_cov), agg.adaptive_form(), server_lr, h)
 
 
+def adaptive_sde_dict(sde: AdaptiveSDE) -> dict:
+    """The coefficients of an :class:`AdaptiveSDE` as ``derive --aggregator fedadam --json`` prints them."""
+    f = sde.form
+    return {"sde": "adaptive", "clock": "t = n*s^2" if sde.kappa == 1.0 else "t = n*h",
+            "state": "(w, m, v)" if sde.has_m else "(w, v)", "server_lr": sde.s, "time_factor": sde.kappa,
+            "drift": {"B": sde.B.cpu().numpy(), "c": sde.c.cpu().numpy()}, "noise_cov": (sde.noise @ sde.noise).cpu(
+            ).numpy(), "c1": sde.c1 if sde.has_m else None, "c2": sde.c2, "tau": f.tau, "v0": f.v0,
+            "second_moment": f.second_moment, "correction": f.correction,
+            "equations": ["dw = -gamma(t) m / (s (sqrt(v) + tau)) dt", "dm = c1 (B (w - c) - m) dt + c1 s N^(1/2) dW",
+                          "dv = c2 (diag N - v) dt" if f.second_moment == "ema" else
+                          "dv = c2 E[g^2 sign(g^2 - v)] dt, g ~ N(0, N_ii)"]}
+
+
 def adaptive_sde_paths(problem: QuadraticProblem, aggregator: str | Aggregator, *, eta: float, local_steps,
                        rounds: int, replicates: int, seed: int, server_lr: float, h: float | None = None, w0=None,
                        substeps: int = 1, record=None, device: str = "cpu") -> dict:
@@ -187,4 +200,4 @@ def svag_aggregator(aggregator: Aggregator, k: int) -> Aggregator:
     return aggregator.rescaled(one_minus_beta=1.0 / k**2, tau=float(k))
 
 
-__all__ = ["AdaptiveSDE", "adaptive_sde", "adaptive_sde_paths", "svag_aggregator"]
+__all__ = ["AdaptiveSDE", "adaptive_sde", "adaptive_sde_dict", "adaptive_sde_paths", "svag_aggregator"]
