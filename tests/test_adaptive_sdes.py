@@ -155,3 +155,11 @@ def test_derive_adaptive_prints_the_round_law_it_is_built_on(tmp_path, capsys):
     assert rc == 0 and out["sde"] == "adaptive" and out["c1"] == pytest.approx(0.1 / 0.01)
     np.testing.assert_allclose(out["noise_cov"], law.noise_cov, rtol=1e-12)
     np.testing.assert_allclose(out["drift"]["c"], law.c, rtol=1e-12)
+
+
+@pytest.mark.cuda
+def test_adaptive_sde_paths_on_cuda_start_at_w0_and_stay_finite():
+    res = adaptive_sde_paths(_problem(), FedAdam(), eta=ETA, local_steps=E, rounds=5, replicates=64, seed=0,
+                             server_lr=S, w0=[0.6, 1.2], substeps=2, device="cuda")
+    assert res["weights"].shape == (6, 64, 2) and np.all(np.isfinite(res["weights"]))
+    assert np.all(res["weights"][0] == np.array([0.6, 1.2]))
