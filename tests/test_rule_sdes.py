@@ -252,3 +252,20 @@ def test_validity_aggregator_linear_rule_tracks_and_stateful_rule_is_refused(tmp
                "--rounds", "5", "--replicates", "10", "--seed", "0"])
     err = capsys.readouterr().err
     assert rc == 2 and "control variates" in err and len(err.strip().splitlines()) == 1
+
+
+def test_sde_paths_of_a_rule_match_its_exact_law_within_5_se(tmp_path, capsys):
+    from fedsde.cli import main
+
+    pb = _problem(15, Q=3, d=2)
+    path = _write(tmp_path, pb)
+    rc = main(["sde", "--problem", path, "--aggregator", "fednova", "--eta", "0.05", "--client-steps", "2,5,9",
+               "--server-lr", "0.5", "--rounds", "10", "--replicates", "4000", "--seed", "3", "--method", "exact",
+               "--w0", "1,1", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    law = rule_sde(pb, "fednova", 0.05, np.array([2, 5, 9]), 0.5).sde.moments(10 * 0.05, [1.0, 1.0])
+    se = np.sqrt(np.diag(law.cov) / 4000)
+    assert rc == 0 and np.all(np.abs(np.array(out["final"]["mean"]) - law.mean) < 5 * se)
+    rc = main(["sde", "--problem", path, "--aggregator", "fedavgm", "--eta", "0.1", "--client-steps", "2,5,9",
+               "--server-lr", "1.0", "--rounds", "2", "--replicates", "4", "--seed", "0", "--strict"])
+    assert rc == 2 and "unstable" in capsys.readouterr().err
