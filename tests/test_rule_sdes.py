@@ -269,3 +269,21 @@ def test_sde_paths_of_a_rule_match_its_exact_law_within_5_se(tmp_path, capsys):
     rc = main(["sde", "--problem", path, "--aggregator", "fedavgm", "--eta", "0.1", "--client-steps", "2,5,9",
                "--server-lr", "1.0", "--rounds", "2", "--replicates", "4", "--seed", "0", "--strict"])
     assert rc == 2 and "unstable" in capsys.readouterr().err
+
+
+def test_derive_client_steps_without_aggregator_is_fedavgs_corrected_sde(tmp_path, capsys):
+    from fedsde.cli import main
+    from fedsde.sde.coefficients import quadratic_sde_coefficients
+
+    pb = _problem(16)
+    path = _write(tmp_path, pb)
+    rc = main(["derive", "--problem", path, "--eta", "0.05", "--client-steps", "2,5,9", "--server-lr", "0.3",
+               "--json"])
+    out = json.loads(capsys.readouterr().out)
+    ref = quadratic_sde_coefficients(pb, 0.05, np.array([2, 5, 9]), 0.3, None, "corrected")
+    assert rc == 0
+    np.testing.assert_allclose(out["drift"]["A"], ref.A, rtol=1e-12)
+    np.testing.assert_allclose(out["diffusion_cov"], ref.diffusion_cov, rtol=1e-12)
+    rc = main(["derive", "--problem", path, "--variant", "paper", "--aggregator", "fednova", "--eta", "0.05",
+               "--local-steps", "3"])
+    assert rc == 2 and "--variant=paper" in capsys.readouterr().err
