@@ -193,9 +193,10 @@ def adaptive_sde_paths(problem: QuadraticProblem, aggregator: str | Aggregator, 
 
 
 def svag_aggregator(aggregator: Aggregator, k: int) -> Aggregator:
-    """The rule of the SVAG chain with ``ℓ = k²`` (Malladi et al. 2022, their code's SVAG for adaptive methods):
-    ``1 − β_i → (1 − β_i)/k²``, ``τ → k·τ`` (and ``v₀ → k²v₀``); the caller runs it with server step ``s/k``,
-    ``k²`` times the rounds and the noise covariance ``×k²``."""
+    """The rule of the SVAG chain with ``ℓ = k²`` (Malladi et al. 2022; their code, ``cifar_main.py`` for the
+    ``adamsvag``/``rmspropsvag`` optimizers, sets learning rate ``lr/k``, ``1 − ρ → (1 − ρ)/k²`` for both betas and
+    ``ε → k·ε``): ``1 − β_i → (1 − β_i)/k²``, ``τ → k·τ`` (and ``v₀ → k²v₀``); the caller runs it with server step
+    ``s/k``, ``k²`` times the rounds and the noise covariance ``×k²``."""
     k = positive_int("k", k)
     return aggregator.rescaled(one_minus_beta=1.0 / k**2, tau=float(k))
 
