@@ -143,3 +143,23 @@ def test_svag_chains_approach_the_sde():
                                        server_lr=S, w0=[3.0, 3.0], record=[n])[-1].mean(0) - sde).max()
             for k in (1, 4)]
     assert gaps[1] < 0.7 * gaps[0]  # measured 0.13 against 0.24
+
+
+def test_derive_adaptive_prints_the_round_law_it_is_built_on(tmp_path, capsys):
+    from fedsde.cli import main
+
+    rc = main(["derive", "--problem", _write(tmp_path), "--aggregator", "fedadam", "--eta", "0.05", "--local-steps",
+               "3", "--server-lr", "0.1", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    law = rule_round_law(_problem(), "fedavg", ETA, E, S)
+    assert rc == 0 and out["sde"] == "adaptive" and out["c1"] == pytest.approx(0.1 / 0.01)
+    np.testing.assert_allclose(out["noise_cov"], law.noise_cov, rtol=1e-12)
+    np.testing.assert_allclose(out["drift"]["c"], law.c, rtol=1e-12)
+
+
+@pytest.mark.cuda
+def test_adaptive_sde_paths_on_cuda_start_at_w0_and_stay_finite():
+    res = adaptive_sde_paths(_problem(), FedAdam(), eta=ETA, local_steps=E, rounds=5, replicates=64, seed=0,
+                             server_lr=S, w0=[0.6, 1.2], substeps=2, device="cuda")
+    assert res["weights"].shape == (6, 64, 2) and np.all(np.isfinite(res["weights"]))
+    assert np.all(res["weights"][0] == np.array([0.6, 1.2]))

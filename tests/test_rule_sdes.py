@@ -237,3 +237,53 @@ def test_compare_aggregator_reports_the_slopes(tmp_path, capsys):
     assert rc == 0 and out["sde"] == "linear"
     assert all(0.9 <= v["slope"] <= 1.1 for v in out["weak_error"].values())
     assert out["stationary"]["w2"] < 1e-2
+
+
+def test_validity_aggregator_linear_rule_tracks_and_stateful_rule_is_refused(tmp_path, capsys):
+    from fedsde.cli import main
+
+    path = _write(tmp_path, _problem(14, Q=3, d=2))
+    rc = main(["validity", "--problem", path, "--aggregator", "fednova", "--eta", "0.05", "--client-steps", "2,5,9",
+               "--server-lr", "0.05", "--rounds", "20", "--replicates", "400", "--seed", "0", "--w0", "1,1",
+               "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["verdict"]["outcome"] == "tracks" and out["verdict"]["reference"] == "exact"
+    rc = main(["validity", "--problem", path, "--aggregator", "scaffold", "--eta", "0.05", "--local-steps", "3",
+               "--rounds", "5", "--replicates", "10", "--seed", "0"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "control variates" in err and len(err.strip().splitlines()) == 1
+
+
+def test_sde_paths_of_a_rule_match_its_exact_law_within_5_se(tmp_path, capsys):
+    from fedsde.cli import main
+
+    pb = _problem(15, Q=3, d=2)
+    path = _write(tmp_path, pb)
+    rc = main(["sde", "--problem", path, "--aggregator", "fednova", "--eta", "0.05", "--client-steps", "2,5,9",
+               "--server-lr", "0.5", "--rounds", "10", "--replicates", "4000", "--seed", "3", "--method", "exact",
+               "--w0", "1,1", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    law = rule_sde(pb, "fednova", 0.05, np.array([2, 5, 9]), 0.5).sde.moments(10 * 0.05, [1.0, 1.0])
+    se = np.sqrt(np.diag(law.cov) / 4000)
+    assert rc == 0 and np.all(np.abs(np.array(out["final"]["mean"]) - law.mean) < 5 * se)
+    rc = main(["sde", "--problem", path, "--aggregator", "fedavgm", "--eta", "0.1", "--client-steps", "2,5,9",
+               "--server-lr", "1.0", "--rounds", "2", "--replicates", "4", "--seed", "0", "--strict"])
+    assert rc == 2 and "unstable" in capsys.readouterr().err
+
+
+def test_derive_client_steps_without_aggregator_is_fedavgs_corrected_sde(tmp_path, capsys):
+    from fedsde.cli import main
+    from fedsde.sde.coefficients import quadratic_sde_coefficients
+
+    pb = _problem(16)
+    path = _write(tmp_path, pb)
+    rc = main(["derive", "--problem", path, "--eta", "0.05", "--client-steps", "2,5,9", "--server-lr", "0.3",
+               "--json"])
+    out = json.loads(capsys.readouterr().out)
+    ref = quadratic_sde_coefficients(pb, 0.05, np.array([2, 5, 9]), 0.3, None, "corrected")
+    assert rc == 0
+    np.testing.assert_allclose(out["drift"]["A"], ref.A, rtol=1e-12)
+    np.testing.assert_allclose(out["diffusion_cov"], ref.diffusion_cov, rtol=1e-12)
+    rc = main(["derive", "--problem", path, "--variant", "paper", "--aggregator", "fednova", "--eta", "0.05",
+               "--local-steps", "3"])
+    assert rc == 2 and "--variant=paper" in capsys.readouterr().err

@@ -32,6 +32,15 @@ def run_rule(args: argparse.Namespace, problem, agg, steps, w0, record) -> int:
         from fedsde.sde.rules import rule_sde, simulate_rule_sde
 
         r = rule_sde(problem, agg, args.eta, steps, args.server_lr, args.h)
+        if args.method == "euler":
+            dt = r.sde.h / args.substeps
+            rho = float(np.max(np.abs(np.linalg.eigvals(np.eye(problem.d) - dt * r.sde.A))))
+            if rho >= 1.0:
+                from fedsde._cli.common import warn
+
+                warn(f"--method euler: the Euler–Maruyama step dt = h/substeps = {dt:g} is unstable for this SDE "
+                     f"(spectral radius of I − dt·A = {rho:.4g} >= 1, server step {r.effective_server_lr:g}); use "
+                     "--method exact or more --substeps")
         rounds, paths = simulate_rule_sde(r, args.rounds, args.replicates, args.seed, w0, method=args.method,
                                           substeps=args.substeps, record=record)
         h = r.sde.h

@@ -151,6 +151,14 @@ def _rule(args: argparse.Namespace, agg) -> int:
     steps = local_steps_from_args(args, problem.Q)
     if agg is not None:
         agg.check_problem(problem, args.problem)
+    if agg is not None and agg.sde_kind == "adaptive":
+        from fedsde.sde.adaptive import adaptive_sde, adaptive_sde_dict
+
+        res = {"aggregator": agg.describe(), **adaptive_sde_dict(adaptive_sde(
+            problem, agg, eta=args.eta, local_steps=steps, server_lr=args.server_lr, h=args.h))}
+        return emit(args, res, "\n".join([f"aggregator={agg.name}  sde=adaptive (Malladi et al. 2022)  clock "
+                                          f"{res['clock']}", *res["equations"], f"B {fmt_array(res['drift']['B'])}",
+                                          f"c {fmt_array(res['drift']['c'])}", f"N {fmt_array(res['noise_cov'])}"]))
     r = rule_sde(problem, "fedavg" if agg is None else agg, args.eta, steps, args.server_lr, args.h)
     result = r.to_dict()
     st = result["stationary"]

@@ -95,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
     if agg is not None:
         from fedsde._cli._sde_rule import run_rule
 
+        refuse_known_divergence(problem, args.eta, steps, args.server_lr, aggregator=agg)
         return run_rule(args, problem, agg, steps, w0, record)
     refuse_known_divergence(problem, args.eta, steps, args.server_lr)
     general = _general_setup(args, problem, w0)

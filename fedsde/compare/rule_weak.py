@@ -16,6 +16,7 @@ SDE with step ``s/(1 − β)`` keeps order 1 (Li, Tai & E 2019, Thm 9 for SGD wi
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -23,6 +24,7 @@ import numpy as np
 from fedsde._validate import positive_float
 from fedsde.aggregators import Aggregator
 from fedsde.compare.moments import initial_law
+from fedsde.compare.study import UNSETTLED_SLOPE
 from fedsde.compare.weak_error import (
     NOISE_SCALINGS,
     PHIS,
@@ -33,6 +35,7 @@ from fedsde.compare.weak_error import (
     at_rounding_level,
     expected_phi,
     fit_loglog_slope,
+    local_loglog_slopes,
 )
 from fedsde.errors import FedsdeInputError
 from fedsde.problems.quadratic import QuadraticProblem
@@ -215,8 +218,14 @@ def rule_sde_study(problem: QuadraticProblem, aggregator: str | Aggregator, *, e
     for phi in PHIS:
         c = rule_weak_error_vs_step(problem, r.aggregator, eta, local_steps, t_end=t_end, time_steps=hs,
                                     server_rate=server_lr / h, phi=phi, w0=m0, noise_scaling=noise_scaling)
+        local = local_loglog_slopes(c.steps, c.errors)
+        settled = bool(np.all(np.abs(local - c.slope) <= UNSETTLED_SLOPE)) if np.all(np.isfinite(local)) else False
         weak[phi] = {"steps": c.steps, "rounds": c.rounds, "errors": c.errors, "slope": c.slope,
-                     "exact_at_grid": c.exact_at_grid}
+                     "local_slopes": local, "settled": settled, "exact_at_grid": c.exact_at_grid}
+        if not settled and not c.exact_at_grid:
+            warnings.warn(f"weak error of {phi}: local slopes {np.round(local, 3).tolist()} differ from the fitted "
+                          f"{c.slope:.3f} by more than {UNSETTLED_SLOPE}; the steps are not in the asymptotic regime "
+                          "(give smaller time steps)", UserWarning, stacklevel=2)
     cst, sst = _chain_stationary(r), r.sde.stationary()
     stat = {"chain": None if cst is None else {"mean": cst[0], "cov": cst[1]},
             "sde": None if sst is None else {"mean": sst.mean, "cov": sst.cov},

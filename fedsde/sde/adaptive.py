@@ -140,6 +140,19 @@ def adaptive_sde(problem: QuadraticProblem, aggregator: str | Aggregator, *, eta
     return AdaptiveSDE(as_t(law.B), as_t(law.c), as_t(law.noise_cov), agg.adaptive_form(), server_lr, h)
 
 
+def adaptive_sde_dict(sde: AdaptiveSDE) -> dict:
+    """The coefficients of an :class:`AdaptiveSDE` as ``derive --aggregator fedadam --json`` prints them."""
+    f = sde.form
+    return {"sde": "adaptive", "clock": "t = n*s^2" if sde.kappa == 1.0 else "t = n*h",
+            "state": "(w, m, v)" if sde.has_m else "(w, v)", "server_lr": sde.s, "time_factor": sde.kappa,
+            "drift": {"B": sde.B.cpu().numpy(), "c": sde.c.cpu().numpy()}, "noise_cov": (sde.noise @ sde.noise).cpu(
+            ).numpy(), "c1": sde.c1 if sde.has_m else None, "c2": sde.c2, "tau": f.tau, "v0": f.v0,
+            "second_moment": f.second_moment, "correction": f.correction,
+            "equations": ["dw = -gamma(t) m / (s (sqrt(v) + tau)) dt", "dm = c1 (B (w - c) - m) dt + c1 s N^(1/2) dW",
+                          "dv = c2 (diag N - v) dt" if f.second_moment == "ema" else
+                          "dv = c2 E[g^2 sign(g^2 - v)] dt, g ~ N(0, N_ii)"]}
+
+
 def adaptive_sde_paths(problem: QuadraticProblem, aggregator: str | Aggregator, *, eta: float, local_steps,
                        rounds: int, replicates: int, seed: int, server_lr: float, h: float | None = None, w0=None,
                        substeps: int = 1, record=None, device: str = "cpu") -> dict:
@@ -180,11 +193,12 @@ def adaptive_sde_paths(problem: QuadraticProblem, aggregator: str | Aggregator, 
 
 
 def svag_aggregator(aggregator: Aggregator, k: int) -> Aggregator:
-    """The rule of the SVAG chain with ``ℓ = k²`` (Malladi et al. 2022, their code's SVAG for adaptive methods):
-    ``1 − β_i → (1 − β_i)/k²``, ``τ → k·τ`` (and ``v₀ → k²v₀``); the caller runs it with server step ``s/k``,
-    ``k²`` times the rounds and the noise covariance ``×k²``."""
+    """The rule of the SVAG chain with ``ℓ = k²`` (Malladi et al. 2022; their code, ``cifar_main.py`` for the
+    ``adamsvag``/``rmspropsvag`` optimizers, sets learning rate ``lr/k``, ``1 − ρ → (1 − ρ)/k²`` for both betas and
+    ``ε → k·ε``): ``1 − β_i → (1 − β_i)/k²``, ``τ → k·τ`` (and ``v₀ → k²v₀``); the caller runs it with server step
+    ``s/k``, ``k²`` times the rounds and the noise covariance ``×k²``."""
     k = positive_int("k", k)
     return aggregator.rescaled(one_minus_beta=1.0 / k**2, tau=float(k))
 
 
-__all__ = ["AdaptiveSDE", "adaptive_sde", "adaptive_sde_paths", "svag_aggregator"]
+__all__ = ["AdaptiveSDE", "adaptive_sde", "adaptive_sde_dict", "adaptive_sde_paths", "svag_aggregator"]

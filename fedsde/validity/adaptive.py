@@ -11,7 +11,8 @@
   order 1 in ``1/ℓ``); the rule (``k = 1``) is judged against the order-1 Richardson limit of the two largest ``ℓ``
   by the three-outcome verdict of :func:`fedsde.validity.verdict.validity_verdict`, with the 1/ℓ report.  Clock
   ``t = n·s²`` by default.
-* Linear and momentum rules (:mod:`fedsde.sde.rules`): the simulated rule against its first-order SDE's exact law.
+* Linear and momentum rules (:mod:`fedsde.sde.rules`): the rule sampled from its exact round law
+  (:func:`linear_rule_chain`) against its first-order SDE's exact law.
 """
 
 from __future__ import annotations
@@ -71,6 +72,36 @@ def round_law_chain(problem: QuadraticProblem, aggregator: Aggregator, *, eta: f
             break
         delta = -(w - c) @ B.T + torch.randn(R, d, generator=gen, dtype=torch.float64) @ root.T
         w, state = aggregator.apply(w, delta.unsqueeze(1), ones, state, RoundContext(round=n, **ctx))
+    return np.stack(out)
+
+
+def linear_rule_chain(problem: QuadraticProblem, aggregator: Aggregator, *, eta: float, local_steps, rounds: int,
+                      replicates: int, seed: int, server_lr: float, w0=None, record=None) -> np.ndarray:
+    """Weights (T, R, d) of a linear or momentum rule sampled from its exact round law: ``z' = T z + L ε`` on
+    ``z = (w − c)`` or ``(w − c, v)`` (:func:`fedsde.sde.rules.momentum_transition`), ``ε ~ N(0, N_rule)``,
+    ``v_0 = 0`` (numpy ``default_rng(seed)``)."""
+    from fedsde.sde.coefficients import psd_sqrt
+    from fedsde.sde.rules import momentum_transition, rule_sde
+
+    r = rule_sde(problem, aggregator, eta, local_steps, server_lr)
+    law, d = r.law, problem.d
+    if r.momentum is None:
+        T, L = law.transition, server_lr * np.eye(d)
+    else:
+        T, L = momentum_transition(law, r.momentum)
+    root = L @ psd_sqrt(law.noise_cov, name="N")
+    R = positive_int("replicates", replicates)
+    rng = np.random.default_rng(seed)
+    z = np.zeros((R, T.shape[0]))
+    z[:, :d] = start_point(w0, d) - r.sde.c
+    keep = set(range(rounds + 1)) if record is None else {int(k) for k in record}
+    out = []
+    for n in range(rounds + 1):
+        if n in keep:
+            out.append(z[:, :d] + r.sde.c)
+        if n == rounds:
+            break
+        z = z @ T.T + rng.standard_normal((R, d)) @ root.T
     return np.stack(out)
 
 
@@ -148,8 +179,12 @@ def rule_validity_test(problem: QuadraticProblem, aggregator: str | Aggregator, 
     values = {m: np.empty((len(ks), grid.size, R)) for m in names}
     final = []
     for i, k in enumerate(ks):
-        w = adaptive_svag_chain(problem, agg, eta=eta, local_steps=local_steps, rounds=rounds, k=k, replicates=R,
-                                seed=seed, server_lr=server_lr, w0=w0_arr, record=grid, device=device)
+        if adaptive:
+            w = adaptive_svag_chain(problem, agg, eta=eta, local_steps=local_steps, rounds=rounds, k=k, replicates=R,
+                                    seed=seed, server_lr=server_lr, w0=w0_arr, record=grid, device=device)
+        else:
+            w = linear_rule_chain(problem, agg, eta=eta, local_steps=local_steps, rounds=rounds, replicates=R,
+                                  seed=seed, server_lr=server_lr, w0=w0_arr, record=grid)
         for m, v in evaluate_metrics(problem, w, w0_arr, names).items():
             values[m][i] = v
         final.append(w[-1])
@@ -229,4 +264,5 @@ def adaptive_weak_error(problem: QuadraticProblem, aggregator: str | Aggregator,
     return WeakErrorCurve(steps, rounds * np.asarray(ks) ** 2, errs, slope, intercept, ea, eb, ses, cis, config)
 
 
-__all__ = ["DEFAULT_KS", "adaptive_svag_chain", "adaptive_weak_error", "round_law_chain", "rule_validity_test"]
+__all__ = ["DEFAULT_KS", "adaptive_svag_chain", "adaptive_weak_error", "linear_rule_chain", "round_law_chain",
+           "rule_validity_test"]
