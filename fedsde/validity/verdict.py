@@ -412,8 +412,8 @@ def validity_verdict(
 def _reason(outcome: str, w: dict, base: str, T: float, R: int, needed: int | None, regime: dict | None,
             skipped: dict) -> str:
     units = "accuracy units" if w["metric"] in ABSOLUTE_METRICS else "of its movement"
-    at = (f"{w['metric']} at t = {w['time']:.4g}: d = {w['gap']:.3g} {units}, simultaneous bounds "
-          f"[{w['lower']:.3g}, {w['upper']:.3g}] against tolerance {w['tolerance']:g}")
+    at = (f"{w['metric']} at t = {w['time']:.4g}: d = {w['gap']:.3g} {units}, " + ("exact" if R is None else
+          f"simultaneous bounds [{w['lower']:.3g}, {w['upper']:.3g}]") + f" against tolerance {w['tolerance']:g}")
     if regime is not None:
         text = (f"whether the SDE tracks {base} is undecided: the SVAG gaps are off the 1/ℓ regime that the "
                 f"Richardson reference assumes ({regime.get('note', '')})")
@@ -423,7 +423,7 @@ def _reason(outcome: str, w: dict, base: str, T: float, R: int, needed: int | No
         text = f"the SDE does not track {base} on [0, {T:.4g}] ({at})"
     else:
         more = (f"about {needed} replicates per chain would decide" if needed is not None else
-                "no number of replicates decides at these estimates")
+                "no number of replicates is planned (the gap is within tol/10 of its tolerance, or none decides)")
         text = f"whether the SDE tracks {base} on [0, {T:.4g}] is undecided at R = {R} ({at}); {more}"
     if skipped:
         still = [m for m, why in skipped.items() if "does not move" in why]
