@@ -137,3 +137,16 @@ def test_one_over_ell_check_needs_power_to_say_ok():
     # a failure beyond noise is still "off"
     ells, t, vals = _chains(lambda e: 0.2 / np.sqrt(e), R=400, noise=0.01)
     assert ell_ratios(ells, t, {"train_loss": vals}, ["train_loss"], alpha=0.05, detect=detect)["status"] == "off"
+
+
+@pytest.mark.slow
+def test_digits_with_eight_replicates_is_not_checked(capsys):
+    """Digits softmax, 10 rounds, R = 8, ℓ = 1, 2, 4, 8: the earlier check said "ok" while every decisive ratio had
+    the wrong sign; it cannot see a failure of the size that matters, and says so."""
+    argv = ["validity", "--problem", str(ROOT / "examples" / "problems" / "digits_softmax.toml"), "--eta", "0.05",
+            "--local-steps", "2", "--rounds", "10", "--replicates", "8", "--seed", "0", "--json"]
+    code, out, _ = run(capsys, argv)
+    v = json.loads(out)["verdict"]
+    assert code == 0 and v["regime"] == "not checked" and v["regime_note"].startswith("too few replicates")
+    assert "1/ℓ regime not checked — too few replicates" in v["reason"]
+    assert not all(r["power"] for r in v["ell_ratios"] if r["decisive"])

@@ -11,7 +11,15 @@ import pytest
 from scipy.special import stdtrit
 
 from fedsde.validity import GapPath, validity_verdict
-from fedsde.validity.tails import SHARE_LEVEL, checkable, hill_index, share_threshold, tail_diagnostic, top_share
+from fedsde.validity.tails import (
+    SHARE_LEVEL,
+    checkable,
+    hill_index,
+    share_threshold,
+    skew_corrected,
+    tail_diagnostic,
+    top_share,
+)
 
 
 def _binomial_bound(p: float, n: int, z: float = 5.0) -> float:
@@ -46,32 +54,52 @@ def test_the_rule_has_its_level_on_squared_gaussians(R):
 # distribution → (draw(rng, shape), mean); light tails first
 LIGHT = {"normal": (lambda g, s: g.standard_normal(s), 0.0), "exponential": (lambda g, s: g.exponential(size=s), 1.0),
          "chi2_1": (lambda g, s: g.standard_normal(s) ** 2, 1.0)}
+MODERATE = {"lognormal(1)": (lambda g, s: g.lognormal(0.0, 1.0, s), math.exp(0.5)),
+            "pareto(2.5)": (lambda g, s: g.pareto(2.5, s) + 1.0, 2.5 / 1.5)}
 HEAVY = {"lognormal(2)": (lambda g, s: g.lognormal(0.0, 2.0, s), math.exp(2.0)),
          "lognormal(2.5)": (lambda g, s: g.lognormal(0.0, 2.5, s), math.exp(3.125))}
 
 
-def _coverage(draw, mean, R: int, n: int, seed: int) -> tuple[float, float, float]:
-    """(rate the 95 % Student-t interval misses the mean, rate flagged, rate missed and not flagged)."""
+def _coverage(draw, mean, R: int, n: int, seed: int, q: float | None = None) -> dict:
+    """Rates over ``n`` samples of ``R`` values: the Student-t interval (``t``) and the skew-corrected one
+    (``hall``) miss the mean, the rule flags, and the skew-corrected interval misses without a flag."""
     x = draw(np.random.default_rng(seed), (n, R))
     m, se = x.mean(1), x.std(1, ddof=1) / math.sqrt(R)
-    miss = np.abs(m - mean) > stdtrit(R - 1, 0.975) * se
+    q = stdtrit(R - 1, 0.975) if q is None else q
+    lo, hi = skew_corrected(m, se, q, tail_diagnostic(x))
+    miss = (mean < lo) | (mean > hi)
     flag = top_share(x) > share_threshold(R)
-    return float(miss.mean()), float(flag.mean()), float((miss & ~flag).mean())
+    return {"t": float((np.abs(m - mean) > q * se).mean()), "hall": float(miss.mean()), "flagged": float(flag.mean()),
+            "confident_miss": float((miss & ~flag).mean())}
 
 
-@pytest.mark.parametrize("name", [*LIGHT, *HEAVY])
+@pytest.mark.parametrize("name", [*LIGHT, *MODERATE, *HEAVY])
 def test_intervals_let_through_by_the_rule_cover(name):
-    """Light tails: the interval covers at its level and the rule stays quiet.  Heavy tails: the plain interval
-    misses far more often than 5 %, but an interval the rule lets through misses at most at its level (binomial
-    tolerance, 5 s.e.)."""
+    """Light and moderate tails: the skew-corrected interval covers at its level (binomial tolerance, 5 s.e.) and,
+    on light tails, the rule stays quiet.  Heavy tails: the Student-t interval misses far more often than 5 %, the
+    rule flags nearly every sample, and an interval it lets through misses at most at its level."""
     n, R = 3000, 200
-    draw, mean = {**LIGHT, **HEAVY}[name]
-    miss, flagged, confident_miss = _coverage(draw, mean, R, n, seed=len(name))
-    assert confident_miss <= _binomial_bound(0.05, n)
+    draw, mean = {**LIGHT, **MODERATE, **HEAVY}[name]
+    got = _coverage(draw, mean, R, n, seed=len(name))
+    assert got["confident_miss"] <= _binomial_bound(0.05, n)
     if name in LIGHT:
-        assert flagged <= _binomial_bound(SHARE_LEVEL, n) and miss <= _binomial_bound(0.05, n)
-    else:
-        assert miss > 0.15 and flagged > 0.9
+        assert got["flagged"] <= _binomial_bound(SHARE_LEVEL, n) and got["hall"] <= _binomial_bound(0.05, n)
+    if name in HEAVY:
+        assert got["t"] > 0.15 and got["flagged"] > 0.9
+
+
+def test_skew_correction_closed_forms():
+    est, se = np.array([1.0, 1.0]), np.array([0.1, 0.1])
+    lo, hi = skew_corrected(est, se, 2.0, None)
+    np.testing.assert_allclose([lo, hi], [[0.8, 0.8], [1.2, 1.2]])
+    diag = {"skew": np.array([0.0, 3.0]), "replicates": 100}
+    lo, hi = skew_corrected(est, se, 2.0, diag)
+    assert lo[0] == pytest.approx(0.8) and hi[0] == pytest.approx(1.2)  # no skewness: Student t
+    a = 3.0 / (3.0 * 10.0)  # γ̂/(3√n)
+    for y, bound in ((2.0, lo[1]), (-2.0, hi[1])):  # g(g⁻¹(±q)) = ±q for Hall's g
+        t = (est[1] - bound) / se[1]
+        assert t + a * t**2 + a**2 * t**3 / 3 + a / 2 == pytest.approx(y, rel=1e-12)
+    assert hi[1] - est[1] > est[1] - lo[1]  # right skew: the longer side is the upper one
 
 
 def _heavy_path(seed: int, R: int = 200):

@@ -230,8 +230,10 @@ def human_report(res, problem, args: argparse.Namespace) -> str:
     for c in v.curves:
         i = int(max(range(len(c["gap"])), key=lambda k: c["gap"][k]))
         unit = "accuracy units" if c["metric"] == "test_accuracy" else f"of its movement, range {c['scale']:.4g}"
-        lines.append(f"  d({c['metric']}) = {c['gap'][i]:.3g} at t={res.times[i]:.4g} ({unit}); simultaneous bounds "
-                     f"of max_t d [{max(c['lower'][1:], default=0.0):.3g}, {max(c['upper'][1:], default=0.0):.3g}], "
+        bounds = ("exact (FedAvg's moments against the SDE's law)" if exact else
+                  f"simultaneous bounds of max_t d [{max(c['lower'][1:], default=0.0):.3g}, "
+                  f"{max(c['upper'][1:], default=0.0):.3g}]")
+        lines.append(f"  d({c['metric']}) = {c['gap'][i]:.3g} at t={res.times[i]:.4g} ({unit}); {bounds}, "
                      f"tolerance {c['tolerance']:g}")
     for m, why in v.skipped.items():
         lines.append(f"  {m}: not judged ({why})")

@@ -14,11 +14,12 @@ SVAG chains (:mod:`fedsde.validity.reference`).  ``scale_φ`` makes the gap free
 
 **Intervals.**  ``D̂_φ(t) ± q·se_φ(t)`` are simultaneous two-sided intervals at family level ``α``: Bonferroni over
 the ``K`` judged (metric, time > 0) comparisons, with Student's ``t`` quantile ``q = t_{R−1}⁻¹(1 − α/(2K))`` (the
-s.e. is estimated from ``R`` per-replicate differences; normal only when no s.e. is estimated).  They bound
-``|D|`` by ``[lower, upper]`` (``lower = 0`` when the interval covers 0).  With an *estimated* scale (SVAG
-reference) the ``K`` intervals ``Ê φ_SDE(t) ± q·se`` join the family, so that, jointly, the true range lies in
-``rangê ± 2q·max_t se_SDE(t)``; ``d``'s bounds divide ``|D|``'s upper bound by the smallest and its lower bound by
-the largest range (``upper = ∞`` while the range is not resolved from noise).
+s.e. is estimated from ``R`` per-replicate differences; normal only when no s.e. is estimated), corrected for the
+values' skewness (Hall 1992, :func:`~fedsde.validity.tails.skew_corrected`).  They bound ``|D|`` by ``[lower,
+upper]`` (``lower = 0`` when the interval covers 0); a heavy-tailed metric decides nothing (:mod:`.tails`).  With
+an *estimated* scale (SVAG reference) the ``K`` intervals ``Ê φ_SDE(t) ± q·se`` join the family, so that, jointly, the
+true range lies in ``rangê ± 2q·max_t se_SDE(t)``; ``d``'s bounds divide ``|D|``'s upper bound by the smallest and its
+lower bound by the largest range (``upper = ∞`` while the range is not resolved from noise).
 
 **Outcome** — an equivalence test by confidence intervals (Schuirmann 1987: equivalence is shown when the whole
 interval lies inside the tolerance, non-equivalence when it lies outside):
@@ -47,7 +48,7 @@ from scipy.special import ndtri, stdtrit
 
 from fedsde._compat import renamed
 from fedsde._tolerances import RANGE_FLOOR
-from fedsde.validity.tails import heavy_reason, summarise_tails
+from fedsde.validity.tails import heavy_reason, skew_corrected, summarise_tails
 
 #: metrics judged in their own units (``accuracy_tolerance``), not relative to their movement
 ABSOLUTE_METRICS = ("test_accuracy",)
@@ -194,9 +195,8 @@ def bonferroni_quantile(alpha: float, comparisons: int, df: float) -> float:
     return float(ndtri(p)) if not np.isfinite(df) else float(stdtrit(df, p))
 
 
-def _abs_bounds(est: np.ndarray, half: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Bounds of ``|D|`` from the interval ``est ± half``."""
-    lo, hi = est - half, est + half
+def _abs_bounds(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Bounds of ``|D|`` from the interval ``[lo, hi]`` of ``D``."""
     upper = np.maximum(np.abs(lo), np.abs(hi))
     lower = np.where((lo <= 0) & (hi >= 0), 0.0, np.minimum(np.abs(lo), np.abs(hi)))
     return lower, upper
@@ -205,7 +205,8 @@ def _abs_bounds(est: np.ndarray, half: np.ndarray) -> tuple[np.ndarray, np.ndarr
 def _judge(path: GapPath, q: float, factor: float, absolute: bool) -> dict:
     """``d̂``, its bounds and the scale of one metric, with every s.e. multiplied by ``factor``."""
     est = np.asarray(path.estimate, dtype=np.float64)
-    lower_abs, upper_abs = _abs_bounds(est, q * factor * np.asarray(path.se, dtype=np.float64))
+    lower_abs, upper_abs = _abs_bounds(*skew_corrected(est, factor * np.asarray(path.se, np.float64), q, path.tails,
+                                                       factor))
     if absolute:
         scale = lo_s = hi_s = 1.0
     else:
@@ -272,9 +273,8 @@ def replicates_needed(gaps: dict, tol: dict, active: np.ndarray, *, alpha: float
     ``tol/10`` from its tolerance (the usual practice of sample-size planning for an equivalence test: plan for a
     difference of practical size, not for the estimate) bounds that: ``R′`` then depends on ``d̂`` only where it is
     already clear of the tolerance, and on the s.e. (stable: ``R·se²`` is a variance estimate) otherwise.  Every
-    s.e. is scaled by ``√(R/R′)`` and the ``t`` quantile has ``R′ − 1`` degrees of freedom.  ``planning=False``
-    keeps the point estimates (the earlier rule).  ``gaps``: metric → :class:`GapPath` of the judged metrics (old
-    name: ``paths``)."""
+    s.e. is scaled by ``√(R/R′)``, the ``t`` quantile has ``R′ − 1`` d.f.  ``planning=False`` keeps the point
+    estimates.  ``gaps``: metric → :class:`GapPath` of the judged metrics (old name: ``paths``)."""
     gaps = {m: _planned(p, tol[m], absolute[m]) for m, p in gaps.items()} if planning else gaps
 
     def decides(Rp: int) -> bool:
@@ -412,8 +412,8 @@ def validity_verdict(
 def _reason(outcome: str, w: dict, base: str, T: float, R: int, needed: int | None, regime: dict | None,
             skipped: dict) -> str:
     units = "accuracy units" if w["metric"] in ABSOLUTE_METRICS else "of its movement"
-    at = (f"{w['metric']} at t = {w['time']:.4g}: d = {w['gap']:.3g} {units}, simultaneous bounds "
-          f"[{w['lower']:.3g}, {w['upper']:.3g}] against tolerance {w['tolerance']:g}")
+    at = (f"{w['metric']} at t = {w['time']:.4g}: d = {w['gap']:.3g} {units}, " + ("exact" if R is None else
+          f"simultaneous bounds [{w['lower']:.3g}, {w['upper']:.3g}]") + f" against tolerance {w['tolerance']:g}")
     if regime is not None:
         text = (f"whether the SDE tracks {base} is undecided: the SVAG gaps are off the 1/ℓ regime that the "
                 f"Richardson reference assumes ({regime.get('note', '')})")
@@ -423,7 +423,7 @@ def _reason(outcome: str, w: dict, base: str, T: float, R: int, needed: int | No
         text = f"the SDE does not track {base} on [0, {T:.4g}] ({at})"
     else:
         more = (f"about {needed} replicates per chain would decide" if needed is not None else
-                "no number of replicates decides at these estimates")
+                "no number of replicates is planned (the gap is within tol/10 of its tolerance, or none decides)")
         text = f"whether the SDE tracks {base} on [0, {T:.4g}] is undecided at R = {R} ({at}); {more}"
     if skipped:
         still = [m for m, why in skipped.items() if "does not move" in why]
