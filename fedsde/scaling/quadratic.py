@@ -121,8 +121,8 @@ def scaled_problem(problem: QuadraticProblem, rule: str | ScalingRule, kappa: fl
     copies = round(kappa)
     if copies < 1 or abs(kappa - copies) > INT_TOL * max(1.0, kappa):
         raise FedsdeInputError(
-            f"kappa={float(kappa)!r}: rule {rule.name!r} on a quadratic problem copies each client κ times, so κ must be a "
-            "whole number >= 1"
+            f"kappa={float(kappa)!r}: rule {rule.name!r} on a quadratic problem copies each client κ times, so κ "
+            "must be a whole number >= 1"
         )
     return problem if copies == 1 else problem.replicated(copies)
 
