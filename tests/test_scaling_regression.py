@@ -194,7 +194,7 @@ def test_split_rows_keeps_the_objective_and_reports_the_temperature(my_data):
     Ts = np.trace(_hand_temperature(split_rows(small, 2, seed=3), 0.05, 2.0, w_star))
     assert np.trace(res.scaled.temperature) == pytest.approx(Ts, rel=1e-12) and abs(Ts / Tb - 1) > 0.05
     assert any(f"{(Ts - Tb) / Tb:+.2%}" in n for n in res.notes) and "split at random (seed 3)" in res.notes[0]
-    with pytest.raises(FedsdeInputError, match=r"splits client 'east'.s 6 rows into 2 clients, fewer than"):
+    with pytest.raises(FedsdeInputError, match=r"splits the 6 rows of client 'east' into 2 clients, fewer than"):
         compare_least_squares(my_data, cfg, "clients", 2, new_clients="split")
 
 

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedsde._tolerances import RANK_TOL
-
-#: the exact stationary law counts as a point when ``√tr P <= POINT_LAW_RTOL · max(1, ‖m‖)`` (rounding level)
-POINT_LAW_RTOL = 1e-12
 from fedsde.exact.least_squares import LeastSquaresStationaryLaw, _check_problem, least_squares_stationary_law
 from fedsde.exact.moments import StationaryLaw, stationary_law
 from fedsde.problems.quadratic import QuadraticProblem
+
+#: the exact stationary law counts as a point when ``√tr P <= POINT_LAW_RTOL · max(1, ‖m‖)`` (rounding level)
+POINT_LAW_RTOL = 1e-12
 
 
 def constant_noise_surrogate(problem, *, at=None) -> QuadraticProblem:

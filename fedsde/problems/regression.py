@@ -36,6 +36,7 @@ import numpy as np
 from fedsde._tolerances import SINGULAR_TOL
 from fedsde._validate import choice, client_weights, positive_float, positive_int, start_point
 from fedsde.errors import FedsdeInputError
+from fedsde.problems.regression_data import check_magnitudes
 
 MODELS = ("least-squares",)
 SAMPLINGS = ("without-replacement", "with-replacement")
@@ -157,6 +158,10 @@ class RegressionProblem:
                 raise FedsdeInputError(f"X_clients[{k}]: client {k} has no rows")
             if not (np.all(np.isfinite(x)) and np.all(np.isfinite(v))):
                 raise FedsdeInputError(f"X_clients[{k}], y_clients[{k}]: contain NaN or inf")
+        rows = sum(x.shape[0] for x in Xs)
+        for k, (x, v) in enumerate(zip(Xs, ys, strict=True)):
+            check_magnitudes(np.column_stack([x, v]), rows, F, lambda i, j, k=k: (
+                f"X_clients[{k}][{i}, {j}]" if j < F else f"y_clients[{k}][{i}]"))
         if intercept:
             Xs = [np.hstack([x, np.ones((x.shape[0], 1))]) for x in Xs]
         d = F + int(bool(intercept))

@@ -51,6 +51,8 @@ def csv_clients(path, features: Sequence[str], target: str,
     cols = [names.index(c) for c in features]
     t_col, c_col = names.index(target), names.index(client_column)
     rows: dict[str, tuple[list, list]] = {}
+    lines: list[tuple[int, int]] = []  # (row, line) of every record, for messages
+    cells: list[list[float]] = []
     count = 0
     for record in reader:
         if not record or all(not c.strip() for c in record):
@@ -66,12 +68,35 @@ def csv_clients(path, features: Sequence[str], target: str,
         xs, ys = rows.setdefault(client, ([], []))
         xs.append(x)
         ys.append(_number(record[t_col], at, target))
+        lines.append((count, reader.line_num))
+        cells.append([*x, ys[-1]])
     if not rows:
         raise FedsdeInputError(f"{where}: has a header but no rows")
+    column_names = [*features, target]
+    check_magnitudes(np.asarray(cells), count, len(cols), lambda i, j: (
+        f"{where}, row {lines[i][0]} (line {lines[i][1]}), column {column_names[j]!r}"))
     clients = list(rows)
     X = [np.asarray(rows[c][0], dtype=np.float64).reshape(-1, len(cols)) for c in clients]
     y = [np.asarray(rows[c][1], dtype=np.float64) for c in clients]
     return X, y, clients
+
+
+def moment_limit(rows: int, columns: int) -> float:
+    """Largest magnitude of a feature or target whose fourth moments (the exact minibatch covariances multiply
+    four row values and sum them over rows and columns) stay far inside float64:
+    ``(float64 max / (rows · (columns + 1)²))^{1/4} / 10``."""
+    return float((np.finfo(np.float64).max / (max(rows, 1) * (columns + 1) ** 2)) ** 0.25 / 10.0)
+
+
+def check_magnitudes(values: np.ndarray, rows: int, columns: int, where) -> None:
+    """Refuse a cell above :func:`moment_limit`; ``where(i, j)`` names row ``i`` and column ``j`` of ``values``."""
+    limit = moment_limit(rows, columns)
+    big = np.abs(values) > limit
+    if big.any():
+        i, j = (int(v) for v in np.argwhere(big)[0])
+        raise FedsdeInputError(f"{where(i, j)}: {float(values[i, j])!r} is too large: values above {limit:.3g} "
+                               "(with these rows and columns) overflow the data's second and fourth moments in "
+                               "float64; rescale the column")
 
 
 def _number(cell: str, at: str, column: str) -> float:

@@ -304,14 +304,14 @@ def map_end(problem, config: FedAvgConfig, rule: str | ScalingRule, kappa: float
         raise FedsdeInputError("problem: a data problem needs batch_size for the scaling rules (set it in the file)")
     config = replace(config, clients=config.clients or problem.Q, batch_size=config.batch_size or problem.batch_size)
     if "clients" in rule.changes and (round(kappa) != kappa or kappa < 1):
-        raise FedsdeInputError(f"kappa={kappa:g}: rule {rule.name!r} on a data problem splits each client into κ "
-                               "clients, so κ must be a whole number >= 1")
+        raise FedsdeInputError(f"kappa={float(kappa)!r}: rule {rule.name!r} on a data problem splits each client "
+                               "into κ clients, so κ must be a whole number >= 1")
     new = rule.apply(config, kappa)
     model = getattr(problem, "classifier", None)  # module problems: a network, no global curvature bound
     if model is not None and model.curvature is not None:  # a network has no global curvature bound
         lam = float(np.max(problem.max_curvature()))
         check_client_step(config.eta, lam, which="base")
-        check_client_step(new.eta, lam, which=f"kappa={kappa:g} (rule {rule.name!r}, eta={new.eta:g})")
+        check_client_step(new.eta, lam, which=f"kappa={float(kappa)!r} (rule {rule.name!r}, eta={new.eta:g})")
     return config, new
 
 

@@ -73,13 +73,13 @@ def map_ends(problem, config: FedAvgConfig, rule: str | ScalingRule, kappa: floa
     config = replace(config, clients=problem.Q, batch_size=problem.batch_size)
     if "clients" in rule.changes and (round(kappa) != kappa or kappa < 1):
         raise FedsdeInputError(
-            f"kappa={kappa:g}: rule {rule.name!r} on a regression problem makes κ clients of each client "
+            f"kappa={float(kappa)!r}: rule {rule.name!r} on a regression problem makes κ clients of each client "
             f"(new_clients={new_clients!r}), so κ must be a whole number >= 1")
     new = rule.apply(config, kappa)
     check_new_clients(problem, rule, kappa, new, new_clients)
     lam = float(np.max(problem.max_curvature()))
     check_client_step(config.eta, lam, which="base")
-    check_client_step(new.eta, lam, which=f"kappa={kappa:g} (rule {rule.name!r}, eta={new.eta:g})")
+    check_client_step(new.eta, lam, which=f"kappa={float(kappa)!r} (rule {rule.name!r}, eta={new.eta:g})")
     return config, new
 
 

@@ -116,14 +116,14 @@ def check_new_clients(problem, rule: ScalingRule, kappa: float, new: FedAvgConfi
                 why = (f"fewer than κ·batch_size = {need} (sampling='without-replacement' needs batch_size <= "
                        "every client's rows)" if problem.sampling == "without-replacement" else "fewer than κ")
                 raise FedsdeInputError(
-                    f"kappa={kappa:g}: rule {rule.name!r} splits client {problem.client_names[k]!r}'s "
-                    f"{int(problem.sizes[k])} rows into {parts} clients, {why}; use new_clients='copy' or a "
+                    f"kappa={float(kappa)!r}: rule {rule.name!r} splits the {int(problem.sizes[k])} rows of client "
+                    f"{problem.client_names[k]!r} into {parts} clients, {why}; use new_clients='copy' or a "
                     "smaller κ")
     b = new.batch_size
     if problem.sampling == "without-replacement" and b is not None and b > problem.sizes.min():
         k = int(np.argmin(problem.sizes))
         raise FedsdeInputError(
-            f"kappa={kappa:g}: rule {rule.name!r} maps batch_size={b_old} to {b}, more than the "
+            f"kappa={float(kappa)!r}: rule {rule.name!r} maps batch_size={b_old} to {b}, more than the "
             f"{int(problem.sizes[k])} rows of client {problem.client_names[k]!r} (sampling='without-replacement' "
             "needs batch_size <= every client's rows)")
 

@@ -121,8 +121,8 @@ def scaled_problem(problem: QuadraticProblem, rule: str | ScalingRule, kappa: fl
     copies = round(kappa)
     if copies < 1 or abs(kappa - copies) > INT_TOL * max(1.0, kappa):
         raise FedsdeInputError(
-            f"kappa={kappa:g}: rule {rule.name!r} on a quadratic problem copies each client κ times, so κ must be a "
-            "whole number >= 1"
+            f"kappa={float(kappa)!r}: rule {rule.name!r} on a quadratic problem copies each client κ times, so κ "
+            "must be a whole number >= 1"
         )
     return problem if copies == 1 else problem.replicated(copies)
 
@@ -275,7 +275,7 @@ def compare_quadratic(problem: QuadraticProblem, config: FedAvgConfig, rule: str
     other = scaled_problem(problem, rule, kappa)
     new = rule.apply(config, kappa)
     base = end_law(problem, config, w0=w0, which="base")
-    scaled = end_law(other, new, w0=w0, which=f"kappa={kappa:g} (rule {rule.name!r}, eta={new.eta:g})")
+    scaled = end_law(other, new, w0=w0, which=f"kappa={float(kappa)!r} (rule {rule.name!r}, eta={new.eta:g})")
     stat = law_discrepancy(problem, base.stationary_mean, base.stationary_cov, scaled.stationary_mean,
                            scaled.stationary_cov)
     trans = law_discrepancy(problem, base.transient_mean, base.transient_cov, scaled.transient_mean,

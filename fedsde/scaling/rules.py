@@ -142,7 +142,7 @@ class ScalingRule:
                 if near < 1 or abs(scaled - near) > INT_TOL * max(1.0, abs(scaled)):
                     op = "·" if power > 0 else "/"
                     raise FedsdeInputError(
-                        f"kappa={kappa:g}: rule {self.name!r} maps {key}={value} to {value}{op}{kappa:g} = "
+                        f"kappa={float(kappa)!r}: rule {self.name!r} maps {key}={value} to {value}{op}{kappa:g} = "
                         f"{scaled:.6g}, not a positive integer"
                     )
                 scaled = int(near)
