@@ -305,4 +305,4 @@ def test_scaling_aggregator_runs_the_rules_chain_at_both_ends(tmp_path, capsys):
         assert outs["fednova"]["discrepancy"][part] == pytest.approx(outs[None]["discrepancy"][part], rel=1e-9)
     assert outs["fedavgm"]["aggregator"]["name"] == "fedavgm"
     assert outs["fedavgm"]["discrepancy"]["max_rel"] != pytest.approx(outs[None]["discrepancy"]["max_rel"])
-    assert main(base + ["--aggregator", "fedaware"]) == 2
+    assert main([*base, "--aggregator", "fedaware"]) == 2
