@@ -287,3 +287,22 @@ def test_derive_client_steps_without_aggregator_is_fedavgs_corrected_sde(tmp_pat
     rc = main(["derive", "--problem", path, "--variant", "paper", "--aggregator", "fednova", "--eta", "0.05",
                "--local-steps", "3"])
     assert rc == 2 and "--variant=paper" in capsys.readouterr().err
+
+
+def test_scaling_aggregator_runs_the_rules_chain_at_both_ends(tmp_path, capsys):
+    from fedsde.cli import main
+
+    path = _write(tmp_path, _problem(17, Q=3, d=2))
+    base = ["scaling", "--problem", path, "--rule", "local-steps", "--kappa", "2", "--eta", "0.02", "--local-steps",
+            "2", "--server-lr", "0.5", "--rounds", "20", "--json"]
+    outs = {}
+    for name in (None, "fednova", "fedavgm"):
+        rc = main(base + ([] if name is None else ["--aggregator", name]))
+        assert rc == 0
+        outs[name] = json.loads(capsys.readouterr().out)
+    # equal local steps: FedNova is FedAvg, at both ends
+    for part in ("stationary", "transient"):
+        assert outs["fednova"]["discrepancy"][part] == pytest.approx(outs[None]["discrepancy"][part], rel=1e-9)
+    assert outs["fedavgm"]["aggregator"]["name"] == "fedavgm"
+    assert outs["fedavgm"]["discrepancy"]["max_rel"] != pytest.approx(outs[None]["discrepancy"]["max_rel"])
+    assert main([*base, "--aggregator", "fedaware"]) == 2

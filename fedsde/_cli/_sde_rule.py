@@ -24,6 +24,10 @@ def run_rule(args: argparse.Namespace, problem, agg, steps, w0, record) -> int:
     if agg.sde_kind == "adaptive":
         from fedsde.sde.adaptive import adaptive_sde_paths
 
+        if args.method != "euler":
+            raise FedsdeInputError(f"--method={args.method}: the adaptive SDE is nonlinear, it has no exact "
+                                   "transition; it is integrated by torchsde's Euler–Maruyama (--substeps)")
+
         res = adaptive_sde_paths(problem, agg, eta=args.eta, local_steps=steps, rounds=args.rounds,
                                  replicates=args.replicates, seed=args.seed, server_lr=args.server_lr, h=args.h,
                                  w0=w0, substeps=args.substeps, record=record, device=args.device)

@@ -89,10 +89,16 @@ def _run(args: argparse.Namespace) -> int:
     check_device(args.device)
     kappas = _kappas(args.kappa)
     single = "," not in args.kappa
-    if args.rule == "sqrt" or getattr(args, "aggregator", None) is not None:
+    if args.rule == "sqrt":
         return _run_rule(args, kappas)
     rule = get_rule(args.rule)
     problem = load_problem(args.problem)
+    from fedsde._cli.common import rule_from_args
+
+    agg = rule_from_args(args)
+    if agg is not None and (_is_regression(problem) or _is_data(problem)):
+        raise FedsdeInputError(f"--aggregator={args.aggregator}: the rules' exact chains are built on quadratic "
+                               "clients; a data or regression file runs FedAvg")
     if _is_regression(problem):
         return _run_regression(args, problem, rule, kappas, single)
     if args.new_clients is not None:
@@ -105,7 +111,12 @@ def _run(args: argparse.Namespace) -> int:
                           clients=problem.Q)
     from fedsde.scaling import compare_quadratic
 
-    results = [compare_quadratic(problem, config, rule, k, w0=w0) for k in kappas]
+    if agg is not None:
+        from fedsde.sde.rules import rule_kind
+
+        rule_kind(agg)  # one line for a rule without a linear or momentum SDE
+        agg.check_problem(problem, args.problem)
+    results = [compare_quadratic(problem, config, rule, k, w0=w0, aggregator=agg) for k in kappas]
     for res in results:
         for name, end in (("base", res.base), (f"kappa={res.kappa:g}", res.scaled)):
             if end.stationary_mean is None:
@@ -119,6 +130,8 @@ def _run(args: argparse.Namespace) -> int:
                "base": _end(res.base, keep), "scaled": _end(res.scaled, keep),
                "invariants": _invariants(res.base, res.scaled),
                "discrepancy": {"stationary": res.stationary, "transient": res.transient, "max_rel": res.max_rel}}
+        if agg is not None:
+            out["aggregator"] = agg.describe()
         return emit(args, out, _human_single(out))
     rows = []
     for res in results:
@@ -132,6 +145,8 @@ def _run(args: argparse.Namespace) -> int:
             curve[f"{part}_{key}"] = [getattr(r, part)[key] for r in results]
     out = {"rule": rule.name, "change": rule.change, "keeps": list(rule.keeps),
            "base": _end(results[0].base, keep), "cells": rows, "discrepancy_vs_kappa": curve}
+    if agg is not None:
+        out["aggregator"] = agg.describe()
     return emit(args, out, _human_list(out))
 
 
@@ -383,16 +398,12 @@ def _human_data_list(out: dict) -> str:
 
 def _run_rule(args: argparse.Namespace, kappas: list[float]) -> int:
     """``--rule sqrt --aggregator fedadam|fedyogi``: the square-root rule mapped and checked on quadratic clients
-    (:mod:`fedsde.scaling.sqrt_rule`); ``--aggregator`` with a first-order rule: FedAvg only."""
+    (:mod:`fedsde.scaling.sqrt_rule`)."""
     from fedsde._cli.common import rule_from_args
     from fedsde.problems import QuadraticProblem, load_problem
     from fedsde.scaling.sqrt_rule import SOURCE, sqrt_scaling_check
 
     agg = rule_from_args(args)
-    if args.rule != "sqrt":
-        raise FedsdeInputError(f"--aggregator={args.aggregator} with --rule {args.rule}: the first-order rules map "
-                               "FedAvg's (η, E, s, Q, b) and keep FedAvg's SDE; other rules have their own SDE "
-                               "(--rule sqrt for fedadam/fedyogi)")
     if agg is None:
         raise FedsdeInputError("--rule sqrt: needs --aggregator fedadam or fedyogi (the rule scales the server's β's "
                                "and τ)")

@@ -12,8 +12,9 @@
 | ``fedaware`` | per-client momenta, min-norm weights | seeds 000/001 |
 
 Each rule declares what it can do (:class:`~fedsde.aggregators.base.Aggregator`: ``exact_weights``,
-``server_recursion``, ``stateful``, ``check_problem`` …); :mod:`fedsde.exact` and :mod:`fedsde.theory` read these
-and never compare names.  :mod:`fedsde.aggregators.registry` maps names to classes.
+``server_recursion``, ``stateful``, ``check_problem``, ``sde_kind`` …); :mod:`fedsde.exact`, :mod:`fedsde.theory`
+and :mod:`fedsde.sde.rules` read these and never compare names.  :mod:`fedsde.aggregators.registry` maps names to
+classes.
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ from fedsde.compare.weak_error import (
 )
 from fedsde.errors import FedsdeInputError
 from fedsde.problems.quadratic import QuadraticProblem
-from fedsde.sde.rules import rule_chain_moments, rule_kind, rule_sde
+from fedsde.sde.rules import chain_stationary_law, rule_chain_moments, rule_kind, rule_sde
 
 
 def rule_weak_error_vs_step(
@@ -170,24 +170,6 @@ def underdamped_weak_error_vs_step(
     return WeakErrorCurve(hs, rounds, errs, slope, intercept, chain_e, sde_e, config=config), first
 
 
-def _chain_stationary(r) -> tuple[np.ndarray, np.ndarray] | None:
-    """The chain's stationary mean and covariance (discrete Lyapunov), or ``None`` when it does not contract."""
-    import scipy.linalg
-
-    from fedsde.sde.rules import momentum_transition
-
-    law, d = r.law, r.law.d
-    if r.momentum is None:
-        T, noise = law.transition, law.server_noise_cov
-    else:
-        T, L = momentum_transition(law, r.momentum)
-        noise = L @ law.noise_cov @ L.T
-    if np.max(np.abs(np.linalg.eigvals(T))) >= 1.0:
-        return None
-    P = scipy.linalg.solve_discrete_lyapunov(T, noise)[:d, :d]
-    return r.sde.c.copy(), 0.5 * (P + P.T)
-
-
 def rule_sde_study(problem: QuadraticProblem, aggregator: str | Aggregator, *, eta: float, local_steps,
                    rounds: int, server_lr: float = 1.0, h: float | None = None, w0=None,
                    time_steps: Sequence[float] | None = None, noise_scaling: str = "diffusive") -> dict:
@@ -226,7 +208,7 @@ def rule_sde_study(problem: QuadraticProblem, aggregator: str | Aggregator, *, e
             warnings.warn(f"weak error of {phi}: local slopes {np.round(local, 3).tolist()} differ from the fitted "
                           f"{c.slope:.3f} by more than {UNSETTLED_SLOPE}; the steps are not in the asymptotic regime "
                           "(give smaller time steps)", UserWarning, stacklevel=2)
-    cst, sst = _chain_stationary(r), r.sde.stationary()
+    cst, sst = chain_stationary_law(r), r.sde.stationary()
     stat = {"chain": None if cst is None else {"mean": cst[0], "cov": cst[1]},
             "sde": None if sst is None else {"mean": sst.mean, "cov": sst.cov},
             "w2": None if cst is None or sst is None else gaussian_w2(cst[0], cst[1], sst.mean, sst.cov)}

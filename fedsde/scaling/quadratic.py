@@ -154,9 +154,19 @@ class EndLaw:
     temperature: np.ndarray
 
 
-def end_law(problem: QuadraticProblem, config: FedAvgConfig, *, w0=None, which: str = "base") -> EndLaw:
-    """Exact stationary and transient (at ``config.rounds``) moments of the chain at one end."""
+def end_law(problem: QuadraticProblem, config: FedAvgConfig, *, w0=None, which: str = "base",
+            aggregator=None) -> EndLaw:
+    """Exact stationary and transient (at ``config.rounds``) moments of the chain at one end (``aggregator``: a
+    linear or momentum rule's chain, :mod:`fedsde.sde.rules`; default FedAvg)."""
     check_client_step(config.eta, float(problem.max_curvature().max()), which=which)
+    if aggregator is not None:
+        from fedsde.sde.rules import chain_spectral_radius, chain_stationary_law, rule_chain_moments, rule_sde
+
+        r = rule_sde(problem, aggregator, config.eta, config.local_steps, config.server_lr)
+        st = chain_stationary_law(r)
+        tr = rule_chain_moments(r, config.rounds, start_point(w0, problem.d), record=[config.rounds])
+        return EndLaw(config, problem, None if st is None else st[0], None if st is None else st[1],
+                      chain_spectral_radius(r), tr.final_mean, tr.final_cov, temperature_matrix(problem, config))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         try:
@@ -248,7 +258,7 @@ class QuadraticScaling:
 
 
 def compare_quadratic(problem: QuadraticProblem, config: FedAvgConfig, rule: str | ScalingRule, kappa: float,
-                      *, w0=None) -> QuadraticScaling:
+                      *, w0=None, aggregator=None) -> QuadraticScaling:
     """Exact moments at both ends of ``rule`` with factor ``kappa`` and their discrepancy.
 
     Parameters
@@ -260,6 +270,9 @@ def compare_quadratic(problem: QuadraticProblem, config: FedAvgConfig, rule: str
     kappa : float
     w0 : array, shape (d,), optional
         Start of both chains (default zero).
+    aggregator : str or Aggregator, optional
+        A linear or momentum server rule run at both ends instead of FedAvg (its exact chain,
+        :mod:`fedsde.sde.rules`).
 
     Raises
     ------
@@ -274,8 +287,9 @@ def compare_quadratic(problem: QuadraticProblem, config: FedAvgConfig, rule: str
         raise FedsdeInputError(f"clients={config.clients}: the problem has Q={problem.Q} clients")
     other = scaled_problem(problem, rule, kappa)
     new = rule.apply(config, kappa)
-    base = end_law(problem, config, w0=w0, which="base")
-    scaled = end_law(other, new, w0=w0, which=f"kappa={float(kappa)!r} (rule {rule.name!r}, eta={new.eta:g})")
+    base = end_law(problem, config, w0=w0, which="base", aggregator=aggregator)
+    scaled = end_law(other, new, w0=w0, which=f"kappa={float(kappa)!r} (rule {rule.name!r}, eta={new.eta:g})",
+                     aggregator=aggregator)
     stat = law_discrepancy(problem, base.stationary_mean, base.stationary_cov, scaled.stationary_mean,
                            scaled.stationary_cov)
     trans = law_discrepancy(problem, base.transient_mean, base.transient_cov, scaled.transient_mean,

@@ -12,6 +12,9 @@ Clock: round ``n`` sits at ``t = n·h``; the actual server step is ``s = h·η�
 * :mod:`fedsde.sde.segments` — :func:`sdeint_rounds`: one torchsde run on the round grid, cut into segments on
   restarted clocks so that any number of steps stays on the grid;
 * :mod:`fedsde.sde.schedules` — time-varying rates ``η(t)``, ``s(t)``;
+* :mod:`fedsde.sde.rules` — the SDE of each linear or momentum server rule from its exact round law (FedNova around
+  its own fixed point, FedAvgM with step s/(1 − β) and its underdamped SDE);
+* :mod:`fedsde.sde.adaptive` — the SDE of the adaptive server rules (Malladi et al. 2022) as a torchsde module;
 * :mod:`fedsde.sde.svag` — the SVAG chain lifted to the server round: a sampler of eq. (2) for any loss
   (:func:`simulate_svag`, two client rounds per step of size ``h/ℓ``) and its exact law on quadratic clients.
 """

@@ -261,6 +261,29 @@ def rule_chain_moments(rsde: RuleSDE, rounds: int, w0, *, record=None) -> Moment
     return linear_chain_moments(rsde.law, rounds, w0, record=record)
 
 
+def chain_stationary_law(rsde: RuleSDE) -> tuple[np.ndarray, np.ndarray] | None:
+    """The chain's stationary mean and covariance of ``w`` (discrete Lyapunov on ``w − c`` or ``(w − c, v)``), or
+    ``None`` when the mean recursion does not contract."""
+    import scipy.linalg
+
+    law, d = rsde.law, rsde.law.d
+    if rsde.momentum is None:
+        T, noise = law.transition, law.server_noise_cov
+    else:
+        T, L = momentum_transition(law, rsde.momentum)
+        noise = L @ law.noise_cov @ L.T
+    if np.max(np.abs(np.linalg.eigvals(T))) >= 1.0:
+        return None
+    P = scipy.linalg.solve_discrete_lyapunov(T, noise)[:d, :d]
+    return rsde.sde.c.copy(), 0.5 * (P + P.T)
+
+
+def chain_spectral_radius(rsde: RuleSDE) -> float:
+    """Spectral radius of the chain's mean recursion (``I − sB``, or the momentum transition)."""
+    T = rsde.law.transition if rsde.momentum is None else momentum_transition(rsde.law, rsde.momentum)[0]
+    return float(np.max(np.abs(np.linalg.eigvals(T))))
+
+
 def simulate_rule_sde(rsde: RuleSDE, rounds: int, replicates: int, seed: int, w0=None, *, method: str = "exact",
                       substeps: int = 1, record=None) -> tuple[np.ndarray, np.ndarray]:
     """Paths of a rule's first-order SDE on the round grid (float64, numpy ``default_rng(seed)``).
@@ -302,6 +325,8 @@ def simulate_rule_sde(rsde: RuleSDE, rounds: int, replicates: int, seed: int, w0
 __all__ = [
     "NoSDEError",
     "RuleSDE",
+    "chain_spectral_radius",
+    "chain_stationary_law",
     "linear_chain_moments",
     "momentum_chain_moments",
     "momentum_transition",
