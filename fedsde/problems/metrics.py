@@ -36,8 +36,9 @@ live on the device once per device and dtype (cached on the problem).
   - ``test_accuracy``: with ``M > metric_samples`` test samples, ``m`` uniform draws of the test set, standard
     error ``sd/√m``.
 
-Quadratic problems are evaluated in closed form in torch; other problems (least squares) through their NumPy
-``loss`` and ``grad``.
+Quadratic problems are evaluated in closed form in torch; module problems (a user's ``nn.Module``) through their
+own ``torch_metrics`` on the same rows (:mod:`fedsde.problems.module.metrics`); other problems (least squares)
+through their NumPy ``loss`` and ``grad``.
 """
 
 from __future__ import annotations
