@@ -443,3 +443,17 @@ def test_epoch_steps_give_the_builtin_trajectories(digits):
     b = simulate(mine, oracle_factory=module_oracle(), **kw).weights
     assert np.max(np.abs(a[-1] - a[0])) > 0.1
     assert _rel(b, a) <= REL
+
+
+def test_subsampled_metrics_equal_the_builtin_estimates_and_their_standard_errors(digits):
+    """Above ``metric_samples`` rows both paths estimate on the same seeded subsample (rows drawn with p_k/N_k, 16
+    groups for the unbiased ‖∇F‖²): equal values and standard errors."""
+    builtin = digits.replace(batch_size=8)
+    mine = _as_module(builtin, SoftmaxModule(64, 10), batch_size=8)
+    W = np.random.default_rng(1).standard_normal((3, builtin.d)) * 0.05
+    ref = evaluate_metrics(builtin, W, metric_samples=64, metric_seed=2)
+    got = evaluate_metrics(mine, W, metric_samples=64, metric_seed=2)
+    assert got.sampled and got.sampling == ref.sampling
+    for name in ("train_loss", "grad_norm_sq", "test_accuracy"):
+        assert _rel(got[name], ref[name]) <= 1e-11, name
+        assert np.all(ref.se[name] > 0) and _rel(got.se[name], ref.se[name]) <= 1e-9, name

@@ -179,38 +179,14 @@ class ModuleProblem(ModuleViews):
         return int(self._cache.get("logits", 1))
 
     # ------------------------------------------------------------------ metrics (torch)
-    def torch_metrics(self, W: torch.Tensor, need: list[str]) -> dict[str, torch.Tensor]:
-        """``train_loss`` (``F`` with the ridge), ``grad_norm_sq`` (``‖∇F‖²``) and ``test_accuracy`` (cross-entropy) of
-        weights ``W`` (m, d), exact over all rows, eval mode, on ``W``'s device and in its dtype: one forward (and
-        backward) pass per weight vector over the rows, in chunks of :data:`METRIC_BYTES`."""
-        fm, data = self._shared(W.device, W.dtype)
-        out: dict[str, list] = {n: [] for n in need}
-        X, y, s = data["X"], data["y"], data["s"]
-        step = self._rows_per_pass(W)
-        cuts = [(a, min(a + step, X.shape[0])) for a in range(0, X.shape[0], step)]
-        with fm.lock:
-            for w in W:
-                ridge = 0.5 * self.l2 * torch.sum(w * w)
-                if "grad_norm_sq" in need:
-                    g, f = w.new_zeros(w.shape), w.new_zeros(())
-                    for a, b in cuts:
-                        ga, fa = fm.grad_and_value(w, X[a:b], y[a:b], s[a:b])
-                        g, f = g + ga, f + fa
-                    g = g + self.l2 * w
-                    out["grad_norm_sq"].append(torch.sum(g * g))
-                    if "train_loss" in need:
-                        out["train_loss"].append(f + ridge)
-                elif "train_loss" in need:
-                    with torch.no_grad():
-                        f = sum(torch.sum(fm.row_losses(w, X[a:b], y[a:b]) * s[a:b]) for a, b in cuts)
-                    out["train_loss"].append(f + ridge)
-                if "test_accuracy" in need:
-                    Xt, yt = data["Xt"], data["yt"]
-                    with torch.no_grad():
-                        hits = sum(torch.sum(torch.argmax(fm.outputs(w, Xt[a:a + step]).reshape(-1, self._logits), -1)
-                                             == yt[a:a + step]) for a in range(0, Xt.shape[0], step))
-                    out["test_accuracy"].append(hits.to(W.dtype) / Xt.shape[0])
-        return {n: torch.stack(v) for n, v in out.items()}
+    def torch_metrics(self, W: torch.Tensor, need: list[str], plan: dict | None = None) -> tuple[dict, dict]:
+        """``(values, standard errors)`` of ``train_loss`` (``F`` with the ridge), ``grad_norm_sq`` (``‖∇F‖²``) and
+        ``test_accuracy`` (cross-entropy) for weights ``W`` (m, d), eval mode, on ``W``'s device and in its dtype,
+        on the rows of ``plan`` (:func:`fedsde.problems.metrics.metric_sample`; ``None``: all rows, exact); see
+        :mod:`fedsde.problems.module.metrics`."""
+        from fedsde.problems.module.metrics import module_metrics
+
+        return module_metrics(self, W, need, plan)
 
     def metric_names(self) -> tuple[str, ...]:
         """The metrics this problem defines (``test_accuracy`` needs cross-entropy and a test set)."""
