@@ -191,3 +191,16 @@ def test_simulate_on_cuda_and_float32(tmp_path, capsys):
         sim = _run(capsys, ["simulate", "--problem", path, "--eta", "0.1", "--local-steps", "2", "--rounds", "2",
                             "--replicates", "3", "--seed", "0", "--device", "cuda", *extra, "--json"])
         assert np.all(np.isfinite(sim["metrics"]["train_loss"]["mean"]))
+
+
+@pytest.mark.parametrize(("argv", "needle"), [
+    (["validity", "--rounds", "2", "--replicates", "4", "--seed", "0", "--reference", "exact"], "svag"),
+    (["exact"], "kind='module'"),
+    (["derive"], "kind='module'"),
+    (["sde", "--rounds", "2", "--replicates", "3", "--seed", "0"], "--variant general"),
+])
+def test_closed_forms_refuse_a_module_file_in_one_line(tmp_path, capsys, argv, needle):
+    path = _files(tmp_path)
+    code = main([argv[0], "--problem", path, "--eta", "0.1", "--local-steps", "2", *argv[1:]])
+    cap = capsys.readouterr()
+    assert code == 2 and cap.out == "" and cap.err.count("\n") == 1 and needle in cap.err, cap.err

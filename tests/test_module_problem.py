@@ -72,7 +72,7 @@ def digits():
     return federated_classification("digits", n_clients=3, partition="dirichlet", seed=0, model="softmax", l2=1e-3)
 
 
-@pytest.mark.parametrize("batch", [8, 40])  # Floyd's draws (b <= 32) and the smallest keys (b > 32)
+@pytest.mark.parametrize("batch", [8, 40, 300])  # Floyd (b <= 32), the smallest keys (b > 32), dense (N_k <= 2b)
 def test_softmax_module_gives_the_builtin_trajectories(digits, batch):
     builtin = digits.replace(batch_size=batch)
     mine = _as_module(builtin, SoftmaxModule(64, 10), batch_size=batch)
@@ -194,7 +194,7 @@ def test_conv_net_on_natural_clients_trains_as_a_plain_per_client_loop(tmp_path)
 
 
 # ---------------------------------------------------------------------------------------------- dropout, minibatches
-def test_dropout_minibatch_replicate_does_not_depend_on_R_or_chunks(tmp_path):
+def test_dropout_minibatch_replicate_does_not_depend_on_R_or_chunks(tmp_path, monkeypatch):
     path, _ = write_cnn_problem(tmp_path, batch=4, dropout=0.3)
     problem = load_problem(path)
     kw = {"eta": 0.2, "local_steps": 2, "rounds": 2, "seed": 9, "block_size": 2}
@@ -202,6 +202,9 @@ def test_dropout_minibatch_replicate_does_not_depend_on_R_or_chunks(tmp_path):
     assert simulate(problem, replicates=6, chunk_size=2, **kw).weights.tobytes() == full.tobytes()
     assert simulate(problem, replicates=2, **kw).weights.tobytes() == full[:, :2].tobytes()
     assert np.ptp(full[-1], axis=0).max() > 0  # replicates differ (minibatches and masks)
+    monkeypatch.setattr("fedsde.sim.workers.MIN_CHUNK_WORK", 1)  # small chunks in parallel threads
+    threads = simulate(problem, replicates=6, workers=3, **kw).weights
+    assert threads.tobytes() == full.tobytes()
 
 
 def test_dropout_minibatch_mean_loss_agrees_with_an_independent_monte_carlo_loop(tmp_path):
@@ -258,6 +261,9 @@ def test_batchnorm_is_refused_in_one_line_naming_the_fix():
     with pytest.raises(FedsdeInputError, match="GroupNorm") as err:
         module_problem(nn.Sequential(nn.Linear(4, 5), nn.BatchNorm1d(5), nn.Linear(5, 3)), x, y, c)
     assert "\n" not in str(err.value)
+    with pytest.raises(FedsdeInputError, match="GroupNorm"):
+        module_problem(nn.Sequential(nn.Linear(4, 5), nn.BatchNorm1d(5, track_running_stats=False),
+                                     nn.Linear(5, 3)), x, y, c)
     with pytest.raises(FedsdeInputError, match=r"nn\.Dropout"):
         module_problem(nn.Sequential(nn.Linear(4, 3), nn.AlphaDropout(0.2)), x, y, c)
 
@@ -319,6 +325,7 @@ def test_a_module_vmap_cannot_batch_runs_in_a_loop_with_the_same_numbers_and_one
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         res = simulate(pb, eta=0.3, local_steps=2, rounds=3, replicates=2, seed=0, workers=1)
+        simulate(pb, eta=0.3, local_steps=2, rounds=1, replicates=4, block_size=1, chunk_size=1, seed=0)  # again
     loops = [w for w in seen if issubclass(w.category, ModuleLoopWarning)]
     assert len(loops) == 1 and "loop" in str(loops[0].message)
     ref = _plain_loop(module, x, y, c, eta=0.3, steps=2, rounds=3)
@@ -392,3 +399,61 @@ def test_cuda_module_run_matches_the_cpu_full_batch(tmp_path):
     assert _rel(b, a) <= 1e-10
     m = evaluate_metrics(pb, b[-1])
     assert np.all(np.isfinite(m["train_loss"]))
+
+
+def test_validity_on_the_conv_net_gives_one_of_its_three_outcomes(tmp_path):
+    from fedsde.validity import validity_test
+
+    path, _ = write_cnn_problem(tmp_path, batch=4, dropout=0.3)
+    res = validity_test(load_problem(path), eta=0.2, local_steps=2, rounds=2, replicates=4, seed=0, ells=[1, 2])
+    assert res.verdict.outcome in ("tracks", "does not track", "inconclusive")
+
+
+def test_round_contraction_by_hessian_vector_products_equals_the_closed_form_hessians(digits):
+    from fedsde.validity.step import round_contraction
+
+    builtin = digits.replace(batch_size=8)
+    mine = _as_module(builtin, SoftmaxModule(64, 10), batch_size=8)
+    w = np.random.default_rng(0).standard_normal(builtin.d) * 0.1
+    np.testing.assert_allclose(mine.client_hvp(w, np.ones(builtin.d)), builtin.client_hessian(w) @ np.ones(builtin.d),
+                               rtol=1e-10, atol=1e-12)
+    a = round_contraction(builtin, eta=0.1, local_steps=2, server_lr=1.0, at=w)
+    b = round_contraction(mine, eta=0.1, local_steps=2, server_lr=1.0, at=w)
+    assert abs(a - b) <= 1e-8 * abs(a)
+
+
+def test_a_forward_pass_that_returns_no_tensor_is_one_line():
+    x, y, c = _rows()
+    with pytest.raises(FedsdeInputError, match="not a tensor") as err:
+        module_problem(nn.LSTM(4, 3, batch_first=True), x[:, None, :], y, c)
+    assert "\n" not in str(err.value)
+    with pytest.raises(FedsdeInputError, match="outputs per row"):
+        module_problem(nn.Linear(4, 2), x, y, c)  # labels go up to 2: three logits needed
+
+
+def test_epoch_steps_give_the_builtin_trajectories(digits):
+    """Local epochs (batch sizes handed over every round by EpochSteps, the last batch of an epoch smaller)."""
+    from fedsde.sim import EpochSteps, minibatch_oracle, module_oracle
+
+    builtin = digits.replace(batch_size=None)
+    mine = _as_module(builtin, SoftmaxModule(64, 10), batch_size=None)
+    steps = EpochSteps(tuple(builtin.sizes), 1, (20, 60))  # batch sizes drawn per client and round
+    kw = {"eta": 0.1, "local_steps": steps, "rounds": 2, "replicates": 2, "seed": 3, "record": [0, 1, 2]}
+    a = simulate(builtin, oracle_factory=minibatch_oracle(sampling="minibatch"), **kw).weights
+    b = simulate(mine, oracle_factory=module_oracle(), **kw).weights
+    assert np.max(np.abs(a[-1] - a[0])) > 0.1
+    assert _rel(b, a) <= REL
+
+
+def test_subsampled_metrics_equal_the_builtin_estimates_and_their_standard_errors(digits):
+    """Above ``metric_samples`` rows both paths estimate on the same seeded subsample (rows drawn with p_k/N_k, 16
+    groups for the unbiased ‖∇F‖²): equal values and standard errors."""
+    builtin = digits.replace(batch_size=8)
+    mine = _as_module(builtin, SoftmaxModule(64, 10), batch_size=8)
+    W = np.random.default_rng(1).standard_normal((3, builtin.d)) * 0.05
+    ref = evaluate_metrics(builtin, W, metric_samples=64, metric_seed=2)
+    got = evaluate_metrics(mine, W, metric_samples=64, metric_seed=2)
+    assert got.sampled and got.sampling == ref.sampling
+    for name in ("train_loss", "grad_norm_sq", "test_accuracy"):
+        assert _rel(got[name], ref[name]) <= 1e-11, name
+        assert np.all(ref.se[name] > 0) and _rel(got.se[name], ref.se[name]) <= 1e-9, name

@@ -59,8 +59,9 @@ def add_problem_args(p: argparse.ArgumentParser, *, local_steps: bool = True, da
     (old name: ``steps``) leaves out the two local-steps flags; ``data=False`` for commands that take quadratic
     clients only; ``problem_help`` replaces the help of ``--problem``."""
     if problem_help is None:
-        problem_help = ("problem file (.toml/.json): quadratic clients or a data problem (kind = \"classification\" "
-                        "or \"regression\")" if data else "quadratic problem (.toml or .json)")
+        problem_help = ("problem file (.toml/.json): quadratic clients or a data problem (kind = \"classification\", "
+                        "\"regression\" or \"module\": your own nn.Module)" if data
+                        else "quadratic problem (.toml or .json)")
     p.add_argument("--problem", required=True, metavar="FILE", help=problem_help)
     p.add_argument("--eta", required=True, type=float, metavar="η", help="client learning rate")
     if local_steps:

@@ -31,7 +31,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "displacement (1+√(2ℓ−1))/2·Â⁽¹⁾ + (1−√(2ℓ−1))/2·Â⁽²⁾ from two independent client rounds. Simultaneous "
         "Student-t intervals (Bonferroni, level --alpha) give one of three outcomes: tracks (every upper bound of d "
         "<= tolerance), does not track (some lower bound > tolerance), or inconclusive (with the replicates that "
-        "would decide). Quadratic and data problem files (kind = \"classification\" or \"regression\") are accepted.",
+        "would decide). Quadratic and data problem files (kind = \"classification\", \"regression\" or "
+        "\"module\") are accepted.",
     )
     add_problem_args(p)
     p.add_argument("--rounds", type=int, required=True, metavar="n", help="base rounds: the test runs to t = n·h")

@@ -86,52 +86,32 @@ class ModuleOracle(OracleBase):
         return rb
 
     def _draw(self, streams: ReplicateStreams, n: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Row indices (nb, slots, B, cap) and their weights ``c`` (1/batch on the batch's rows, 0 elsewhere)."""
+        """Row indices (nb, slots, B, cap) and their weights ``c`` (1/batch on the batch's rows, 0 elsewhere); the
+        batch sizes are the problem's ``batch_size`` or, with EpochSteps, the round's (every (replicate, slot) its
+        own, drawn the same way)."""
         nb, slots, B = n.shape
         cap = self.cap
         ar = torch.arange(cap, device=self.device)
         rb = self._batches(nb, slots, B)
-        if rb is not None:  # EpochSteps: every (replicate, slot) its own batch size
-            return self._draw_sized(streams, n, rb)
-        if self.batch is None:  # the client's whole data
-            idx = ar.expand(nb, slots, B, cap)
-            valid = ar < n.unsqueeze(-1)
-            count = n.unsqueeze(-1)
-        elif self.with_replacement:
+        n1 = n.unsqueeze(-1)  # (nb, slots, B, 1)
+        if rb is None and self.batch is None:  # the client's whole data
+            valid = ar < n1
+            c = valid.to(self.dtype) / n1.to(self.dtype)
+            return ar.expand(nb, slots, B, cap), c
+        if self.with_replacement:
+            b = torch.full_like(n1, cap) if rb is None else rb.unsqueeze(-1)
             u = streams.uniform_(torch.empty((nb, slots, B, cap), dtype=torch.float64, device=self.device))
-            idx = torch.minimum(torch.floor(u * n.unsqueeze(-1)).to(torch.int64), n.unsqueeze(-1) - 1)
-            valid = torch.ones_like(idx, dtype=torch.bool)
-            count = torch.full_like(n.unsqueeze(-1), cap)
+            idx = torch.minimum(torch.floor(u * n1).to(torch.int64), n1 - 1)
         else:
-            b = torch.clamp(n, max=cap).unsqueeze(-1)  # (nb, slots, B, 1)
+            b = torch.clamp(n1, max=cap) if rb is None else torch.minimum(rb.unsqueeze(-1), n1)
             if self.n_max <= DENSE_FACTOR * cap or cap > FLOYD_MAX:  # the b smallest of N_max keys
                 keys = streams.uniform_(torch.empty((nb, slots, B, self.n_max), dtype=torch.float64,
                                                     device=self.device))
-                keys = keys.masked_fill(self.pos >= n.unsqueeze(-1), 2.0)
+                keys = keys.masked_fill(self.pos >= n1, 2.0)
                 idx = torch.topk(keys, cap, dim=-1, largest=False, sorted=True).indices
             else:  # Floyd: O(batch) draws per slot
                 u = streams.uniform_(torch.empty((nb, slots, B, cap), dtype=torch.float64, device=self.device))
                 idx = floyd_sample(u, n, b[..., 0])
-            valid = ar < b
-            count = b
-        c = valid.to(self.dtype) / count.to(self.dtype)
-        return torch.where(valid, idx, 0), c
-
-    def _draw_sized(self, streams: ReplicateStreams, n: torch.Tensor, rb: torch.Tensor):
-        """:meth:`_draw` with per-(replicate, slot) batch sizes ``rb`` (nb, slots, B): the ``b`` smallest of
-        ``N_max`` uniform keys (without replacement), or ``b`` uniform rows (with replacement)."""
-        nb, slots, B = n.shape
-        cap = self.cap
-        ar = torch.arange(cap, device=self.device)
-        if self.with_replacement:
-            b = rb.unsqueeze(-1)
-            u = streams.uniform_(torch.empty((nb, slots, B, cap), dtype=torch.float64, device=self.device))
-            idx = torch.minimum(torch.floor(u * n.unsqueeze(-1)).to(torch.int64), n.unsqueeze(-1) - 1)
-        else:
-            b = torch.minimum(rb, n).unsqueeze(-1)
-            keys = streams.uniform_(torch.empty((nb, slots, B, self.n_max), dtype=torch.float64, device=self.device))
-            keys = keys.masked_fill(self.pos >= n.unsqueeze(-1), 2.0)
-            idx = torch.topk(keys, cap, dim=-1, largest=False, sorted=True).indices
         valid = ar < b
         c = valid.to(self.dtype) / b.clamp(min=1).to(self.dtype)
         return torch.where(valid, idx, 0), c

@@ -36,8 +36,9 @@ live on the device once per device and dtype (cached on the problem).
   - ``test_accuracy``: with ``M > metric_samples`` test samples, ``m`` uniform draws of the test set, standard
     error ``sd/√m``.
 
-Quadratic problems are evaluated in closed form in torch; other problems (least squares) through their NumPy
-``loss`` and ``grad``.
+Quadratic problems are evaluated in closed form in torch; module problems (a user's ``nn.Module``) through their
+own ``torch_metrics`` on the same rows (:mod:`fedsde.problems.module.metrics`); other problems (least squares)
+through their NumPy ``loss`` and ``grad``.
 """
 
 from __future__ import annotations
@@ -184,7 +185,10 @@ def evaluate_metrics_torch(problem, w, w0=None, names: Sequence[str] | None = No
         got, se = _data_metrics(problem, flat, need, plan)
         vals |= got
     elif need and hasattr(problem, "torch_metrics"):  # module problems: their own functional calls
-        vals |= problem.torch_metrics(flat, need)
+        plan = metric_sample(problem, metric_samples, metric_seed)
+        sampling = plan["describe"]
+        got, se = problem.torch_metrics(flat, need, plan)
+        vals |= got
     elif need and _plain_quadratic(problem):
         vals |= _quadratic_metrics(problem, flat, need)
     elif need:
@@ -232,7 +236,7 @@ def metric_sample(problem: ClassificationProblem, metric_samples: int | None = N
     seed = positive_int("metric_seed", metric_seed, minimum=0)
     key = ("metric_sample", m, seed)
     if key not in problem._cache:
-        N, M = int(problem.y.size), int(problem.y_test.size)
+        N, M = int(problem.y.shape[0]), int(problem.y_test.shape[0])
         draws = GROUPS * (m // GROUPS)
         rng = np.random.default_rng(np.random.SeedSequence([seed, _SEED_TAG]))
         rows = test_rows = None

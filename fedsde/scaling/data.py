@@ -373,6 +373,8 @@ def _module_memory_need(problem, base: FedAvgConfig, scaled: FedAvgConfig, *, re
     """:func:`memory_need` of a module problem: the rows (copied once when split), the larger end's local step
     (:func:`fedsde.clients.module_oracle.step_bytes`, one replicate per block as :func:`simulate_end` runs) and
     about ten ``(Q, d)`` tensors per replicate, the recorded weights and the metrics' per-replicate values."""
+    import torch
+
     from fedsde.clients.module_oracle import step_bytes
 
     item, d = 8, problem.d
@@ -380,15 +382,8 @@ def _module_memory_need(problem, base: FedAvgConfig, scaled: FedAvgConfig, *, re
     parts = max(1, (scaled.clients or problem.Q) // (base.clients or problem.Q))
     Qs = problem.Q * parts
     rows = item * (problem.X.size + problem.X_test.size) * (2 if parts > 1 else 1)
-    step = max(step_bytes(problem, problem.Q, 1, problem_dtype()), step_bytes(problem, Qs, 1, problem_dtype()))
+    step = max(step_bytes(problem, problem.Q, 1, torch.float64), step_bytes(problem, Qs, 1, torch.float64))
     return int(rows + step + item * replicates * (10 * Qs * d + T * d) + item * 2 * T * replicates * 4)
-
-
-def problem_dtype():
-    """float64, the dtype :func:`simulate_end` runs in."""
-    import torch
-
-    return torch.float64
 
 
 def check_memory(problem, base: FedAvgConfig, scaled: FedAvgConfig, *, replicates: int, points: int,

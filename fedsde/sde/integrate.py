@@ -203,6 +203,9 @@ def simulate_sde(
     # the general SDE's rollout streams: blocks of min(paths, BLOCK) paths, as in the simulator (a run of few paths
     # never computes a padded block of BLOCK); above BLOCK paths the block is BLOCK, the chunks' unit
     block = resolve_block_size(None, replicates)
+    check = getattr(oracle_factory, "check_memory", None)
+    if check is not None:  # an oracle with a work space of its own per block (module problems): refused up front
+        check(problem, slots=int(problem.Q), block=block, device=dev, dtype=dtype)
     proto = _build_module(problem, variant, eta, local_steps, server_lr, h, dev, dtype,
                           inner_samples=inner_samples, estimator=estimator, seed=base_seed, first_block=0,
                           oracle_factory=oracle_factory, block_size=block)

@@ -233,6 +233,9 @@ def svag_chain(
     # recorded weights; chunks of blocks run in parallel threads (fedsde.sim.workers: the same numbers)
     item = torch.finfo(dtype).bits // 8
     available = available_memory(dev, None)
+    check = getattr(oracle_factory, "check_memory", None)
+    if check is not None:  # an oracle with a work space of its own per block (module problems): refused up front
+        check(problem, slots=Q, block=block, device=dev, dtype=dtype)
     chunk_size = plan_chunks(f"replicates={R}", R, None, block, item * (10 * rollouts * Q * d + 6 * d),
                              8 * keep.size * R * d, available, "use fewer replicates or record fewer rounds",
                              working_set=working_set(dev, available))

@@ -8,6 +8,7 @@ from fedsde.clients.data_oracles import (
     gaussian_oracle,
     minibatch_oracle,
 )
+from fedsde.clients.module_oracle import ModuleOracle, module_oracle
 from fedsde.clients.oracles import GaussianQuadraticOracle, GradientOracle
 from fedsde.clients.solvers import SGD, LocalSolver, momentum_solver, prox_solver
 from fedsde.clients.steps import EpochSteps, RandomSteps
@@ -27,12 +28,14 @@ __all__ = [
     "GradientOracle",
     "LocalSolver",
     "MinibatchOracle",
+    "ModuleOracle",
     "RandomSteps",
     "ReplicateStreams",
     "SimulationResult",
     "full_gradient_oracle",
     "gaussian_oracle",
     "minibatch_oracle",
+    "module_oracle",
     "momentum_solver",
     "prox_solver",
     "resolve_seed",

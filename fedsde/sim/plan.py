@@ -198,14 +198,14 @@ def make_plan(
     else:
         w_start = start_point(w0, d)
     make_oracle = oracle_factory or _default_oracle(problem, steps)
-    check = getattr(make_oracle, "check_memory", None)
-    if check is not None:  # an oracle with a work space of its own per block (module problems): refused up front
-        check(problem, slots=participation if participation is not None else Q, block=block_size, device=dev,
-              dtype=dtype, memory_limit=memory_limit)
     if moments_only and drift_keep.size:
         raise FedsdeInputError("record_drift: needs the samples; not available with moments_only=True")
     workers = resolve_workers(workers, dev)
     sparse = is_cross_device(participation, Q, weighting) and compact_rule(agg) and not drift_keep.size
+    check = getattr(make_oracle, "check_memory", None)
+    if check is not None:  # an oracle with a work space of its own per block (module problems): refused up front
+        check(problem, slots=participation if sparse else Q, block=block_size, device=dev, dtype=dtype,
+              memory_limit=memory_limit)
     chunk_size = _chunk_size(replicates=replicates, chunk_size=chunk_size, block=block_size,
                              Q=participation if sparse else Q, d=d, recorded=keep.size,
                              drift_cols=drift_keep.size * max_local_steps(steps), moments_only=moments_only,

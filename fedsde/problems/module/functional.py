@@ -14,8 +14,10 @@ Conventions (a contract):
   streams, so a replicate's dropout does not depend on the other entries of the batch; in eval mode (metrics) it
   is the identity.  A module that draws random numbers itself in its forward pass (``torch.nn.functional.dropout``
   called directly, ``nn.AlphaDropout``, ``torch.rand``) is refused;
-* modules with running statistics (BatchNorm) are refused: their statistics couple the rows of a minibatch (and
-  padded rows of small clients would enter them) and update state outside the weight vector;
+* BatchNorm (with or without ``track_running_stats``) and any module with buffers are refused, in one line naming
+  the fix (``nn.GroupNorm``, ``nn.LayerNorm``): batch statistics couple the rows of a minibatch (padded rows of small
+  clients would enter them, and an eval-mode loss would depend on how rows are grouped), running statistics change
+  state outside the weight vector;
 * a module that ``vmap`` cannot batch (a Python ``float(tensor)``, ``.item()``, a branch on a tensor's value, an
   operator without a batching rule) is run in a loop over the batch, one ``grad`` call per entry: the same
   formulas, entry by entry; a :class:`ModuleLoopWarning` says so once per module.
@@ -69,11 +71,16 @@ class MaskedDropout(nn.Module):
 def refuse_running_stats(module: nn.Module, where: str = "model") -> None:
     """One-line refusal of BatchNorm and any other module with running statistics (buffers)."""
     for name, sub in module.named_modules():
-        if isinstance(sub, nn.modules.batchnorm._BatchNorm) or any(True for _ in sub.buffers(recurse=False)):
-            label = name or type(sub).__name__
+        label = name or type(sub).__name__
+        if isinstance(sub, nn.modules.batchnorm._BatchNorm):  # with track_running_stats=False too
             raise FedsdeInputError(
-                f"{where}: {label} ({type(sub).__name__}) keeps running statistics, which couple the rows of a "
-                "minibatch and change outside the weight vector; use nn.GroupNorm or nn.LayerNorm instead")
+                f"{where}: {label} ({type(sub).__name__}) normalises by batch statistics, which couple the rows of a "
+                "minibatch (padded rows of small clients would enter them) and, when tracked, change outside the "
+                "weight vector; use nn.GroupNorm or nn.LayerNorm instead")
+        if any(True for _ in sub.buffers(recurse=False)):
+            raise FedsdeInputError(
+                f"{where}: {label} ({type(sub).__name__}) keeps buffers (running statistics), which change outside "
+                "the weight vector; use modules whose state is all parameters (nn.GroupNorm for BatchNorm)")
         if isinstance(sub, nn.AlphaDropout | nn.FeatureAlphaDropout):
             raise FedsdeInputError(f"{where}: {name or type(sub).__name__} ({type(sub).__name__}) draws its own random "
                                    "numbers; use nn.Dropout (its masks are drawn from the run's streams)")
@@ -117,13 +124,17 @@ class FunctionalModule:
         Shape of one input row (to find the dropout masks' shapes).
     batching : {"auto", "vmap", "loop"}
         ``auto``: ``vmap``, falling back to the loop (with a :class:`ModuleLoopWarning`) where it cannot batch.
+    state : dict, optional
+        Shared by the copies of one problem: once ``vmap`` failed, every later copy loops at once and the warning
+        is given once.
     """
 
     def __init__(self, module: nn.Module, loss: str, device, dtype, row_shape: tuple[int, ...],
-                 batching: str = "auto"):
+                 batching: str = "auto", state: dict | None = None):
         self.module = copy.deepcopy(module).to(device=device, dtype=dtype)
         self.loss, self.device, self.dtype = loss, torch.device(device), dtype
-        self.batching = batching
+        self.state = {} if state is None else state
+        self.batching = "loop" if batching == "auto" and self.state.get("loop") else batching
         self.dropouts = _replace_dropouts(self.module)
         named = list(self.module.named_parameters())
         self.names = [n for n, _ in named]
@@ -211,9 +222,11 @@ class FunctionalModule:
                         "model: the forward pass draws random numbers itself (e.g. torch.nn.functional.dropout); "
                         "use nn.Dropout modules, whose masks fedsde draws from the run's streams") from None
                 self.batching = "loop"
-                warnings.warn(f"model {type(self.module).__name__}: torch.func.vmap cannot batch it "
-                              f"({_first_line(exc)}); running a loop over the {w.shape[0]} (replicate, client) "
-                              "entries instead (same formulas, slower)", ModuleLoopWarning, stacklevel=3)
+                if not self.state.get("loop"):
+                    self.state["loop"] = True
+                    warnings.warn(f"model {type(self.module).__name__}: torch.func.vmap cannot batch it "
+                                  f"({_first_line(exc)}); running a loop over the (replicate, client) entries "
+                                  "instead (same formulas, slower)", ModuleLoopWarning, stacklevel=3)
         g = torch.func.grad(self._weighted)
         return torch.stack([g(w[i], x[i], y[i], c[i], [m[i] for m in masks]) for i in range(w.shape[0])])
 

@@ -2,9 +2,10 @@
 
 Client ``k`` holds ``N_k`` rows ``(x_i, y_i)`` and minimises
 
-    F_k(w) = (1/N_k) Σ_{i∈I_k} ℓ(f_w(x_i), y_i),        F(w) = Σ_k p_k F_k(w) + (λ/2) ‖w‖²,
+    F_k(w) = (1/N_k) Σ_{i∈I_k} ℓ(f_w(x_i), y_i) + (λ/2) ‖w‖²,        F(w) = Σ_k p_k F_k(w),
 
-with ``f_w`` the module with weight vector ``w`` (``parameters_to_vector(module.parameters())``), ``ℓ`` the
+(so ``F = Σ_k p_k (1/N_k) Σ_i ℓ_i + (λ/2)‖w‖²``, the ridge in every client's loss as for the classification
+problems), with ``f_w`` the module with weight vector ``w`` (``parameters_to_vector(module.parameters())``), ``ℓ`` the
 cross-entropy or the squared error (:mod:`fedsde.problems.module.functional`), ``p_k ∝ N_k`` unless given and ``λ``
 the ``l2`` coefficient.  A local step is ``w ← w − η(∇ (1/b) Σ_{i∈S} ℓ(f_w(x_i), y_i) + λw)`` on a minibatch ``S``
 of ``b`` rows (``batch_size``; ``None`` = the client's whole data) drawn without or with replacement, with the module
@@ -147,7 +148,8 @@ class ModuleProblem(ModuleViews):
     # ------------------------------------------------------------------ device copies
     def functional(self, device="cpu", dtype=torch.float64) -> FunctionalModule:
         """A :class:`FunctionalModule` of this problem on ``device`` in ``dtype`` (a fresh private copy)."""
-        return FunctionalModule(self.module, self.loss_name, device, dtype, self.row_shape, self.batching)
+        return FunctionalModule(self.module, self.loss_name, device, dtype, self.row_shape, self.batching,
+                                state=self._cache.setdefault("vmap_state", {}))
 
     def _shared(self, device, dtype) -> tuple[FunctionalModule, dict]:
         """A cached functional copy and the rows on ``device`` (for metrics; callers hold its lock)."""
@@ -177,38 +179,14 @@ class ModuleProblem(ModuleViews):
         return int(self._cache.get("logits", 1))
 
     # ------------------------------------------------------------------ metrics (torch)
-    def torch_metrics(self, W: torch.Tensor, need: list[str]) -> dict[str, torch.Tensor]:
-        """``train_loss`` (``F`` with the ridge), ``grad_norm_sq`` (``‖∇F‖²``) and ``test_accuracy`` (cross-entropy) of
-        weights ``W`` (m, d), exact over all rows, eval mode, on ``W``'s device and in its dtype: one forward (and
-        backward) pass per weight vector over the rows, in chunks of :data:`METRIC_BYTES`."""
-        fm, data = self._shared(W.device, W.dtype)
-        out: dict[str, list] = {n: [] for n in need}
-        X, y, s = data["X"], data["y"], data["s"]
-        step = self._rows_per_pass(W)
-        cuts = [(a, min(a + step, X.shape[0])) for a in range(0, X.shape[0], step)]
-        with fm.lock:
-            for w in W:
-                ridge = 0.5 * self.l2 * torch.sum(w * w)
-                if "grad_norm_sq" in need:
-                    g, f = w.new_zeros(w.shape), w.new_zeros(())
-                    for a, b in cuts:
-                        ga, fa = fm.grad_and_value(w, X[a:b], y[a:b], s[a:b])
-                        g, f = g + ga, f + fa
-                    g = g + self.l2 * w
-                    out["grad_norm_sq"].append(torch.sum(g * g))
-                    if "train_loss" in need:
-                        out["train_loss"].append(f + ridge)
-                elif "train_loss" in need:
-                    with torch.no_grad():
-                        f = sum(torch.sum(fm.row_losses(w, X[a:b], y[a:b]) * s[a:b]) for a, b in cuts)
-                    out["train_loss"].append(f + ridge)
-                if "test_accuracy" in need:
-                    Xt, yt = data["Xt"], data["yt"]
-                    with torch.no_grad():
-                        hits = sum(torch.sum(torch.argmax(fm.outputs(w, Xt[a:a + step]).reshape(-1, self._logits), -1)
-                                             == yt[a:a + step]) for a in range(0, Xt.shape[0], step))
-                    out["test_accuracy"].append(hits.to(W.dtype) / Xt.shape[0])
-        return {n: torch.stack(v) for n, v in out.items()}
+    def torch_metrics(self, W: torch.Tensor, need: list[str], plan: dict | None = None) -> tuple[dict, dict]:
+        """``(values, standard errors)`` of ``train_loss`` (``F`` with the ridge), ``grad_norm_sq`` (``‖∇F‖²``) and
+        ``test_accuracy`` (cross-entropy) for weights ``W`` (m, d), eval mode, on ``W``'s device and in its dtype,
+        on the rows of ``plan`` (:func:`fedsde.problems.metrics.metric_sample`; ``None``: all rows, exact); see
+        :mod:`fedsde.problems.module.metrics`."""
+        from fedsde.problems.module.metrics import module_metrics
+
+        return module_metrics(self, W, need, plan)
 
     def metric_names(self) -> tuple[str, ...]:
         """The metrics this problem defines (``test_accuracy`` needs cross-entropy and a test set)."""
@@ -255,8 +233,6 @@ def _build(*, module, X, y, sizes, X_test, y_test, p, loss_name, l2, batch_size,
         raise FedsdeInputError(f"model: {type(module).__name__} has no parameters")
     sizes = np.asarray(sizes, dtype=np.int64)
     p = sizes / sizes.sum() if p is None else client_weights("p", p, sizes.size)
-    if batch_size is not None and sampling == "without-replacement" and batch_size > int(sizes.min()):
-        pass  # capped at N_k per client (the whole client)
     pb = ModuleProblem(module=module, X=X, y=y, sizes=sizes, X_test=X_test, y_test=y_test, p=p, loss_name=loss_name,
                        l2=l2, batch_size=batch_size, sampling=sampling, init_seed=init_seed,
                        client_names=tuple(client_names), batching=batching, name=name, info=dict(info),
@@ -310,6 +286,9 @@ def _check_outputs(pb: ModuleProblem) -> None:
     fm, data = pb._shared("cpu", torch.float64)
     with torch.no_grad():
         out = fm.outputs(torch.from_numpy(pb._cache["w0"]), data["X"][:1])
+    if not isinstance(out, torch.Tensor):
+        raise FedsdeInputError(f"model: {type(pb.module).__name__}.forward returns a {type(out).__name__}, not a "
+                               "tensor of outputs (return the logits, e.g. the first element of an nn.LSTM's output)")
     if pb.loss_name == "cross-entropy":
         C = int(out.reshape(1, -1).shape[1])
         pb._cache["logits"] = C

@@ -19,7 +19,7 @@ class ModuleViews:
         if w.ndim == 0 or w.shape[-1] != self.d:
             raise FedsdeInputError(f"w: last axis has {w.shape[-1] if w.ndim else 0} entries, the problem has "
                                    f"d={self.d}")
-        return torch.from_numpy(np.ascontiguousarray(w.reshape(-1, self.d)))
+        return torch.from_numpy(np.require(w.reshape(-1, self.d), requirements=["C", "W"]))
 
     def client_loss(self, w) -> np.ndarray:
         """``F_k(w)`` (with the ridge) for every client; ``w`` (..., d) gives (..., Q)."""
