@@ -269,7 +269,7 @@ def replicates_needed(gaps: dict, tol: dict, active: np.ndarray, *, alpha: float
     :data:`PLANNING_MARGIN`·tol of the tolerance and resolved to that: no number of replicates is planned for it).
 
     Why: at the point estimates ``R′`` grows like ``1/(tol − d̂)²`` and jumps with the noise of ``d̂``
-    (124 to 32,321 over six seeds at ``R = 64`` on one setting).  Holding every ``d̂`` at least
+    (127 to 32,326 over six seeds at ``R = 64`` on one setting).  Holding every ``d̂`` at least
     ``tol/10`` from its tolerance (the usual practice of sample-size planning for an equivalence test: plan for a
     difference of practical size, not for the estimate) bounds that: ``R′`` then depends on ``d̂`` only where it is
     already clear of the tolerance, and on the s.e. (stable: ``R·se²`` is a variance estimate) otherwise.  Every
