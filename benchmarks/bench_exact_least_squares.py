@@ -41,7 +41,8 @@ def main() -> None:
         os.environ[var] = str(a.threads)
     import numpy as np
 
-    from fedsde.exact.least_squares import least_squares_stationary_law, least_squares_transient_moments
+    from fedsde.exact.least_squares import least_squares_stationary_law
+    from fedsde.exact.least_squares_transient import least_squares_transient_moments
 
     dims = [20, 40] if a.quick else [int(x) for x in a.dims.split(",")]
     print(f"threads={a.threads}; eta=0.05, E=5, b=8, Q=20")

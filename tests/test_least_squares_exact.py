@@ -13,13 +13,10 @@ import pytest
 
 from fedsde.errors import FedsdeInputError, NoStationaryLawError
 from fedsde.exact import stationary_law, transient_moments
-from fedsde.exact.least_squares import (
-    least_squares_round_law,
-    least_squares_stationary_law,
-    least_squares_transient_moments,
-)
+from fedsde.exact.least_squares import least_squares_round_law, least_squares_stationary_law
 from fedsde.exact.least_squares_sde import least_squares_sde, least_squares_sde_moments
 from fedsde.exact.least_squares_surrogate import constant_noise_surrogate, surrogate_gap
+from fedsde.exact.least_squares_transient import least_squares_transient_moments
 from fedsde.problems import load_problem, random_quadratic_problem
 from fedsde.problems.regression import RegressionProblem
 from fedsde.sde.coefficients import quadratic_sde_coefficients

@@ -8,11 +8,8 @@ import numpy as np
 import pytest
 
 from fedsde.errors import FedsdeInputError
-from fedsde.exact.least_squares import (
-    least_squares_round_law,
-    least_squares_stationary_law,
-    least_squares_transient_moments,
-)
+from fedsde.exact.least_squares import least_squares_round_law, least_squares_stationary_law
+from fedsde.exact.least_squares_transient import least_squares_transient_moments
 from fedsde.problems.regression import RegressionProblem
 
 
@@ -64,7 +61,7 @@ def test_stationary_law_at_d_40_is_a_fixed_point_of_the_round():
 
 @pytest.mark.parametrize("method", ["dense", "matrix-free"])
 def test_long_transients_equal_the_round_by_round_recursion(method, monkeypatch):
-    import fedsde.exact.least_squares as ls
+    import fedsde.exact.least_squares_transient as ls
 
     pb = _problem(6, sampling="with-replacement")
     kw = {"w0": np.ones(6), "cov0": 0.1, "record": [100, 400], "participation": 2}

@@ -15,10 +15,10 @@ from fedsde.exact.least_squares import (
     LeastSquaresStationaryLaw,
     least_squares_round_law,
     least_squares_stationary_law,
-    least_squares_transient_moments,
 )
 from fedsde.exact.least_squares_sde import LeastSquaresSDE, SDEMoments, least_squares_sde, least_squares_sde_moments
 from fedsde.exact.least_squares_surrogate import SurrogateGap, constant_noise_surrogate, surrogate_gap
+from fedsde.exact.least_squares_transient import least_squares_transient_moments
 from fedsde.exact.moments import Moments, StationaryLaw, stationary_law, transient_moments
 from fedsde.exact.round_law import RoundLaw, client_round_maps, geometric_sum, round_law
 

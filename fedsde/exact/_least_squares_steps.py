@@ -82,7 +82,7 @@ class LocalData:
         for idx, X, y, w in problem.size_groups():
             r = y - X @ shift  # residual targets in the shifted coordinates (padding rows stay 0)
             V = np.concatenate([X, -r[..., None]], axis=-1)  # (c, n, d+1)
-            g = _Group(idx, X, V, w, w > 0, G[idx], Hbar[idx], coef[idx], self.local_steps[idx])
+            g = _Group(idx, X, V, w, mask=w > 0, G=G[idx], Hbar=Hbar[idx], coef=coef[idx], steps=self.local_steps[idx])
             g.eig(self._V[idx], 1.0 - self.eta * self._u[idx], self._u[idx] - lam, r, self.eta * bvec[idx])
             self.groups.append(g)
 
@@ -131,7 +131,7 @@ class LocalData:
 class _Group:
     """Clients of similar size, stacked: ``X`` (c, n, d), ``V`` (c, n, d+1), ``w`` (c, n) and their maps."""
 
-    def __init__(self, idx, X, V, w, mask, G, Hbar, coef, steps):
+    def __init__(self, idx, X, V, w, *, mask, G, Hbar, coef, steps):
         self.idx, self.X, self.V, self.w, self.mask = idx, X, V, w, mask
         self.G, self.Hbar, self.coef, self.steps = G, Hbar, coef, steps
         self.Xt = np.swapaxes(X, 1, 2)
