@@ -173,22 +173,26 @@ def _cuda(args, module, model, clients, eta, E, l2, batch) -> None:
         _cuda_one(args, label, pb, mdl, cl, eta=eta, E=E, l2=l2, batch=batch)
 
 
-def _cuda_one(args, label, pb, mdl, cl, *, eta, E, l2, batch) -> None:
+def _cuda_one(args, label, pb, mdl, cl, *, eta, E, l2, batch, replicates=(128, 1024)) -> dict:
+    """Client-steps/s of ``pb`` at each ``replicates`` and of the per-client loop on ``args.device`` (printed and
+    returned: ``{R: rates, "loop": rates}``, one rate per repeat)."""
     from fedsde.sim import simulate
 
     rounds = 2 if args.quick else 5
     w0 = torch.as_tensor(np.asarray(pb.initial_weights()), device=args.device)
     runs = {R: (lambda R=R: simulate(pb, eta=eta, local_steps=E, rounds=rounds, replicates=R, seed=1,
-                                     record=[rounds], device=args.device)) for R in (128, 1024)}
+                                     record=[rounds], device=args.device)) for R in replicates}
     runs["loop"] = lambda: per_client_loop(mdl, cl, pb.p.tolist(), eta=eta, local_steps=E, rounds=1, replicates=1,
                                            batch=batch, l2=l2, seed=1, w0=w0)
     t = race(runs, args.repeats)
     loop = [E * pb.Q / s for s in t["loop"]]
     print(f"{label} on {args.device}: d={pb.d}, Q={pb.Q}; per-client loop {statistics.median(loop):.3g} client-steps/s")
-    for R in (128, 1024):
-        rate = [rounds * E * pb.Q * R / s for s in t[R]]
+    rates = {"loop": loop}
+    for R in replicates:
+        rates[R] = rate = [rounds * E * pb.Q * R / s for s in t[R]]
         print(f"  R={R:<5d} {statistics.median(rate):10.3g} client-steps/s  [{min(rate):.3g}, {max(rate):.3g}]"
               f"   vs loop {spread([a / b for a, b in zip(rate, loop, strict=True)])}")
+    return rates
 
 
 def _cnn(device: str):
@@ -197,7 +201,7 @@ def _cnn(device: str):
     from fedsde.problems import load_problem
 
     pb = load_problem(ROOT / "examples" / "models" / "digits_cnn.toml")
-    model = load_model_class("digits_cnn.py", "DigitsCNN")(channels=8, groups=2, dropout=0.1).double().to(device)
+    model = load_model_class("digits_cnn.py", "DigitsCNN")(**pb.info["model_options"]).double().to(device)
     return pb, model, _client_tensors(pb.X, pb.y, pb.sizes, device)
 
 

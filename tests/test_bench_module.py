@@ -7,6 +7,7 @@ import importlib.util
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 from fedsde.clients.data_oracles import full_gradient_oracle
@@ -65,3 +66,27 @@ def test_per_client_loop_is_fedsde_on_the_module_problem_at_full_batch():
     loop = bench.per_client_loop(MLP(hidden=4).double(), bench._client_tensors(pb.X, pb.y, pb.sizes, "cpu"),
                                  pb.p.tolist(), replicates=1, batch=None, l2=pb.l2, seed=0, w0=w0, **kw)
     assert np.abs(sim - loop.numpy()).max() <= 1e-12 * np.abs(sim).max()
+
+
+def test_the_cuda_section_runs_on_tiny_sizes():
+    """(c)'s code path (the CNN problem, its loop and the rates) on the CPU with two replicates."""
+    from types import SimpleNamespace
+
+    bench = _bench()
+    pb, model, clients = bench._cnn("cpu")
+    rates = bench._cuda_one(SimpleNamespace(device="cpu", quick=True, repeats=1), "digits CNN", pb, model, clients,
+                            eta=0.05, E=1, l2=1e-4, batch=16, replicates=(2,))
+    assert set(rates) == {"loop", 2} and all(r > 0 for v in rates.values() for r in v)
+
+
+@pytest.mark.cuda
+def test_bench_module_on_cuda():
+    import subprocess
+    import sys
+
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    out = subprocess.run([sys.executable, "benchmarks/bench_module.py", "--device", "cuda", "--quick", "--repeats",
+                          "1"], cwd=ROOT, capture_output=True, text=True, timeout=900)  # hang guard
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "digits CNN on cuda" in out.stdout

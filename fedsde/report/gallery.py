@@ -142,7 +142,7 @@ GALLERY: dict[str, FigureSpec] = {
         FigureSpec("F16", "real_data", "Real clients, exact answers: stationary variance and bias on Grunfeld",
                    "f16_real_data", cost=3.5),
         FigureSpec("F17", "module_validity", "Your own network: SVAG validity of a CNN (GroupNorm, dropout) on digits",
-                   "f17_module_validity", cost=4.0),
+                   "f17_module_validity", cost=8.5),
         FigureSpec("F18", "rule_sdes", "The SDE of every aggregator: chain vs its own SDE, and the weak-error slope",
                    "f18_rule_sdes", cost=1.5),
     ]
