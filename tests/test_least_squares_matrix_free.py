@@ -96,3 +96,32 @@ def test_the_memory_refusal_names_the_rows():
     pb = _problem(3, Q=3)
     with pytest.raises(FedsdeInputError, match=r"\d+ rows × d=3.*grows with the rows times the features"):
         least_squares_stationary_law(pb, 0.1, 2, memory_limit=100)
+
+
+def test_quadratic_partial_participation_stationary_law_matrix_free_equals_dense(monkeypatch):
+    import fedsde.exact.moments as moments
+    from fedsde.problems import random_quadratic_problem
+
+    pb = random_quadratic_problem(Q=6, d=9, seed=1)
+    dense = moments.stationary_law(pb, 0.05, 3, participation=2)
+    monkeypatch.setattr(moments, "MATRIX_FREE_D", 2)
+    free = moments.stationary_law(pb, 0.05, 3, participation=2)
+    assert _rel(free.cov, dense.cov) < 1e-10
+
+
+@pytest.mark.parametrize("rounds", [300, 10**8])
+def test_quadratic_partial_participation_long_transients(rounds):
+    from fedsde.exact import stationary_law, transient_moments
+    from fedsde.problems import random_quadratic_problem
+
+    pb = random_quadratic_problem(Q=5, d=4, seed=2)
+    kw = {"participation": 2, "w0": np.ones(4)}
+    fast = transient_moments(pb, 0.05, 3, rounds, record=[rounds], **kw)
+    if rounds == 10**8:
+        st = stationary_law(pb, 0.05, 3, participation=2)
+        ref_mean, ref_cov = st.mean, st.cov
+    else:
+        slow = transient_moments(pb, 0.05, 3, rounds, record=[*range(0, rounds + 1, 10), rounds], **kw)
+        ref_mean, ref_cov = slow.final_mean, slow.final_cov
+    assert _rel(fast.final_cov, ref_cov) < 1e-10
+    np.testing.assert_allclose(fast.final_mean, ref_mean, rtol=0, atol=1e-12)

@@ -131,6 +131,34 @@ def tail_bound(m: int, E: np.ndarray, delta: np.ndarray, rho_T: float, rho_A: fl
         return float(rho_T**m * np.linalg.norm(E) + geo * forcing)
 
 
+def tail_moments(step, A: np.ndarray, m0: np.ndarray, P0: np.ndarray, keep: np.ndarray, mstar: np.ndarray,
+                 stationary: tuple[np.ndarray, float, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Means and covariances at the rounds ``keep`` of a chain whose round is ``step(m, P)`` (module docstring):
+    rounds applied one by one until :func:`tail_bound` puts the covariance within ``TAIL_RTOL·‖P*‖_F`` of the
+    stationary ``P*``, then ``(m* + Aⁿ(m₀ − m*), P*)``.  ``stationary`` is ``(P*, ρ(T), K*)``; ``ρ(T)`` is raised
+    by the Lanczos tolerance so that the bound stays an upper bound."""
+    Pstar, rho_T, K = stationary
+    rho_T = min(1.0, rho_T * (1.0 + 10 * LANCZOS_TOL))
+    pw = SteinInverse(A)
+    rho_A = float(np.max(np.abs(pw.lam)))
+    K2 = float(np.linalg.norm(K, 2))
+    d = m0.size
+    means, covs = np.empty((keep.size, d)), np.empty((keep.size, d, d))
+    delta0 = m0 - mstar
+    scale = float(np.linalg.norm(Pstar)) or float(np.linalg.norm(P0) + delta0 @ delta0) or 1.0
+    m, P, n = m0, P0, 0
+    for i, r in enumerate(keep):
+        r = int(r)
+        while n < r and tail_bound(r - n, P - Pstar, m - mstar, rho_T, rho_A, K2) > TAIL_RTOL * scale:
+            m, P = step(m, P)
+            n += 1
+        if n == r:
+            means[i], covs[i] = m, P
+        else:
+            means[i], covs[i] = mstar + pw.power(r, delta0), Pstar
+    return means, covs
+
+
 def affine_power(Z: np.ndarray, n: int, z: np.ndarray) -> np.ndarray:
     """``Zⁿ z`` by repeated squaring (``O(log n)`` products)."""
     out = z.copy()

@@ -125,7 +125,7 @@ def _jump(problem, law: LeastSquaresRoundLaw, m0, P0, keep, method, stationary, 
     dense affine recursion by repeated squaring where ``d`` is small, else the rounds one by one until the bound on
     the distance to the stationary law is below rounding.  ``None`` where neither applies (no fixed point, no
     stationary law, or too few rounds for the bound to help)."""
-    from fedsde.exact._least_squares_solve import TAIL_RTOL, SteinInverse, affine_power, tail_bound
+    from fedsde.exact._least_squares_solve import affine_power, tail_moments
 
     d = problem.d
     A = law.mean_map[0]
@@ -160,22 +160,8 @@ def _jump(problem, law: LeastSquaresRoundLaw, m0, P0, keep, method, stationary, 
                                                       method="matrix-free", **kw)
         except NoStationaryLawError:
             return None
-    Pstar, rho_T = stationary.cov, stationary.spectral_radius
     _, K = law.step(mstar, np.zeros((d, d)))
-    K2 = float(np.linalg.norm(K, 2))
-    pw = SteinInverse(A)
-    delta0 = m0 - mstar
-    scale = float(np.linalg.norm(Pstar)) or float(np.linalg.norm(P0) + delta0 @ delta0) or 1.0
-    m, P, n = m0, P0, 0
-    for i, r in enumerate(keep):
-        r = int(r)
-        while n < r and tail_bound(r - n, P - Pstar, m - mstar, rho_T, rho_A, K2) > TAIL_RTOL * scale:
-            m, P = law.step(m, P)
-            n += 1
-        if n == r:
-            means[i], covs[i] = m, P
-        else:
-            means[i], covs[i] = mstar + pw.power(r, delta0), Pstar
+    means, covs = tail_moments(law.step, A, m0, P0, keep, mstar, (stationary.cov, stationary.spectral_radius, K))
     return Moments(rounds=keep, mean=means, cov=covs)
 
 

@@ -117,10 +117,14 @@ def transient_moments(
                   participation=participation, weights=weights, warn=False)
     m, P = _initial(problem, w0, cov0)
     keep = record_rounds("record", record, rounds)
-    if (rounds > 64 and keep.size <= 8 and all(a.strides == (0,) or bool(np.all(a == a[0])) for a in (etas, lrs))
-            and (participation is None or participation == problem.Q)):
-        law = round_law(problem, float(etas[0]), local_steps, float(lrs[0]), weights=weights)
-        return _power_moments(law, m, P, keep)
+    if rounds > 64 and keep.size <= 8 and all(a.strides == (0,) or bool(np.all(a == a[0])) for a in (etas, lrs)):
+        if participation is None or participation == problem.Q:
+            law = round_law(problem, float(etas[0]), local_steps, float(lrs[0]), weights=weights)
+            return _power_moments(law, m, P, keep)
+        fast = _tail_moments(problem, float(etas[0]), local_steps, float(lrs[0]), participation=participation,
+                             weights=weights, m=m, P=P, keep=keep)
+        if fast is not None:
+            return fast
     keep_set = {int(k): i for i, k in enumerate(keep)}
     means = np.empty((keep.size, problem.d))
     covs = np.empty((keep.size, problem.d, problem.d))
@@ -136,6 +140,24 @@ def transient_moments(
         m, P = law.step(m, P)
         if n + 1 in keep_set:
             means[keep_set[n + 1]], covs[keep_set[n + 1]] = m, P
+    return Moments(rounds=keep, mean=means, cov=covs)
+
+
+def _tail_moments(problem, eta, local_steps, server_lr, *, participation, weights, m, P, keep) -> Moments | None:
+    """Partial participation, many rounds: the rounds of the burn-in only, then the stationary law within rounding
+    (:func:`fedsde.exact._least_squares_solve.tail_moments`; the round's second-moment map is self-adjoint and
+    positive, as there).  ``None`` where the chain has no stationary law."""
+    from fedsde.exact._least_squares_solve import perron_root, tail_moments
+
+    law = round_law(problem, eta, local_steps, server_lr, participation=participation, weights=weights)
+    try:
+        st = stationary_law(problem, eta, local_steps, server_lr, participation=participation, weights=weights)
+    except NoStationaryLawError:
+        return None
+    d = problem.d
+    rho_T = perron_root(law.second_moment_map, d, st.cov) if d > 2 else _spectral_radius(law.second_moment_operator())
+    _, K = law.step(st.mean, np.zeros((d, d)))
+    means, covs = tail_moments(law.step, law.transition, m, P, keep, st.mean, (st.cov, rho_T, K))
     return Moments(rounds=keep, mean=means, cov=covs)
 
 
@@ -195,6 +217,8 @@ def stationary_law(
     d = problem.d
     if law.participation is None or law.participation == problem.Q:
         X = scipy.linalg.solve_discrete_lyapunov(law.transition, law.server_noise_cov)
+    elif d > MATRIX_FREE_D:
+        X = _matrix_free_stationary(law, mean)
     else:
         T = law.second_moment_operator()
         rho2 = _spectral_radius(T)
@@ -208,6 +232,30 @@ def stationary_law(
         vecX = np.linalg.solve(np.eye(d * d) - T, K.reshape(-1))
         X = vecX.reshape(d, d)
     return StationaryLaw(mean=mean, cov=0.5 * (X + X.T), law=law)
+
+
+#: above this dimension the partial-participation stationary law is solved matrix-free (no d² × d² matrix)
+MATRIX_FREE_D = 30
+
+
+def _matrix_free_stationary(law: RoundLaw, mean: np.ndarray) -> np.ndarray:
+    """``X = T(X) + K`` by preconditioned CG (``T`` is self-adjoint and positive: ``A`` and every ``G_k`` are
+    symmetric and the indicators' covariance is PSD; :mod:`fedsde.exact._least_squares_solve`), with ``ρ(T)`` by
+    Lanczos for the existence check."""
+    from fedsde.exact._least_squares_solve import perron_root, stationary_covariance
+
+    d = mean.size
+    _, K = law.step(mean, np.zeros((d, d)))
+    X, _, res = stationary_covariance(law.second_moment_map, K, law.transition)
+    ok = np.isfinite(res) and res < 1e-9 and np.all(np.isfinite(X))
+    rho2 = perron_root(law.second_moment_map, d, X if ok else None)
+    if rho2 >= 1.0 - STATIONARY_MARGIN or not ok:
+        raise NoStationaryLawError(
+            f"participation={law.participation}, eta={law.eta}, server_lr={law.server_lr}: the second-moment "
+            f"operator has spectral radius {rho2:.6g} >= 1 (client sampling makes the variance diverge)"
+            if rho2 >= 1.0 - STATIONARY_MARGIN else f"the stationary covariance solve did not converge (relative "
+            f"residual {res:.3g}; spectral radius of the second-moment operator {rho2:.6g})")
+    return X
 
 
 def _spectral_radius(T: np.ndarray) -> float:

@@ -258,6 +258,19 @@ class RoundLaw:
             new_cov = new_cov + s**2 * samp
         return new_mean, 0.5 * (new_cov + new_cov.T)
 
+    def second_moment_map(self, P: np.ndarray) -> np.ndarray:
+        """The homogeneous map ``P ↦ A P Aᵀ + s² [(c₁−c₂) Σ_k G_k P G_kᵀ + c₂ G P Gᵀ]`` applied to a (d, d) matrix
+        (matrix-free: ``O(Q d³)``; :meth:`second_moment_operator` is its d² × d² matrix)."""
+        A = self.transition
+        out = A @ P @ A.T
+        dmo, off = self._sampling_coeffs()
+        if dmo != 0.0:
+            alpha = self.Q * self.p / self.participation
+            Gk = alpha[:, None, None] * self.M
+            Gs = Gk.sum(0)
+            out = out + self.server_lr**2 * (dmo * np.einsum("qij,jk,qlk->il", Gk, P, Gk) + off * Gs @ P @ Gs.T)
+        return out
+
     def second_moment_operator(self) -> np.ndarray:
         """Matrix of the linear map ``P ↦ P'`` (homogeneous part) on row-major ``vec(P)``, shape (d², d²)."""
         A = self.transition
