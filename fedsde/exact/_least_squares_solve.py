@@ -112,6 +112,9 @@ def stationary_covariance(apply_T, K: np.ndarray, A: np.ndarray, *, maxiter: int
 
 def perron_root(apply_T, d: int, start: np.ndarray | None = None) -> float:
     """``ρ(T)``: the largest eigenvalue of the positive self-adjoint ``T`` on symmetric (d, d) matrices (Lanczos)."""
+    if d <= 2:  # too small for ARPACK: the matrix of T from its action on the basis
+        cols = [sym(apply_T(sym(np.eye(d * d)[i].reshape(d, d)))).ravel() for i in range(d * d)]
+        return float(np.max(np.linalg.eigvalsh(np.array(cols).T)))
     op = spla.LinearOperator((d * d, d * d), matvec=lambda v: sym(apply_T(sym(v.reshape(d, d)))).ravel(),
                              dtype=np.float64)
     v0 = np.eye(d) if start is None or not np.any(start) else sym(start)
