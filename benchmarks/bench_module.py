@@ -19,7 +19,9 @@ Every contestant runs ``--repeats`` times, interleaved (load changes hit all ali
 repeat and reported as the median with the [min, max] spread.  The loop's rate does not depend on R: it runs one
 replicate at a time (it is timed on ``loop_R`` replicates and fewer rounds).
 
-Usage: python benchmarks/bench_module.py [--threads 1] [--quick] [--device cpu] [--repeats 5]
+(c) also takes ``--float32`` (the simulation in float32; the loop keeps float64) and ``--cuda-only`` (skip (a), (b)).
+
+Usage: python benchmarks/bench_module.py [--threads 1] [--quick] [--device cpu] [--repeats 5] [--float32] [--cuda-only]
 """
 
 from __future__ import annotations
@@ -131,6 +133,8 @@ def main(argv=None) -> None:
     ap.add_argument("--quick", action="store_true", help="fewer rounds")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--float32", action="store_true", help="(c): simulate in float32")
+    ap.add_argument("--cuda-only", action="store_true", help="only (c)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     from fedsde.sim import simulate
@@ -142,6 +146,9 @@ def main(argv=None) -> None:
     builtin, module, model = digits_problems(Q, H, batch, l2)
     clients = _client_tensors(builtin.X, builtin.y, builtin.sizes, args.device)
     model = model.double().to(args.device)
+    if args.cuda_only:
+        _cuda(args, module, model, clients, eta, E, l2, batch)
+        return
     w0 = torch.as_tensor(np.asarray(module.initial_weights()), device=args.device)
 
     def sim(pb, R):
@@ -173,20 +180,23 @@ def _cuda(args, module, model, clients, eta, E, l2, batch) -> None:
         _cuda_one(args, label, pb, mdl, cl, eta=eta, E=E, l2=l2, batch=batch)
 
 
-def _cuda_one(args, label, pb, mdl, cl, *, eta, E, l2, batch, replicates=(128, 1024)) -> dict:
+def _cuda_one(args, label, pb, mdl, cl, *, eta, E, l2, batch, replicates=(128, 1024, 4096)) -> dict:
     """Client-steps/s of ``pb`` at each ``replicates`` and of the per-client loop on ``args.device`` (printed and
     returned: ``{R: rates, "loop": rates}``, one rate per repeat)."""
     from fedsde.sim import simulate
 
     rounds = 2 if args.quick else 5
     w0 = torch.as_tensor(np.asarray(pb.initial_weights()), device=args.device)
+    dtype = torch.float32 if getattr(args, "float32", False) else torch.float64
     runs = {R: (lambda R=R: simulate(pb, eta=eta, local_steps=E, rounds=rounds, replicates=R, seed=1,
-                                     record=[rounds], device=args.device)) for R in replicates}
+                                     record=[rounds], device=args.device, dtype=dtype)) for R in replicates}
     runs["loop"] = lambda: per_client_loop(mdl, cl, pb.p.tolist(), eta=eta, local_steps=E, rounds=1, replicates=1,
                                            batch=batch, l2=l2, seed=1, w0=w0)
     t = race(runs, args.repeats)
     loop = [E * pb.Q / s for s in t["loop"]]
-    print(f"{label} on {args.device}: d={pb.d}, Q={pb.Q}; per-client loop {statistics.median(loop):.3g} client-steps/s")
+    kind = str(dtype).removeprefix("torch.")
+    print(f"{label} on {args.device} ({kind}): d={pb.d}, Q={pb.Q}; "
+          f"per-client loop {statistics.median(loop):.3g} client-steps/s")
     rates = {"loop": loop}
     for R in replicates:
         rates[R] = rate = [rounds * E * pb.Q * R / s for s in t[R]]
