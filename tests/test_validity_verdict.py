@@ -340,7 +340,8 @@ def test_sweep_cells_load_the_verdict(tmp_path):
     from fedsde.sweep import run as sweep
 
     spec = {"run": {"command": "validity", "seed": 1},
-            "base": {"problem": PAPER, "local_steps": 2, "rounds": 3, "replicates": 8},
+            "base": {"problem": PAPER, "local_steps": 2, "rounds": 3, "replicates": 8,
+                     "fedavg": "sampled"},
             "grid": {"eta": [0.05, 0.1]}}
     assert sweep(spec, tmp_path / "o", progress=False)["done"] == 2
     ds = load(tmp_path / "o")
