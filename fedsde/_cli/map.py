@@ -77,17 +77,6 @@ def _numbers(option: str, text: str, cast):
     return vals
 
 
-def _names(option: str, text: str | None) -> list[str] | None:
-    if text is None:
-        return None
-    from fedsde.errors import FedsdeInputError
-
-    out = [x.strip() for x in text.split(",") if x.strip()]
-    if not out:
-        raise FedsdeInputError(f"{option}={text!r}: must name at least one metric")
-    return out
-
-
 def _local_steps(text: str) -> list[int]:
     from fedsde.errors import FedsdeInputError
 
@@ -99,6 +88,7 @@ def _local_steps(text: str) -> list[int]:
 
 def run(args: argparse.Namespace) -> int:
     from fedsde._cli import cell_commands
+    from fedsde._cli.validity import _names as metric_names
     from fedsde.errors import FedsdeInputError
     from fedsde.maps import MapGrid, run_map
 
@@ -123,8 +113,8 @@ def run(args: argparse.Namespace) -> int:
     ells = None if args.ells is None else [int(x) for x in _numbers("--ells", args.ells, float)]
     options = {"reference": args.reference, "ells": ells, "tolerance": args.tolerance,
                "accuracy_tolerance": args.accuracy_tolerance, "alpha": args.alpha,
-               "metrics": _names("--metrics", args.metrics),
-               "verdict_metrics": _names("--verdict-metrics", args.verdict_metrics),
+               "metrics": metric_names("--metrics", args.metrics),
+               "verdict_metrics": metric_names("--verdict-metrics", args.verdict_metrics),
                "record_every": args.record_every, "device": args.device}
     from fedsde.problems import load_problem
     from fedsde.report.map_report import write_outputs
