@@ -196,3 +196,16 @@ def test_map_with_exact_fedavg_needs_no_replicates_and_passes_strict(tmp_path, c
     assert len(warned) == 1 and "replicates=4: not used" in warned[0]
     assert main([*base, "--out", str(tmp_path / "c"), "--fedavg", "sampled"]) == 2
     assert "--replicates: required" in capsys.readouterr().err
+
+
+def test_map_refused_by_strict_leaves_no_map_behind(tmp_path, capsys):
+    """--strict turns a warning into exit status 2 before map.json, the pictures and the report are written; the
+    cells' warnings are the map's (JSON ``warnings``) without --strict."""
+    base = ["map", "--problem", TABLE, "--eta", "0.02", "--local-steps", "1", "--rounds", "1", "--seed", "0",
+            "--replicates", "4", "--json"]
+    assert main([*base, "--out", str(tmp_path / "s"), "--strict"]) == 2
+    cap = capsys.readouterr()
+    assert cap.out == "" and "--strict: replicates=4: not used" in cap.err and len(cap.err.strip().splitlines()) == 1
+    assert not any((tmp_path / "s" / name).exists() for name in ("map.json", "map.png", "map.pdf", "report.html"))
+    rc, rec, _ = _map(capsys, tmp_path / "w", "--eta", "0.02,0.3", "--strict")
+    assert rc == 0 and rec["warnings"] == []

@@ -189,6 +189,13 @@ def run(args: argparse.Namespace) -> int:
             name, rest = msg[:len(msg) - len(msg.lstrip("abcdefghijklmnopqrstuvwxyz_"))], msg
             raise FedsdeInputError("--" + name.replace("_", "-") + rest[len(name):]) from None
         raise
+    # the cells' warnings (also those of cells run in other processes) are the map's; under --strict they are an
+    # error before the map's files are written, so nothing is left as if the map were complete
+    from fedsde._cli.common import run_warnings
+
+    record["warnings"] = list(dict.fromkeys(w for c in record["cells"] for w in c.get("warnings") or ()))
+    if args.strict and (record["warnings"] or run_warnings()):
+        return emit(args, record, "")  # raises the one-line --strict error
     record["files"] = write_outputs(record, out, problem)
     failed = record["counts"]["failed"]
     if failed:
