@@ -15,8 +15,9 @@ from fedsde.report.validity_map import threshold_path
 ROOT = Path(__file__).resolve().parents[1]
 TABLE = str(ROOT / "examples" / "problems" / "paper_table.toml")
 CELL_KEYS = {"eta", "local_steps", "server_lr", "outcome", "gap", "lower", "upper", "replicates_needed", "kappa"}
+# FedAvg sampled (R Monte-Carlo chains), so that cells can be undecided and --refine has work to do
 ARGS = ["--problem", TABLE, "--eta", "0.02,0.3", "--local-steps", "1,3", "--rounds", "6", "--replicates", "8",
-        "--seed", "5"]
+        "--seed", "5", "--fedavg", "sampled"]
 
 
 def _map(capsys, out, *extra) -> tuple[int, dict | None, str]:
@@ -85,7 +86,7 @@ def test_refine_looks_again_at_undecided_cells_with_half_the_level(tmp_path, cap
     assert rec["alpha_per_look"] == pytest.approx(rec["alpha"] / 2) and rec["refine"]["budget"] == 300
     assert rec["refine"]["spent"] <= 300
     second = [c for c in rec["cells"] if c["look"] == 2]
-    assert len(second) == rec["refine"]["cells"]
+    assert len(second) == rec["refine"]["cells"] >= 1
     for c in second:
         assert c["looks"][0] == "inconclusive" and c["record"].startswith("refine/")
         assert (tmp_path / "r" / c["record"]).is_file()
@@ -138,3 +139,73 @@ def test_zip_axes_may_repeat_a_value_but_not_a_cell():
     with pytest.raises(FedsdeInputError, match="positions 0 and 1 have the same values"):
         load_spec({"run": {"command": "validity", "seed": 1}, "base": {"problem": TABLE, "rounds": 2},
                    "zip": {"eta": [0.1, 0.1], "local_steps": [1, 1]}})
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--eta", ","], "--eta=','"),
+    (["--local-steps", "nan"], "--local-steps='nan': must be comma-separated integers >= 1"),
+    (["--local-steps", "inf"], "--local-steps='inf'"),
+    (["--ells", "nan"], "--ells='nan'"),
+    (["--ells", "1.5,2"], "--ells='1.5,2'"),
+    (["--ells", "0"], "--ells='0'"),
+    (["--metrics", "bogus"], "--metrics=['bogus']: not available"),
+    (["--verdict-metrics", "bogus"], "--verdict-metrics=['bogus']: not recorded"),
+    (["--record-every", "0"], "--record-every=0"),
+    (["--device", "bogus"], "--device='bogus'"),
+    (["--max-cells", "0"], "--max-cells=0"),
+    (["--reference", "svag", "--ells", "1"], "two distinct values"),
+    (["--fedavg", "exact", "--refine", "10"], "--refine=10: FedAvg's side is exact"),
+    (["--tolerance", "nan"], "--tolerance=nan"),
+])
+def test_map_shared_options_are_checked_before_any_cell_runs(tmp_path, capsys, extra, message):
+    """Options every cell shares are refused up front in one line naming the flag, not stored as N failed cells
+    under exit status 0; and the flag is named once (not ``----eta``)."""
+    argv = ["map", *ARGS, "--out", str(tmp_path / "x"), "--json", *extra]
+    assert main(argv) == 2
+    cap = capsys.readouterr()
+    err = cap.err.strip()
+    assert message in err and "----" not in err and len(err.splitlines()) == 1 and cap.out == ""
+    assert not (tmp_path / "x" / "cells").exists()
+
+
+def test_map_whose_every_cell_fails_is_an_error_not_an_empty_map(tmp_path, capsys):
+    """Every cell refused (here the server recursion diverges in the grid's only cell): one line, exit 2, and no
+    map.json/map.png presented as the map."""
+    argv = ["map", "--problem", TABLE, "--eta", "0.1", "--local-steps", "1", "--server-lr", "1e300", "--rounds", "3",
+            "--seed", "0", "--out", str(tmp_path / "m"), "--json"]
+    assert main(argv) == 2
+    cap = capsys.readouterr()
+    err = cap.err.strip()
+    assert "every one of the 1 cells failed" in err and "spectral radius" in err and len(err.splitlines()) == 1
+    assert cap.out == "" and not (tmp_path / "m" / "map.json").exists() and not (tmp_path / "m" / "map.png").exists()
+
+
+def test_map_with_exact_fedavg_needs_no_replicates_and_passes_strict(tmp_path, capsys):
+    """Where FedAvg's moments close (quadratic clients, exact reference) the cells compare exact paths: no
+    --replicates needed, none passed to the cells (so no per-cell 'not used' warning and --strict passes), and the
+    gaps are exact (zero-width intervals); --replicates given anyway is one warning, --fedavg sampled needs it."""
+    base = ["map", "--problem", TABLE, "--eta", "0.02,0.3", "--local-steps", "1", "--rounds", "4", "--seed", "0",
+            "--json"]
+    assert main([*base, "--out", str(tmp_path / "a"), "--strict"]) == 0
+    rec = json.loads(capsys.readouterr().out)
+    assert rec["fedavg"] == "exact" and rec["replicates"] is None and rec["warnings"] == []
+    assert all(c["lower"] == c["gap"] == c["upper"] and c["warnings"] == [] for c in rec["cells"])
+    assert "FedAvg exact (no replicates)" in (tmp_path / "a" / "report.html").read_text(encoding="utf-8")
+    assert main([*base, "--out", str(tmp_path / "b"), "--replicates", "4"]) == 0
+    warned = json.loads(capsys.readouterr().out)["warnings"]
+    assert len(warned) == 1 and "replicates=4: not used" in warned[0]
+    assert main([*base, "--out", str(tmp_path / "c"), "--fedavg", "sampled"]) == 2
+    assert "--replicates: required" in capsys.readouterr().err
+
+
+def test_map_refused_by_strict_leaves_no_map_behind(tmp_path, capsys):
+    """--strict turns a warning into exit status 2 before map.json, the pictures and the report are written; the
+    cells' warnings are the map's (JSON ``warnings``) without --strict."""
+    base = ["map", "--problem", TABLE, "--eta", "0.02", "--local-steps", "1", "--rounds", "1", "--seed", "0",
+            "--replicates", "4", "--json"]
+    assert main([*base, "--out", str(tmp_path / "s"), "--strict"]) == 2
+    cap = capsys.readouterr()
+    assert cap.out == "" and "--strict: replicates=4: not used" in cap.err and len(cap.err.strip().splitlines()) == 1
+    assert not any((tmp_path / "s" / name).exists() for name in ("map.json", "map.png", "map.pdf", "report.html"))
+    rc, rec, _ = _map(capsys, tmp_path / "w", "--eta", "0.02,0.3", "--strict")
+    assert rc == 0 and rec["warnings"] == []

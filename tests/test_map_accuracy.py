@@ -36,7 +36,7 @@ def test_grunfeld_map_decides_clear_cells_and_estimates_the_exact_gaps(tmp_path)
     from fedsde.problems import load_problem
 
     rec = run_map(GRUNFELD, MapGrid(eta=(0.02, 0.1, 0.3), local_steps=(1, 2, 4)), rounds=ROUNDS, replicates=256,
-                  seed=28, out=tmp_path / "g", progress=False)
+                  seed=28, out=tmp_path / "g", progress=False, options={"fedavg": "sampled"})
     problem = load_problem(GRUNFELD)
     clear = decided = 0
     for c in rec["cells"]:

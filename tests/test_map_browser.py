@@ -23,7 +23,8 @@ def _report(tmp_path_factory, capsys) -> Path:
     out = tmp_path_factory.getbasetemp() / "browser-map"
     if not (out / "report.html").exists():
         assert main(["map", "--problem", TABLE, "--eta", "0.02,0.3", "--local-steps", "1,3", "--server-lr", "0.5,1",
-                     "--rounds", "6", "--replicates", "8", "--seed", "2", "--out", str(out), "--json"]) == 0
+                     "--rounds", "6", "--replicates", "8", "--seed", "2", "--fedavg", "sampled", "--out", str(out),
+                     "--json"]) == 0
         capsys.readouterr()
     return out / "report.html"
 

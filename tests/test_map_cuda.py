@@ -18,7 +18,8 @@ TABLE = str(Path(__file__).resolve().parents[1] / "examples" / "problems" / "pap
 def test_map_cells_run_on_the_gpu(tmp_path, capsys, workers):
     out = tmp_path / "m"
     assert main(["map", "--problem", TABLE, "--eta", "0.02,0.2", "--local-steps", "2", "--rounds", "6",
-                 "--replicates", "16", "--seed", "1", "--device", "cuda", "--workers", workers, "--out", str(out),
+                 "--replicates", "16", "--seed", "1", "--fedavg", "sampled", "--device", "cuda", "--workers", workers,
+                 "--out", str(out),
                  "--json"]) == 0
     rec = json.loads(capsys.readouterr().out)
     assert rec["counts"]["failed"] == 0 and len(rec["cells"]) == 2

@@ -255,3 +255,15 @@ def test_a_population_without_sampling_and_with_whole_client_oracles():
                {"participation": 5, "oracle_factory": gaussian_oracle(5)}):
         run = dict(eta=0.05, local_steps=2, rounds=2, replicates=4, seed=1, **kw)
         np.testing.assert_array_equal(simulate(pb, **run).weights, simulate(pb.materialise(), **run).weights)
+
+
+def test_a_population_whose_per_client_numbers_do_not_fit_is_refused_before_drawing(monkeypatch):
+    """10⁹ clients drew ~90 GB of per-client numbers until the kernel killed the process; the estimate
+    (PER_CLIENT_BYTES per client) is now checked against the memory available first, in one line."""
+    from fedsde.problems.synthetic_population import PER_CLIENT_BYTES
+
+    monkeypatch.setenv("FEDSDE_MEMORY_LIMIT", "8M")
+    with pytest.raises(FedsdeInputError, match=r"n_clients=1000000: needs about .* use fewer clients"):
+        SyntheticPopulation(1.0, 1.0, seed=0, n_clients=10**6)
+    assert PER_CLIENT_BYTES * 10**4 < 8 << 20
+    assert SyntheticPopulation(1.0, 1.0, seed=0, n_clients=10**4).Q == 10**4

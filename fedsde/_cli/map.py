@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import math
 
 from fedsde._cli import one_line_help
 from fedsde._cli.common import add_json_flag, emit, writable_folder
 
 REFERENCES = ("exact", "svag")
+#: choices of ``--fedavg`` (as :data:`fedsde.validity.exact_fedavg.FEDAVG_MODES`)
+FEDAVG_MODES = ("exact", "sampled")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -31,13 +34,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--server-lr", default="1", metavar="s1,s2,…",
                    help="server steps s, one map panel each (default 1: plain FedAvg)")
     p.add_argument("--rounds", type=int, required=True, metavar="n", help="base rounds of every cell (t = n·h)")
-    p.add_argument("--replicates", type=int, required=True, metavar="R", help="independent chains per ℓ (>= 2)")
+    p.add_argument("--replicates", type=int, default=None, metavar="R",
+                   help="independent chains per ℓ (>= 2); needed where FedAvg is sampled (--fedavg sampled, the "
+                   "default unless FedAvg's moments close and the reference is exact), not used where it is exact")
     p.add_argument("--seed", type=int, required=True, metavar="SEED",
                    help="the map's seed (each cell's derives from it and the cell's η, E, s)")
     p.add_argument("--out", required=True, metavar="DIR", help="the map's folder (created; a sweep folder)")
     p.add_argument("--reference", choices=REFERENCES, default=None,
                    help="the SDE's value: exact (default where one exists: quadratic and least-squares clients) or "
                    "svag (Richardson limit of SVAG chains; default for other problems)")
+    p.add_argument("--fedavg", choices=FEDAVG_MODES, default=None,
+                   help="FedAvg's side of every cell (as fedsde validity --fedavg): exact (its exact moments, where "
+                   "they close: quadratic and least-squares clients with the exact reference; no replicates) or "
+                   "sampled (R Monte-Carlo chains); default exact where the moments close and no SVAG chain is asked "
+                   "for, else sampled")
     p.add_argument("--ells", default=None, metavar="ℓ1,ℓ2,…", help="SVAG parameters (as fedsde validity --ells)")
     p.add_argument("--tolerance", type=float, default=0.05, metavar="tol",
                    help="largest accepted gap d as a fraction of the SDE's movement (default 0.05)")
@@ -77,29 +87,52 @@ def _numbers(option: str, text: str, cast):
     return vals
 
 
-def _local_steps(text: str) -> list[int]:
+def _names(option: str, text: str | None) -> list[str] | None:
+    if text is None:
+        return None
     from fedsde.errors import FedsdeInputError
 
-    vals = _numbers("--local-steps", text, float)
-    if any(v != int(v) or v < 1 for v in vals):
-        raise FedsdeInputError(f"--local-steps={text!r}: must be comma-separated integers >= 1")
-    return [int(v) for v in vals]
+    out = [x.strip() for x in text.split(",") if x.strip()]
+    if not out:
+        raise FedsdeInputError(f"{option}={text!r}: must name at least one metric")
+    return out
 
 
-def run(args: argparse.Namespace) -> int:
-    from fedsde._cli import cell_commands
-    from fedsde._cli.validity import _names as metric_names
+def _integer(text: str) -> int:
+    """One integer written as ``4`` or ``4.0`` (``ValueError`` for anything else: ``1.5``, ``nan``, ``inf``)."""
+    try:
+        return int(text)
+    except ValueError:
+        v = float(text)
+        if not math.isfinite(v) or v != int(v):
+            raise ValueError(text) from None
+        return int(v)
+
+
+def _integers(option: str, text: str) -> list[int]:
+    """Comma-separated integers >= 1 (one-line error naming ``option`` otherwise)."""
     from fedsde.errors import FedsdeInputError
-    from fedsde.maps import MapGrid, run_map
 
     try:
-        grid = MapGrid(eta=tuple(_numbers("--eta", args.eta, float)), local_steps=tuple(_local_steps(args.local_steps)),
-                       server_lr=tuple(_numbers("--server-lr", args.server_lr, float)))
+        vals = _numbers(option, text, _integer)
     except FedsdeInputError as err:
-        raise FedsdeInputError(f"--{str(err).replace('_', '-', 1)}") from None
+        if "at least one" in str(err):
+            raise
+        vals = None
+    if vals is None or any(v < 1 for v in vals):
+        raise FedsdeInputError(f"{option}={text!r}: must be comma-separated integers >= 1")
+    return vals
+
+
+def _check_options(args: argparse.Namespace) -> None:
+    """The options every cell shares, checked before anything runs (one line naming the flag)."""
+    from fedsde._cli.common import check_device
+    from fedsde._validate import positive_float
+    from fedsde.errors import FedsdeInputError
+
     if args.rounds < 1:
         raise FedsdeInputError(f"--rounds={args.rounds}: must be an integer >= 1")
-    if args.replicates < 2:
+    if args.replicates is not None and args.replicates < 2:
         raise FedsdeInputError(f"--replicates={args.replicates}: must be an integer >= 2 (a standard error needs two)")
     if args.seed < 0:
         raise FedsdeInputError(f"--seed={args.seed}: must be an integer >= 0")
@@ -107,23 +140,62 @@ def run(args: argparse.Namespace) -> int:
         raise FedsdeInputError(f"--refine={args.refine}: must be an integer >= 1 (replicates to spend)")
     if not 0.0 < args.alpha < 1.0:
         raise FedsdeInputError(f"--alpha={args.alpha}: must be in (0, 1)")
+    positive_float("--tolerance", args.tolerance)
+    positive_float("--accuracy-tolerance", args.accuracy_tolerance)
+    if args.record_every < 1:
+        raise FedsdeInputError(f"--record-every={args.record_every}: must be an integer >= 1")
     if args.workers < 1:
         raise FedsdeInputError(f"--workers={args.workers}: must be an integer >= 1")
+    if args.max_cells < 1:
+        raise FedsdeInputError(f"--max-cells={args.max_cells}: must be an integer >= 1")
+    check_device(args.device)
+
+
+#: keywords of :func:`fedsde.maps.run_map` whose errors the command line renames to their flags
+_OPTION_NAMES = ("ells=", "metrics=", "verdict_metrics=", "refine=", "replicates", "fedavg=", "reference=")
+
+
+def run(args: argparse.Namespace) -> int:
+    from fedsde._cli import cell_commands
+    from fedsde.errors import FedsdeInputError
+    from fedsde.maps import MapGrid, run_map
+
+    axes = {"eta": _numbers("--eta", args.eta, float), "local_steps": _integers("--local-steps", args.local_steps),
+            "server_lr": _numbers("--server-lr", args.server_lr, float)}
+    try:
+        grid = MapGrid(**{k: tuple(v) for k, v in axes.items()})
+    except FedsdeInputError as err:
+        raise FedsdeInputError(f"--{str(err).replace('_', '-', 1)}") from None
+    _check_options(args)
     out = writable_folder("--out", args.out)
-    ells = None if args.ells is None else [int(x) for x in _numbers("--ells", args.ells, float)]
-    options = {"reference": args.reference, "ells": ells, "tolerance": args.tolerance,
+    ells = None if args.ells is None else _integers("--ells", args.ells)
+    options = {"reference": args.reference, "fedavg": args.fedavg, "ells": ells, "tolerance": args.tolerance,
                "accuracy_tolerance": args.accuracy_tolerance, "alpha": args.alpha,
-               "metrics": metric_names("--metrics", args.metrics),
-               "verdict_metrics": metric_names("--verdict-metrics", args.verdict_metrics),
+               "metrics": _names("--metrics", args.metrics),
+               "verdict_metrics": _names("--verdict-metrics", args.verdict_metrics),
                "record_every": args.record_every, "device": args.device}
     from fedsde.problems import load_problem
     from fedsde.report.map_report import write_outputs
 
     problem = load_problem(args.problem)
-    record = run_map(args.problem, grid, rounds=args.rounds, replicates=args.replicates, seed=args.seed, out=out,
-                     options=options, refine=args.refine, workers=args.workers, scheduler=args.scheduler,
-                     resume=args.resume, max_cells=args.max_cells, progress=not args.json, commands=cell_commands(),
-                     problem=problem)
+    try:
+        record = run_map(args.problem, grid, rounds=args.rounds, replicates=args.replicates, seed=args.seed, out=out,
+                         options=options, refine=args.refine, workers=args.workers, scheduler=args.scheduler,
+                         resume=args.resume, max_cells=args.max_cells, progress=not args.json,
+                         commands=cell_commands(), problem=problem)
+    except FedsdeInputError as err:
+        msg = str(err)
+        if msg.startswith(_OPTION_NAMES):  # run_map names its keyword; the command line names the flag
+            name, rest = msg[:len(msg) - len(msg.lstrip("abcdefghijklmnopqrstuvwxyz_"))], msg
+            raise FedsdeInputError("--" + name.replace("_", "-") + rest[len(name):]) from None
+        raise
+    # the cells' warnings (also those of cells run in other processes) are the map's; under --strict they are an
+    # error before the map's files are written, so nothing is left as if the map were complete
+    from fedsde._cli.common import run_warnings
+
+    record["warnings"] = list(dict.fromkeys(w for c in record["cells"] for w in c.get("warnings") or ()))
+    if args.strict and (record["warnings"] or run_warnings()):
+        return emit(args, record, "")  # raises the one-line --strict error
     record["files"] = write_outputs(record, out, problem)
     failed = record["counts"]["failed"]
     if failed:

@@ -79,14 +79,16 @@ def check_grid(grid: MapGrid, max_cells: int) -> None:
                                "raise the limit")
 
 
-def sweep_spec(problem_file: str, grid: MapGrid, *, rounds: int, replicates: int, seed: int,
+def sweep_spec(problem_file: str, grid: MapGrid, *, rounds: int, replicates: int | None, seed: int,
                options: dict) -> dict:
     """The sweep spec (a dict with the tables of :func:`fedsde.sweep.load_spec`) of the map's cells.
 
     ``options``: the shared options of ``fedsde validity``, named like its long flags with ``_`` (``tolerance``,
-    ``alpha``, ``ells`` as a list, …); ``final_cov = "none"`` keeps each stored cell small.
+    ``alpha``, ``ells`` as a list, …); ``final_cov = "none"`` keeps each stored cell small; ``replicates=None``
+    (FedAvg exact) gives the cells none.
     """
-    base = {"problem": problem_file, "rounds": int(rounds), "replicates": int(replicates), "final_cov": "none",
+    base = {"problem": problem_file, "rounds": int(rounds), "final_cov": "none",
+            **({} if replicates is None else {"replicates": int(replicates)}),
             **{k: v for k, v in options.items() if v is not None and v is not False}}
     return {"run": {"command": "validity", "seed": int(seed)}, "base": base,
             "grid": {axis: list(getattr(grid, axis)) for axis in AXES}}

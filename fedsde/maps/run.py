@@ -68,6 +68,63 @@ def _look(row: dict) -> dict:
     return out
 
 
+def check_options(problem, options: Mapping[str, Any], reference: str, replicates: int | None,
+                  refine: int | None) -> tuple[str, int | None]:
+    """The cells' shared options checked against ``problem`` before any cell runs (one line naming the option):
+    ``(fedavg, replicates)``, FedAvg's side as the cells resolve it and the replicates the cells are given
+    (``None`` where FedAvg is exact: they would not be used)."""
+    import warnings
+
+    import torch
+
+    from fedsde._validate import device_dtype
+    from fedsde.problems.metrics import metric_names
+    from fedsde.validity.exact_fedavg import resolve_fedavg
+
+    ells = options.get("ells")
+    if ells is not None:
+        ells = [positive_int("ells", e) for e in ells]
+        if not ells:
+            raise FedsdeInputError("ells=[]: give at least one value")
+    if reference == "svag" and ells is not None and len(set(ells)) < 2:
+        raise FedsdeInputError(f"ells={ells}: need at least two distinct values of ℓ >= 1 for a verdict against the "
+                               "SVAG reference (the Richardson limit of the two largest; e.g. 1,2,4,8)")
+    positive_int("record_every", options.get("record_every", 1))
+    device_dtype(options.get("device", "cpu"), torch.float64)
+    available = metric_names(problem)
+    metrics = options.get("metrics")
+    names = list(available) if metrics is None else list(dict.fromkeys(["train_loss", *metrics]))
+    bad = [m for m in names if m not in available]
+    if bad:
+        raise FedsdeInputError(f"metrics={bad}: not available for this problem (available: {', '.join(available)})")
+    unknown = [m for m in options.get("verdict_metrics") or () if m not in names]
+    if unknown:
+        raise FedsdeInputError(f"verdict_metrics={unknown}: not recorded (recorded: {', '.join(names)})")
+    fedavg = resolve_fedavg(problem, options.get("fedavg"), reference, ells)
+    if fedavg == "exact":
+        if refine is not None:
+            raise FedsdeInputError(f"refine={refine}: FedAvg's side is exact (fedavg='exact'), so every cell is "
+                                   "decided at once; refine needs fedavg='sampled'")
+        if replicates is not None:
+            warnings.warn(f"replicates={replicates}: not used — FedAvg's side is exact (fedavg='exact'); pass "
+                          "fedavg='sampled' to sample it", UserWarning, stacklevel=3)
+        return fedavg, None
+    if replicates is None:
+        raise FedsdeInputError("replicates: required where FedAvg is sampled (fedavg='sampled'): an integer >= 2")
+    return fedavg, replicates
+
+
+def _refuse_all_failed(firsts: list[dict], coords: list[dict], out: Path) -> None:
+    """A map whose every cell failed is an error (one line: the first cell's), not a map of nothing."""
+    if not firsts or any(c["status"] == "done" for c in firsts):
+        return
+    c = coords[0]
+    why = " ".join(str(firsts[0].get("error") or "not run").split())
+    raise FedsdeInputError(f"every one of the {len(firsts)} cells failed, so there is no map; the first (eta="
+                           f"{c['eta']:g}, local_steps={c['local_steps']}, server_lr={c['server_lr']:g}): {why} "
+                           f"(the failed cells are in {str(out)!r}; rerun with --resume once fixed)")
+
+
 def _key(coords: Mapping) -> tuple:
     return tuple(float(coords[a]) for a in AXES)
 
@@ -83,7 +140,7 @@ def run_map(
     grid: MapGrid,
     *,
     rounds: int,
-    replicates: int,
+    replicates: int | None,
     seed: int,
     out: str | os.PathLike,
     options: Mapping[str, Any] | None = None,
@@ -105,14 +162,16 @@ def run_map(
     grid
         The axes ``η``, ``E``, ``s`` (:class:`~fedsde.maps.grid.MapGrid`).
     rounds, replicates, seed
-        Base rounds ``n``, replicates ``R`` per chain of every cell (>= 2), the map's seed (each cell's derives from
-        it and the cell's coordinates).
+        Base rounds ``n``, replicates ``R`` per chain of every cell (>= 2; needed where FedAvg is sampled, not used
+        where it is exact: ``None``), the map's seed (each cell's derives from it and the cell's coordinates).
     out
         The map's folder: the grid's sweep (``spec.toml``, ``cells/``) and, with ``refine``, ``refine/``.
     options
         Other options of ``fedsde validity``, named like its long flags with ``_``: ``reference``, ``tolerance``,
-        ``accuracy_tolerance``, ``alpha``, ``metrics``, ``verdict_metrics`` (lists), ``ells`` (list of int),
-        ``record_every``, ``device``, ``float32``.
+        ``accuracy_tolerance``, ``alpha``, ``fedavg`` (``exact`` or ``sampled``; default as ``fedsde validity``),
+        ``metrics``, ``verdict_metrics`` (lists), ``ells`` (list of int), ``record_every``, ``device``, ``float32``.
+        They are checked against the problem before any cell runs; a map whose every cell fails is an error
+        (:class:`~fedsde.errors.FedsdeInputError`, naming the first cell's), not a map.
     refine
         Replicates per chain to spend on the undecided cells (:mod:`fedsde.maps.refine`); ``None``: one look.
     workers, scheduler, resume, max_cells, progress, commands
@@ -128,7 +187,8 @@ def run_map(
         ``lower``, ``upper``, ``replicates_needed``, ``kappa``, and ``metric`` (the decisive one, whose gap ``gap``
         is) with its ``metric_tolerance``, ``replicates``, ``look``, ``looks``, ``status``, ``record``,
         ``warnings``), ``grid``, ``tolerance``, ``accuracy_tolerance``, ``alpha`` (the map's error level) and
-        ``alpha_per_look``, ``problem``, ``reference``, ``ells``, ``rounds``, ``replicates``, ``seed``,
+        ``alpha_per_look``, ``problem``, ``reference``, ``fedavg`` (FedAvg's side: ``exact`` or ``sampled``),
+        ``ells``, ``rounds``, ``replicates`` (``None`` where FedAvg is exact), ``seed``,
         ``kappa_threshold`` with ``claim`` and ``kappa_measure``, ``counts`` (cells per outcome), ``refine``,
         ``sweep`` (the grid's sweep summary), ``memory_estimate_bytes`` and ``out``.
     """
@@ -141,7 +201,8 @@ def run_map(
     max_cells = MAX_CELLS if max_cells is None else max_cells
     check_grid(grid, max_cells)
     rounds = positive_int("rounds", rounds)
-    replicates = positive_int("replicates", replicates, minimum=2)
+    if replicates is not None:
+        replicates = positive_int("replicates", replicates, minimum=2)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise FedsdeInputError(f"seed={seed!r}: must be an integer >= 0")
     if refine is not None:
@@ -156,10 +217,11 @@ def run_map(
     path = Path(problem_file).absolute()
     problem = load_problem(path) if problem is None else problem
     reference = resolve_reference(problem, options.get("reference"))
+    fedavg, replicates = check_options(problem, options, reference, replicates, refine)
     ells = sorted({int(e) for e in options.get("ells") or DEFAULT_ELLS[reference]})
     recorded = options.get("metrics") or metric_names(problem)
     concurrent = 1 if scheduler is not None else workers
-    memory = check_memory(problem, grid, concurrent=concurrent, rounds=rounds, replicates=replicates, ells=ells,
+    memory = check_memory(problem, grid, concurrent=concurrent, rounds=rounds, replicates=replicates or 2, ells=ells,
                           record_every=int(options.get("record_every", 1)), metrics=len(recorded) + 1,
                           exact=reference == "exact")
     per_look = look_alpha(alpha, refine is not None)
@@ -171,6 +233,7 @@ def run_map(
     summary = _sweep(spec, out, **kw)
     firsts = [_look(row) for row in cell_records(out)]
     coords = list(grid.cells())
+    _refuse_all_failed(firsts, coords, out)
     refined: dict[int, dict] = {}
     refine_info = None
     if refine is not None:
@@ -201,7 +264,8 @@ def run_map(
     return {"problem": {"file": str(path), "kind": type(problem).__name__, "Q": int(problem.Q),
                         "d": int(problem.d)},
             "grid": grid.to_dict(), "tolerance": tolerance, "accuracy_tolerance": accuracy_tolerance,
-            "alpha": alpha, "alpha_per_look": per_look, "reference": reference, "ells": ells, "rounds": rounds,
+            "alpha": alpha, "alpha_per_look": per_look, "reference": reference, "fedavg": fedavg, "ells": ells,
+            "rounds": rounds,
             "replicates": replicates, "seed": seed, "kappa_threshold": kappa_star, "claim": CLAIM,
             "kappa_measure": KAPPA_MEASURE, "cells": cells, "counts": counts, "refine": refine_info,
             "sweep": summary, "memory_estimate_bytes": memory, "out": str(out)}

@@ -98,6 +98,12 @@ def write_outputs(record: dict, out: str | Path, problem) -> dict[str, str]:
     return {k: str(out / v) for k, v in FILES.items() if (out / v).exists()}
 
 
+def _replicates(record: dict) -> str:
+    from fedsde.report.validity_map import replicates_text
+
+    return replicates_text(record)
+
+
 def _summary(record: dict) -> str:
     n = record["counts"]
     pb = record["problem"]
@@ -107,7 +113,7 @@ def _summary(record: dict) -> str:
              f"{len(record['cells'])} cells: η ∈ {{{', '.join(f'{v:g}' for v in record['grid']['eta'])}}}, "
              f"E ∈ {{{', '.join(map(str, record['grid']['local_steps']))}}}, s ∈ "
              f"{{{', '.join(f'{v:g}' for v in record['grid']['server_lr'])}}}; {record['rounds']} rounds, "
-             f"R = {record['replicates']} replicates per chain, seed {record['seed']}; the SDE's value: "
+             + _replicates(record) + f", seed {record['seed']}; the SDE's value: "
              f"{_esc(record['reference'])} reference (ℓ = {', '.join(map(str, record['ells']))}).</p>",
              f"<p><b>{n['tracks']}</b> cells track, <b>{n['does not track']}</b> do not, <b>{n['inconclusive']}"
              f"</b> are inconclusive" + (f", {n['failed']} failed" if n.get("failed") else "") + ". Tolerance "

@@ -38,6 +38,13 @@ CELL_TEXT = ("in each cell: outcome; d̂ = largest gap |E φ_FedAvg − E φ_SDE
 OWN_UNITS = {"test_accuracy": "accuracy"}
 
 
+def replicates_text(record: dict) -> str:
+    """How FedAvg's side of the cells was computed: ``R = … per chain``, or exactly (no replicates)."""
+    if record.get("replicates") is None:
+        return "FedAvg exact (no replicates)"
+    return f"R = {record['replicates']} per chain"
+
+
 def _num(x) -> float:
     return float("nan") if x is None else float(x)
 
@@ -161,7 +168,7 @@ def map_figure(record: dict):
     looks = f"; refined: {refine['cells']} cells on fresh replicates" if refine and refine.get("cells") else ""
     name = str(pb.get("file", "")).replace("\\", "/").rsplit("/", 1)[-1]
     fig.suptitle(f"Where does seed 002's SDE describe FedAvg?\n{name} ({pb.get('kind')}, Q = {pb.get('Q')}, d = "
-                 f"{pb.get('d')}), {record['rounds']} rounds, R = {record['replicates']} per chain, reference: "
+                 f"{pb.get('d')}), {record['rounds']} rounds, {replicates_text(record)}, reference: "
                  f"{record['reference']}, α = {record['alpha']:g}{looks}", fontsize=10)
     fig.tight_layout()
     return fig
