@@ -18,7 +18,8 @@ PACKAGE = ROOT / "fedsde"
 #: The layers, lowest first.  A "room" is a top-level package or module of fedsde; an import from a room on a
 #: lower floor into one on a higher floor runs back up.  Rooms on one floor may import each other (no circle).
 FLOORS: list[set[str]] = [
-    {"fedsde", "errors", "_atomic", "_tolerances", "_stats", "_memory", "_validate", "_samples", "_io", "_compat"},
+    {"fedsde", "errors", "_atomic", "_tolerances", "_stats", "_memory", "_validate", "_samples", "_io", "_compat",
+     "_threads"},
     {"problems"},
     {"clients"},
     {"aggregators"},

@@ -93,7 +93,15 @@ def _surrogate(problem, args, local_steps, omega, w0, exact, transient) -> tuple
 
 
 def run_regression(args: argparse.Namespace, problem) -> int:
-    """``fedsde exact`` on a :class:`~fedsde.problems.RegressionProblem` (see the module docstring)."""
+    """``fedsde exact`` on a :class:`~fedsde.problems.RegressionProblem` (see the module docstring), on one BLAS
+    thread where its products are small (:mod:`fedsde._threads`)."""
+    from fedsde._threads import SMALL_PRODUCTS_D, one_blas_thread
+
+    with one_blas_thread(problem.d <= SMALL_PRODUCTS_D):
+        return _run_regression(args, problem)
+
+
+def _run_regression(args: argparse.Namespace, problem) -> int:
     from fedsde.errors import NoStationaryLawError
     from fedsde.exact import least_squares_round_law, least_squares_stationary_law, least_squares_transient_moments
 

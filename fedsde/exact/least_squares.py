@@ -30,6 +30,7 @@ from functools import cached_property
 import numpy as np
 
 from fedsde._memory import available_memory, memory_fits
+from fedsde._threads import small_products
 from fedsde._tolerances import DIVISION_FLOOR, PSD_TOL, STATIONARY_MARGIN, SYM_TOL
 from fedsde._validate import (
     choice,
@@ -343,6 +344,7 @@ class LeastSquaresStationaryLaw:
     method: str = "dense"
 
 
+@small_products
 def least_squares_stationary_law(
     problem,
     eta: float,

@@ -26,6 +26,7 @@ import numpy as np
 import scipy.linalg
 
 from fedsde._memory import available_memory, memory_fits
+from fedsde._threads import small_products
 from fedsde._tolerances import STATIONARY_MARGIN
 from fedsde._validate import positive_float
 from fedsde.errors import FedsdeInputError, NoStationaryLawError
@@ -211,6 +212,7 @@ def least_squares_sde(
     return LeastSquaresSDE(law=law, h=h)
 
 
+@small_products
 def least_squares_sde_moments(
     problem,
     eta: float,

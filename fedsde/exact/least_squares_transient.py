@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from fedsde._threads import small_products
 from fedsde._tolerances import STATIONARY_MARGIN
 from fedsde._validate import choice, constant_or_schedule, positive_float, positive_int, record_rounds
 from fedsde.errors import NoStationaryLawError
@@ -34,6 +35,7 @@ DIRECT_ROUNDS = 64
 MAX_JUMPS = 8
 
 
+@small_products
 def least_squares_transient_moments(
     problem,
     eta: float | Sequence[float] | np.ndarray,
