@@ -209,3 +209,17 @@ def test_map_refused_by_strict_leaves_no_map_behind(tmp_path, capsys):
     assert not any((tmp_path / "s" / name).exists() for name in ("map.json", "map.png", "map.pdf", "report.html"))
     rc, rec, _ = _map(capsys, tmp_path / "w", "--eta", "0.02,0.3", "--strict")
     assert rc == 0 and rec["warnings"] == []
+
+
+def test_map_with_a_failed_cell_under_strict_leaves_no_map_behind(tmp_path, capsys):
+    """One cell of two refused (η = 50 diverges), the other decided: a map with a warning (exit 0) and, under
+    --strict, exit 2 before map.json is written."""
+    base = ["map", "--problem", TABLE, "--eta", "0.02,50", "--local-steps", "1", "--rounds", "1", "--seed", "0",
+            "--json"]
+    assert main([*base, "--out", str(tmp_path / "w")]) == 0
+    rec = json.loads(capsys.readouterr().out)
+    assert rec["counts"]["failed"] == 1 and any("1 of 2 cells failed" in w for w in rec["warnings"])
+    assert main([*base, "--out", str(tmp_path / "s"), "--strict"]) == 2
+    cap = capsys.readouterr()
+    assert cap.out == "" and "--strict: " in cap.err and len(cap.err.strip().splitlines()) == 1
+    assert not (tmp_path / "s" / "map.json").exists() and not (tmp_path / "s" / "report.html").exists()

@@ -194,15 +194,15 @@ def run(args: argparse.Namespace) -> int:
     from fedsde._cli.common import run_warnings
 
     record["warnings"] = list(dict.fromkeys(w for c in record["cells"] for w in c.get("warnings") or ()))
-    if args.strict and (record["warnings"] or run_warnings()):
-        return emit(args, record, "")  # raises the one-line --strict error
-    record["files"] = write_outputs(record, out, problem)
     failed = record["counts"]["failed"]
     if failed:
         from fedsde._cli.common import warn
 
         warn(f"{failed} of {len(record['cells'])} cells failed; their errors are in {out}/map.json and "
              f"fedsde.sweep.load({str(out)!r}).error; rerun them with --resume")
+    if args.strict and (record["warnings"] or run_warnings()):
+        return emit(args, record, "")  # raises the one-line --strict error
+    record["files"] = write_outputs(record, out, problem)
     return emit(args, record, human_report(record))
 
 
