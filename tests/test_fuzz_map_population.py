@@ -51,7 +51,7 @@ def _check_map(tmp_path_factory, data):
         assert any(c["outcome"] is not None for c in record["cells"]), record["cells"]
 
 
-@settings(FAST, max_examples=12)
+@settings(FAST, max_examples=5)
 @given(data=st.data())
 def test_fuzz_map_arguments(tmp_path_factory, data):
     _check_map(tmp_path_factory, data)
