@@ -189,3 +189,16 @@ def test_fuzz_exact_on_regression_files(tmp_path_factory, cells, b, sampling, l2
         assert sur.get("mean_error") is None or sur["mean_error"] < 1e6
     else:
         assert code == 2 and out == "" and err.count("\n") == 1, (out, err)
+
+
+@pytest.mark.parametrize("command", ["validity", "simulate", "compare", "sde"])
+def test_a_start_whose_objective_overflows_is_refused_in_one_line(capsys, command):
+    argv = [command, "--problem", PAPER, "--eta", "0.1", "--local-steps", "1",
+            "--rounds", "2", "--w0", "1e300", "--json"]
+    if command in ("simulate", "sde"):
+        argv += ["--replicates", "2", "--seed", "0"]
+    if command == "sde":
+        argv += ["--variant", "corrected", "--h", "0.1"]
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "--w0" in err and "overflows" in err, err

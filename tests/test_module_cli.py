@@ -146,12 +146,15 @@ def test_digits_images_from_a_bundled_set(tmp_path):
     ({"partition": '"iid"'}, ["has no key(s) partition"]),
     ({"data": '"bad.npz"'}, ["missing array(s) client"]),
     ({"model": '"broken.py:X"'}, ["importing", "ZeroDivisionError"]),
+    ({"model": '"raising.py:Boom"', "model_options": None}, ["Boom(**model_options) fails", "RuntimeError",
+                                                            "negative dimension"]),
     ({"data": '"reg.npz"'}, ["labels must be integers"]),
 ])
 def test_bad_module_files_are_one_line_errors(tmp_path, capsys, keys, needles):
     path = _files(tmp_path, **keys)
     np.savez(tmp_path / "bad.npz", x=np.zeros((3, 2)), y=np.zeros(3))
     (tmp_path / "broken.py").write_text("X = 1 / 0\n")
+    (tmp_path / "raising.py").write_text("def Boom():\n    raise RuntimeError('negative dimension -4')\n")
     with pytest.raises(FedsdeInputError) as err:
         load_problem(path)
     msg = str(err.value)

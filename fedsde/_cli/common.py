@@ -238,6 +238,26 @@ def parse_vector(name: str, text: str | None, d: int | None = None) -> np.ndarra
     return vals
 
 
+def check_start(problem, w0: np.ndarray | None, name: str = "--w0") -> None:
+    """Refuse a start ``w0`` at which the objective or ‖∇F‖² overflows float64 (they would be reported as nulls).
+
+    Only for problems with NumPy ``loss`` and ``grad`` (quadratic, regression, classification, module problems);
+    others are left to the run's own divergence checks.
+    """
+    if w0 is None or not (callable(getattr(problem, "loss", None)) and callable(getattr(problem, "grad", None))):
+        return
+    with np.errstate(all="ignore"):
+        try:
+            loss = float(np.asarray(problem.loss(w0), dtype=float).sum())
+            g = np.asarray(problem.grad(w0), dtype=float)
+            gn = float(np.dot(g.ravel(), g.ravel()))
+        except (OverflowError, FloatingPointError, ValueError):
+            loss, gn = float("inf"), float("inf")
+    if not (np.isfinite(loss) and np.isfinite(gn)):
+        raise FedsdeInputError(f"{name}: the objective F(w0) = {loss:.3g} or ‖∇F(w0)‖² = {gn:.3g} overflows "
+                               "float64 at this start; give a start of moderate size")
+
+
 def writable_folder(option: str, text: str) -> Path:
     """``text`` as a folder that exists or can be created: not a file, nearest existing ancestor writable.
 

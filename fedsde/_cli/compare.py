@@ -14,6 +14,7 @@ from fedsde._cli.common import (
     add_renamed,
     add_rule_sde_args,
     check_device,
+    check_start,
     emit,
     flag,
     local_steps_from_args,
@@ -97,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
     problem = load_problem(args.problem)
     steps = local_steps_from_args(args, problem.Q)
     w0 = parse_vector("--w0", args.w0, problem.d)
+    check_start(problem, w0)
     n = args.rounds
     if n is None or n < 1:
         raise FedsdeInputError(f"--rounds={n}: must be an integer >= 1")

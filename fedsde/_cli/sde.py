@@ -12,6 +12,7 @@ from fedsde._cli.common import (
     add_json_flag,
     add_problem_args,
     add_renamed,
+    check_start,
     emit,
     flag,
     fmt_array,
@@ -82,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
                           "diffusion for quadratic losses only; use --variant general for a data problem")
     steps = local_steps_from_args(args, problem.Q)
     w0 = parse_vector("--w0", args.w0, problem.d)
+    check_start(problem, w0)
     if args.rounds is None or args.rounds < 0:
         raise FedsdeInputError(f"--rounds={args.rounds}: must be an integer >= 0")
     if args.replicates is None or args.replicates < 2:

@@ -27,6 +27,7 @@ from fedsde._cli.common import (
     aggregator_from_args,
     aggregator_options,
     check_aggregator_problem,
+    check_start,
     emit,
     fmt_array,
     local_steps_from_args,
@@ -81,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
     problem = load_problem(args.problem, population=True)  # clients on demand where the file asks for them
     steps = local_steps_from_args(args, problem.Q)
     w0 = parse_vector("--w0", args.w0, problem.d)
+    check_start(problem, w0)
     check_aggregator_problem(args.aggregator, problem, args.problem)
     agg = aggregator_from_args(args)
     if args.replicates is None or args.replicates < 2:

@@ -9,6 +9,7 @@ from fedsde._cli.common import (
     add_json_flag,
     add_problem_args,
     add_rule_sde_args,
+    check_start,
     emit,
     local_steps_from_args,
     parse_vector,
@@ -147,6 +148,7 @@ def run(args: argparse.Namespace) -> int:
     problem = load_problem(args.problem)
     steps = local_steps_from_args(args, problem.Q)
     w0 = parse_vector("--w0", args.w0, problem.d)
+    check_start(problem, w0)
     if args.rounds is None or args.rounds < 1:
         raise FedsdeInputError(f"--rounds={args.rounds}: must be an integer >= 1")
     agg = rule_from_args(args)

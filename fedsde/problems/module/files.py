@@ -140,8 +140,10 @@ def _model_factory(k: _Keys, base: Path, options: dict):
     def factory():
         try:
             return obj(**options)
-        except TypeError as exc:
-            raise k.fail(f"model_options={options!r}: {name}(**model_options) fails ({exc})") from None
+        except Exception as exc:  # the user's constructor: any failure is a problem-file mistake, in one line
+            msg = str(exc).splitlines()[0] if str(exc) else ""
+            raise k.fail(f"model_options={options!r}: {name}(**model_options) fails ({type(exc).__name__}: "
+                         f"{msg})") from None
 
     factory.__name__ = name
     return factory
