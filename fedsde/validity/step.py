@@ -21,6 +21,9 @@ from fedsde._tolerances import LANCZOS_RTOL, LBFGS_FTOL, LOCAL_OPTIMUM_GTOL
 from fedsde._validate import client_steps, positive_float
 from fedsde.errors import FedsdeInputError
 
+#: L-BFGS steps towards a module problem's linearisation point (κ of a network is a local step measure there)
+MODULE_LBFGS_MAXITER = 60
+
 
 def round_contraction(problem, *, eta: float, local_steps, server_lr: float = 1.0, at=None) -> float:
     """``κ = s·λ_max(B)`` (see the module docstring).
@@ -108,7 +111,10 @@ def approximate_optimum(problem) -> np.ndarray:
     import scipy.optimize
 
     start = problem.initial_weights() if hasattr(problem, "initial_weights") else np.zeros(problem.d)
-    options = {"gtol": LOCAL_OPTIMUM_GTOL, "ftol": LBFGS_FTOL, "maxiter": 5000, "maxcor": 30}
+    # a user's network (module problem) is non-convex and each full-batch pass is costly: its linearisation point is
+    # the L-BFGS iterate after at most MODULE_LBFGS_MAXITER steps, a point of small gradient rather than a minimum
+    maxiter = MODULE_LBFGS_MAXITER if hasattr(problem, "client_hvp") else 5000
+    options = {"gtol": LOCAL_OPTIMUM_GTOL, "ftol": LBFGS_FTOL, "maxiter": maxiter, "maxcor": 30}
     res = scipy.optimize.minimize(lambda x: (float(problem.loss(x)), np.asarray(problem.grad(x))), start, jac=True,
                                   method="L-BFGS-B", options=options)
     if cache is not None:
