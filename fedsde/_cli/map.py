@@ -87,17 +87,6 @@ def _numbers(option: str, text: str, cast):
     return vals
 
 
-def _names(option: str, text: str | None) -> list[str] | None:
-    if text is None:
-        return None
-    from fedsde.errors import FedsdeInputError
-
-    out = [x.strip() for x in text.split(",") if x.strip()]
-    if not out:
-        raise FedsdeInputError(f"{option}={text!r}: must name at least one metric")
-    return out
-
-
 def _integer(text: str) -> int:
     """One integer written as ``4`` or ``4.0`` (``ValueError`` for anything else: ``1.5``, ``nan``, ``inf``)."""
     try:
@@ -157,6 +146,7 @@ _OPTION_NAMES = ("ells=", "metrics=", "verdict_metrics=", "refine=", "replicates
 
 def run(args: argparse.Namespace) -> int:
     from fedsde._cli import cell_commands
+    from fedsde._cli.validity import _names
     from fedsde.errors import FedsdeInputError
     from fedsde.maps import MapGrid, run_map
 
