@@ -32,7 +32,7 @@ from fedsde.compare.weak_error import (
     _rounds_for,
     _scaled,
     _step_sizes,
-    at_rounding_level,
+    exact_weak_curve,
     expected_phi,
     fit_loglog_slope,
     local_loglog_slopes,
@@ -82,32 +82,18 @@ def rule_weak_error_vs_step(
         ``config["aggregator"]`` and ``config["sde"]`` name the rule and its kind.
     """
     agg = rule_kind(aggregator)
-    if noise_scaling not in NOISE_SCALINGS:
-        raise FedsdeInputError(f"noise_scaling={noise_scaling!r}: must be one of {', '.join(NOISE_SCALINGS)}")
-    if phi not in PHIS:
-        raise FedsdeInputError(f"phi={phi!r}: exact weak errors exist for {', '.join(PHIS)}")
-    t_end = positive_float("t_end", t_end)
-    server_rate = positive_float("server_rate", server_rate)
-    hs = _step_sizes(time_steps)
     m0, _ = initial_law(problem.d, w0, None)
-    h_ref = float(hs.max())
-    rounds = np.empty(hs.size, np.int64)
-    chain_e, sde_e, errs = np.empty(hs.size), np.empty(hs.size), np.empty(hs.size)
-    for j, h in enumerate(hs):
-        n = rounds[j] = _rounds_for(t_end, float(h))
-        pb = _scaled(problem, h_ref / h) if noise_scaling == "diffusive" else problem
-        r = rule_sde(pb, agg, eta, local_steps, float(h) * server_rate, float(h))
+
+    def laws(pb: QuadraticProblem, h: float, n: int):
+        r = rule_sde(pb, agg, eta, local_steps, h * server_rate, h)
         ch = rule_chain_moments(r, n, m0, record=[n])
-        law = r.sde.moments(n * float(h), m0)
-        chain_e[j] = expected_phi(pb, ch.mean[-1], ch.cov[-1], phi)
-        sde_e[j] = expected_phi(pb, law.mean, law.cov, phi)
-        errs[j] = abs(chain_e[j] - sde_e[j])
-    exact = at_rounding_level(errs, chain_e, sde_e)
-    slope, intercept = (float("nan"), float("nan")) if exact else fit_loglog_slope(hs, errs)
+        law = r.sde.moments(n * h, m0)
+        return ch.mean[-1], ch.cov[-1], law.mean, law.cov
+
     config = {"aggregator": agg.name, "sde": agg.sde_kind, "eta": float(eta),
-              "local_steps": np.atleast_1d(local_steps).tolist(), "t_end": t_end, "server_rate": server_rate,
-              "phi": phi, "noise_scaling": noise_scaling, "method": "exact"}
-    return WeakErrorCurve(hs, rounds, errs, slope, intercept, chain_e, sde_e, config=config, exact_at_grid=exact)
+              "local_steps": np.atleast_1d(local_steps).tolist()}
+    return exact_weak_curve(problem, laws, t_end=t_end, time_steps=time_steps, server_rate=server_rate, phi=phi,
+                            noise_scaling=noise_scaling, config=config)
 
 
 def underdamped_weak_error_vs_step(

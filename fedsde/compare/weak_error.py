@@ -234,6 +234,28 @@ def weak_error_vs_step(
     -------
     WeakErrorCurve
     """
+    m0, P0 = initial_law(problem.d, w0, cov0)
+
+    def laws(pb: QuadraticProblem, h: float, n: int):
+        s = h * server_rate
+        ch = transient_moments(pb, eta, local_steps, n, s, w0=m0, cov0=P0, record=[n])
+        law = quadratic_sde_coefficients(pb, eta, local_steps, s, h, variant).moments(n * h, m0, P0)
+        return ch.mean[-1], ch.cov[-1], law.mean, law.cov
+
+    config = {"eta": float(eta), "local_steps": np.atleast_1d(local_steps).tolist(), "variant": variant}
+    return exact_weak_curve(problem, laws, t_end=t_end, time_steps=time_steps, server_rate=server_rate, phi=phi,
+                            noise_scaling=noise_scaling, config=config)
+
+
+def exact_weak_curve(problem: QuadraticProblem, laws, *, t_end: float, time_steps: Sequence[float],
+                     server_rate: float, phi: str, noise_scaling: str, config: dict) -> WeakErrorCurve:
+    """The exact weak-error curve shared by every chain with a closed-form law and its SDE.
+
+    ``laws(pb, h, n)`` returns the chain's mean and covariance after ``n`` rounds of step ``h`` on ``pb`` (the
+    problem with its noise scaled by ``h_ref/h`` under ``noise_scaling="diffusive"``) and the SDE's at ``t = n·h``;
+    the curve is ``|E φ(chain) − E φ(SDE)|`` over the steps, with its log-log slope (NaN where every error is at
+    rounding level).  ``config`` is completed with the run's settings.
+    """
     if noise_scaling not in NOISE_SCALINGS:
         raise FedsdeInputError(f"noise_scaling={noise_scaling!r}: must be one of {', '.join(NOISE_SCALINGS)}")
     if phi not in PHIS:
@@ -241,24 +263,19 @@ def weak_error_vs_step(
     t_end = positive_float("t_end", t_end)
     server_rate = positive_float("server_rate", server_rate)
     hs = _step_sizes(time_steps)
-    m0, P0 = initial_law(problem.d, w0, cov0)
     h_ref = float(hs.max())
     rounds = np.empty(hs.size, np.int64)
     chain_e, sde_e, errs = np.empty(hs.size), np.empty(hs.size), np.empty(hs.size)
     for j, h in enumerate(hs):
         n = rounds[j] = _rounds_for(t_end, float(h))
         pb = _scaled(problem, h_ref / h) if noise_scaling == "diffusive" else problem
-        s = float(h) * server_rate
-        ch = transient_moments(pb, eta, local_steps, n, s, w0=m0, cov0=P0, record=[n])
-        lin = quadratic_sde_coefficients(pb, eta, local_steps, s, float(h), variant)
-        law = lin.moments(n * float(h), m0, P0)
-        chain_e[j] = expected_phi(pb, ch.mean[-1], ch.cov[-1], phi)
-        sde_e[j] = expected_phi(pb, law.mean, law.cov, phi)
+        cm, cc, sm, sc = laws(pb, float(h), int(n))
+        chain_e[j] = expected_phi(pb, cm, cc, phi)
+        sde_e[j] = expected_phi(pb, sm, sc, phi)
         errs[j] = abs(chain_e[j] - sde_e[j])
     exact = at_rounding_level(errs, chain_e, sde_e)
     slope, intercept = (float("nan"), float("nan")) if exact else fit_loglog_slope(hs, errs)
-    config = {"eta": float(eta), "local_steps": np.atleast_1d(local_steps).tolist(), "t_end": t_end,
-              "server_rate": server_rate, "variant": variant, "phi": phi, "noise_scaling": noise_scaling,
+    config = {**config, "t_end": t_end, "server_rate": server_rate, "phi": phi, "noise_scaling": noise_scaling,
               "method": "exact"}
     return WeakErrorCurve(hs, rounds, errs, slope, intercept, chain_e, sde_e, config=config, exact_at_grid=exact)
 
