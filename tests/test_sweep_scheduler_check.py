@@ -84,7 +84,7 @@ def test_not_a_dask_scheduler_is_one_line_and_leaves_nothing(peer, needle, tmp_p
         t0 = time.monotonic()
         code, stdout, stderr = run_cli(capsys, ["sweep", str(_spec(tmp_path)), "--out", str(out),
                                                 "--scheduler", address])
-        assert time.monotonic() - t0 < HANG_GUARD_S
+        assert time.monotonic() - t0 < HANG_GUARD_S  # hang guard (the issue asks for a bounded time), not speed
     one_line_error(code, stdout, stderr, f"--scheduler={address!r}: not a Dask scheduler", needle, "8786")
     assert not (tmp_path / "a").exists()  # no sweep folder, not even its parent
 
