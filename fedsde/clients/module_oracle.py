@@ -16,6 +16,12 @@ are fixed by the run's configuration:
 
 Blocks are computed one at a time with the same shapes, so a replicate's numbers do not depend on the chunking
 or on how many replicates run (for one block size), as for every other oracle.
+
+A client population (:class:`~fedsde.problems.module.population.ModulePopulationProblem`) is never padded: at the
+start of every round the rows of the clients its slots hold are read through the problem's bounded cache into one
+ragged block (:func:`fedsde.clients.population_rows.participant_rows`) and the slots are renumbered into it; the
+draws above depend on the population's sizes and ``N_max`` only, so the numbers are those of the materialised
+problem, bit for bit (entries past a client's rows, which carry weight 0, read another row instead of zeros).
 """
 
 from __future__ import annotations
@@ -52,21 +58,34 @@ class ModuleOracle(OracleBase):
         self.Q = problem.Q
         self.sizes = torch.as_tensor(problem.sizes, device=device)
         self.n_max = int(problem.sizes.max())
-        ydt = torch.int64 if problem.loss_name == "cross-entropy" else dtype
-        X, Y = padded_rows(problem)
-        self.X = torch.as_tensor(X).to(device=device, dtype=dtype)  # (Q, N_max, …)
-        self.Y = torch.as_tensor(Y).to(device=device, dtype=ydt)  # (Q, N_max, …)
+        self.ydt = torch.int64 if problem.loss_name == "cross-entropy" else dtype
+        self.population = hasattr(problem, "population")
+        if self.population:  # the participants' rows, read round by round (begin_round)
+            self.X = self.Y = self.starts = None
+        else:
+            X, Y = padded_rows(problem)
+            self.X = torch.as_tensor(X).to(device=device, dtype=dtype)  # (Q, N_max, …)
+            self.Y = torch.as_tensor(Y).to(device=device, dtype=self.ydt)  # (Q, N_max, …)
         self.l2 = float(problem.l2)
         self.batch = problem.batch_size
         self.with_replacement = problem.sampling == "with-replacement"
-        self.clients = None
+        self.clients = self.gather_clients = None
         self.pos = torch.arange(self.n_max, device=device)
         self.cap = self.n_max if self.batch is None else (
             int(self.batch) if self.with_replacement else min(int(self.batch), self.n_max))
 
     def begin_round(self, batch=None, max_batch=None, clients: torch.Tensor | None = None) -> None:
         """Start a round; ``clients`` (nb, slots, B): the client of every slot (default slot ``k`` = client ``k``)."""
-        self.clients = clients
+        self.clients = self.gather_clients = clients
+        if self.population:  # the rows of the slots' clients; the slots renumbered into them
+            from fedsde.clients.population_rows import participant_rows
+
+            local, X, Y, starts = participant_rows(self.problem, clients)
+            shape = tuple(self.problem.row_shape)
+            self.X = torch.as_tensor(X).to(device=self.device, dtype=self.dtype).reshape(-1, *shape)
+            self.Y = torch.as_tensor(Y).to(device=self.device, dtype=self.ydt)
+            self.starts = torch.as_tensor(starts, device=self.device)
+            self.gather_clients = local
         self.round_batch = batch  # (R, slots) from EpochSteps, viewed block-major at the first step
         if batch is not None:
             self.cap = int(max_batch) if max_batch is not None else int(batch.max())
@@ -129,9 +148,13 @@ class ModuleOracle(OracleBase):
         idx, c = self._draw(streams, n)
         masks = self._masks(streams, (nb, slots, B, self.cap)) if self.fm.dropouts else []
         client = (torch.arange(self.Q, device=self.device).view(1, slots, 1).expand(nb, slots, B)
-                  if self.clients is None else self.clients)
-        flat = (client.unsqueeze(-1) * self.n_max + idx)  # (nb, slots, B, cap)
-        Xf, Yf = self.X.flatten(0, 1), self.Y.flatten(0, 1)
+                  if self.gather_clients is None else self.gather_clients)
+        if self.population:  # ragged rows of the round's clients (rows past a client's end carry weight 0)
+            flat = torch.clamp(self.starts[client].unsqueeze(-1) + idx, max=self.X.shape[0] - 1)
+            Xf, Yf = self.X, self.Y
+        else:
+            flat = (client.unsqueeze(-1) * self.n_max + idx)  # (nb, slots, B, cap)
+            Xf, Yf = self.X.flatten(0, 1), self.Y.flatten(0, 1)
         out = torch.empty_like(x)
         M = slots * B
         for blk in range(nb):  # one block at a time: the same shapes whatever the chunk

@@ -27,19 +27,11 @@ class PopulationRows(ClientRows):
     def select(self, clients: torch.Tensor | None) -> torch.Tensor | None:
         """Load the rows of the clients in ``clients`` (any shape; ``None``: every client) and return ``clients``
         renumbered into the loaded block (the oracle's gathers take these)."""
-        pb = self.problem
-        if clients is None:
-            ids = np.arange(self.Q)
-        else:
-            uniq, local = torch.unique(clients, sorted=True, return_inverse=True)
-            ids = uniq.cpu().numpy()
-        parts = [pb.client_data(int(k)) for k in ids]
-        sizes = np.array([y.size for _, y in parts], dtype=np.int64)
-        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-        X = torch.as_tensor(np.concatenate([x for x, _ in parts])).to(device=self.device, dtype=self.dtype)
-        y = torch.as_tensor(np.concatenate([v for _, v in parts]), device=self.device)
+        local, X, y, starts = participant_rows(self.problem, clients)
+        X = torch.as_tensor(X).to(device=self.device, dtype=self.dtype)
+        y = torch.as_tensor(y, device=self.device)
         self._flat = (X, y, torch.as_tensor(starts, device=self.device), int(X.shape[0]))
-        return None if clients is None else local.to(clients.device)
+        return local
 
     def _build_padded(self):
         """Every client's padded rows (rounds without sampling that share each client's rows among replicates): those
@@ -54,3 +46,19 @@ class PopulationRows(ClientRows):
         if self._flat is None:
             self.select(None)
         return self._flat
+
+
+def participant_rows(problem, clients: torch.Tensor | None):
+    """The rows of the clients in ``clients`` (any shape; ``None``: every client), read through ``problem``'s
+    ``client_data`` (its bounded cache): ``(local, X, y, starts)`` with ``local`` the clients renumbered into the
+    block (``None`` for ``None``), ``X`` (n, …) and ``y`` (n, …) their rows concatenated in increasing client order
+    (NumPy) and ``starts`` (int64) every client's first row in them."""
+    if clients is None:
+        ids, local = np.arange(int(problem.Q)), None
+    else:
+        uniq, local = torch.unique(clients, sorted=True, return_inverse=True)
+        ids, local = uniq.cpu().numpy(), local.to(clients.device)
+    parts = [problem.client_data(int(k)) for k in ids]
+    sizes = np.array([np.shape(y)[0] for _, y in parts], dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    return local, np.concatenate([x for x, _ in parts]), np.concatenate([v for _, v in parts]), starts

@@ -67,7 +67,7 @@ def problem_from_dict(data: dict, *, source: str = "problem", base_dir=None,
         if kind == "module":
             from fedsde.problems.module.files import module_problem_from_dict
 
-            return module_problem_from_dict(data, source=source, base_dir=base_dir)
+            return module_problem_from_dict(data, source=source, base_dir=base_dir, population=population)
         data = {k: v for k, v in data.items() if k != "kind"}
     missing = [k for k in ("U", "a", "Sigma") if k not in data]
     if missing:

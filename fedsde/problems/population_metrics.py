@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from functools import partial
 
 import numpy as np
 
@@ -82,11 +83,17 @@ def population_sample(problem, m: int, seed: int, groups: int) -> dict:
 def population_metrics(problem, W, need: list[str], *, m: int, seed: int, groups: int, chunk_size, grouped_norm_sq):
     """Estimates of the metrics ``need`` for weights ``W`` (c_w, d) (a torch tensor) over ``problem``'s population,
     their standard errors and the ``sampling`` record (see the module docstring); ``chunk_size`` and
-    ``grouped_norm_sq`` are those of :mod:`fedsde.problems.metrics` (its caller)."""
+    ``grouped_norm_sq`` are those of :mod:`fedsde.problems.metrics` (its caller).
+
+    The per-draw sums come from the problem's ``sample_passes`` where it has one (a module trained by a population,
+    :class:`~fedsde.problems.module.population.ModulePopulationProblem`), else from the built-in classifier
+    (:func:`_classifier_passes`); the estimates and their standard errors are formed here for both."""
     import torch
 
     sample = population_sample(problem, m, seed, groups)
-    model, c = problem.classifier, sample["clients"]
+    c = sample["clients"]
+    passes = getattr(problem, "sample_passes", None) or partial(_classifier_passes, problem, chunk_size=chunk_size)
+    ydt = torch.int64 if getattr(problem, "loss_name", "cross-entropy") == "cross-entropy" else W.dtype
 
     def put(a, kind=W.dtype):
         return torch.as_tensor(np.ascontiguousarray(a)).to(device=W.device, dtype=kind)
@@ -95,39 +102,28 @@ def population_metrics(problem, W, need: list[str], *, m: int, seed: int, groups
     errs: dict[str, list] = {n: [] for n in need}
     tr = sample["train"]
     if "train_loss" in need or "grad_norm_sq" in need:
-        X, y, n = put(tr["X"]), put(tr["y"], torch.int64), tr["n"]
+        X, y, n = put(tr["X"]), put(tr["y"], ydt), tr["n"]
         draw = put(np.repeat(np.arange(c), n), torch.int64)
         inv = put(np.repeat(1.0 / n, n))  # a row's weight in its draw's mean
         bounds = np.concatenate([[0], np.cumsum(n)])[:: c // groups]  # the rows of each group of draws
-        step = chunk_size(X.shape[0], 4 * model.n_outputs + 4 * int(problem.hidden) + 4, W.element_size())
-        for a in range(0, W.shape[0], step):
-            Wc = W[a:a + step]
-            A, Z = model.forward(Wc, X)
-            reg = problem.l2 * Wc
-            if "train_loss" in need:
-                L = torch.zeros((Wc.shape[0], c), dtype=W.dtype, device=W.device)
-                L.index_add_(1, draw, model.losses(Z, y) * inv)  # per-draw block means (c_w, c)
-                vals["train_loss"].append(L.mean(-1) + 0.5 * torch.sum(reg * Wc, dim=-1))
-                errs["train_loss"].append(L.std(-1) / math.sqrt(c))
-            if "grad_norm_sq" in need:
-                E = model.residuals(Z, y) * (inv * (groups / c))[:, None]
-                gb = torch.stack([model.backward(Wc, X[s:e], None if A is None else A[:, s:e], E[:, s:e])
-                                  for s, e in itertools.pairwise(bounds)]) + reg
-                U, se = grouped_norm_sq(gb)
-                vals["grad_norm_sq"].append(U)
-                errs["grad_norm_sq"].append(se)
+        got = passes(W, X, y, draw, {"loss": inv, "grad": inv * (groups / c)}, bounds, need, True)
+        reg = problem.l2 * W
+        if "train_loss" in need:
+            L = got["L"]  # per-draw block means (c_w, c)
+            vals["train_loss"].append(L.mean(-1) + 0.5 * torch.sum(reg * W, dim=-1))
+            errs["train_loss"].append(L.std(-1) / math.sqrt(c))
+        if "grad_norm_sq" in need:
+            U, se = grouped_norm_sq(got["gb"] + reg)
+            vals["grad_norm_sq"].append(U)
+            errs["grad_norm_sq"].append(se)
     te = sample["test"]
     if "test_accuracy" in need:
         Xt, yt = put(te["X"]), put(te["y"], torch.int64)
         draw_t = put(np.repeat(np.arange(c), te["n"]), torch.int64)
         inv_t = put(np.repeat(1.0 / te["n"], te["n"]))
-        step = chunk_size(Xt.shape[0], 4 * model.n_outputs + 4 * int(problem.hidden) + 4, W.element_size())
-        for a in range(0, W.shape[0], step):
-            Wc = W[a:a + step]
-            hits = (model.predict(model.forward(Wc, Xt)[1]) == yt).to(W.dtype) * inv_t
-            H = torch.zeros((Wc.shape[0], c), dtype=W.dtype, device=W.device).index_add_(1, draw_t, hits)
-            vals["test_accuracy"].append(H.mean(-1))
-            errs["test_accuracy"].append(H.std(-1) / math.sqrt(c))
+        H = passes(W, Xt, yt, draw_t, {"loss": inv_t}, None, need, False)["H"]
+        vals["test_accuracy"].append(H.mean(-1))
+        errs["test_accuracy"].append(H.std(-1) / math.sqrt(c))
     cat = {n: torch.cat(v) for n, v in vals.items()}
     se = {n: torch.cat(v) for n, v in errs.items()}
     sampling = {
@@ -138,3 +134,30 @@ def population_metrics(problem, W, need: list[str], *, m: int, seed: int, groups
                   f"its rows; {groups} groups of draws for grad_norm_sq",
     }
     return cat, se, sampling
+
+
+def _classifier_passes(problem, W, X, y, draw, inv, bounds, need, train: bool, *, chunk_size) -> dict:
+    """The per-draw sums of a built-in classifier for weights ``W`` (c_w, d), chunks of weights at a time: ``L``
+    (c_w, c) of ``inv``-weighted row losses, ``gb`` (groups, c_w, d) of the groups' gradients with the row weights
+    ``inv["grad"]``, ``H`` (c_w, c) of ``inv``-weighted hits (``train=False``: the test rows)."""
+    import torch
+
+    model = problem.classifier
+    c = int(draw.max()) + 1
+    step = chunk_size(X.shape[0], 4 * model.n_outputs + 4 * int(problem.hidden) + 4, W.element_size())
+    out: dict[str, list] = {"L": [], "gb": [], "H": []}
+    for a in range(0, W.shape[0], step):
+        Wc = W[a:a + step]
+        A, Z = model.forward(Wc, X)
+        if not train:
+            hits = (model.predict(Z) == y).to(W.dtype) * inv["loss"]
+            out["H"].append(torch.zeros((Wc.shape[0], c), dtype=W.dtype, device=W.device).index_add_(1, draw, hits))
+            continue
+        if "train_loss" in need:
+            L = torch.zeros((Wc.shape[0], c), dtype=W.dtype, device=W.device)
+            out["L"].append(L.index_add_(1, draw, model.losses(Z, y) * inv["loss"]))
+        if "grad_norm_sq" in need:
+            E = model.residuals(Z, y) * inv["grad"][:, None]
+            out["gb"].append(torch.stack([model.backward(Wc, X[s:e], None if A is None else A[:, s:e], E[:, s:e])
+                                          for s, e in itertools.pairwise(bounds)]))
+    return {k: (torch.cat(v, 1 if k == "gb" else 0) if v else None) for k, v in out.items()}

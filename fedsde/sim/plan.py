@@ -25,7 +25,7 @@ from fedsde.clients.oracles import GaussianQuadraticOracle
 from fedsde.clients.steps import EpochSteps, RandomSteps, normalise_steps
 from fedsde.clients.streams import resolve_block_size, resolve_seed
 from fedsde.errors import FedsdeInputError
-from fedsde.problems.module.problem import ModuleProblem
+from fedsde.problems.module import is_module_problem
 from fedsde.problems.quadratic import QuadraticProblem
 from fedsde.problems.regression import RegressionProblem
 from fedsde.sim.moments import BlowUpWatch, plan_chunks, problem_scale, working_set
@@ -213,7 +213,11 @@ def make_plan(
     sparse = is_cross_device(participation, Q, weighting) and compact_rule(agg) and not drift_keep.size
     check = getattr(make_oracle, "check_memory", None)
     if check is not None:  # an oracle with a work space of its own per block (module problems): refused up front
-        check(problem, slots=participation if sparse else Q, block=block_size, device=dev, dtype=dtype,
+        # the oracle trains the participants' slots only when they are handed over (runner.run_chunk)
+        part_slots = (participation is not None and participation < Q and weighting != "multinomial"
+                      and not agg.warm_start_rounds)
+        check(problem, slots=participation if sparse or (part_slots and not drift_keep.size) else Q,
+              block=block_size, device=dev, dtype=dtype,
               memory_limit=memory_limit)
     chunk_size = _chunk_size(replicates=replicates, chunk_size=chunk_size, block=block_size,
                              Q=participation if sparse else Q, d=d, recorded=keep.size,
@@ -273,7 +277,7 @@ def _default_oracle(problem, local_steps):
         return GaussianQuadraticOracle
     if isinstance(problem, RegressionProblem):
         return least_squares_oracle(problem.batch_size, sampling=problem.sampling)
-    if isinstance(problem, ModuleProblem):
+    if is_module_problem(problem):  # a ModuleProblem, or a module trained by a client population
         return module_oracle()
     sampling = getattr(problem, "sampling", "minibatch")
     if isinstance(local_steps, EpochSteps):

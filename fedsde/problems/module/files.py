@@ -35,6 +35,13 @@ for 1×8×8 inputs, and the ``partition`` keys).  Keys (every other key is an er
 | ``alpha``, ``min_size``, ``shards_per_client`` | digits: the partition's keys, as there |
 | ``quantity_beta``, ``n_biased``, ``n_uniform`` | digits: likewise |
 | ``test_fraction``, ``standardise`` | digits: likewise (0.25, true) |
+| ``population`` | clients on demand (:mod:`.population`): ``data`` read per client from the npz (false) |
+| ``alpha``, ``beta``, ``iid``, ``dim`` | synthetic (``dataset = "synthetic"``): as in classification files |
+| ``n_classes``, ``max_samples`` | synthetic: likewise (10, none), with ``seed``, ``clients`` (30), ``test_fraction`` |
+
+``population = true`` (synthetic: the default from 10⁴ clients) makes the clients a population: ``simulate`` reads
+only the participants' rows and estimates the metrics on a subsample; an npz is then read from each client's slice
+of the memory-mapped file (saved with ``np.savez``, not compressed); other commands get the problem materialised.
 """
 
 from __future__ import annotations
@@ -54,14 +61,18 @@ _COMMON = ("kind", "model", "model_options", "loss", "batch_size", "sampling", "
            "name")
 _DIGITS = ("dataset", "shape", "seed", "clients", "partition", "alpha", "min_size", "shards_per_client",
            "quantity_beta", "n_biased", "n_uniform", "test_fraction", "standardise")
-DATASETS = ("digits",)
+_SYNTHETIC = ("dataset", "seed", "clients", "population", "alpha", "beta", "iid", "dim", "n_classes", "max_samples",
+              "test_fraction")
+DATASETS = ("digits", "synthetic")
 SHAPES = ("flat", "image")
 
 
-def module_problem_from_dict(data: dict, *, source: str = "problem", base_dir=None) -> ModuleProblem:
+def module_problem_from_dict(data: dict, *, source: str = "problem", base_dir=None,
+                             population: bool = False) -> ModuleProblem:
     """A :class:`ModuleProblem` from the keys of a problem file (see the module docstring); ``base_dir`` is the
-    folder ``model`` and ``data`` paths start from (default: the working directory).  Errors are one line naming
-    the file, the key, its value and the constraint."""
+    folder ``model`` and ``data`` paths start from (default: the working directory).  ``population=True``: a file
+    that asks for a population gives a :class:`~fedsde.problems.module.population.ModulePopulationProblem` (else
+    its materialised problem).  Errors are one line naming the file, the key, its value and the constraint."""
     k = _Keys(data, source)
     if data.get("kind") != "module":
         raise k.fail(f"kind={data.get('kind')!r}: must be 'module' for a problem of your own model")
@@ -69,12 +80,13 @@ def module_problem_from_dict(data: dict, *, source: str = "problem", base_dir=No
         raise k.fail("data, dataset: give one of them (an npz file of your own, or a bundled set)")
     if not k.has("data") and not k.has("dataset"):
         raise k.fail(f"missing key 'data' (an .npz file) or 'dataset' (one of {', '.join(DATASETS)})")
-    allowed = set(_COMMON) | ({"data"} if k.has("data") else set(_DIGITS))
+    synthetic = data.get("dataset") == "synthetic"
+    allowed = set(_COMMON) | ({"data", "population"} if k.has("data") else set(_SYNTHETIC if synthetic else _DIGITS))
     unknown = sorted(set(data) - allowed)
     if unknown:
-        what = "data (an npz file)" if k.has("data") else "dataset='digits'"
-        why = (f"{what} has no key(s) {', '.join(unknown)}" if set(unknown) <= set(_DIGITS) | {"data"}
-               else f"unknown key(s) {', '.join(unknown)}")
+        what = ("data (an npz file)" if k.has("data") else f"dataset={data.get('dataset')!r}")
+        why = (f"{what} has no key(s) {', '.join(unknown)}"
+               if set(unknown) <= set(_DIGITS) | set(_SYNTHETIC) | {"data"} else f"unknown key(s) {', '.join(unknown)}")
         raise k.fail(f"{why} (allowed: {', '.join(sorted(allowed))})")
     loss = k.choice("loss", LOSSES, "cross-entropy")
     sampling = k.choice("sampling", SAMPLINGS, "without-replacement")
@@ -91,7 +103,22 @@ def module_problem_from_dict(data: dict, *, source: str = "problem", base_dir=No
         raise k.fail(f"model_options={options!r}: must be a table of keyword arguments")
     base = Path(base_dir) if base_dir is not None else Path.cwd()
     factory = _model_factory(k, base, options)
-    if k.has("data"):
+    settings = dict(loss=loss, batch_size=batch, sampling=sampling, l2=l2, init_seed=init_seed, batching=batching,
+                    name=str(data.get("name", Path(str(data["model"]).partition(":")[0]).stem)))
+    pop = _population(k, base)
+    if pop is not None:
+        from fedsde.problems.module.population import module_population_problem
+
+        info = {"model_spec": str(data["model"]), "model_options": dict(options)}
+        try:
+            pb = module_population_problem(factory, pop, info=info, **settings)
+            return pb if population else pb.materialise()
+        except FedsdeInputError as exc:
+            msg = str(exc)
+            raise FedsdeInputError(msg if msg.startswith(source) else f"{source}: {msg}") from None
+    if synthetic:
+        arrays, info = _synthetic_rows(k)
+    elif k.has("data"):
         arrays, info = _npz(k, base)
         info["data"] = str(data["data"])
     else:
@@ -103,10 +130,7 @@ def module_problem_from_dict(data: dict, *, source: str = "problem", base_dir=No
     p = _weights(k, [str(n) for n in names])
     info |= {"model_spec": str(data["model"]), "model_options": dict(options)}
     try:
-        return module_problem(factory, x, y, client, x_test=x_test, y_test=y_test, loss=loss, batch_size=batch,
-                              sampling=sampling, l2=l2, p=p, init_seed=init_seed, batching=batching,
-                              name=str(data.get("name", Path(str(data["model"]).partition(":")[0]).stem)),
-                              info=info)
+        return module_problem(factory, x, y, client, x_test=x_test, y_test=y_test, p=p, info=info, **settings)
     except FedsdeInputError as exc:
         msg = str(exc)
         raise FedsdeInputError(msg if msg.startswith(source) else f"{source}: {msg}") from None
@@ -192,3 +216,52 @@ def _digits(k: _Keys):
     info = {"dataset": "digits", "shape": shape, "seed": seed, **{key: v for key, v in pb.info.items()
                                                                    if key not in ("model", "l2")}}
     return (x, pb.y, pb.client_ids, xt if xt.shape[0] else None, pb.y_test if xt.shape[0] else None), info
+
+
+def _population(k: _Keys, base: Path):
+    """The client population the file asks for (``population = true``; synthetic files of
+    :data:`~fedsde.problems.data_files.POPULATION_CLIENTS` clients or more unless ``population = false``), else
+    None."""
+    from fedsde.problems.data_files import POPULATION_CLIENTS
+
+    synthetic = k.data.get("dataset") == "synthetic"
+    if not k.boolean("population", synthetic and k.integer("clients", 30) >= POPULATION_CLIENTS):
+        return None
+    if k.has("p"):
+        raise k.fail("p: a population's clients are weighted by their sizes (p_k = N_k/N); drop p or set "
+                     "population = false")
+    if synthetic:
+        return _synthetic_problem(k, True).population
+    from fedsde.problems.module.npz import NpzPopulation
+
+    rel = k.data["data"]
+    if not isinstance(rel, str) or not rel.strip():
+        raise k.fail(f"data={rel!r}: must be the path of an .npz file")
+    path = Path(rel) if Path(rel).is_absolute() else base / rel
+    if not path.is_file():
+        raise k.fail(f"data={rel!r}: no such file ({str(path)!r})")
+    try:
+        return NpzPopulation(path, label=rel)
+    except FedsdeInputError as exc:
+        raise k.fail(str(exc)) from None
+
+
+def _synthetic_problem(k: _Keys, population: bool):
+    """FedProx's synthetic(α, β) of the file's keys, parsed as ``kind = "classification"`` files do
+    (:func:`fedsde.problems.data_files._synthetic`): a population problem or the one-stream generator's."""
+    from fedsde.problems.data_files import _synthetic
+
+    seed = k.integer("seed", minimum=0, required=True)
+    test_fraction = k.number("test_fraction", 0.1, allow_zero=True)
+    if test_fraction >= 1.0:
+        raise k.fail(f"test_fraction={test_fraction!r}: must lie in [0, 1)")
+    data = dict(k.data, population=population)
+    return _synthetic(_Keys(data, k.source), seed, k.integer("n_classes", 10, minimum=2), test_fraction, 0.0)
+
+
+def _synthetic_rows(k: _Keys):
+    """The rows of a synthetic file with ``population = false`` (the one-stream generator below 10⁴ clients)."""
+    pb = _synthetic_problem(k, False)
+    info = {key: v for key, v in pb.info.items() if key not in ("model", "l2")}
+    return (pb.X, pb.y, pb.client_ids, pb.X_test if pb.X_test.shape[0] else None,
+            pb.y_test if pb.X_test.shape[0] else None), info
