@@ -70,6 +70,8 @@ class NpzPopulation:
         label = label or str(path)
         try:
             arrays = npz_members(self.path)
+        except FedsdeInputError:
+            raise
         except (zipfile.BadZipFile, OSError, ValueError) as exc:
             raise FedsdeInputError(f"data={label!r}: cannot be read as an .npz of plain arrays "
                                    f"({type(exc).__name__})") from None
