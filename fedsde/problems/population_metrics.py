@@ -106,7 +106,8 @@ def population_metrics(problem, W, need: list[str], *, m: int, seed: int, groups
         draw = put(np.repeat(np.arange(c), n), torch.int64)
         inv = put(np.repeat(1.0 / n, n))  # a row's weight in its draw's mean
         bounds = np.concatenate([[0], np.cumsum(n)])[:: c // groups]  # the rows of each group of draws
-        got = passes(W, X, y, draw, {"loss": inv, "grad": inv * (groups / c)}, bounds, need, True)
+        got = passes(W, {"X": X, "y": y, "draw": draw, "loss": inv, "grad": inv * (groups / c), "bounds": bounds},
+                     need, train=True)
         reg = problem.l2 * W
         if "train_loss" in need:
             L = got["L"]  # per-draw block means (c_w, c)
@@ -121,7 +122,7 @@ def population_metrics(problem, W, need: list[str], *, m: int, seed: int, groups
         Xt, yt = put(te["X"]), put(te["y"], torch.int64)
         draw_t = put(np.repeat(np.arange(c), te["n"]), torch.int64)
         inv_t = put(np.repeat(1.0 / te["n"], te["n"]))
-        H = passes(W, Xt, yt, draw_t, {"loss": inv_t}, None, need, False)["H"]
+        H = passes(W, {"X": Xt, "y": yt, "draw": draw_t, "loss": inv_t}, need, train=False)["H"]
         vals["test_accuracy"].append(H.mean(-1))
         errs["test_accuracy"].append(H.std(-1) / math.sqrt(c))
     cat = {n: torch.cat(v) for n, v in vals.items()}
@@ -136,12 +137,16 @@ def population_metrics(problem, W, need: list[str], *, m: int, seed: int, groups
     return cat, se, sampling
 
 
-def _classifier_passes(problem, W, X, y, draw, inv, bounds, need, train: bool, *, chunk_size) -> dict:
-    """The per-draw sums of a built-in classifier for weights ``W`` (c_w, d), chunks of weights at a time: ``L``
-    (c_w, c) of ``inv``-weighted row losses, ``gb`` (groups, c_w, d) of the groups' gradients with the row weights
-    ``inv["grad"]``, ``H`` (c_w, c) of ``inv``-weighted hits (``train=False``: the test rows)."""
+def _classifier_passes(problem, W, rows: dict, need, *, train: bool, chunk_size) -> dict:
+    """The per-draw sums of a built-in classifier for weights ``W`` (c_w, d), chunks of weights at a time, on the
+    drawn ``rows`` (``X``, ``y``, the draw of every row ``draw``, its weights ``loss`` and ``grad``, the groups'
+    row ``bounds``): ``L`` (c_w, c) of ``loss``-weighted row losses, ``gb`` (groups, c_w, d) of the groups'
+    gradients with the row weights ``grad``, ``H`` (c_w, c) of ``loss``-weighted hits (``train=False``: the test
+    rows)."""
     import torch
 
+    X, y, draw, bounds = rows["X"], rows["y"], rows["draw"], rows.get("bounds")
+    inv = rows
     model = problem.classifier
     c = int(draw.max()) + 1
     step = chunk_size(X.shape[0], 4 * model.n_outputs + 4 * int(problem.hidden) + 4, W.element_size())

@@ -18,7 +18,7 @@ from fedsde._compat import renamed
 from fedsde._memory import available_memory, memory_fits
 from fedsde._validate import choice, device_dtype, positive_int, record_rounds, schedule, start_point
 from fedsde.aggregators import Aggregator, get_aggregator
-from fedsde.clients.data_oracles import minibatch_oracle
+from fedsde.clients.data_oracles import DENSE_FACTOR, FLOYD_MAX, minibatch_oracle
 from fedsde.clients.least_squares_oracle import least_squares_oracle
 from fedsde.clients.module_oracle import module_oracle
 from fedsde.clients.oracles import GaussianQuadraticOracle
@@ -261,6 +261,10 @@ def _check_population(problem, make_oracle, m: int | None, in_flight: int, devic
     batch, largest = how.get("batch_size"), int(np.max(problem.sizes))
     whole = how.get("oracle") in ("full", "gaussian") or how.get("sampling") == "epoch" or (
         batch is not None and largest <= 2 * batch)
+    if is_module_problem(problem):  # keys of every row of the largest client per slot (ModuleOracle._draw)
+        b = problem.batch_size
+        whole = b is None or (problem.sampling == "without-replacement" and (largest <= DENSE_FACTOR * b
+                                                                          or b > FLOYD_MAX))
     need, what = problem.round_memory(in_flight * (problem.Q if m is None else m), whole_clients=whole)
     taking = f"participation={m}" if m is not None else f"participation=None (all Q={problem.Q} clients)"
     memory_fits(f"replicates in flight={in_flight}, {taking}: {what}", need,

@@ -203,17 +203,16 @@ class ModulePopulationProblem:
     def round_memory(self, slots: int, *, whole_clients: bool = False) -> tuple[int, str]:
         """Bytes a simulated round needs for ``slots`` participant slots: the slots' rows (the mean client's rows
         per slot, three copies: produced, gathered, on the device; the largest client's, two copies), the bounded
-        cache and the per-client vectors; with the whole client's rows per step (``batch_size = "full"``) or the
-        draw of the ``b`` smallest of ``N_max`` keys (``b > 32`` or ``N_max <= 2b``), ``N_max`` per slot."""
-        from fedsde.clients.data_oracles import DENSE_FACTOR, FLOYD_MAX
-
+        cache and the per-client vectors; with ``whole_clients`` (the oracle draws a minibatch as the ``b`` smallest
+        of ``N_max`` keys, see :mod:`fedsde.clients.module_oracle`) ``N_max`` keys per slot, and with the whole
+        client's rows per step (``batch_size = "full"``) ``N_max`` padded rows per slot."""
         row = int(np.prod(self.row_shape, dtype=np.int64))
         mean, largest = float(np.mean(self.sizes)), int(np.max(self.sizes))
         need = 8 * (row + 1) * (3 * slots * mean + 2 * largest) + self.cache_bytes + 8 * 5 * self.Q
         what = (f"{slots} participant slots a round holding about {slots * mean + largest:.3g} rows of {row} numbers "
                 f"(mean client {mean:.3g} rows, largest {largest})")
         b = self.batch_size
-        if whole_clients or b is None or largest <= DENSE_FACTOR * b or b > FLOYD_MAX:
+        if whole_clients or b is None:
             need += 8 * slots * largest * (2 if b is not None else row + 2)
             what += f"; every slot drawing from (or padded to) the largest client ({largest} rows)"
         return int(need), what
@@ -236,11 +235,12 @@ class ModulePopulationProblem:
                 self._cache[key] = self.functional(device, dtype)
         return self._cache[key]
 
-    def sample_passes(self, W: torch.Tensor, X, y, draw, inv, bounds, need, train: bool):
-        """Per weight vector of ``W`` (m, d), the per-draw sums the population metrics take
-        (:func:`fedsde.problems.population_metrics.population_metrics`): ``L`` (m, c) of ``inv``-weighted row
-        losses, ``gb`` (groups, m, d) of the groups' gradients of ``Σ_i weight_i ℓ_i`` (``weight = inv·groups/c``,
-        given as ``inv`` here already scaled) and ``H`` (m, c) of weighted hits; eval mode, in row chunks."""
+    def sample_passes(self, W: torch.Tensor, rows: dict, need, *, train: bool):
+        """Per weight vector of ``W`` (m, d), the per-draw sums the population metrics take on their drawn ``rows``
+        (:func:`fedsde.problems.population_metrics.population_metrics`; as its ``_classifier_passes``): ``L`` (m, c)
+        of ``loss``-weighted row losses, ``gb`` (groups, m, d) of the groups' gradients of ``Σ_i grad_i ℓ_i`` and
+        ``H`` (m, c) of ``loss``-weighted hits; eval mode, in row chunks."""
+        X, y, draw, bounds, inv = rows["X"], rows["y"], rows["draw"], rows.get("bounds"), rows
         fm = self._metric_module(W.device, W.dtype)
         step = self.template._rows_per_pass(W)
         c = int(draw.max()) + 1 if draw.numel() else 0
