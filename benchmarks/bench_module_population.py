@@ -41,7 +41,7 @@ pop = SyntheticPopulation(1.0, 1.0, seed=0, n_clients=Q)
 pb = module_population_problem(lambda: mod.MLP(inputs=60, hidden=hidden, outputs=10), pop, batch_size=10)
 t_build = time.perf_counter() - t
 t = time.perf_counter()
-res = simulate(pb, eta=0.05, local_steps=20, rounds=rounds, replicates=R, seed=1, participation=m)
+res = simulate(pb, eta=0.01, local_steps=20, rounds=rounds, replicates=R, seed=1, participation=m)
 t_sim = time.perf_counter() - t
 t = time.perf_counter()
 vals = evaluate_metrics(pb, np.swapaxes(res.weights, 0, 1), pb.initial_weights())

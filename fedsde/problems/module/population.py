@@ -246,13 +246,24 @@ class ModulePopulationProblem:
         c = int(draw.max()) + 1 if draw.numel() else 0
         out: dict[str, list] = {"L": [], "gb": [], "H": []}
         n = X.shape[0]
+        grouped = None
+        if train and "grad_norm_sq" in need:  # the groups' rows padded to the longest (weight 0) when they fit
+            lo, hi = torch.as_tensor(bounds[:-1], device=W.device), torch.as_tensor(bounds[1:], device=W.device)
+            width = int((hi - lo).max())
+            if width * lo.numel() <= step:
+                idx = lo[:, None] + torch.arange(width, device=W.device)
+                valid = idx < hi[:, None]
+                idx = torch.minimum(idx, hi[:, None] - 1)
+                grouped = (X[idx], y[idx], torch.where(valid, inv["grad"][idx], 0.0))
         with fm.lock:
             for w in W:
                 if train and "train_loss" in need:
                     with torch.no_grad():
                         ell = torch.cat([fm.row_losses(w, X[a:a + step], y[a:a + step]) for a in range(0, n, step)])
                     out["L"].append(w.new_zeros(c).index_add_(0, draw, ell * inv["loss"]))
-                if train and "grad_norm_sq" in need:
+                if train and "grad_norm_sq" in need and grouped is not None:  # the groups in one vmap pass
+                    out["gb"].append(fm.grads(w.expand(grouped[0].shape[0], -1), *grouped, train=False))
+                elif train and "grad_norm_sq" in need:
                     gw = inv["grad"]
                     out["gb"].append(torch.stack([
                         sum(fm.grad_and_value(w, X[lo:hi], y[lo:hi], gw[lo:hi])[0]
