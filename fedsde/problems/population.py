@@ -16,8 +16,9 @@ that does not take populations (:func:`fedsde.problems.load_problem`).
 
 Implementations: :class:`fedsde.problems.synthetic_population.SyntheticPopulation` (FedProx's synthetic(α, β),
 client by client) and :class:`ArrayPopulation` (the clients of a materialised problem: partitioned bundled sets,
-data already in memory).  Another kind of client data (for example a user's ``nn.Module`` clients on their own
-files) becomes a population by implementing the protocol: ``Q``, ``sizes``, ``test_sizes``, ``n_features``,
+data already in memory); :class:`fedsde.problems.module.npz.NpzPopulation` (an npz read client by client), and a
+user's ``nn.Module`` trained by any population is :mod:`fedsde.problems.module.population`.  Another kind of client
+data becomes a population by implementing the protocol: ``Q``, ``sizes``, ``test_sizes``, ``n_features``,
 ``n_classes``, ``client_rows(k, split, rows=None)`` and ``memory_per_row``.
 """
 
