@@ -132,6 +132,14 @@ def test_npz_population_is_read_client_by_client_and_gives_the_numbers_of_the_np
         np.testing.assert_array_equal(y, plain.y[starts[k]:starts[k + 1]])
     kw = dict(eta=0.05, local_steps=2, rounds=2, replicates=4, seed=1, participation=3)
     np.testing.assert_array_equal(simulate(pb, **kw).weights, simulate(plain, **kw).weights)
+    order = np.argsort(np.load(tmp_path / "rows.npz")["client"], kind="stable")  # every client's rows together
+    with np.load(tmp_path / "rows.npz") as z:
+        np.savez(tmp_path / "sorted.npz", **{name: (z[name][order] if name in ("x", "y", "client") else z[name])
+                                             for name in z.files})
+    together = NpzPopulation(tmp_path / "sorted.npz")
+    assert together._order is None and together.Q == 6
+    k = int(np.flatnonzero(np.array(together.client_names) == pop.client_names[0])[0])
+    np.testing.assert_array_equal(together.client_rows(k)[0], pop.client_rows(0)[0])
     mat = load_problem(tmp_path / "pop.toml")  # commands that do not sample participants: materialised
     np.testing.assert_array_equal(mat.X, plain.X)
     np.testing.assert_array_equal(mat.X_test, plain.X_test)
