@@ -65,15 +65,21 @@ class ClientTable:
         vals = self.values.gather(1, pos.unsqueeze(-1).expand(R, m, d))
         return torch.where(hit, vals, torch.zeros_like(vals))
 
-    def updated(self, clients: torch.Tensor, vals: torch.Tensor) -> ClientTable:
-        """A table with ``vals`` (R, m, d) set for ``clients`` (R, m) (distinct per row), new clients added."""
+    def updated(self, clients: torch.Tensor, vals: torch.Tensor, keep: torch.Tensor | None = None) -> ClientTable:
+        """A table with ``vals`` (R, m, d) set for ``clients`` (R, m), new clients added; ``keep`` (R, m) bool, if
+        given, selects the slots written (the participating ones, distinct per row; the others are ignored),
+        otherwise every slot is written (distinct per row)."""
         R, m, d = vals.shape
-        ids = torch.unique(torch.cat([self.ids, clients.reshape(-1)]))
-        out = vals.new_zeros((R, ids.numel(), d))
+        ids = torch.unique(torch.cat([self.ids, clients.reshape(-1) if keep is None else clients[keep]]))
+        K = ids.numel()
+        out = vals.new_zeros((R, K + (keep is not None), d))  # with keep: one spare column takes the idle slots
         if self.ids.numel():
             out[:, torch.searchsorted(ids, self.ids)] = self.values
-        out.scatter_(1, torch.searchsorted(ids, clients).unsqueeze(-1).expand(R, m, d), vals)
-        return ClientTable(ids, out)
+        pos = torch.searchsorted(ids, clients)
+        if keep is not None:
+            pos = torch.where(keep, pos, K)
+        out.scatter_(1, pos.unsqueeze(-1).expand(R, m, d), vals)
+        return ClientTable(ids, out if keep is None else out[:, :K])
 
     @staticmethod
     def empty(like: torch.Tensor) -> ClientTable:
@@ -156,11 +162,11 @@ class Scaffold(Aggregator):
             new = ctx.first_grads
         else:
             new = ck - state.c.unsqueeze(1) - updates / (ctx.norms * ctx.eta).unsqueeze(-1)
-        dc = new - ck
+        dc = torch.where(ctx.participating.unsqueeze(-1), new - ck, torch.zeros_like(ck))  # idle slots: none
         Q = ctx.p.shape[0]
         gamma = torch.full((R, m), 1.0 / Q, dtype=w.dtype, device=w.device) if self.control == "uniform" \
             else ctx.p[ctx.clients]
         c = state.c + weighted_mean(gamma, dc)
         w_next = w + ctx.server_lr * weighted_mean(weights, updates)
-        return w_next, ScaffoldState(c=c, c_clients=table.updated(ctx.clients, ck + dc))
+        return w_next, ScaffoldState(c=c, c_clients=table.updated(ctx.clients, ck + dc, ctx.participating))
 

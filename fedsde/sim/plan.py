@@ -215,13 +215,27 @@ def make_plan(
     if check is not None:  # an oracle with a work space of its own per block (module problems): refused up front
         check(problem, slots=participation if sparse else Q, block=block_size, device=dev, dtype=dtype,
               memory_limit=memory_limit)
-    chunk_size = _chunk_size(replicates=replicates, chunk_size=chunk_size, block=block_size,
-                             Q=participation if sparse else Q, d=d, recorded=keep.size,
-                             drift_cols=drift_keep.size * max_local_steps(steps), moments_only=moments_only,
-                             device=dev, dtype=dtype, memory_limit=memory_limit)
-    if hasattr(problem, "population"):  # clients on demand: what a round's participants need, not the population
-        _check_population(problem, make_oracle, participation, min(replicates, (chunk_size or replicates) * workers),
-                          dev, memory_limit)
+    # a round on all Q clients although few take part: a warm start, multinomial draws outside the cross-device
+    # regime (no participant slots in a dense round) or the drift record
+    given_chunk = chunk_size
+    trains_all = participation is None or (not sparse and (
+        participation >= Q or agg.warm_start_rounds > 0 or weighting == "multinomial" or drift_keep.size > 0))
+    try:
+        chunk_size = _chunk_size(replicates=replicates, chunk_size=chunk_size, block=block_size,
+                                 Q=participation if sparse else Q, d=d, recorded=keep.size,
+                                 drift_cols=drift_keep.size * max_local_steps(steps), moments_only=moments_only,
+                                 device=dev, dtype=dtype, memory_limit=memory_limit)
+        if hasattr(problem, "population"):  # clients on demand: what a round's participants need, not the population
+            _check_population(problem, make_oracle, None if trains_all else participation,
+                              min(replicates, (chunk_size or replicates) * workers), dev, memory_limit)
+    except FedsdeInputError as exc:
+        if not sparse and is_cross_device(participation, Q, weighting) and agg.cross_device_hint:
+            raise FedsdeInputError(f"{agg.cross_device_hint}: {exc}") from None
+        raise
+    if sparse and agg.participant_state:
+        chunk_size = _client_state_chunk(agg, replicates, chunk_size, given_chunk is not None, block_size, workers,
+                                         rounds, participation, Q, d, dtype,
+                                         available=available_memory(dev, memory_limit))
     return SimulationPlan(
         problem=problem, aggregator=agg, make_oracle=make_oracle, seed=base_seed, device=dev, dtype=dtype,
         etas=etas, server_lrs=lrs, steps=steps, participation=participation, weighting=weighting, w_start=w_start,
@@ -248,6 +262,37 @@ def _chunk_size(*, replicates: int, chunk_size: int | None, block: int, Q: int, 
     available = available_memory(device, memory_limit)
     return plan_chunks(f"replicates={replicates}", replicates, chunk_size, block, per_rep, stored, available, hint,
                        working_set=working_set(device, available))
+
+
+def _client_state_chunk(agg: Aggregator, replicates: int, chunk_size: int | None, given: bool, block: int,
+                        workers: int, *shape, available: int) -> int | None:
+    """The chunk size (``chunk_size`` if ``given``, else the largest block multiple up to it) whose per-client state
+    fits, or a one-line refusal naming what drives it; ``shape`` is ``(rounds, m, Q, d, dtype)``.
+
+    A rule with :attr:`~fedsde.aggregators.Aggregator.participant_state` keeps one row of ``d + 1`` numbers (at
+    most: SCAFFOLD's control, FedAWARE's momentum and seen flag) per replicate for every client that any replicate
+    of the chunk has drawn (:class:`~fedsde.aggregators.scaffold.ClientTable`): at most
+    ``K = min(Q, rounds·m·C)`` clients for ``C`` replicates in a chunk (padded to whole blocks), ``C·K·(d + 1)``
+    numbers, three copies while a round updates it, for each of the ``workers`` chunks in flight.
+    """
+    rounds, m, Q, d, dtype = shape
+    item = torch.finfo(dtype).bits // 8
+
+    def need(c: int) -> tuple[int, int]:
+        cp = -(-c // block) * block
+        k = min(Q, rounds * m * cp)
+        return 3 * min(workers, -(-replicates // c)) * cp * k * (d + 1) * item, k
+
+    size = min(replicates, chunk_size or replicates)
+    if not given:
+        while size > block and need(size)[0] > available:
+            size = max(block, (size - 1) // block * block)
+    total, k = need(size)
+    memory_fits(f"aggregator={agg.name!r} keeps per-client state for the clients that have taken part: up to "
+                f"min(Q={Q}, rounds·participation·replicates in flight = {rounds}·{m}·{-(-size // block) * block}) = "
+                f"{k} clients × {d + 1} numbers per replicate", total, available,
+                "use fewer rounds, participants or replicates at once (chunk_size)")
+    return None if size >= replicates else size
 
 
 def _check_population(problem, make_oracle, m: int | None, in_flight: int, device, memory_limit) -> None:

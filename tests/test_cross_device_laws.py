@@ -1,0 +1,70 @@
+"""The cross-device regime (participants' slots) against the dense round: the same law for FedAWARE without its
+full first round and for multinomial participation."""
+
+import numpy as np
+import pytest
+
+from fedsde.aggregators import get_aggregator
+from fedsde.problems import QuadraticProblem
+from fedsde.sim import simulate
+
+
+def _many(Q: int, d: int, seed: int) -> QuadraticProblem:
+    rng = np.random.default_rng(seed)
+    U = np.eye(d) * rng.uniform(0.5, 2.0, (Q, 1, d))
+    S = np.eye(d) * rng.uniform(0.1, 0.5, (Q, 1, d))
+    return QuadraticProblem.from_arrays(U, rng.standard_normal((Q, d)), S, rng.uniform(0.5, 1.5, Q))
+
+
+def _same_law(rule, Q, rounds, m, weighting, monkeypatch, R=2000):
+    import fedsde.sim.participation as part
+    from fedsde.sim.plan import make_plan
+
+    pb = _many(Q, 2, seed=5)
+    kw = {"eta": 0.1, "local_steps": 2, "rounds": rounds, "server_lr": 0.5, "participation": m, "w0": [1.0, -1.0],
+          "record": [rounds], "aggregator": rule, "replicates": R, "weighting": weighting}
+    monkeypatch.setattr(part, "CROSS_DEVICE_Q", Q)
+    assert make_plan(pb, seed=0, **kw).sparse
+    res = simulate(pb, seed=1, **kw)
+    monkeypatch.setattr(part, "CROSS_DEVICE_Q", 10**9)
+    assert not make_plan(pb, seed=0, **kw).sparse
+    ref = simulate(pb, seed=2, **kw)
+    assert np.abs(ref.final - np.array([1.0, -1.0])).max() > 0.1  # the rule moved: the comparison is not vacuous
+    diff = res.final.mean(0) - ref.final.mean(0)
+    se = np.sqrt(res.final.var(0, ddof=1) / R + ref.final.var(0, ddof=1) / R)
+    assert np.all(np.abs(diff) < 5 * se), (diff, se)
+    dv = res.final.var(0, ddof=1) - ref.final.var(0, ddof=1)
+    se_v = np.sqrt(2 / (R - 1)) * (res.final.var(0, ddof=1) + ref.final.var(0, ddof=1))  # Gaussian approximation
+    assert np.all(np.abs(dv) < 5 * se_v), (dv, se_v)
+
+
+@pytest.mark.parametrize("warm_start", ["none", "fedavg"])
+def test_fedaware_has_the_same_law_on_the_participants_slots(warm_start, monkeypatch):
+    # 6 clients, 3 a round: every client is seen within a few rounds, after which FedAWARE steps on the min-norm
+    # point of all 6 momenta, from the table of the clients that took part (slots) or from all Q (dense)
+    _same_law(get_aggregator("fedaware", warm_start=warm_start), 6, 8, 3, "unbiased", monkeypatch)
+
+
+@pytest.mark.parametrize("rule", ["fedavg", "scaffold"])
+def test_multinomial_participation_has_the_same_law_on_the_participants_slots(rule, monkeypatch):
+    # the same draws with replacement (repeated clients: one slot weighted count/m, the other slots idle)
+    _same_law(rule, 12, 6, 6, "multinomial", monkeypatch)
+
+
+def test_multinomial_slots_draw_the_dense_rounds_participants_and_weights():
+    import torch
+
+    from fedsde.clients.streams import ReplicateStreams
+    from fedsde.sim.participation import draw_participation, draw_subsets, first_occurrences
+
+    Q, m, nb = 30, 8, 2
+    p = torch.linspace(0.2, 2.0, Q, dtype=torch.float64)
+    p = p / p.sum()
+    mask, weights = draw_participation(ReplicateStreams(3, 0, nb, "cpu", purpose=1), nb, Q, m, "multinomial", p)
+    cid, w = draw_subsets(ReplicateStreams(3, 0, nb, "cpu", purpose=1), nb, Q, m, "multinomial", p)
+    keep = first_occurrences(cid)
+    assert bool((keep.sum(1) < m).any())  # some client drawn twice
+    dense = torch.zeros_like(weights).scatter_add_(1, cid, w)
+    np.testing.assert_array_equal(dense.numpy(), weights.numpy())
+    np.testing.assert_array_equal((dense > 0).numpy(), mask.numpy())  # every p_k > 0: drawn iff weighted
+    assert bool((w[~keep] == 0).all())
