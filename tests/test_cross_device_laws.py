@@ -68,3 +68,43 @@ def test_multinomial_slots_draw_the_dense_rounds_participants_and_weights():
     np.testing.assert_array_equal(dense.numpy(), weights.numpy())
     np.testing.assert_array_equal((dense > 0).numpy(), mask.numpy())  # every p_k > 0: drawn iff weighted
     assert bool((w[~keep] == 0).all())
+
+
+def test_population_plans_count_the_full_round_and_the_multinomial_draws(monkeypatch):
+    from fedsde.errors import FedsdeInputError
+    from fedsde.problems.synthetic_population import synthetic_population_problem
+    from fedsde.sim.plan import make_plan
+
+    pb = synthetic_population_problem(1.0, 1.0, seed=1, n_clients=10**5, batch_size=10)
+    kw = dict(eta=0.01, local_steps=2, rounds=20, replicates=8, seed=0, participation=10)
+    monkeypatch.setenv("FEDSDE_MEMORY_LIMIT", "2G")
+    with pytest.raises(FedsdeInputError, match=r"^aggregator='fedaware' with warm_start='full' trains all Q clients in "
+                       r"its first round; warm_start='none' .*: .*needs about"):
+        make_plan(pb, aggregator="fedaware", **kw)
+    for warm in ("none", "fedavg"):
+        assert make_plan(pb, aggregator=get_aggregator("fedaware", warm_start=warm), **kw).sparse
+    assert make_plan(pb, weighting="multinomial", **kw).sparse
+    monkeypatch.setenv("FEDSDE_MEMORY_LIMIT", "64M")
+    with pytest.raises(FedsdeInputError, match=r"80 participant slots .*; multinomial draws take client k with "
+                       r"probability p_k: about .* rows a slot: needs about"):
+        make_plan(pb, weighting="multinomial", **kw)
+
+
+def test_per_client_state_of_the_participants_is_planned_up_front():
+    # SCAFFOLD's controls, FedAWARE's momenta: one row per replicate for every client any replicate of the chunk
+    # drew, at most min(Q, rounds·m·C) for C replicates at once: the chunk shrinks to fit, or the run is refused
+    from fedsde.errors import FedsdeInputError
+    from fedsde.sim.participation import CROSS_DEVICE_Q
+    from fedsde.sim.plan import make_plan
+
+    pb = _many(CROSS_DEVICE_Q, 2, seed=0)
+    kw = dict(eta=0.1, local_steps=2, rounds=1000, replicates=4096, seed=0, participation=100, workers=1,
+              moments_only=True)
+    for rule in ("scaffold", get_aggregator("fedaware", warm_start="none")):
+        plan = make_plan(pb, aggregator=rule, memory_limit="1G", **kw)
+        assert plan.sparse and plan.chunk_size is not None
+        assert 3 * plan.chunk_size * CROSS_DEVICE_Q * 3 * 8 <= 2**30
+        with pytest.raises(FedsdeInputError, match=r"keeps per-client state for the clients that have taken part: "
+                           r"up to min\(Q=10000, rounds·participation·replicates in flight = 1000·100·4096\) = 10000 "
+                           r"clients × 3 numbers per replicate: needs about .*chunk_size"):
+            make_plan(pb, aggregator=rule, memory_limit="1G", chunk_size=4096, **kw)

@@ -227,7 +227,7 @@ def make_plan(
                                  device=dev, dtype=dtype, memory_limit=memory_limit)
         if hasattr(problem, "population"):  # clients on demand: what a round's participants need, not the population
             _check_population(problem, make_oracle, None if trains_all else participation,
-                              min(replicates, (chunk_size or replicates) * workers), dev, memory_limit)
+                              min(replicates, (chunk_size or replicates) * workers), dev, memory_limit, weighting)
     except FedsdeInputError as exc:
         if not sparse and is_cross_device(participation, Q, weighting) and agg.cross_device_hint:
             raise FedsdeInputError(f"{agg.cross_device_hint}: {exc}") from None
@@ -295,14 +295,22 @@ def _client_state_chunk(agg: Aggregator, replicates: int, chunk_size: int | None
     return None if size >= replicates else size
 
 
-def _check_population(problem, make_oracle, m: int | None, in_flight: int, device, memory_limit) -> None:
+def _check_population(problem, make_oracle, m: int | None, in_flight: int, device, memory_limit,
+                      weighting: str = "unbiased") -> None:
     """Refuse up front, in one line naming what drives it, a population run whose participants' rows do not fit
-    (:meth:`fedsde.problems.population.PopulationProblem.round_memory`)."""
+    (:meth:`fedsde.problems.population.PopulationProblem.round_memory`; ``m`` None: a round of all ``Q`` clients).
+    Multinomial draws take client ``k`` with probability ``p_k``, so a slot holds ``Σ_k p_k n_k`` rows on average
+    (the size-biased mean when ``p_k ∝ n_k``), not the mean client's: the difference is added."""
     how = getattr(make_oracle, "describe", {}) if isinstance(getattr(make_oracle, "describe", None), dict) else {}
     batch, largest = how.get("batch_size"), int(np.max(problem.sizes))
     whole = how.get("oracle") in ("full", "gaussian") or how.get("sampling") == "epoch" or (
         batch is not None and largest <= 2 * batch)
-    need, what = problem.round_memory(in_flight * (problem.Q if m is None else m), whole_clients=whole)
+    slots = in_flight * (problem.Q if m is None else m)
+    need, what = problem.round_memory(slots, whole_clients=whole)
+    drawn = float(np.dot(problem.p, problem.sizes)) / float(np.sum(problem.p))
+    if weighting == "multinomial" and m is not None and drawn > np.mean(problem.sizes):
+        need += int(8 * problem.n_features * 3 * slots * (drawn - np.mean(problem.sizes)))
+        what += f"; multinomial draws take client k with probability p_k: about {drawn:.3g} rows a slot"
     taking = f"participation={m}" if m is not None else f"participation=None (all Q={problem.Q} clients)"
     memory_fits(f"replicates in flight={in_flight}, {taking}: {what}", need,
                 available_memory(device, memory_limit),
