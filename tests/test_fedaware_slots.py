@@ -67,6 +67,8 @@ def test_fedaware_on_participant_slots_is_the_dense_rule(warm_start, variant, re
 
 def test_fedaware_on_slots_keeps_only_the_clients_seen_and_does_not_move_before_all_are():
     # a cross-device population: the table grows with the participants; with a client not seen the hull holds 0
+    from fedsde.sim.participation import first_occurrences
+
     Q, R, m, d = 10**6, 2, 5, 4
     agg = get_aggregator("fedaware", warm_start="none")
     p = torch.full((Q,), 1.0 / Q, dtype=torch.float64)
@@ -76,7 +78,7 @@ def test_fedaware_on_slots_keeps_only_the_clients_seen_and_does_not_move_before_
     for n in range(3):
         cid = torch.sort(torch.randint(0, Q, (R, m), generator=g), dim=1).values
         ctx = RoundContext(round=n, server_lr=1.0, eta=0.1, local_steps=torch.full((R, m), 2),
-                           participating=torch.ones((R, m), dtype=torch.bool), p=p, clients=cid)
+                           participating=first_occurrences(cid), p=p, clients=cid)
         w_next, state = agg.apply(w, torch.randn((R, m, d), generator=g, dtype=torch.float64), p[cid], state, ctx)
         np.testing.assert_array_equal(w_next.numpy(), w.numpy())
     assert state.m.ids.numel() <= 3 * R * m and state.m.values.shape == (R, state.m.ids.numel(), d + 1)

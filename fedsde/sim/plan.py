@@ -138,7 +138,7 @@ def compact_rule(agg: Aggregator) -> bool:
     So does a rule with server state only that reads the displacements through that weighted mean
     (:attr:`~fedsde.aggregators.Aggregator.mean_only`: FedAvgM, FedAdam, FedYogi, FedAdagrad), and a rule that keeps
     per-client state for the participants on their slots (:attr:`~fedsde.aggregators.Aggregator.participant_state`:
-    SCAFFOLD).
+    SCAFFOLD, FedAWARE without its full first round).
     """
     if agg.warm_start_rounds:
         return False
