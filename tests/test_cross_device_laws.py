@@ -98,13 +98,29 @@ def test_per_client_state_of_the_participants_is_planned_up_front():
     from fedsde.sim.plan import make_plan
 
     pb = _many(CROSS_DEVICE_Q, 2, seed=0)
-    kw = dict(eta=0.1, local_steps=2, rounds=1000, replicates=4096, seed=0, participation=100, workers=1,
+    kw = dict(eta=0.1, local_steps=2, rounds=50, replicates=4096, seed=0, participation=100, workers=1,
               moments_only=True)
     for rule in ("scaffold", get_aggregator("fedaware", warm_start="none")):
         plan = make_plan(pb, aggregator=rule, memory_limit="1G", **kw)
         assert plan.sparse and plan.chunk_size is not None
         assert 3 * plan.chunk_size * CROSS_DEVICE_Q * 3 * 8 <= 2**30
         with pytest.raises(FedsdeInputError, match=r"keeps per-client state for the clients that have taken part: "
-                           r"up to min\(Q=10000, rounds·participation·replicates in flight = 1000·100·4096\) = 10000 "
+                           r"up to min\(Q=10000, rounds·participation·replicates in flight = 50·100·4096\) = 10000 "
                            r"clients × 3 numbers per replicate: needs about .*chunk_size"):
             make_plan(pb, aggregator=rule, memory_limit="1G", chunk_size=4096, **kw)
+
+
+def test_fedaware_min_norm_problem_is_planned_up_front():
+    # FedAWARE's step solves a min-norm problem on a Q × Q Gram matrix per replicate: counted before the run (on
+    # slots only when a replicate can see every client, rounds·m >= Q)
+    from fedsde.errors import FedsdeInputError
+    from fedsde.sim.plan import make_plan
+
+    pb = _many(20_000, 2, seed=0)
+    kw = dict(eta=0.1, local_steps=2, rounds=5, replicates=8, seed=0, participation=10, memory_limit="2G",
+              moments_only=True)
+    assert make_plan(pb, aggregator=get_aggregator("fedaware", warm_start="none"), **kw).sparse
+    with pytest.raises(FedsdeInputError, match=r"^aggregator='fedaware' with warm_start='full' trains all Q clients"):
+        make_plan(pb, aggregator="fedaware", **kw)  # 8 × 64 × 20 000² bytes
+    with pytest.raises(FedsdeInputError, match=r"replicates=8: needs about"):
+        make_plan(pb, aggregator=get_aggregator("fedaware", warm_start="none"), **(kw | {"rounds": 2000}))

@@ -218,6 +218,11 @@ class Aggregator(ABC):
         so the cross-device regime may hand it the ``m`` participants alone (SCAFFOLD)."""
         return False
 
+    def step_memory(self, Q: int) -> int:
+        """Bytes per replicate the server step needs for ``Q`` clients beyond the round's ``(Q, d)`` tensors (for the
+        up-front memory estimate; FedAWARE: its min-norm problem on a ``Q × Q`` Gram matrix)."""
+        return 0
+
     @property
     def cross_device_hint(self) -> str:
         """Why the rule trains every client in some round whatever the sampling, and which setting does not (one

@@ -124,6 +124,11 @@ class FedAWARE(Aggregator):
                 "aggregator='fedaware' with warm_start='full' trains all Q clients in its first round; "
                 "warm_start='none' (or 'fedavg') trains the participants only")
 
+    def step_memory(self, Q: int) -> int:
+        """The min-norm problem over ``Q`` momenta: the Gram matrix and the solver's pair and KKT matrices, about
+        eight ``Q × Q`` float64 matrices per replicate."""
+        return 64 * Q * Q
+
     def init(self, w0: torch.Tensor) -> AwareState:
         return AwareState(m=None, lam=None, step_norm=None)
 

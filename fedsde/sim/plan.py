@@ -221,8 +221,11 @@ def make_plan(
     trains_all = participation is None or (not sparse and (
         participation >= Q or agg.warm_start_rounds > 0 or weighting == "multinomial" or drift_keep.size > 0))
     try:
+        # the rule's own step on all Q clients (FedAWARE's min-norm problem): on slots only once a replicate has
+        # seen every client, which needs rounds·m >= Q
+        step = agg.step_memory(Q) if not sparse or rounds * participation >= Q else 0
         chunk_size = _chunk_size(replicates=replicates, chunk_size=chunk_size, block=block_size,
-                                 Q=participation if sparse else Q, d=d, recorded=keep.size,
+                                 Q=participation if sparse else Q, d=d, step=step, recorded=keep.size,
                                  drift_cols=drift_keep.size * max_local_steps(steps), moments_only=moments_only,
                                  device=dev, dtype=dtype, memory_limit=memory_limit)
         if hasattr(problem, "population"):  # clients on demand: what a round's participants need, not the population
@@ -247,13 +250,14 @@ def make_plan(
 
 def _chunk_size(*, replicates: int, chunk_size: int | None, block: int, Q: int, d: int, recorded: int,
                 drift_cols: int, moments_only: bool, device: torch.device, dtype: torch.dtype,
-                memory_limit: int | str | None) -> int | None:
+                memory_limit: int | str | None, step: int = 0) -> int | None:
     """Chunk size that fits (``chunk_size`` if given) or a one-line error; per replicate: about ten (Q, d) tensors
     of the local round (``Q`` the slots trained: ``m`` in the cross-device regime), the aggregator's state, a copy of
-    the weights and the per-block moment sums (d² per block), and on a GPU the chunk's recorded weights (T, d)
+    the weights and the per-block moment sums (d² per block), the rule's ``step`` bytes, and on a GPU the chunk's
+    recorded weights (T, d)
     until its end; stored: weights (T, R, d) and drift (T_d, E_max, R, Q)."""
     item = torch.finfo(dtype).bits // 8
-    per_rep = item * (10 * Q * d + 6 * Q + 4 * d) + 16 * d + (16 * d * d // block + 8 * d if moments_only else 0)
+    per_rep = item * (10 * Q * d + 6 * Q + 4 * d) + 16 * d + (16 * d * d // block + 8 * d if moments_only else 0) + step
     if device.type != "cpu" and not moments_only:
         per_rep += item * recorded * d
     stored = 0 if moments_only else 8 * replicates * (recorded * d + drift_cols * Q)
