@@ -124,3 +124,19 @@ def test_fedaware_min_norm_problem_is_planned_up_front():
         make_plan(pb, aggregator="fedaware", **kw)  # 8 × 64 × 20 000² bytes
     with pytest.raises(FedsdeInputError, match=r"replicates=8: needs about"):
         make_plan(pb, aggregator=get_aggregator("fedaware", warm_start="none"), **(kw | {"rounds": 2000}))
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize(("rule", "weighting"), [("fedaware-none", "unbiased"), ("fedavg", "multinomial"),
+                                                 ("scaffold", "multinomial")])
+def test_cross_device_rules_on_cuda_have_the_cpu_law(rule, weighting, monkeypatch):
+    import fedsde.sim.participation as part
+
+    Q, R = 6, 4000
+    monkeypatch.setattr(part, "CROSS_DEVICE_Q", Q)
+    agg = get_aggregator("fedaware", warm_start="none") if rule == "fedaware-none" else rule
+    kw = {"eta": 0.1, "local_steps": 2, "rounds": 8, "server_lr": 0.5, "participation": 3, "w0": [1.0, -1.0],
+          "record": [8], "aggregator": agg, "replicates": R, "weighting": weighting, "seed": 3}
+    gpu, cpu = simulate(_many(Q, 2, seed=5), device="cuda", **kw).final, simulate(_many(Q, 2, seed=5), **kw).final
+    se = np.sqrt(gpu.var(0, ddof=1) / R + cpu.var(0, ddof=1) / R)
+    assert np.all(np.abs(gpu.mean(0) - cpu.mean(0)) < 5 * se)
