@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from fedsde.aggregators import RoundContext, get_aggregator
-from fedsde.aggregators.scaffold import ClientTable
+from fedsde.aggregators.client_table import ClientTable
 
 
 def _rounds(R, Q, m, d, n, seed, repeats=False):

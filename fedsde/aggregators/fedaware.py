@@ -39,11 +39,11 @@ about ``(Q/m) ln Q`` rounds (coupon collector).
 
 **Cross-device regime** (``warm_start`` ``"none"`` or ``"fedavg"``, :attr:`participant_state`): the rule runs on
 the ``m`` participants' slots and keeps the momenta (and a seen flag) of the clients that have taken part only, in a
-:class:`~fedsde.aggregators.scaffold.ClientTable` (memory growing with them).  It solves the dense rule's problem:
-a replicate whose hull holds a zero momentum (a client not seen, or a zero momentum) steps by exactly zero, as the
-dense rule does, and one that has seen every client solves the min-norm problem over all ``Q`` momenta in client
-order, as the dense rule does (``tests/test_fedaware_slots.py``: the same weights as the dense rule on the same
-rounds).  ``warm_start="full"`` trains every client in its first round, so it has no such regime.
+:class:`~fedsde.aggregators.client_table.ClientTable` (memory growing with them).  It solves the dense rule's
+problem: a replicate whose hull holds a zero momentum (a client not seen, or a zero momentum) steps by exactly
+zero, as the dense rule does, and one that has seen every client solves the min-norm problem over all ``Q``
+momenta in client order, as the dense rule does (``tests/test_fedaware_slots.py``: the same weights as the dense
+rule on the same rounds).  ``warm_start="full"`` trains every client in its first round, so it has no such regime.
 """
 
 from __future__ import annotations
@@ -56,9 +56,9 @@ import torch
 from fedsde._tolerances import DIVISION_FLOOR
 from fedsde._validate import choice, positive_int, unit_interval
 from fedsde.aggregators.base import Aggregator, RoundContext
+from fedsde.aggregators.client_table import ClientTable
 from fedsde.aggregators.min_norm import min_norm_gram
 from fedsde.aggregators.registry import register
-from fedsde.aggregators.scaffold import ClientTable
 from fedsde.errors import FedsdeInputError
 
 VARIANTS = ("normalized", "literal")
@@ -69,7 +69,7 @@ WARM_STARTS = ("full", "fedavg", "none")
 class AwareState:
     """Client momenta ``m`` (R, Q, d), last weights ``lam`` (R, Q), last step norm ``step_norm`` (R,) and the
     clients seen so far ``seen`` (R, Q) (``warm_start="fedavg"``); on participant slots ``m`` is a
-    :class:`~fedsde.aggregators.scaffold.ClientTable` of momenta and seen flags, and ``lam``, ``seen`` are None."""
+    :class:`~fedsde.aggregators.client_table.ClientTable` of momenta and seen flags, and ``lam``, ``seen`` are None."""
 
     m: torch.Tensor | ClientTable | None
     lam: torch.Tensor | None

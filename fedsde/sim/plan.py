@@ -275,7 +275,7 @@ def _client_state_chunk(agg: Aggregator, replicates: int, chunk_size: int | None
 
     A rule with :attr:`~fedsde.aggregators.Aggregator.participant_state` keeps one row of ``d + 1`` numbers (at
     most: SCAFFOLD's control, FedAWARE's momentum and seen flag) per replicate for every client that any replicate
-    of the chunk has drawn (:class:`~fedsde.aggregators.scaffold.ClientTable`): at most
+    of the chunk has drawn (:class:`~fedsde.aggregators.client_table.ClientTable`): at most
     ``K = min(Q, rounds·m·C)`` clients for ``C`` replicates in a chunk (padded to whole blocks), ``C·K·(d + 1)``
     numbers, three copies while a round updates it, for each of the ``workers`` chunks in flight.
     """
