@@ -254,8 +254,7 @@ def _chunk_size(*, replicates: int, chunk_size: int | None, block: int, Q: int, 
     """Chunk size that fits (``chunk_size`` if given) or a one-line error; per replicate: about ten (Q, d) tensors
     of the local round (``Q`` the slots trained: ``m`` in the cross-device regime), the aggregator's state, a copy of
     the weights and the per-block moment sums (d² per block), the rule's ``step`` bytes, and on a GPU the chunk's
-    recorded weights (T, d)
-    until its end; stored: weights (T, R, d) and drift (T_d, E_max, R, Q)."""
+    recorded weights (T, d) until its end; stored: weights (T, R, d) and drift (T_d, E_max, R, Q)."""
     item = torch.finfo(dtype).bits // 8
     per_rep = item * (10 * Q * d + 6 * Q + 4 * d) + 16 * d + (16 * d * d // block + 8 * d if moments_only else 0) + step
     if device.type != "cpu" and not moments_only:
@@ -311,10 +310,11 @@ def _check_population(problem, make_oracle, m: int | None, in_flight: int, devic
         batch is not None and largest <= 2 * batch)
     slots = in_flight * (problem.Q if m is None else m)
     need, what = problem.round_memory(slots, whole_clients=whole)
-    drawn = float(np.dot(problem.p, problem.sizes)) / float(np.sum(problem.p))
-    if weighting == "multinomial" and m is not None and drawn > np.mean(problem.sizes):
-        need += int(8 * problem.n_features * 3 * slots * (drawn - np.mean(problem.sizes)))
-        what += f"; multinomial draws take client k with probability p_k: about {drawn:.3g} rows a slot"
+    if weighting == "multinomial" and m is not None:
+        drawn, mean = float(np.dot(problem.p, problem.sizes)) / float(np.sum(problem.p)), float(np.mean(problem.sizes))
+        if drawn > mean:
+            need += int(8 * problem.n_features * 3 * slots * (drawn - mean))
+            what += f"; multinomial draws take client k with probability p_k: about {drawn:.3g} rows a slot"
     taking = f"participation={m}" if m is not None else f"participation=None (all Q={problem.Q} clients)"
     memory_fits(f"replicates in flight={in_flight}, {taking}: {what}", need,
                 available_memory(device, memory_limit),
