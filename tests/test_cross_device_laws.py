@@ -140,3 +140,18 @@ def test_cross_device_rules_on_cuda_have_the_cpu_law(rule, weighting, monkeypatc
     gpu, cpu = simulate(_many(Q, 2, seed=5), device="cuda", **kw).final, simulate(_many(Q, 2, seed=5), **kw).final
     se = np.sqrt(gpu.var(0, ddof=1) / R + cpu.var(0, ddof=1) / R)
     assert np.all(np.abs(gpu.mean(0) - cpu.mean(0)) < 5 * se)
+
+
+def test_simulate_refuses_fedaware_full_warm_start_on_a_population_in_one_line(tmp_path, monkeypatch, capsys):
+    from fedsde.cli import main
+
+    path = tmp_path / "synthetic.toml"
+    path.write_text('kind = "classification"\ndataset = "synthetic"\nalpha = 1.0\nbeta = 1.0\nclients = 100000\n'
+                    'batch_size = 10\nseed = 0\n')
+    monkeypatch.setenv("FEDSDE_MEMORY_LIMIT", "2G")
+    code = main(["simulate", "--problem", str(path), "--eta", "0.01", "--local-steps", "2", "--rounds", "2",
+                 "--replicates", "8", "--seed", "1", "--participation", "10", "--aggregator", "fedaware"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
+    assert "warm_start='full' trains all Q clients in its first round; warm_start='none'" in err
+    assert "--replicates=8: needs about" in err
