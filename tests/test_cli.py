@@ -128,3 +128,25 @@ def test_diverging_simulation_is_a_one_line_error(capsys):
     err = capsys.readouterr().err.strip()
     assert code == 2  # known to diverge (eta·max_eig(U_2) = 4 >= 2): refused before running, client named
     assert "eta*max_eig(U_k) = 4 >= 2 for client(s) [1, 2]" in err and "\n" not in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(("value", "match"), [("50", "--participation=50: cannot exceed the number of clients"),
+                                              ("0", "--participation=0: must be an integer >= 1")])
+def test_simulate_errors_name_the_options(value, match, capsys):
+    code = main(["simulate", "--problem", PAPER, "--eta", "0.1", "--local-steps", "2", "--rounds", "3", "--replicates",
+                 "8", "--seed", "1", "--participation", value])
+    err = capsys.readouterr().err
+    assert code == 2 and match in err and " participation=" not in err and err.count("\n") == 1
+
+
+def test_library_argument_names_become_the_options_typed():
+    import argparse
+
+    from fedsde._cli.common import options_named
+    from fedsde.errors import FedsdeInputError
+
+    msg = "replicates=8: needs about 36 GiB; replicates in flight=8, participation=10: 80 slots (chunk_size=64)"
+    with pytest.raises(FedsdeInputError) as info, options_named(argparse.Namespace(), "replicates", "participation"):
+        raise FedsdeInputError(msg)
+    assert str(info.value) == ("--replicates=8: needs about 36 GiB; replicates in flight=8, --participation=10: 80 "
+                               "slots (chunk_size=64)")

@@ -176,6 +176,7 @@ def _many(Q: int, d: int, seed: int, diagonal: bool = True) -> QuadraticProblem:
 
 
 def test_cross_device_regime_is_chosen_by_documented_thresholds():
+    from fedsde.aggregators import get_aggregator
     from fedsde.sim.participation import CROSS_DEVICE_Q
     from fedsde.sim.plan import make_plan
 
@@ -183,11 +184,17 @@ def test_cross_device_regime_is_chosen_by_documented_thresholds():
     kw = {"eta": 0.1, "local_steps": 2, "rounds": 1, "replicates": 4, "seed": 0, "participation": 5}
     assert make_plan(big, **kw).sparse and make_plan(big, **kw).slots == 5
     assert make_plan(big, weighting="renormalised", **kw).sparse
-    assert not make_plan(big, weighting="multinomial", **kw).sparse
+    assert make_plan(big, weighting="multinomial", **kw).sparse  # the same draws; repeats: idle slots
     for rule in ("fedavgm", "fedadam", "fedyogi", "fedadagrad"):  # server state only: the participants' slots
         assert make_plan(big, aggregator=rule, **kw).sparse, rule
     assert make_plan(big, aggregator="scaffold", **kw).sparse  # the participants' controls, on their slots
-    assert not make_plan(big, aggregator="fedaware", **kw).sparse  # a warm start with every client: the dense round
+    with pytest.MonkeyPatch.context() as mp:  # a warm start with every client: the dense round (at 10⁴ clients its
+        import fedsde.sim.participation as part  # min-norm problem needs a 10⁴ × 10⁴ Gram matrix per replicate)
+
+        mp.setattr(part, "CROSS_DEVICE_Q", 1000)
+        assert make_plan(_many(1000, 2, seed=0), aggregator="fedaware", **kw).sparse is False
+    for warm in ("none", "fedavg"):  # the momenta of the clients that took part, on their slots
+        assert make_plan(big, aggregator=get_aggregator("fedaware", warm_start=warm), **kw).sparse, warm
     assert not make_plan(big, **(kw | {"participation": None})).sparse
     assert not make_plan(_many(CROSS_DEVICE_Q - 1, 2, seed=0), **kw).sparse  # below: today's draws, unchanged
 

@@ -126,6 +126,22 @@ def flag(args: argparse.Namespace, dest: str) -> str:
     return (getattr(args, "_flags", None) or {}).get(dest, "--" + dest.replace("_", "-"))
 
 
+@contextlib.contextmanager
+def options_named(args: argparse.Namespace, *names: str):
+    """Re-raise a library :class:`FedsdeInputError` with the Python argument names ``names`` (``participation=…``)
+    written as the options the user typed (``--participation=…``, :func:`flag`), so a CLI error names the flags."""
+    import re
+
+    pattern = re.compile(r"(?<![\w.-])(" + "|".join(names) + r")=")
+    try:
+        yield
+    except FedsdeInputError as exc:
+        text = pattern.sub(lambda found: flag(args, found.group(1)) + "=", str(exc))
+        if text == str(exc):
+            raise
+        raise type(exc)(text) from None
+
+
 def local_steps_from_args(args: argparse.Namespace, Q: int) -> int | np.ndarray:
     """The ``--local-steps``/``--client-steps`` choice as an int or an int array of length Q."""
     if getattr(args, "client_steps", None):

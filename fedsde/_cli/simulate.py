@@ -31,11 +31,16 @@ from fedsde._cli.common import (
     emit,
     fmt_array,
     local_steps_from_args,
+    options_named,
     parse_vector,
     refuse_known_divergence,
     warn,
 )
 from fedsde.errors import FedsdeInputError
+
+#: the arguments of :func:`fedsde.sim.simulate` that are options of the command (errors name the options)
+_OPTIONS = ("participation", "replicates", "rounds", "eta", "server_lr", "local_steps", "weighting", "seed", "w0",
+            "device")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -97,14 +102,15 @@ def run(args: argparse.Namespace) -> int:
         return _run_data(args, problem, steps, w0, agg)
     if args.record_every is not None:
         raise FedsdeInputError("--record-every: only for data problems (quadratic runs report the final moments)")
-    res = simulate(
-        problem, eta=args.eta, local_steps=steps, rounds=args.rounds, replicates=args.replicates,
-        seed=args.seed, server_lr=args.server_lr, w0=w0, participation=args.participation,
-        weighting=args.weighting, aggregator=agg,
-        record=[0, args.rounds] if args.rounds else [0], device=args.device,
-        dtype=torch.float32 if args.float32 else torch.float64, progress=not args.json,
-        moments_only=True,  # streamed over replicate chunks: memory does not grow with --replicates
-    )
+    with options_named(args, *_OPTIONS):
+        res = simulate(
+            problem, eta=args.eta, local_steps=steps, rounds=args.rounds, replicates=args.replicates,
+            seed=args.seed, server_lr=args.server_lr, w0=w0, participation=args.participation,
+            weighting=args.weighting, aggregator=agg,
+            record=[0, args.rounds] if args.rounds else [0], device=args.device,
+            dtype=torch.float32 if args.float32 else torch.float64, progress=not args.json,
+            moments_only=True,  # streamed over replicate chunks: memory does not grow with --replicates
+        )
     mean, cov = res.mean()[-1], res.cov()[-1]
     se = np.sqrt(np.diag(cov) / res.replicates)
     result = {
@@ -135,12 +141,13 @@ def _run_data(args: argparse.Namespace, problem, local_steps, w0, agg) -> int:
         raise FedsdeInputError(f"--record-every={every}: must be an integer >= 1")
     record = sorted(set(range(0, n + 1, every)) | {n})
     start = problem.initial_weights() if w0 is None else w0
-    res = simulate(
-        problem, eta=args.eta, local_steps=local_steps, rounds=n, replicates=args.replicates, seed=args.seed,
-        server_lr=args.server_lr, w0=start, participation=args.participation, weighting=args.weighting,
-        aggregator=agg, record=record, device=args.device,
-        dtype=torch.float32 if args.float32 else torch.float64, progress=not args.json,
-    )
+    with options_named(args, *_OPTIONS):
+        res = simulate(
+            problem, eta=args.eta, local_steps=local_steps, rounds=n, replicates=args.replicates, seed=args.seed,
+            server_lr=args.server_lr, w0=start, participation=args.participation, weighting=args.weighting,
+            aggregator=agg, record=record, device=args.device,
+            dtype=torch.float32 if args.float32 else torch.float64, progress=not args.json,
+        )
     values = evaluate_metrics(problem, np.swapaxes(res.weights, 0, 1), start)
     metrics = summarise(values, axis=0)
     final = res.weights[-1]

@@ -32,7 +32,8 @@ never compare names):
 * ``mean_only`` — reads the displacements only through their weighted mean and keeps no per-client state (the
   cross-device regime of the simulator then trains and aggregates the participants alone);
 * ``participant_state`` — keeps per-client state only for the clients that have taken part, on participant slots
-  (``correction(state, clients)``, ``ctx.clients``), so the cross-device regime applies too (SCAFFOLD);
+  (``correction(state, clients)``, ``ctx.clients``; slots not ``ctx.participating`` are idle), so the cross-device
+  regime applies too (SCAFFOLD, FedAWARE without its full first round);
 * ``linear_weights(weights, norms, local_steps)`` — the weights ``ω`` that make the server step
   ``w + s Σ_k ω_k Δ_k`` (rules linear in the client displacements; the base raises :class:`NoExactLawError`);
 * ``exact_weights(problem, local_steps, participation=)`` — those weights for plain local SGD on a problem, after
@@ -216,6 +217,17 @@ class Aggregator(ABC):
         runs on participant slots: :meth:`correction` and :meth:`apply` accept the slots' clients (``ctx.clients``),
         so the cross-device regime may hand it the ``m`` participants alone (SCAFFOLD)."""
         return False
+
+    def step_memory(self, Q: int) -> int:
+        """Bytes per replicate the server step needs for ``Q`` clients beyond the round's ``(Q, d)`` tensors (for the
+        up-front memory estimate; FedAWARE: its min-norm problem on a ``Q × Q`` Gram matrix)."""
+        return 0
+
+    @property
+    def cross_device_hint(self) -> str:
+        """Why the rule trains every client in some round whatever the sampling, and which setting does not (one
+        clause for the up-front refusal of a population too large for that round; empty when nothing to say)."""
+        return ""
 
     @property
     def local_solver(self) -> LocalSolver:

@@ -29,6 +29,7 @@ import torch
 
 from fedsde._validate import choice
 from fedsde.aggregators.base import Aggregator, RoundContext, weighted_mean
+from fedsde.aggregators.client_table import ClientTable
 from fedsde.aggregators.registry import register
 from fedsde.clients.solvers import LocalSolver
 
@@ -43,43 +44,6 @@ class ScaffoldState:
 
     c: torch.Tensor
     c_clients: torch.Tensor | ClientTable | None
-
-
-@dataclass(frozen=True)
-class ClientTable:
-    """Per-client vectors of the clients that have taken part: ``ids`` (K,) increasing, ``values`` (R, K, d) (zero
-    where a replicate has not drawn the client: the value a client starts with).  Memory grows with ``K``, the
-    clients drawn so far by any replicate of the chunk, not with the population."""
-
-    ids: torch.Tensor
-    values: torch.Tensor
-
-    def gather(self, clients: torch.Tensor) -> torch.Tensor:
-        """The vectors of ``clients`` (R, m), shape (R, m, d) (zero for clients not in the table)."""
-        R, m = clients.shape
-        d = self.values.shape[-1]
-        if not self.ids.numel():
-            return self.values.new_zeros((R, m, d))
-        pos = torch.searchsorted(self.ids, clients).clamp(max=self.ids.numel() - 1)
-        hit = (self.ids[pos] == clients).unsqueeze(-1)
-        vals = self.values.gather(1, pos.unsqueeze(-1).expand(R, m, d))
-        return torch.where(hit, vals, torch.zeros_like(vals))
-
-    def updated(self, clients: torch.Tensor, vals: torch.Tensor) -> ClientTable:
-        """A table with ``vals`` (R, m, d) set for ``clients`` (R, m) (distinct per row), new clients added."""
-        R, m, d = vals.shape
-        ids = torch.unique(torch.cat([self.ids, clients.reshape(-1)]))
-        out = vals.new_zeros((R, ids.numel(), d))
-        if self.ids.numel():
-            out[:, torch.searchsorted(ids, self.ids)] = self.values
-        out.scatter_(1, torch.searchsorted(ids, clients).unsqueeze(-1).expand(R, m, d), vals)
-        return ClientTable(ids, out)
-
-    @staticmethod
-    def empty(like: torch.Tensor) -> ClientTable:
-        """No client yet, for weights ``like`` (R, d)."""
-        return ClientTable(torch.zeros(0, dtype=torch.int64, device=like.device),
-                           like.new_zeros((like.shape[0], 0, like.shape[-1])))
 
 
 @register
@@ -156,11 +120,11 @@ class Scaffold(Aggregator):
             new = ctx.first_grads
         else:
             new = ck - state.c.unsqueeze(1) - updates / (ctx.norms * ctx.eta).unsqueeze(-1)
-        dc = new - ck
+        dc = torch.where(ctx.participating.unsqueeze(-1), new - ck, torch.zeros_like(ck))  # idle slots: none
         Q = ctx.p.shape[0]
         gamma = torch.full((R, m), 1.0 / Q, dtype=w.dtype, device=w.device) if self.control == "uniform" \
             else ctx.p[ctx.clients]
         c = state.c + weighted_mean(gamma, dc)
         w_next = w + ctx.server_lr * weighted_mean(weights, updates)
-        return w_next, ScaffoldState(c=c, c_clients=table.updated(ctx.clients, ck + dc))
+        return w_next, ScaffoldState(c=c, c_clients=table.updated(ctx.clients, ck + dc, ctx.participating))
 

@@ -10,12 +10,14 @@ Schemes (:data:`WEIGHTINGS`; seed 003, eq. (14) for the multinomial one), with c
 Without sampling (``m`` None or ``Q``, not multinomial) every client takes part with weight ``p_k``.
 
 **Cross-device regime** (:func:`is_cross_device`: at least :data:`CROSS_DEVICE_Q` clients, at most
-:data:`CROSS_DEVICE_M` participants, a uniform ``m``-subset scheme).  The ordinary draw keeps the ``m`` smallest of
+:data:`CROSS_DEVICE_M` participants, any scheme).  The ordinary draw keeps the ``m`` smallest of
 ``Q`` uniforms per replicate (O(Q) draws and work, and the whole ``(R, Q)`` mask); here the subset is drawn by
 Floyd's algorithm from ``m`` uniforms per replicate (:func:`draw_subsets`, O(m²) work), and the round trains,
 weights and aggregates only the participants (:mod:`fedsde.sim.runner`).  The law is the same (a uniform
 ``m``-subset, the same weights); the random numbers are not, which is why the regime starts at a threshold that no
-run of ordinary size reaches: below it every draw is what it always was.
+run of ordinary size reaches: below it every draw is what it always was.  Multinomial draws are the ordinary ones
+(the same ``m`` uniforms, the same clients and weights): a client drawn ``c`` times holds one slot weighted ``c/m``
+and the ``c − 1`` other slots of its draws are idle (weight zero, not participating, :func:`first_occurrences`).
 """
 
 from __future__ import annotations
@@ -37,8 +39,7 @@ CROSS_DEVICE_M = 1024
 
 def is_cross_device(m: int | None, Q: int, weighting: str) -> bool:
     """True when a round draws and trains only its ``m`` participants (see the module docstring)."""
-    return (m is not None and m < Q and Q >= CROSS_DEVICE_Q and m <= CROSS_DEVICE_M
-            and weighting in ("unbiased", "renormalised"))
+    return m is not None and m < Q and Q >= CROSS_DEVICE_Q and m <= CROSS_DEVICE_M and weighting in WEIGHTINGS
 
 
 def draw_subsets(streams: ReplicateStreams, nb: int, Q: int, m: int, weighting: str, p: torch.Tensor,
@@ -47,9 +48,15 @@ def draw_subsets(streams: ReplicateStreams, nb: int, Q: int, m: int, weighting: 
 
     A uniform ``m``-subset of ``0..Q−1`` per replicate by Floyd's algorithm (``m`` uniforms, sorted increasingly),
     weighted ``p_k Q/m`` (``"unbiased"``) or ``p_k / Σ_{j∈S} p_j`` (``"renormalised"``); parameters as
-    :func:`draw_participation`.
+    :func:`draw_participation`.  ``"multinomial"``: the ``m`` draws of :func:`draw_participation` (the same
+    uniforms, clients and weights), sorted; a client drawn ``c`` times has weight ``c/m`` on its first slot and zero
+    on the others (:func:`first_occurrences` marks the slots that take part).
     """
     R = nb * block
+    if weighting == "multinomial":
+        cid = torch.sort(_multinomial_draws(streams, nb, block, m, p), dim=1).values
+        count = torch.searchsorted(cid, cid, right=True) - torch.searchsorted(cid, cid)
+        return cid, torch.where(first_occurrences(cid), count.to(p.dtype) / m, torch.zeros_like(p[cid]))
     u = streams.uniform_(torch.empty((nb, block, m), dtype=torch.float64, device=p.device)).view(R, m)
     full = torch.full((R,), m, dtype=torch.int64, device=p.device)
     cid = torch.sort(floyd_sample(u, full.new_full((R,), Q), full), dim=1).values
@@ -58,6 +65,22 @@ def draw_subsets(streams: ReplicateStreams, nb: int, Q: int, m: int, weighting: 
         return cid, pm * (Q / m)
     tot = pm.sum(1, keepdim=True)
     return cid, torch.where(tot > 0, pm / tot.clamp_min(torch.finfo(p.dtype).tiny), pm)
+
+
+def first_occurrences(cid: torch.Tensor) -> torch.Tensor:
+    """Which slots of sorted participants ``cid`` (R, m) take part: the first slot of each client (all of them for
+    the distinct clients of a subset; a multinomial draw's repeats are idle)."""
+    first = torch.ones_like(cid, dtype=torch.bool)
+    first[:, 1:] = cid[:, 1:] != cid[:, :-1]
+    return first
+
+
+def _multinomial_draws(streams: ReplicateStreams, nb: int, block: int, m: int, p: torch.Tensor) -> torch.Tensor:
+    """``m`` clients per replicate drawn with replacement, ``P(k) = p_k`` (searchsorted on the cdf), (nb·block, m)."""
+    u = streams.uniform_(torch.empty((nb, block, m), dtype=torch.float64, device=p.device)).view(nb * block, m)
+    cdf = torch.cumsum(p.to(torch.float64), 0)
+    cdf = cdf / cdf[-1]
+    return torch.searchsorted(cdf, u, right=True).clamp(max=p.shape[0] - 1)  # P(idx = k) = p_k
 
 
 def is_sampled(m: int | None, Q: int, weighting: str) -> bool:
@@ -87,10 +110,7 @@ def draw_participation(
     """
     R = nb * block
     if weighting == "multinomial" and m is not None:
-        u = streams.uniform_(torch.empty((nb, block, m), dtype=torch.float64, device=p.device)).view(R, m)
-        cdf = torch.cumsum(p.to(torch.float64), 0)
-        cdf = cdf / cdf[-1]
-        idx = torch.searchsorted(cdf, u, right=True).clamp(max=Q - 1)  # P(idx = k) = p_k
+        idx = _multinomial_draws(streams, nb, block, m, p)
         counts = torch.zeros((R, Q), dtype=p.dtype, device=p.device).scatter_add_(
             1, idx, torch.ones((R, m), dtype=p.dtype, device=p.device))
         return counts > 0, counts / m

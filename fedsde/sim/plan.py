@@ -138,7 +138,7 @@ def compact_rule(agg: Aggregator) -> bool:
     So does a rule with server state only that reads the displacements through that weighted mean
     (:attr:`~fedsde.aggregators.Aggregator.mean_only`: FedAvgM, FedAdam, FedYogi, FedAdagrad), and a rule that keeps
     per-client state for the participants on their slots (:attr:`~fedsde.aggregators.Aggregator.participant_state`:
-    SCAFFOLD).
+    SCAFFOLD, FedAWARE without its full first round).
     """
     if agg.warm_start_rounds:
         return False
@@ -219,13 +219,30 @@ def make_plan(
         check(problem, slots=participation if sparse or (part_slots and not drift_keep.size) else Q,
               block=block_size, device=dev, dtype=dtype,
               memory_limit=memory_limit)
-    chunk_size = _chunk_size(replicates=replicates, chunk_size=chunk_size, block=block_size,
-                             Q=participation if sparse else Q, d=d, recorded=keep.size,
-                             drift_cols=drift_keep.size * max_local_steps(steps), moments_only=moments_only,
-                             device=dev, dtype=dtype, memory_limit=memory_limit)
-    if hasattr(problem, "population"):  # clients on demand: what a round's participants need, not the population
-        _check_population(problem, make_oracle, participation, min(replicates, (chunk_size or replicates) * workers),
-                          dev, memory_limit)
+    # a round on all Q clients although few take part: a warm start, multinomial draws outside the cross-device
+    # regime (no participant slots in a dense round) or the drift record
+    given_chunk = chunk_size
+    trains_all = participation is None or (not sparse and (
+        participation >= Q or agg.warm_start_rounds > 0 or weighting == "multinomial" or drift_keep.size > 0))
+    try:
+        # the rule's own step on all Q clients (FedAWARE's min-norm problem): on slots only once a replicate has
+        # seen every client, which needs rounds·m >= Q
+        step = agg.step_memory(Q) if not sparse or rounds * participation >= Q else 0
+        chunk_size = _chunk_size(replicates=replicates, chunk_size=chunk_size, block=block_size,
+                                 Q=participation if sparse else Q, d=d, step=step, recorded=keep.size,
+                                 drift_cols=drift_keep.size * max_local_steps(steps), moments_only=moments_only,
+                                 device=dev, dtype=dtype, memory_limit=memory_limit)
+        if hasattr(problem, "population"):  # clients on demand: what a round's participants need, not the population
+            _check_population(problem, make_oracle, None if trains_all else participation,
+                              min(replicates, (chunk_size or replicates) * workers), dev, memory_limit, weighting)
+    except FedsdeInputError as exc:
+        if not sparse and is_cross_device(participation, Q, weighting) and agg.cross_device_hint:
+            raise FedsdeInputError(f"{agg.cross_device_hint}: {exc}") from None
+        raise
+    if sparse and agg.participant_state:
+        chunk_size = _client_state_chunk(agg, replicates, chunk_size, given_chunk is not None, block_size, workers,
+                                         rounds, participation, Q, d, dtype,
+                                         available=available_memory(dev, memory_limit))
     return SimulationPlan(
         problem=problem, aggregator=agg, make_oracle=make_oracle, seed=base_seed, device=dev, dtype=dtype,
         etas=etas, server_lrs=lrs, steps=steps, participation=participation, weighting=weighting, w_start=w_start,
@@ -237,13 +254,13 @@ def make_plan(
 
 def _chunk_size(*, replicates: int, chunk_size: int | None, block: int, Q: int, d: int, recorded: int,
                 drift_cols: int, moments_only: bool, device: torch.device, dtype: torch.dtype,
-                memory_limit: int | str | None) -> int | None:
+                memory_limit: int | str | None, step: int = 0) -> int | None:
     """Chunk size that fits (``chunk_size`` if given) or a one-line error; per replicate: about ten (Q, d) tensors
     of the local round (``Q`` the slots trained: ``m`` in the cross-device regime), the aggregator's state, a copy of
-    the weights and the per-block moment sums (d² per block), and on a GPU the chunk's recorded weights (T, d)
-    until its end; stored: weights (T, R, d) and drift (T_d, E_max, R, Q)."""
+    the weights and the per-block moment sums (d² per block), the rule's ``step`` bytes, and on a GPU the chunk's
+    recorded weights (T, d) until its end; stored: weights (T, R, d) and drift (T_d, E_max, R, Q)."""
     item = torch.finfo(dtype).bits // 8
-    per_rep = item * (10 * Q * d + 6 * Q + 4 * d) + 16 * d + (16 * d * d // block + 8 * d if moments_only else 0)
+    per_rep = item * (10 * Q * d + 6 * Q + 4 * d) + 16 * d + (16 * d * d // block + 8 * d if moments_only else 0) + step
     if device.type != "cpu" and not moments_only:
         per_rep += item * recorded * d
     stored = 0 if moments_only else 8 * replicates * (recorded * d + drift_cols * Q)
@@ -254,9 +271,43 @@ def _chunk_size(*, replicates: int, chunk_size: int | None, block: int, Q: int, 
                        working_set=working_set(device, available))
 
 
-def _check_population(problem, make_oracle, m: int | None, in_flight: int, device, memory_limit) -> None:
+def _client_state_chunk(agg: Aggregator, replicates: int, chunk_size: int | None, given: bool, block: int,
+                        workers: int, *shape, available: int) -> int | None:
+    """The chunk size (``chunk_size`` if ``given``, else the largest block multiple up to it) whose per-client state
+    fits, or a one-line refusal naming what drives it; ``shape`` is ``(rounds, m, Q, d, dtype)``.
+
+    A rule with :attr:`~fedsde.aggregators.Aggregator.participant_state` keeps one row of ``d + 1`` numbers (at
+    most: SCAFFOLD's control, FedAWARE's momentum and seen flag) per replicate for every client that any replicate
+    of the chunk has drawn (:class:`~fedsde.aggregators.client_table.ClientTable`): at most
+    ``K = min(Q, rounds·m·C)`` clients for ``C`` replicates in a chunk (padded to whole blocks), ``C·K·(d + 1)``
+    numbers, three copies while a round updates it, for each of the ``workers`` chunks in flight.
+    """
+    rounds, m, Q, d, dtype = shape
+    item = torch.finfo(dtype).bits // 8
+
+    def need(c: int) -> tuple[int, int]:
+        cp = -(-c // block) * block
+        k = min(Q, rounds * m * cp)
+        return 3 * min(workers, -(-replicates // c)) * cp * k * (d + 1) * item, k
+
+    size = min(replicates, chunk_size or replicates)
+    if not given:
+        while size > block and need(size)[0] > available:
+            size = max(block, (size - 1) // block * block)
+    total, k = need(size)
+    memory_fits(f"aggregator={agg.name!r} keeps per-client state for the clients that have taken part: up to "
+                f"min(Q={Q}, rounds·participation·replicates in flight = {rounds}·{m}·{-(-size // block) * block}) = "
+                f"{k} clients × {d + 1} numbers per replicate", total, available,
+                "use fewer rounds, participants or replicates at once (chunk_size)")
+    return None if size >= replicates else size
+
+
+def _check_population(problem, make_oracle, m: int | None, in_flight: int, device, memory_limit,
+                      weighting: str = "unbiased") -> None:
     """Refuse up front, in one line naming what drives it, a population run whose participants' rows do not fit
-    (:meth:`fedsde.problems.population.PopulationProblem.round_memory`)."""
+    (:meth:`fedsde.problems.population.PopulationProblem.round_memory`; ``m`` None: a round of all ``Q`` clients).
+    Multinomial draws take client ``k`` with probability ``p_k``, so a slot holds ``Σ_k p_k n_k`` rows on average
+    (the size-biased mean when ``p_k ∝ n_k``), not the mean client's: the difference is added."""
     how = getattr(make_oracle, "describe", {}) if isinstance(getattr(make_oracle, "describe", None), dict) else {}
     batch, largest = how.get("batch_size"), int(np.max(problem.sizes))
     whole = how.get("oracle") in ("full", "gaussian") or how.get("sampling") == "epoch" or (
@@ -265,7 +316,13 @@ def _check_population(problem, make_oracle, m: int | None, in_flight: int, devic
         b = problem.batch_size
         whole = b is None or (problem.sampling == "without-replacement" and (largest <= DENSE_FACTOR * b
                                                                           or b > FLOYD_MAX))
-    need, what = problem.round_memory(in_flight * (problem.Q if m is None else m), whole_clients=whole)
+    slots = in_flight * (problem.Q if m is None else m)
+    need, what = problem.round_memory(slots, whole_clients=whole)
+    if weighting == "multinomial" and m is not None:
+        drawn, mean = float(np.dot(problem.p, problem.sizes)) / float(np.sum(problem.p)), float(np.mean(problem.sizes))
+        if drawn > mean:
+            need += int(8 * problem.n_features * 3 * slots * (drawn - mean))
+            what += f"; multinomial draws take client k with probability p_k: about {drawn:.3g} rows a slot"
     taking = f"participation={m}" if m is not None else f"participation=None (all Q={problem.Q} clients)"
     memory_fits(f"replicates in flight={in_flight}, {taking}: {what}", need,
                 available_memory(device, memory_limit),

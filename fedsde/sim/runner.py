@@ -42,7 +42,13 @@ from fedsde.clients.streams import ReplicateStreams
 from fedsde.errors import SimulationDivergedError
 from fedsde.problems.quadratic import QuadraticProblem
 from fedsde.sim.moments import StreamingMoments
-from fedsde.sim.participation import draw_participation, draw_subsets, participant_slots, scatter_slots
+from fedsde.sim.participation import (
+    draw_participation,
+    draw_subsets,
+    first_occurrences,
+    participant_slots,
+    scatter_slots,
+)
 from fedsde.sim.plan import SimulationPlan, make_plan
 from fedsde.sim.result import SimulationResult
 from fedsde.sim.workers import SMALL_KERNELS, Stop, diverged, plan_workers, run_chunks
@@ -279,7 +285,7 @@ def run_chunk(plan: SimulationPlan, start: int, R: int, out_w, out_drift: np.nda
         cid, clients, tau_s, mask = None, None, tau, None
         if sparse:  # compact rules only (fedsde.sim.plan.compact_rule): no warm start; per-client state on slots
             cid, weights = draw_subsets(part, nb, Q, m, weighting, p, block)
-            mask = torch.ones_like(cid, dtype=torch.bool)
+            mask = first_occurrences(cid)  # a multinomial draw's repeats: idle slots
         else:
             mask, weights = draw_participation(part, nb, Q, m, weighting, p, block)
         if full:  # the draws above keep the streams aligned with other rules
