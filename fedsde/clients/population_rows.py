@@ -6,7 +6,8 @@ it gathers the rows of the clients that the round's slots hold (through the prob
 :class:`~fedsde.problems.population.ClientCache`) into one ragged block on the device and renumbers the slots'
 clients into it; the gathers of the oracles then read that block exactly as they read the ragged rows of a
 materialised problem, so the numbers are those of the materialised problem.  Memory and work per round grow with the
-participants' rows, not with the population.
+participants' rows, not with the population.  :func:`gather_clients` is the gather itself (the least-squares
+oracle reads a least-squares population's participants through it).
 """
 
 from __future__ import annotations
@@ -15,6 +16,26 @@ import numpy as np
 import torch
 
 from fedsde.clients.data_rows import ClientRows
+
+
+def gather_clients(problem, clients: torch.Tensor | None, device: torch.device, dtype: torch.dtype):
+    """The rows of the clients in ``clients`` (any shape; ``None``: every client) of a problem with clients on demand
+    (``problem.client_data(k) -> (X_k, y_k)``, through its bounded cache), one after the other on ``device``.
+
+    Returns ``X`` (n, F) in ``dtype``, ``y`` (n,) as the problem gives it, the first row of every loaded client
+    (int64 tensor), their sizes (int64 array) and ``clients`` renumbered into the loaded clients (``None`` for
+    ``None``)."""
+    if clients is None:
+        ids, local = np.arange(problem.Q), None
+    else:
+        uniq, local = torch.unique(clients, sorted=True, return_inverse=True)
+        ids, local = uniq.cpu().numpy(), local.to(clients.device)
+    parts = [problem.client_data(int(k)) for k in ids]
+    sizes = np.array([y.size for _, y in parts], dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    X = torch.as_tensor(np.concatenate([x for x, _ in parts])).to(device=device, dtype=dtype)
+    y = torch.as_tensor(np.concatenate([v for _, v in parts]), device=device)
+    return X, y, torch.as_tensor(starts, device=device), sizes, local
 
 
 class PopulationRows(ClientRows):
@@ -27,19 +48,9 @@ class PopulationRows(ClientRows):
     def select(self, clients: torch.Tensor | None) -> torch.Tensor | None:
         """Load the rows of the clients in ``clients`` (any shape; ``None``: every client) and return ``clients``
         renumbered into the loaded block (the oracle's gathers take these)."""
-        pb = self.problem
-        if clients is None:
-            ids = np.arange(self.Q)
-        else:
-            uniq, local = torch.unique(clients, sorted=True, return_inverse=True)
-            ids = uniq.cpu().numpy()
-        parts = [pb.client_data(int(k)) for k in ids]
-        sizes = np.array([y.size for _, y in parts], dtype=np.int64)
-        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-        X = torch.as_tensor(np.concatenate([x for x, _ in parts])).to(device=self.device, dtype=self.dtype)
-        y = torch.as_tensor(np.concatenate([v for _, v in parts]), device=self.device)
-        self._flat = (X, y, torch.as_tensor(starts, device=self.device), int(X.shape[0]))
-        return None if clients is None else local.to(clients.device)
+        X, y, starts, _, local = gather_clients(self.problem, clients, self.device, self.dtype)
+        self._flat = (X, y, starts, int(X.shape[0]))
+        return local
 
     def _build_padded(self):
         """Every client's padded rows (rounds without sampling that share each client's rows among replicates): those

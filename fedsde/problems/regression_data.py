@@ -15,8 +15,9 @@
 from __future__ import annotations
 
 import csv
-import io
+import itertools
 import math
+import operator
 from collections.abc import Sequence
 
 import numpy as np
@@ -34,8 +35,45 @@ def csv_clients(path, features: Sequence[str], target: str,
                 client_column: str) -> tuple[list[np.ndarray], list[np.ndarray], list[str]]:
     """Per-client features (n_k, F) and targets (n_k,) from a CSV file, and the client names (module docstring)."""
     where = f"data file {str(path)!r}"
-    text = read_text(path, "data file")
-    reader = csv.reader(io.StringIO(text))
+    rows: dict[str, list] = {}
+    lines: list[np.ndarray] = []  # line of every record, for messages
+    cells: list[np.ndarray] = []
+    for clients, values, at_lines in csv_blocks(path, features, target, client_column):
+        for c, v in zip(clients, values, strict=True):
+            rows.setdefault(c, []).append(v)
+        lines.append(at_lines)
+        cells.append(values)
+    line = np.concatenate(lines)
+    count, F = line.size, len(features)
+    column_names = [*features, target]
+    check_magnitudes(np.concatenate(cells), count, F, lambda i, j: (
+        f"{where}, row {i + 1} (line {int(line[i])}), column {column_names[j]!r}"))
+    clients = list(rows)
+    both = [np.asarray(rows[c], dtype=np.float64).reshape(-1, F + 1) for c in clients]
+    return [np.ascontiguousarray(v[:, :F]) for v in both], [v[:, F].copy() for v in both], clients
+
+
+#: records per block of :func:`csv_blocks`
+CSV_BLOCK = 1 << 14
+
+
+def csv_blocks(path, features: Sequence[str], target: str, client_column: str, block: int = CSV_BLOCK):
+    """The records of a CSV file in blocks of at most ``block``, in file order, without holding the file: yields
+    ``(clients, values, lines)``: client names (list of str), ``values`` (n, F + 1) float64 (the features, then the
+    target) and the line of every record (n,) int64.  Checks and messages are those of :func:`csv_clients` (which
+    reads through this): header, columns, field counts, empty or non-numeric cells, NaN/inf; blank lines are
+    skipped; a file with no record is refused.  Magnitudes are checked by the caller (:func:`check_magnitudes`,
+    which needs the number of rows)."""
+    where = f"data file {str(path)!r}"
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as fh:
+            yield from _blocks(csv.reader(fh), where, list(features), target, client_column, int(block))
+    except UnicodeDecodeError:
+        read_text(path, "data file")  # the one-line message naming the offset of the first byte that is not UTF-8
+        raise
+
+
+def _blocks(reader, where: str, features: list[str], target: str, client_column: str, block: int):
     header = next(reader, None)
     if not header or not any(h.strip() for h in header):
         raise FedsdeInputError(f"{where}: empty (it needs a header row naming the columns)")
@@ -48,37 +86,51 @@ def csv_clients(path, features: Sequence[str], target: str,
     if missing:
         raise FedsdeInputError(f"{where}: no column(s) {', '.join(map(repr, missing))} (columns: "
                                f"{', '.join(names)})")
-    cols = [names.index(c) for c in features]
-    t_col, c_col = names.index(target), names.index(client_column)
-    rows: dict[str, tuple[list, list]] = {}
-    lines: list[tuple[int, int]] = []  # (row, line) of every record, for messages
-    cells: list[list[float]] = []
+    cols = [names.index(c) for c in (*features, target)]
+    c_col = names.index(client_column)
+    take = operator.itemgetter(*cols) if len(cols) > 1 else (lambda r, j=cols[0]: (r[j],))
     count = 0
+    records: list[list[str]] = []
+    lines: list[int] = []
     for record in reader:
-        if not record or all(not c.strip() for c in record):
+        if not record or not "".join(record).strip():
             continue  # blank line
-        count += 1
-        at = f"{where}, row {count} (line {reader.line_num})"
-        if len(record) != len(names):
-            raise FedsdeInputError(f"{at}: has {len(record)} fields, the header has {len(names)}")
-        client = record[c_col].strip()
-        if not client:
-            raise FedsdeInputError(f"{at}, column {client_column!r}: empty (every row needs a client)")
-        x = [_number(record[j], at, names[j]) for j in cols]
-        xs, ys = rows.setdefault(client, ([], []))
-        xs.append(x)
-        ys.append(_number(record[t_col], at, target))
-        lines.append((count, reader.line_num))
-        cells.append([*x, ys[-1]])
-    if not rows:
+        records.append(record)
+        lines.append(reader.line_num)
+        if len(records) == block:
+            yield _block(records, lines, count, where, names, cols, c_col, take)
+            count += len(records)
+            records, lines = [], []
+    if records:
+        yield _block(records, lines, count, where, names, cols, c_col, take)
+    elif not count:
         raise FedsdeInputError(f"{where}: has a header but no rows")
-    column_names = [*features, target]
-    check_magnitudes(np.asarray(cells), count, len(cols), lambda i, j: (
-        f"{where}, row {lines[i][0]} (line {lines[i][1]}), column {column_names[j]!r}"))
-    clients = list(rows)
-    X = [np.asarray(rows[c][0], dtype=np.float64).reshape(-1, len(cols)) for c in clients]
-    y = [np.asarray(rows[c][1], dtype=np.float64) for c in clients]
-    return X, y, clients
+
+
+def _block(records, lines, count, where, names, cols, c_col, take):
+    """One block's clients, values and lines; on any doubt the records are checked one by one (the messages)."""
+    n, width = len(records), len(names)
+    try:
+        if any(len(r) != width for r in records):
+            raise ValueError
+        clients = [r[c_col].strip() for r in records]
+        if not all(clients):
+            raise ValueError
+        values = np.fromiter(map(float, itertools.chain.from_iterable(map(take, records))), dtype=np.float64,
+                             count=n * len(cols)).reshape(n, len(cols))
+        if not np.isfinite(values).all():
+            raise ValueError
+    except ValueError:
+        for i, record in enumerate(records):  # raises at the first bad record
+            at = f"{where}, row {count + i + 1} (line {lines[i]})"
+            if len(record) != width:
+                raise FedsdeInputError(f"{at}: has {len(record)} fields, the header has {width}") from None
+            if not record[c_col].strip():
+                raise FedsdeInputError(f"{at}, column {names[c_col]!r}: empty (every row needs a client)") from None
+            for j in cols:
+                _number(record[j], at, names[j])
+        raise
+    return clients, values, np.asarray(lines, dtype=np.int64)
 
 
 def moment_limit(rows: int, columns: int) -> float:
@@ -154,12 +206,16 @@ def diabetes_clients(*, clients: int, partition: str, seed: int, alpha: float = 
 
 
 def standardise(X: list[np.ndarray], y: list[np.ndarray]) -> tuple[list[np.ndarray], list[np.ndarray], dict]:
-    """Features and target centred and scaled by their pooled mean and standard deviation (constant columns are
-    only centred); returns the new lists and the statistics used."""
+    """Features and target centred and scaled by their pooled mean and standard deviation (a constant column, all
+    of its values equal, is centred on its value exactly and not scaled); returns the new lists and the statistics
+    used."""
     Xa, ya = np.concatenate(X), np.concatenate(y)
     mx, sx = Xa.mean(0), Xa.std(0)
     my, sy = float(ya.mean()), float(ya.std())
-    sx = np.where(sx > 0, sx, 1.0)
+    const = Xa.min(0) == Xa.max(0)  # a rounded mean of equal values need not be that value: sd would be ~1e-17
+    mx, sx = np.where(const, Xa[0], mx), np.where(const | (sx <= 0), 1.0, sx)
+    if ya.min() == ya.max():
+        my, sy = float(ya[0]), 1.0
     sy = sy if sy > 0 else 1.0
     stats = {"feature_mean": mx.tolist(), "feature_sd": sx.tolist(), "target_mean": my, "target_sd": sy}
     return [(x - mx) / sx for x in X], [(v - my) / sy for v in y], stats

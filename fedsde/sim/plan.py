@@ -219,7 +219,7 @@ def make_plan(
                              Q=participation if sparse else Q, d=d, recorded=keep.size,
                              drift_cols=drift_keep.size * max_local_steps(steps), moments_only=moments_only,
                              device=dev, dtype=dtype, memory_limit=memory_limit)
-    if hasattr(problem, "population"):  # clients on demand: what a round's participants need, not the population
+    if hasattr(problem, "round_memory"):  # clients on demand: what a round's participants need, not the population
         _check_population(problem, make_oracle, participation, min(replicates, (chunk_size or replicates) * workers),
                           dev, memory_limit)
     return SimulationPlan(
@@ -252,7 +252,8 @@ def _chunk_size(*, replicates: int, chunk_size: int | None, block: int, Q: int, 
 
 def _check_population(problem, make_oracle, m: int | None, in_flight: int, device, memory_limit) -> None:
     """Refuse up front, in one line naming what drives it, a population run whose participants' rows do not fit
-    (:meth:`fedsde.problems.population.PopulationProblem.round_memory`)."""
+    (:meth:`fedsde.problems.population.PopulationProblem.round_memory`,
+    :meth:`fedsde.problems.regression_population.RegressionPopulation.round_memory`)."""
     how = getattr(make_oracle, "describe", {}) if isinstance(getattr(make_oracle, "describe", None), dict) else {}
     batch, largest = how.get("batch_size"), int(np.max(problem.sizes))
     whole = how.get("oracle") in ("full", "gaussian") or how.get("sampling") == "epoch" or (
@@ -271,7 +272,7 @@ def _default_oracle(problem, local_steps):
     (batch sizes from :class:`EpochSteps` when given)."""
     if isinstance(problem, QuadraticProblem):
         return GaussianQuadraticOracle
-    if isinstance(problem, RegressionProblem):
+    if isinstance(problem, RegressionProblem) or getattr(problem, "model", None) == "least-squares":  # on demand too
         return least_squares_oracle(problem.batch_size, sampling=problem.sampling)
     if isinstance(problem, ModuleProblem):
         return module_oracle()

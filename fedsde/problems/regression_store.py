@@ -1,0 +1,224 @@
+"""A least-squares CSV file's rows on disk, client after client, read one client at a time (internal).
+
+:func:`scan_csv` streams the file once (:func:`fedsde.problems.regression_data.csv_blocks`, the reader of the
+materialised path, so the checks and messages are the same): the clients in order of first appearance, their row
+counts, the pooled statistics of :func:`~fedsde.problems.regression_data.standardise` and the raw rows in file order
+(a temporary file).  :func:`build_store` then writes the (standardised) design rows and targets grouped by client,
+each client's rows in file order, into a float64 memory-mapped :class:`RowStore` in the system's temporary folder,
+so client ``k`` is the slice ``rows[o_k : o_k + n_k]``.  Memory: ``O(Q)`` numbers and one block of rows; disk:
+``N·(d + 1)·8`` bytes for the store (``d`` design columns and the target), and ``N·(F + 3)·8`` more for the raw rows
+while the store is built.  The store's file is removed when the store is garbage-collected, or at exit.
+
+The pooled statistics are sums over blocks (each block's mean and squared deviations, merged by Chan, Golub &
+LeVeque's pairwise update, 1979) rather than NumPy's sums over the whole column, so they agree with
+:func:`~fedsde.problems.regression_data.standardise` to float64 rounding (about 1e-16 relative), not bit for bit;
+without standardisation the rows are the file's numbers, bit for bit.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedsde.errors import FedsdeInputError
+from fedsde.problems.regression_data import csv_blocks, moment_limit
+
+#: rows per block of the passes over the raw rows and the store
+STORE_BLOCK = 1 << 16
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _temp_path(prefix: str) -> str:
+    fd, path = tempfile.mkstemp(prefix=prefix, suffix=".f64", dir=tempfile.gettempdir())
+    os.close(fd)
+    return path
+
+
+class RowStore:
+    """Design rows ``(N, d)`` and targets ``(N,)`` of ``Q`` clients, client after client, in a read-only float64
+    memory map of shape ``(N, d + 1)`` (the target last); the file is removed with the store (or at exit)."""
+
+    def __init__(self, path: str, sizes: np.ndarray, d: int):
+        self.path = path
+        self._finalizer = weakref.finalize(self, _remove, path)
+        self.sizes = np.asarray(sizes, dtype=np.int64)
+        self.offsets = np.concatenate([[0], np.cumsum(self.sizes)[:-1]]).astype(np.int64)
+        self.N, self.d = int(self.sizes.sum()), int(d)
+        self.rows = np.memmap(path, dtype=np.float64, mode="r", shape=(self.N, self.d + 1))
+
+    @property
+    def Q(self) -> int:
+        return int(self.sizes.size)
+
+    @property
+    def disk_bytes(self) -> int:
+        """Bytes of the store's file: ``N·(d + 1)·8``."""
+        return 8 * self.N * (self.d + 1)
+
+    def client(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Client ``k``'s design rows (n_k, d) and targets (n_k,): views of one copy read from the file."""
+        a = int(self.offsets[k])
+        block = np.array(self.rows[a:a + int(self.sizes[k])])
+        return block[:, :self.d], block[:, self.d]
+
+    def blocks(self, rows: int = STORE_BLOCK):
+        """``(clients, X, y)`` for consecutive blocks of at most ``rows`` rows: the client of every row (n,) and
+        the rows (read from the file)."""
+        ends = np.cumsum(self.sizes)
+        for a in range(0, self.N, rows):
+            b = min(a + rows, self.N)
+            block = np.array(self.rows[a:b])
+            yield np.searchsorted(ends, np.arange(a, b), side="right"), block[:, :self.d], block[:, self.d]
+
+
+@dataclass
+class CsvScan:
+    """What :func:`scan_csv` found: client names (first appearance), row counts (Q,), the pooled mean and sum of
+    squared deviations of every column (features, then the target), whether a column is constant, and the raw rows'
+    temporary file (file order: values, client, line) or ``None``."""
+
+    where: str
+    columns: list[str]
+    clients: list[str]
+    sizes: np.ndarray
+    mean: np.ndarray
+    m2: np.ndarray
+    constant: np.ndarray
+    first: np.ndarray
+    raw: str | None
+
+    @property
+    def N(self) -> int:
+        return int(self.sizes.sum())
+
+    def stats(self) -> dict:
+        """The statistics :func:`~fedsde.problems.regression_data.standardise` reports (same keys)."""
+        F = len(self.columns) - 1
+        mean = np.where(self.constant, self.first, self.mean)
+        sd = np.sqrt(self.m2 / self.N)
+        sd = np.where(self.constant | (sd <= 0), 1.0, sd)
+        return {"feature_mean": mean[:F].tolist(), "feature_sd": sd[:F].tolist(), "target_mean": float(mean[F]),
+                "target_sd": float(sd[F])}
+
+    def drop_raw(self) -> None:
+        if self.raw is not None:
+            _remove(self.raw)
+            self.raw = None
+
+
+def scan_csv(path, features: Sequence[str], target: str, client_column: str, *, keep_raw: bool = True) -> CsvScan:
+    """Stream ``path`` once (module docstring); ``keep_raw``: also write the raw rows to a temporary file and check
+    their magnitudes (:func:`~fedsde.problems.regression_data.check_magnitudes`' limit and message)."""
+    index: dict[str, int] = {}
+    sizes = np.zeros(1024, dtype=np.int64)
+    C = len(features) + 1
+    n, total, m2 = 0, np.zeros(C), np.zeros(C)
+    lo, hi, first = np.full(C, np.inf), np.full(C, -np.inf), None
+    raw = _temp_path("fedsde-raw-") if keep_raw else None
+    try:
+        with open(raw, "wb") if raw else open(os.devnull, "wb") as out:
+            for clients, values, lines in csv_blocks(path, features, target, client_column):
+                ids = np.fromiter((index.setdefault(c, len(index)) for c in clients), dtype=np.int64,
+                                  count=len(clients))
+                if len(index) > sizes.size:
+                    sizes = np.concatenate([sizes, np.zeros(max(sizes.size, len(index)), dtype=np.int64)])
+                np.add.at(sizes, ids, 1)
+                nb = values.shape[0]
+                with np.errstate(over="ignore", invalid="ignore"):  # values too large are refused below
+                    mb = values.mean(0)
+                    m2 += ((values - mb) ** 2).sum(0)
+                    if n:  # Chan, Golub & LeVeque's merge of (n, mean, M2) with the block's
+                        delta = mb - total / n
+                        m2 += delta * delta * (n * nb / (n + nb))
+                    total += values.sum(0)
+                if first is None:
+                    first = values[0].copy()
+                n += nb
+                lo, hi = np.minimum(lo, values.min(0)), np.maximum(hi, values.max(0))
+                if raw:
+                    out.write(np.column_stack([values, ids, lines]).tobytes())
+        where = f"data file {str(path)!r}"
+        scan = CsvScan(where=where, columns=[*features, target], clients=list(index), sizes=sizes[:len(index)].copy(),
+                       mean=total / n, m2=m2, constant=lo == hi, first=first, raw=raw)
+        if raw:
+            _check_magnitudes(scan)
+    except BaseException:
+        if raw:
+            _remove(raw)
+        raise
+    return scan
+
+
+def _raw(scan: CsvScan) -> np.ndarray:
+    return np.memmap(scan.raw, dtype=np.float64, mode="r", shape=(scan.N, len(scan.columns) + 2))
+
+
+def _check_magnitudes(scan: CsvScan) -> None:
+    """The first cell (row by row) above :func:`moment_limit`, with the message of the materialised path."""
+    C = len(scan.columns)
+    limit = moment_limit(scan.N, C - 1)
+    raw = _raw(scan)
+    for a in range(0, scan.N, STORE_BLOCK):
+        block = np.array(raw[a:a + STORE_BLOCK])
+        big = np.abs(block[:, :C]) > limit
+        if big.any():
+            i, j = (int(v) for v in np.argwhere(big)[0])
+            raise FedsdeInputError(
+                f"{scan.where}, row {a + i + 1} (line {int(block[i, C + 1])}), column {scan.columns[j]!r}: "
+                f"{float(block[i, j])!r} is too large: values above {limit:.3g} (with these rows and columns) "
+                "overflow the data's second and fourth moments in float64; rescale the column")
+
+
+def build_store(scan: CsvScan, *, standardise: bool, intercept: bool) -> RowStore:
+    """Write the raw rows of ``scan`` grouped by client (each client's rows in file order), standardised by the
+    pooled statistics when asked, with a column of ones before the target when ``intercept``; the raw file is
+    removed."""
+    C = len(scan.columns)
+    F, d = C - 1, C - 1 + int(bool(intercept))
+    if standardise:
+        st = scan.stats()
+        mean = np.array([*st["feature_mean"], st["target_mean"]])
+        sd = np.array([*st["feature_sd"], st["target_sd"]])
+    path = _temp_path("fedsde-rows-")
+    try:
+        store = np.memmap(path, dtype=np.float64, mode="w+", shape=(max(scan.N, 1), d + 1))
+        offsets = np.concatenate([[0], np.cumsum(scan.sizes)[:-1]]).astype(np.int64)
+        cursor = np.zeros(scan.sizes.size, dtype=np.int64)
+        raw = _raw(scan)
+        for a in range(0, scan.N, STORE_BLOCK):
+            block = np.array(raw[a:a + STORE_BLOCK])
+            ids = block[:, C].astype(np.int64)
+            values = (block[:, :C] - mean) / sd if standardise else block[:, :C]
+            order = np.argsort(ids, kind="stable")  # rank of every row among its client's rows in the block
+            sid = ids[order]
+            new = np.r_[True, sid[1:] != sid[:-1]]
+            starts = np.flatnonzero(new)
+            rank = np.empty_like(ids)
+            rank[order] = np.arange(ids.size) - np.repeat(starts, np.diff(np.r_[starts, ids.size]))
+            dest = offsets[ids] + cursor[ids] + rank
+            cursor[sid[starts]] += np.diff(np.r_[starts, ids.size])
+            out = np.empty((ids.size, d + 1))
+            out[:, :F] = values[:, :F]
+            if intercept:
+                out[:, F] = 1.0
+            out[:, d] = values[:, F]
+            store[dest] = out
+        store.flush()
+        del store
+    except BaseException:
+        _remove(path)
+        raise
+    finally:
+        scan.drop_raw()
+    return RowStore(path, scan.sizes, d)
