@@ -213,3 +213,20 @@ def test_simulate_command_reads_participants_and_other_paths_take_the_materialis
     with pytest.raises(FedsdeInputError, match=r"the file's rows do not fit in memory") as info:
         load_problem(_file(files, KEYS | {"population": True}))  # commands without participants: materialised
     assert "\n" not in str(info.value) and "--participation" in str(info.value)
+
+
+def test_at_the_cross_device_threshold_itself(tmp_path):
+    from fedsde.sim.participation import CROSS_DEVICE_Q
+    from fedsde.sim.plan import make_plan
+
+    rng = np.random.default_rng(5)
+    sizes = rng.integers(2, 4, CROSS_DEVICE_Q)
+    site = np.repeat(np.arange(sizes.size), sizes)[rng.permutation(int(sizes.sum()))]
+    values = rng.normal(size=(site.size, 3))
+    (tmp_path / "d.csv").write_text("site,x1,x2,y\n" + "".join(
+        f"c{k},{a!r},{b!r},{c!r}\n" for k, (a, b, c) in zip(site.tolist(), values.tolist(), strict=True)))
+    pop, mat = _both(tmp_path, sampling="with-replacement", batch_size=3)
+    kw = dict(eta=0.05, local_steps=2, rounds=3, replicates=8, seed=4, participation=16)
+    assert pop.Q == CROSS_DEVICE_Q and make_plan(pop, **kw).sparse
+    np.testing.assert_array_equal(simulate(pop, **kw).weights, simulate(mat, **kw).weights)
+    assert pop.rows_cache.misses <= 3 * 8 * 16
