@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import itertools
 import math
@@ -34,20 +35,14 @@ GRUNFELD_FEATURES = ("value", "capital")
 def csv_clients(path, features: Sequence[str], target: str,
                 client_column: str) -> tuple[list[np.ndarray], list[np.ndarray], list[str]]:
     """Per-client features (n_k, F) and targets (n_k,) from a CSV file, and the client names (module docstring)."""
-    where = f"data file {str(path)!r}"
     rows: dict[str, list] = {}
-    lines: list[np.ndarray] = []  # line of every record, for messages
     cells: list[np.ndarray] = []
-    for clients, values, at_lines in csv_blocks(path, features, target, client_column):
+    for clients, values in csv_blocks(path, features, target, client_column):
         for c, v in zip(clients, values, strict=True):
             rows.setdefault(c, []).append(v)
-        lines.append(at_lines)
         cells.append(values)
-    line = np.concatenate(lines)
-    count, F = line.size, len(features)
-    column_names = [*features, target]
-    check_magnitudes(np.concatenate(cells), count, F, lambda i, j: (
-        f"{where}, row {i + 1} (line {int(line[i])}), column {column_names[j]!r}"))
+    values, F = np.concatenate(cells), len(features)
+    check_magnitudes(values, values.shape[0], F, lambda i, j: csv_cell(path, i, [*features, target][j]))
     clients = list(rows)
     both = [np.asarray(rows[c], dtype=np.float64).reshape(-1, F + 1) for c in clients]
     return [np.ascontiguousarray(v[:, :F]) for v in both], [v[:, F].copy() for v in both], clients
@@ -59,21 +54,43 @@ CSV_BLOCK = 1 << 14
 
 def csv_blocks(path, features: Sequence[str], target: str, client_column: str, block: int = CSV_BLOCK):
     """The records of a CSV file in blocks of at most ``block``, in file order, without holding the file: yields
-    ``(clients, values, lines)``: client names (list of str), ``values`` (n, F + 1) float64 (the features, then the
-    target) and the line of every record (n,) int64.  Checks and messages are those of :func:`csv_clients` (which
-    reads through this): header, columns, field counts, empty or non-numeric cells, NaN/inf; blank lines are
-    skipped; a file with no record is refused.  Magnitudes are checked by the caller (:func:`check_magnitudes`,
-    which needs the number of rows)."""
-    where = f"data file {str(path)!r}"
+    ``(clients, values)``: client names (list of str) and ``values`` (n, F + 1) float64 (the features, then the
+    target).  Checks and messages are those of :func:`csv_clients` (which reads through this): header, columns,
+    field counts, empty or non-numeric cells, NaN/inf; blank lines are skipped; a file with no record is refused.
+    A block is converted at once; a block in doubt (a blank line, a bad cell) record by record, and an error is
+    reported with its row and line from a second reading of the file up to it.  Magnitudes are checked by the caller
+    (:func:`check_magnitudes`, which needs the number of rows; :func:`csv_cell` names a cell)."""
+    with _opened(path) as fh:
+        reader = csv.reader(fh)
+        names, cols, c_col = _header(reader, path, features, target, client_column)
+        take = operator.itemgetter(*cols) if len(cols) > 1 else (lambda r, j=cols[0]: (r[j],))
+        count = 0
+        while chunk := list(itertools.islice(reader, block)):
+            got = _fast_block(chunk, len(names), c_col, take, len(cols)) or _exact_block(chunk, len(names), c_col,
+                                                                                        cols)
+            if got is None:
+                _raise_first_error(path, features, target, client_column)
+            if got[0]:
+                count += len(got[0])
+                yield got
+    if not count:
+        raise FedsdeInputError(f"data file {str(path)!r}: has a header but no rows")
+
+
+@contextlib.contextmanager
+def _opened(path):
+    """``path`` opened as UTF-8 text (a leading byte-order mark dropped); bytes that are not UTF-8 are the one-line
+    message of :func:`fedsde._io.read_text` naming the first one's offset."""
     try:
         with open(path, encoding="utf-8-sig", newline="") as fh:
-            yield from _blocks(csv.reader(fh), where, list(features), target, client_column, int(block))
+            yield fh
     except UnicodeDecodeError:
-        read_text(path, "data file")  # the one-line message naming the offset of the first byte that is not UTF-8
+        read_text(path, "data file")
         raise
 
 
-def _blocks(reader, where: str, features: list[str], target: str, client_column: str, block: int):
+def _header(reader, path, features, target, client_column) -> tuple[list[str], list[int], int]:
+    where = f"data file {str(path)!r}"
     header = next(reader, None)
     if not header or not any(h.strip() for h in header):
         raise FedsdeInputError(f"{where}: empty (it needs a header row naming the columns)")
@@ -86,51 +103,77 @@ def _blocks(reader, where: str, features: list[str], target: str, client_column:
     if missing:
         raise FedsdeInputError(f"{where}: no column(s) {', '.join(map(repr, missing))} (columns: "
                                f"{', '.join(names)})")
-    cols = [names.index(c) for c in (*features, target)]
-    c_col = names.index(client_column)
-    take = operator.itemgetter(*cols) if len(cols) > 1 else (lambda r, j=cols[0]: (r[j],))
-    count = 0
-    records: list[list[str]] = []
-    lines: list[int] = []
-    for record in reader:
-        if not record or not "".join(record).strip():
-            continue  # blank line
-        records.append(record)
-        lines.append(reader.line_num)
-        if len(records) == block:
-            yield _block(records, lines, count, where, names, cols, c_col, take)
-            count += len(records)
-            records, lines = [], []
-    if records:
-        yield _block(records, lines, count, where, names, cols, c_col, take)
-    elif not count:
-        raise FedsdeInputError(f"{where}: has a header but no rows")
+    return names, [names.index(c) for c in (*features, target)], names.index(client_column)
 
 
-def _block(records, lines, count, where, names, cols, c_col, take):
-    """One block's clients, values and lines; on any doubt the records are checked one by one (the messages)."""
-    n, width = len(records), len(names)
-    try:
-        if any(len(r) != width for r in records):
-            raise ValueError
-        clients = [r[c_col].strip() for r in records]
-        if not all(clients):
-            raise ValueError
-        values = np.fromiter(map(float, itertools.chain.from_iterable(map(take, records))), dtype=np.float64,
-                             count=n * len(cols)).reshape(n, len(cols))
-        if not np.isfinite(values).all():
-            raise ValueError
+def _fast_block(chunk, width, c_col, take, ncols):
+    """A block of plain records at once (every record of ``width`` fields, a client, finite numbers), else None."""
+    if set(map(len, chunk)) != {width}:
+        return None
+    clients = [r[c_col].strip() for r in chunk]
+    if not all(clients):
+        return None
+    try:  # float() strips white space as _number does
+        values = np.fromiter(map(float, itertools.chain.from_iterable(map(take, chunk))), dtype=np.float64,
+                             count=len(chunk) * ncols).reshape(len(chunk), ncols)
     except ValueError:
-        for i, record in enumerate(records):  # raises at the first bad record
-            at = f"{where}, row {count + i + 1} (line {lines[i]})"
-            if len(record) != width:
-                raise FedsdeInputError(f"{at}: has {len(record)} fields, the header has {width}") from None
-            if not record[c_col].strip():
-                raise FedsdeInputError(f"{at}, column {names[c_col]!r}: empty (every row needs a client)") from None
-            for j in cols:
-                _number(record[j], at, names[j])
-        raise
-    return clients, values, np.asarray(lines, dtype=np.int64)
+        return None
+    return (clients, values) if np.isfinite(values).all() else None
+
+
+def _exact_block(chunk, width, c_col, cols):
+    """The block record by record (blank lines skipped); None at a record that fails a check."""
+    clients, values = [], []
+    for r in chunk:
+        if not r or not "".join(r).strip():
+            continue
+        if len(r) != width or not r[c_col].strip():
+            return None
+        try:
+            v = [float(r[j]) for j in cols]
+        except ValueError:
+            return None
+        if not all(map(math.isfinite, v)):
+            return None
+        clients.append(r[c_col].strip())
+        values.append(v)
+    return clients, np.asarray(values, dtype=np.float64).reshape(-1, len(cols))
+
+
+def _records(path, features, target, client_column):
+    """``(row, line, record, names, cols, c_col)`` of every record, one by one (blank lines skipped)."""
+    with _opened(path) as fh:
+        reader = csv.reader(fh)
+        names, cols, c_col = _header(reader, path, features, target, client_column)
+        count = 0
+        for record in reader:
+            if not record or not "".join(record).strip():
+                continue  # blank line
+            count += 1
+            yield count, reader.line_num, record, names, cols, c_col
+
+
+def _raise_first_error(path, features, target, client_column) -> None:
+    """Read the file record by record and raise the first record's error (row, line, column)."""
+    where = f"data file {str(path)!r}"
+    for count, line, record, names, cols, c_col in _records(path, features, target, client_column):
+        at = f"{where}, row {count} (line {line})"
+        if len(record) != len(names):
+            raise FedsdeInputError(f"{at}: has {len(record)} fields, the header has {len(names)}")
+        if not record[c_col].strip():
+            raise FedsdeInputError(f"{at}, column {names[c_col]!r}: empty (every row needs a client)")
+        for j in cols:
+            _number(record[j], at, names[j])
+    raise AssertionError("a block failed its checks but no record does")  # pragma: no cover
+
+
+def csv_cell(path, row: int, column: str) -> str:
+    """``data file '…', row r (line l), column 'c'`` for record ``row`` (from 0) of a file that reads without
+    errors (a second reading up to it)."""
+    for count, line, *_ in _records(path, [], column, column):
+        if count == row + 1:
+            return f"data file {str(path)!r}, row {count} (line {line}), column {column!r}"
+    raise IndexError(row)
 
 
 def moment_limit(rows: int, columns: int) -> float:

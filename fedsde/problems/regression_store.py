@@ -6,7 +6,7 @@ counts, the pooled statistics of :func:`~fedsde.problems.regression_data.standar
 (a temporary file).  :func:`build_store` then writes the (standardised) design rows and targets grouped by client,
 each client's rows in file order, into a float64 memory-mapped :class:`RowStore` in the system's temporary folder,
 so client ``k`` is the slice ``rows[o_k : o_k + n_k]``.  Memory: ``O(Q)`` numbers and one block of rows; disk:
-``N·(d + 1)·8`` bytes for the store (``d`` design columns and the target), and ``N·(F + 3)·8`` more for the raw rows
+``N·(d + 1)·8`` bytes for the store (``d`` design columns and the target), and ``N·(F + 2)·8`` more for the raw rows
 while the store is built.  The store's file is removed when the store is garbage-collected, or at exit.
 
 The pooled statistics are sums over blocks (each block's mean and squared deviations, merged by Chan, Golub &
@@ -17,6 +17,7 @@ without standardisation the rows are the file's numbers, bit for bit.
 
 from __future__ import annotations
 
+import mmap
 import os
 import tempfile
 import weakref
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedsde.errors import FedsdeInputError
-from fedsde.problems.regression_data import csv_blocks, moment_limit
+from fedsde.problems.regression_data import csv_blocks, csv_cell, moment_limit
 
 #: rows per block of the passes over the raw rows and the store
 STORE_BLOCK = 1 << 16
@@ -43,6 +44,21 @@ def _temp_path(prefix: str) -> str:
     fd, path = tempfile.mkstemp(prefix=prefix, suffix=".f64", dir=tempfile.gettempdir())
     os.close(fd)
     return path
+
+
+class _Index(dict):
+    """Client name → index in order of first appearance (a new name gets the next index)."""
+
+    def __missing__(self, key: str) -> int:
+        self[key] = value = len(self)
+        return value
+
+
+def _read_rows(path: str, start: int, stop: int, width: int) -> np.ndarray:
+    """Rows ``start:stop`` of a float64 file of ``width`` columns, read (not mapped: the pages of a pass over the
+    whole file do not stay in the process's resident memory)."""
+    return np.fromfile(path, dtype=np.float64, count=(stop - start) * width, offset=8 * start * width).reshape(
+        stop - start, width)
 
 
 class RowStore:
@@ -78,7 +94,7 @@ class RowStore:
         ends = np.cumsum(self.sizes)
         for a in range(0, self.N, rows):
             b = min(a + rows, self.N)
-            block = np.array(self.rows[a:b])
+            block = _read_rows(self.path, a, b, self.d + 1)
             yield np.searchsorted(ends, np.arange(a, b), side="right"), block[:, :self.d], block[:, self.d]
 
 
@@ -86,9 +102,9 @@ class RowStore:
 class CsvScan:
     """What :func:`scan_csv` found: client names (first appearance), row counts (Q,), the pooled mean and sum of
     squared deviations of every column (features, then the target), whether a column is constant, and the raw rows'
-    temporary file (file order: values, client, line) or ``None``."""
+    temporary file (file order: values, client) or ``None``."""
 
-    where: str
+    path: str
     columns: list[str]
     clients: list[str]
     sizes: np.ndarray
@@ -120,7 +136,7 @@ class CsvScan:
 def scan_csv(path, features: Sequence[str], target: str, client_column: str, *, keep_raw: bool = True) -> CsvScan:
     """Stream ``path`` once (module docstring); ``keep_raw``: also write the raw rows to a temporary file and check
     their magnitudes (:func:`~fedsde.problems.regression_data.check_magnitudes`' limit and message)."""
-    index: dict[str, int] = {}
+    index = _Index()
     sizes = np.zeros(1024, dtype=np.int64)
     C = len(features) + 1
     n, total, m2 = 0, np.zeros(C), np.zeros(C)
@@ -128,12 +144,12 @@ def scan_csv(path, features: Sequence[str], target: str, client_column: str, *, 
     raw = _temp_path("fedsde-raw-") if keep_raw else None
     try:
         with open(raw, "wb") if raw else open(os.devnull, "wb") as out:
-            for clients, values, lines in csv_blocks(path, features, target, client_column):
-                ids = np.fromiter((index.setdefault(c, len(index)) for c in clients), dtype=np.int64,
-                                  count=len(clients))
+            for clients, values in csv_blocks(path, features, target, client_column):
+                ids = np.fromiter(map(index.__getitem__, clients), dtype=np.int64, count=len(clients))
                 if len(index) > sizes.size:
                     sizes = np.concatenate([sizes, np.zeros(max(sizes.size, len(index)), dtype=np.int64)])
-                np.add.at(sizes, ids, 1)
+                uniq, counts = np.unique(ids, return_counts=True)
+                sizes[uniq] += counts
                 nb = values.shape[0]
                 with np.errstate(over="ignore", invalid="ignore"):  # values too large are refused below
                     mb = values.mean(0)
@@ -147,10 +163,9 @@ def scan_csv(path, features: Sequence[str], target: str, client_column: str, *, 
                 n += nb
                 lo, hi = np.minimum(lo, values.min(0)), np.maximum(hi, values.max(0))
                 if raw:
-                    out.write(np.column_stack([values, ids, lines]).tobytes())
-        where = f"data file {str(path)!r}"
-        scan = CsvScan(where=where, columns=[*features, target], clients=list(index), sizes=sizes[:len(index)].copy(),
-                       mean=total / n, m2=m2, constant=lo == hi, first=first, raw=raw)
+                    out.write(np.column_stack([values, ids]).tobytes())
+        scan = CsvScan(path=str(path), columns=[*features, target], clients=list(index),
+                       sizes=sizes[:len(index)].copy(), mean=total / n, m2=m2, constant=lo == hi, first=first, raw=raw)
         if raw:
             _check_magnitudes(scan)
     except BaseException:
@@ -160,24 +175,27 @@ def scan_csv(path, features: Sequence[str], target: str, client_column: str, *, 
     return scan
 
 
-def _raw(scan: CsvScan) -> np.ndarray:
-    return np.memmap(scan.raw, dtype=np.float64, mode="r", shape=(scan.N, len(scan.columns) + 2))
-
-
 def _check_magnitudes(scan: CsvScan) -> None:
     """The first cell (row by row) above :func:`moment_limit`, with the message of the materialised path."""
     C = len(scan.columns)
     limit = moment_limit(scan.N, C - 1)
-    raw = _raw(scan)
     for a in range(0, scan.N, STORE_BLOCK):
-        block = np.array(raw[a:a + STORE_BLOCK])
+        block = _read_rows(scan.raw, a, min(a + STORE_BLOCK, scan.N), C + 1)
         big = np.abs(block[:, :C]) > limit
         if big.any():
             i, j = (int(v) for v in np.argwhere(big)[0])
             raise FedsdeInputError(
-                f"{scan.where}, row {a + i + 1} (line {int(block[i, C + 1])}), column {scan.columns[j]!r}: "
+                f"{csv_cell(scan.path, a + i, scan.columns[j])}: "
                 f"{float(block[i, j])!r} is too large: values above {limit:.3g} (with these rows and columns) "
                 "overflow the data's second and fourth moments in float64; rescale the column")
+
+
+def _release(array: np.memmap) -> None:
+    """Drop the written pages of a memory map from the process's resident memory (they stay in the file)."""
+    try:
+        array._mmap.madvise(mmap.MADV_DONTNEED)
+    except (AttributeError, OSError, ValueError):  # no madvise on this platform
+        pass
 
 
 def build_store(scan: CsvScan, *, standardise: bool, intercept: bool) -> RowStore:
@@ -195,9 +213,8 @@ def build_store(scan: CsvScan, *, standardise: bool, intercept: bool) -> RowStor
         store = np.memmap(path, dtype=np.float64, mode="w+", shape=(max(scan.N, 1), d + 1))
         offsets = np.concatenate([[0], np.cumsum(scan.sizes)[:-1]]).astype(np.int64)
         cursor = np.zeros(scan.sizes.size, dtype=np.int64)
-        raw = _raw(scan)
         for a in range(0, scan.N, STORE_BLOCK):
-            block = np.array(raw[a:a + STORE_BLOCK])
+            block = _read_rows(scan.raw, a, min(a + STORE_BLOCK, scan.N), C + 1)
             ids = block[:, C].astype(np.int64)
             values = (block[:, :C] - mean) / sd if standardise else block[:, :C]
             order = np.argsort(ids, kind="stable")  # rank of every row among its client's rows in the block
@@ -214,7 +231,8 @@ def build_store(scan: CsvScan, *, standardise: bool, intercept: bool) -> RowStor
                 out[:, F] = 1.0
             out[:, d] = values[:, F]
             store[dest] = out
-        store.flush()
+            store.flush()
+            _release(store)
         del store
     except BaseException:
         _remove(path)
