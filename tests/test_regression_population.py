@@ -151,7 +151,8 @@ BAD = [
 
 
 @pytest.mark.parametrize(("text", "match"), BAD)
-def test_bad_files_give_the_materialised_paths_messages(tmp_path, text, match):
+def test_bad_files_give_the_materialised_paths_messages(tmp_path, text, match, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the temporary files of this test only
     (tmp_path / "d.csv").write_bytes(text if isinstance(text, bytes) else text.encode())
     path = _file(tmp_path, KEYS | {"batch_size": 1, "population": True})
     messages = []
@@ -163,7 +164,7 @@ def test_bad_files_give_the_materialised_paths_messages(tmp_path, text, match):
         load_problem(_file(tmp_path, KEYS | {"batch_size": 1}))  # the file without the key
     assert messages[0] == messages[1] == str(info.value)
     assert "\n" not in messages[0]
-    assert not [f for f in os.listdir(tempfile.gettempdir()) if f.startswith("fedsde-raw-")]
+    assert not [f for f in os.listdir(tmp_path) if f.startswith("fedsde-")]
 
 
 def test_population_key_only_for_csv_files_and_batch_checks(tmp_path, files):
@@ -230,3 +231,16 @@ def test_at_the_cross_device_threshold_itself(tmp_path):
     assert pop.Q == CROSS_DEVICE_Q and make_plan(pop, **kw).sparse
     np.testing.assert_array_equal(simulate(pop, **kw).weights, simulate(mat, **kw).weights)
     assert pop.rows_cache.misses <= 3 * 8 * 16
+
+
+def test_a_temporary_folder_without_room_is_one_line(files, monkeypatch, tmp_path):
+    def full(fd, offset, size):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", full, raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with pytest.raises(FedsdeInputError, match=r"no room for the rows on disk \(\d+ bytes: No space left on "
+                       r"device\); set TMPDIR") as info:
+        load_problem(_file(files, KEYS | {"population": True}), population=True)
+    assert "\n" not in str(info.value)
+    assert not os.listdir(tmp_path)

@@ -4,6 +4,8 @@
   ``target`` column and a ``client_column`` whose every distinct value is one client (in order of first
   appearance).  Missing columns, empty or non-numeric cells, NaN/inf and rows of the wrong length are one-line
   :class:`~fedsde.errors.FedsdeInputError` naming the file, the row (and its line) and the column.
+  :func:`csv_blocks` streams the same records, checks and messages in blocks (:func:`csv_clients` reads through
+  it, and so does :mod:`fedsde.problems.regression_store`, which keeps a file's rows on disk).
 * :func:`grunfeld_clients` — statsmodels' Grunfeld investment panel: 11 US firms × 20 years (1935–1954), the
   firm's gross investment ``invest`` on its market ``value`` and its ``capital`` stock; every firm is a client.
 * :func:`diabetes_clients` — scikit-learn's diabetes data (442 patients, 10 baseline variables, a disease

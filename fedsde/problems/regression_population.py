@@ -2,7 +2,7 @@
 
 A ``kind = "regression"`` problem file with ``data = "….csv"`` and ``population = true``
 (:mod:`fedsde.problems.regression_files`) gives a :class:`RegressionPopulation` to the commands that sample
-participants (``fedsde simulate --participation m``): the file is streamed twice and never held in memory
+participants (``fedsde simulate --participation m``): the file is streamed once and never held in memory
 (:mod:`fedsde.problems.regression_store`: the clients in order of first appearance, as
 :func:`~fedsde.problems.regression_data.csv_clients` orders them, each client's rows in file order, written to a
 temporary memory-mapped file of ``N·(d + 1)·8`` bytes), and a round of the simulator reads only its participants'

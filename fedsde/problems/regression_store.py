@@ -40,8 +40,18 @@ def _remove(path: str) -> None:
         pass
 
 
-def _temp_path(prefix: str) -> str:
+def _temp_path(prefix: str, size: int = 0) -> str:
+    """A new file in the system's temporary folder (``TMPDIR``), with ``size`` bytes reserved: a disk without room
+    is one line here rather than a crash while the memory map is written."""
     fd, path = tempfile.mkstemp(prefix=prefix, suffix=".f64", dir=tempfile.gettempdir())
+    try:
+        if size and hasattr(os, "posix_fallocate"):
+            os.posix_fallocate(fd, 0, size)
+    except OSError as exc:
+        os.close(fd)
+        _remove(path)
+        raise FedsdeInputError(f"temporary folder {tempfile.gettempdir()!r}: no room for the rows on disk ({size} "
+                               f"bytes: {exc.strerror}); set TMPDIR to a folder with room") from None
     os.close(fd)
     return path
 
@@ -208,8 +218,9 @@ def build_store(scan: CsvScan, *, standardise: bool, intercept: bool) -> RowStor
         st = scan.stats()
         mean = np.array([*st["feature_mean"], st["target_mean"]])
         sd = np.array([*st["feature_sd"], st["target_sd"]])
-    path = _temp_path("fedsde-rows-")
+    path = None
     try:
+        path = _temp_path("fedsde-rows-", 8 * max(scan.N, 1) * (d + 1))
         store = np.memmap(path, dtype=np.float64, mode="w+", shape=(max(scan.N, 1), d + 1))
         offsets = np.concatenate([[0], np.cumsum(scan.sizes)[:-1]]).astype(np.int64)
         cursor = np.zeros(scan.sizes.size, dtype=np.int64)
@@ -235,7 +246,8 @@ def build_store(scan: CsvScan, *, standardise: bool, intercept: bool) -> RowStor
             _release(store)
         del store
     except BaseException:
-        _remove(path)
+        if path is not None:
+            _remove(path)
         raise
     finally:
         scan.drop_raw()
