@@ -47,6 +47,8 @@ def _temp_path(prefix: str, size: int = 0) -> str:
     try:
         if size and hasattr(os, "posix_fallocate"):
             os.posix_fallocate(fd, 0, size)
+        elif size:
+            os.ftruncate(fd, size)
     except OSError as exc:
         os.close(fd)
         _remove(path)
@@ -221,7 +223,7 @@ def build_store(scan: CsvScan, *, standardise: bool, intercept: bool) -> RowStor
     path = None
     try:
         path = _temp_path("fedsde-rows-", 8 * max(scan.N, 1) * (d + 1))
-        store = np.memmap(path, dtype=np.float64, mode="w+", shape=(max(scan.N, 1), d + 1))
+        store = np.memmap(path, dtype=np.float64, mode="r+", shape=(max(scan.N, 1), d + 1))  # keeps the reserve
         offsets = np.concatenate([[0], np.cumsum(scan.sizes)[:-1]]).astype(np.int64)
         cursor = np.zeros(scan.sizes.size, dtype=np.int64)
         for a in range(0, scan.N, STORE_BLOCK):
