@@ -176,18 +176,23 @@ def test_population_key_only_for_csv_files_and_batch_checks(tmp_path, files):
         _both(files, batch_size=5)
 
 
-def test_temporary_store_is_removed_with_the_problem(files):
+def test_temporary_store_is_removed_with_the_problem(files, monkeypatch, tmp_path):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the system's temporary folder, for this test
     pop = load_problem(_file(files, KEYS | {"population": True}), population=True)
-    path = pop.store.path
-    assert os.path.isfile(path) and Path(path).parent == Path(tempfile.gettempdir())
-    assert os.path.getsize(path) == 8 * pop.n_rows * (pop.d + 1)
+    fh = pop.store.file
+    assert os.fstat(fh.fileno()).st_size == 8 * pop.n_rows * (pop.d + 1) == pop.summary()["store_bytes"]
+    if os.name == "posix":  # no name from the start: nothing left behind even by a killed process
+        assert os.listdir(tmp_path) == []
+        if os.path.isdir("/proc/self/fd"):
+            assert os.readlink(f"/proc/self/fd/{fh.fileno()}").startswith(str(tmp_path))
     copy = pop.with_l2(0.5)  # shares the store
     del pop
     gc.collect()
-    assert os.path.isfile(path)
+    assert not fh.closed
     del copy
     gc.collect()
-    assert not os.path.exists(path)
+    assert fh.closed
+    assert not os.listdir(tmp_path)
 
 
 def test_simulate_command_reads_participants_and_other_paths_take_the_materialised_problem(files, capsys,

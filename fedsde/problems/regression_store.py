@@ -6,8 +6,11 @@ counts, the pooled statistics of :func:`~fedsde.problems.regression_data.standar
 (a temporary file).  :func:`build_store` then writes the (standardised) design rows and targets grouped by client,
 each client's rows in file order, into a float64 memory-mapped :class:`RowStore` in the system's temporary folder,
 so client ``k`` is the slice ``rows[o_k : o_k + n_k]``.  Memory: ``O(Q)`` numbers and one block of rows; disk:
-``N·(d + 1)·8`` bytes for the store (``d`` design columns and the target), and ``N·(F + 2)·8`` more for the raw rows
-while the store is built.  The store's file is removed when the store is garbage-collected, or at exit.
+``N·(d + 1)·8`` bytes for the store (``d`` design columns and the target, reserved before it is written), and
+``N·(F + 2)·8`` more for the raw rows while the store is built.  Both are :func:`tempfile.TemporaryFile` files in the
+system's temporary folder (``TMPDIR``): on POSIX systems they have no name from the start, so nothing is left behind
+even when the process is killed; the store's file is closed (and its disk space freed) when the store is
+garbage-collected, or at exit (:func:`weakref.finalize`).
 
 The pooled statistics are sums over blocks (each block's mean and squared deviations, merged by Chan, Golub &
 LeVeque's pairwise update, 1979) rather than NumPy's sums over the whole column, so they agree with
@@ -33,29 +36,20 @@ from fedsde.problems.regression_data import csv_blocks, csv_cell, moment_limit
 STORE_BLOCK = 1 << 16
 
 
-def _remove(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
-
-
-def _temp_path(prefix: str, size: int = 0) -> str:
-    """A new file in the system's temporary folder (``TMPDIR``), with ``size`` bytes reserved: a disk without room
-    is one line here rather than a crash while the memory map is written."""
-    fd, path = tempfile.mkstemp(prefix=prefix, suffix=".f64", dir=tempfile.gettempdir())
+def _temp_file(prefix: str, size: int = 0):
+    """A new temporary file (module docstring) with ``size`` bytes reserved: a disk without room is one line here
+    rather than a crash while the memory map is written."""
+    fh = tempfile.TemporaryFile(prefix=prefix, suffix=".f64", dir=tempfile.gettempdir())
     try:
         if size and hasattr(os, "posix_fallocate"):
-            os.posix_fallocate(fd, 0, size)
+            os.posix_fallocate(fh.fileno(), 0, size)
         elif size:
-            os.ftruncate(fd, size)
+            os.ftruncate(fh.fileno(), size)
     except OSError as exc:
-        os.close(fd)
-        _remove(path)
+        fh.close()
         raise FedsdeInputError(f"temporary folder {tempfile.gettempdir()!r}: no room for the rows on disk ({size} "
                                f"bytes: {exc.strerror}); set TMPDIR to a folder with room") from None
-    os.close(fd)
-    return path
+    return fh
 
 
 class _Index(dict):
@@ -66,24 +60,28 @@ class _Index(dict):
         return value
 
 
-def _read_rows(path: str, start: int, stop: int, width: int) -> np.ndarray:
+def _read_rows(fh, start: int, stop: int, width: int) -> np.ndarray:
     """Rows ``start:stop`` of a float64 file of ``width`` columns, read (not mapped: the pages of a pass over the
-    whole file do not stay in the process's resident memory)."""
-    return np.fromfile(path, dtype=np.float64, count=(stop - start) * width, offset=8 * start * width).reshape(
-        stop - start, width)
+    whole file do not stay in the process's resident memory; ``os.pread``, so threads may read at once)."""
+    n = 8 * (stop - start) * width
+    data = os.pread(fh.fileno(), n, 8 * start * width)
+    if len(data) != n:
+        raise OSError(f"short read from a temporary file ({len(data)} of {n} bytes)")
+    return np.frombuffer(data, dtype=np.float64).reshape(stop - start, width).copy()
 
 
 class RowStore:
     """Design rows ``(N, d)`` and targets ``(N,)`` of ``Q`` clients, client after client, in a read-only float64
-    memory map of shape ``(N, d + 1)`` (the target last); the file is removed with the store (or at exit)."""
+    memory map of shape ``(N, d + 1)`` (the target last) of a temporary ``file``, closed with the store (or at
+    exit)."""
 
-    def __init__(self, path: str, sizes: np.ndarray, d: int):
-        self.path = path
-        self._finalizer = weakref.finalize(self, _remove, path)
+    def __init__(self, file, sizes: np.ndarray, d: int):
+        self.file = file
+        self._finalizer = weakref.finalize(self, file.close)
         self.sizes = np.asarray(sizes, dtype=np.int64)
         self.offsets = np.concatenate([[0], np.cumsum(self.sizes)[:-1]]).astype(np.int64)
         self.N, self.d = int(self.sizes.sum()), int(d)
-        self.rows = np.memmap(path, dtype=np.float64, mode="r", shape=(self.N, self.d + 1))
+        self.rows = np.memmap(file, dtype=np.float64, mode="r", shape=(self.N, self.d + 1))
 
     @property
     def Q(self) -> int:
@@ -106,7 +104,7 @@ class RowStore:
         ends = np.cumsum(self.sizes)
         for a in range(0, self.N, rows):
             b = min(a + rows, self.N)
-            block = _read_rows(self.path, a, b, self.d + 1)
+            block = _read_rows(self.file, a, b, self.d + 1)
             yield np.searchsorted(ends, np.arange(a, b), side="right"), block[:, :self.d], block[:, self.d]
 
 
@@ -114,7 +112,7 @@ class RowStore:
 class CsvScan:
     """What :func:`scan_csv` found: client names (first appearance), row counts (Q,), the pooled mean and sum of
     squared deviations of every column (features, then the target), whether a column is constant, and the raw rows'
-    temporary file (file order: values, client) or ``None``."""
+    temporary file (file order: values, client; an open :func:`tempfile.TemporaryFile`) or ``None``."""
 
     path: str
     columns: list[str]
@@ -124,7 +122,7 @@ class CsvScan:
     m2: np.ndarray
     constant: np.ndarray
     first: np.ndarray
-    raw: str | None
+    raw: object | None
 
     @property
     def N(self) -> int:
@@ -141,7 +139,7 @@ class CsvScan:
 
     def drop_raw(self) -> None:
         if self.raw is not None:
-            _remove(self.raw)
+            self.raw.close()
             self.raw = None
 
 
@@ -153,36 +151,36 @@ def scan_csv(path, features: Sequence[str], target: str, client_column: str, *, 
     C = len(features) + 1
     n, total, m2 = 0, np.zeros(C), np.zeros(C)
     lo, hi, first = np.full(C, np.inf), np.full(C, -np.inf), None
-    raw = _temp_path("fedsde-raw-") if keep_raw else None
+    raw = _temp_file("fedsde-raw-") if keep_raw else None
     try:
-        with open(raw, "wb") if raw else open(os.devnull, "wb") as out:
-            for clients, values in csv_blocks(path, features, target, client_column):
-                ids = np.fromiter(map(index.__getitem__, clients), dtype=np.int64, count=len(clients))
-                if len(index) > sizes.size:
-                    sizes = np.concatenate([sizes, np.zeros(max(sizes.size, len(index)), dtype=np.int64)])
-                uniq, counts = np.unique(ids, return_counts=True)
-                sizes[uniq] += counts
-                nb = values.shape[0]
-                with np.errstate(over="ignore", invalid="ignore"):  # values too large are refused below
-                    mb = values.mean(0)
-                    m2 += ((values - mb) ** 2).sum(0)
-                    if n:  # Chan, Golub & LeVeque's merge of (n, mean, M2) with the block's
-                        delta = mb - total / n
-                        m2 += delta * delta * (n * nb / (n + nb))
-                    total += values.sum(0)
-                if first is None:
-                    first = values[0].copy()
-                n += nb
-                lo, hi = np.minimum(lo, values.min(0)), np.maximum(hi, values.max(0))
-                if raw:
-                    out.write(np.column_stack([values, ids]).tobytes())
+        for clients, values in csv_blocks(path, features, target, client_column):
+            ids = np.fromiter(map(index.__getitem__, clients), dtype=np.int64, count=len(clients))
+            if len(index) > sizes.size:
+                sizes = np.concatenate([sizes, np.zeros(max(sizes.size, len(index)), dtype=np.int64)])
+            uniq, counts = np.unique(ids, return_counts=True)
+            sizes[uniq] += counts
+            nb = values.shape[0]
+            with np.errstate(over="ignore", invalid="ignore"):  # values too large are refused below
+                mb = values.mean(0)
+                m2 += ((values - mb) ** 2).sum(0)
+                if n:  # Chan, Golub & LeVeque's merge of (n, mean, M2) with the block's
+                    delta = mb - total / n
+                    m2 += delta * delta * (n * nb / (n + nb))
+                total += values.sum(0)
+            if first is None:
+                first = values[0].copy()
+            n += nb
+            lo, hi = np.minimum(lo, values.min(0)), np.maximum(hi, values.max(0))
+            if raw:
+                raw.write(np.column_stack([values, ids]).tobytes())
         scan = CsvScan(path=str(path), columns=[*features, target], clients=list(index),
                        sizes=sizes[:len(index)].copy(), mean=total / n, m2=m2, constant=lo == hi, first=first, raw=raw)
         if raw:
+            raw.flush()
             _check_magnitudes(scan)
     except BaseException:
         if raw:
-            _remove(raw)
+            raw.close()
         raise
     return scan
 
@@ -220,10 +218,10 @@ def build_store(scan: CsvScan, *, standardise: bool, intercept: bool) -> RowStor
         st = scan.stats()
         mean = np.array([*st["feature_mean"], st["target_mean"]])
         sd = np.array([*st["feature_sd"], st["target_sd"]])
-    path = None
+    file = None
     try:
-        path = _temp_path("fedsde-rows-", 8 * max(scan.N, 1) * (d + 1))
-        store = np.memmap(path, dtype=np.float64, mode="r+", shape=(max(scan.N, 1), d + 1))  # keeps the reserve
+        file = _temp_file("fedsde-rows-", 8 * max(scan.N, 1) * (d + 1))
+        store = np.memmap(file, dtype=np.float64, mode="r+", shape=(max(scan.N, 1), d + 1))  # keeps the reserve
         offsets = np.concatenate([[0], np.cumsum(scan.sizes)[:-1]]).astype(np.int64)
         cursor = np.zeros(scan.sizes.size, dtype=np.int64)
         for a in range(0, scan.N, STORE_BLOCK):
@@ -248,9 +246,9 @@ def build_store(scan: CsvScan, *, standardise: bool, intercept: bool) -> RowStor
             _release(store)
         del store
     except BaseException:
-        if path is not None:
-            _remove(path)
+        if file is not None:
+            file.close()
         raise
     finally:
         scan.drop_raw()
-    return RowStore(path, scan.sizes, d)
+    return RowStore(file, scan.sizes, d)
