@@ -15,7 +15,11 @@ the rows ``i_1 … i_b`` drawn afresh at every step from the slot's client:
 Every draw fills whole blocks from their own stream, with shapes fixed by the run's configuration (not by the
 draws), so results are bit-identical however the replicates are chunked.  ``begin_round(batch, max_batch,
 clients=…)`` takes per-slot batch sizes (from :class:`~fedsde.clients.steps.EpochSteps`) and the participants held
-by the slots (``participants_only``), as the data oracles of :mod:`fedsde.clients.data_oracles` do.
+by the slots (``participants_only``), as the data oracles of :mod:`fedsde.clients.data_oracles` do.  On a
+least-squares population (:class:`~fedsde.problems.regression_population.RegressionPopulation`, rows on disk)
+``begin_round`` loads only the participants' rows (:func:`fedsde.clients.population_rows.gather_clients`, through
+the problem's bounded cache) and renumbers the slots' clients into them; the draws, which depend only on the sizes
+and on ``n_max`` (the whole population's), are those of the materialised problem, and so are the numbers.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import numpy as np
 import torch
 
 from fedsde._validate import choice, positive_int
+from fedsde.clients.population_rows import gather_clients
 from fedsde.errors import FedsdeInputError
 
 SAMPLINGS = ("without-replacement", "with-replacement")
@@ -59,7 +64,7 @@ class LeastSquaresMinibatchOracle:
 
     Parameters
     ----------
-    problem : RegressionProblem
+    problem : RegressionProblem or RegressionPopulation
     nblocks : int
         Blocks of replicates in the chunk.
     device, dtype
@@ -75,18 +80,21 @@ class LeastSquaresMinibatchOracle:
 
     def __init__(self, problem, nblocks: int, device, dtype, *, batch_size: int | None = None,
                  sampling: str | None = None):
-        if not hasattr(problem, "padded_rows"):
+        self.on_demand = hasattr(problem, "client_data") and hasattr(problem, "store")
+        if not (hasattr(problem, "padded_rows") or self.on_demand):
             raise FedsdeInputError(f"oracle: {type(problem).__name__} has no regression rows; the least-squares "
                                    "oracle needs a RegressionProblem")
         sampling = choice("sampling", problem.sampling if sampling is None else sampling, SAMPLINGS)
+        self.problem = problem
         self.Q, self.n_max, self.d = problem.Q, int(np.max(problem.sizes)), problem.d
         # the rows as they are, client after client (memory N·d, not Q·max n_k); row i of client k is at
-        # offsets[k] + i
-        self.X = torch.as_tensor(problem.X, dtype=dtype, device=device)  # (N, d)
-        self.y = torch.as_tensor(problem.y, dtype=dtype, device=device)  # (N,)
-        self.sizes = torch.as_tensor(problem.sizes, device=device)
-        self.offsets = torch.as_tensor(np.concatenate([[0], np.cumsum(problem.sizes)[:-1]]), dtype=torch.int64,
-                                       device=device)
+        # offsets[k] + i.  A population (rows on disk) loads its round's participants in begin_round instead.
+        if not self.on_demand:
+            self.X = torch.as_tensor(problem.X, dtype=dtype, device=device)  # (N, d)
+            self.y = torch.as_tensor(problem.y, dtype=dtype, device=device)  # (N,)
+            self.sizes = torch.as_tensor(problem.sizes, device=device)
+            self.offsets = torch.as_tensor(np.concatenate([[0], np.cumsum(problem.sizes)[:-1]]), dtype=torch.int64,
+                                           device=device)
         self.l2 = float(problem.l2)
         self.replace = sampling == "with-replacement"
         b = problem.batch_size if batch_size is None else batch_size
@@ -105,6 +113,10 @@ class LeastSquaresMinibatchOracle:
                     clients: torch.Tensor | None = None) -> None:
         """Start a round: ``batch`` (R, slots) per-slot batch sizes (default the fixed one), ``max_batch`` their padded
         length, ``clients`` (nb, slots, B) the client held by every slot (default: slot ``k`` is client ``k``)."""
+        if self.on_demand:  # the participants' rows, one after the other; the slots renumbered into them
+            X, y, self.offsets, sizes, clients = gather_clients(self.problem, clients, self.device, self.dtype)
+            self.X, self.y = X, y.to(self.dtype)
+            self.sizes = torch.as_tensor(sizes, device=self.device)
         self.clients = clients
         if clients is None:
             self._slot_sizes = self.sizes.view(1, self.Q, 1, 1)

@@ -6,7 +6,8 @@ it gathers the rows of the clients that the round's slots hold (through the prob
 :class:`~fedsde.problems.population.ClientCache`) into one ragged block on the device and renumbers the slots'
 clients into it; the gathers of the oracles then read that block exactly as they read the ragged rows of a
 materialised problem, so the numbers are those of the materialised problem.  Memory and work per round grow with the
-participants' rows, not with the population.
+participants' rows, not with the population.  :func:`gather_clients` is the gather itself (the least-squares
+oracle reads a least-squares population's participants through it).
 """
 
 from __future__ import annotations
@@ -15,6 +16,16 @@ import numpy as np
 import torch
 
 from fedsde.clients.data_rows import ClientRows
+
+
+def gather_clients(problem, clients: torch.Tensor | None, device: torch.device, dtype: torch.dtype):
+    """:func:`participant_rows` on ``device``: ``X`` (n, F) in ``dtype``, ``y`` (n, …) as the problem gives it, the
+    first row of every loaded client (int64 tensor), their sizes (int64 array) and ``clients`` renumbered into the
+    loaded clients (``None`` for ``None``)."""
+    local, X, y, starts = participant_rows(problem, clients)
+    sizes = np.diff(np.append(starts, X.shape[0])).astype(np.int64)
+    return (torch.as_tensor(X).to(device=device, dtype=dtype), torch.as_tensor(y, device=device),
+            torch.as_tensor(starts, device=device), sizes, local)
 
 
 class PopulationRows(ClientRows):
@@ -27,10 +38,8 @@ class PopulationRows(ClientRows):
     def select(self, clients: torch.Tensor | None) -> torch.Tensor | None:
         """Load the rows of the clients in ``clients`` (any shape; ``None``: every client) and return ``clients``
         renumbered into the loaded block (the oracle's gathers take these)."""
-        local, X, y, starts = participant_rows(self.problem, clients)
-        X = torch.as_tensor(X).to(device=self.device, dtype=self.dtype)
-        y = torch.as_tensor(y, device=self.device)
-        self._flat = (X, y, torch.as_tensor(starts, device=self.device), int(X.shape[0]))
+        X, y, starts, _, local = gather_clients(self.problem, clients, self.device, self.dtype)
+        self._flat = (X, y, starts, int(X.shape[0]))
         return local
 
     def _build_padded(self):

@@ -24,6 +24,7 @@ from fedsde.problems.population import ClientPopulation, PopulationProblem
 from fedsde.problems.quadratic import QuadraticProblem
 from fedsde.problems.regression import RegressionProblem
 from fedsde.problems.regression_files import regression_problem_from_dict
+from fedsde.problems.regression_population import RegressionPopulation
 from fedsde.problems.synthetic import synthetic_problem
 from fedsde.problems.synthetic_population import synthetic_population_problem
 
@@ -31,8 +32,10 @@ from fedsde.problems.synthetic_population import synthetic_population_problem
 def is_data_problem(problem) -> bool:
     """Whether ``problem`` holds per-sample data (a :class:`ClassificationProblem`, a :class:`RegressionProblem`, a
     :class:`~fedsde.problems.module.ModuleProblem` or a client population,
-    :class:`~fedsde.problems.population.PopulationProblem`) rather than quadratic clients."""
-    return (isinstance(problem, ClassificationProblem | RegressionProblem) or is_module_problem(problem)
+    :class:`~fedsde.problems.population.PopulationProblem`, or a least-squares one,
+    :class:`~fedsde.problems.regression_population.RegressionPopulation`) rather than quadratic clients."""
+    return (isinstance(problem, ClassificationProblem | RegressionProblem | RegressionPopulation)
+            or is_module_problem(problem)
             or hasattr(problem, "population"))
 
 
@@ -44,7 +47,7 @@ def require_quadratic(problem, what: str, why: str) -> None:
     if is_data_problem(problem):
         from fedsde.errors import FedsdeInputError
 
-        kind = ("regression" if isinstance(problem, RegressionProblem) else
+        kind = ("regression" if isinstance(problem, RegressionProblem | RegressionPopulation) else
                 "module" if is_module_problem(problem) else "classification")
         exact = ("; least-squares problems have exact laws in fedsde.exact.least_squares"
                  if kind == "regression" else "")
@@ -61,6 +64,7 @@ __all__ = [
     "ModuleProblem",
     "PopulationProblem",
     "QuadraticProblem",
+    "RegressionPopulation",
     "RegressionProblem",
     "data_problem_from_dict",
     "dirichlet_partition",

@@ -63,7 +63,7 @@ def problem_from_dict(data: dict, *, source: str = "problem", base_dir=None,
         if kind == "regression":
             from fedsde.problems.regression_files import regression_problem_from_dict
 
-            return regression_problem_from_dict(data, source=source, base_dir=base_dir)
+            return regression_problem_from_dict(data, source=source, base_dir=base_dir, population=population)
         if kind == "module":
             from fedsde.problems.module.files import module_problem_from_dict
 

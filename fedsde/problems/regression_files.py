@@ -29,6 +29,7 @@ or a set shipped with an installed package (``dataset = "grunfeld"`` or ``"diabe
 | ``w0`` | starting weights, ``d`` numbers (zero) |
 | ``name`` | free text |
 | ``features``, ``target``, ``client_column`` | CSV: column names (required with ``data``) |
+| ``population`` | CSV: clients read from disk when needed (:mod:`fedsde.problems.regression_population`) (false) |
 | ``clients`` | diabetes: number of clients (10) |
 | ``partition`` | diabetes: ``iid``, ``dirichlet`` (over the target's quantile bins) or ``quantity`` (``iid``) |
 | ``seed`` | diabetes: seed of the partition (required) |
@@ -63,17 +64,21 @@ from fedsde.problems.regression_data import (
 _COMMON = ("kind", "model", "batch_size", "sampling", "l2", "intercept", "standardise", "standardize", "p", "w0",
            "name")
 _SOURCE_KEYS = {
-    "csv": ("data", "features", "target", "client_column"),
+    "csv": ("data", "features", "target", "client_column", "population"),
     "grunfeld": ("dataset",),
     "diabetes": ("dataset", "clients", "partition", "seed", "alpha", "bins", "quantity_beta", "min_size"),
 }
 _PARTITION_KEYS = {"iid": (), "dirichlet": ("alpha", "bins", "min_size"), "quantity": ("quantity_beta", "min_size")}
 
 
-def regression_problem_from_dict(data: dict, *, source: str = "problem", base_dir=None) -> RegressionProblem:
+def regression_problem_from_dict(data: dict, *, source: str = "problem", base_dir=None,
+                                 population: bool = False) -> RegressionProblem:
     """Build a :class:`RegressionProblem` from the keys of a problem file (see the module docstring).
 
-    ``base_dir``: the folder a relative ``data`` path starts from (default: the working directory).  Raises
+    ``base_dir``: the folder a relative ``data`` path starts from (default: the working directory).
+    ``population=True``: a file with ``population = true`` gives a
+    :class:`~fedsde.problems.regression_population.RegressionPopulation` (rows read from disk when needed); without
+    it such a file gives the materialised problem, refused up front when it does not fit in memory.  Raises
     :class:`FedsdeInputError` with one line naming the key, its value and the constraint.
     """
     k = _Keys(data, source)
@@ -106,6 +111,13 @@ def regression_problem_from_dict(data: dict, *, source: str = "problem", base_di
     intercept = k.boolean("intercept", False)
 
     info: dict = {"source": src}
+    if src == "csv" and k.boolean("population", False):
+        try:
+            return _csv_population(k, base_dir, info, std, population, batch_size=batch_size, sampling=sampling,
+                                   l2=l2, intercept=intercept)
+        except FedsdeInputError as exc:
+            msg = str(exc)
+            raise FedsdeInputError(msg if msg.startswith(source) else f"{source}: {msg}") from None
     if src == "csv":
         X, y, clients, features = _csv(k, base_dir, info)
     elif src == "grunfeld":
@@ -129,7 +141,37 @@ def regression_problem_from_dict(data: dict, *, source: str = "problem", base_di
         raise FedsdeInputError(msg if msg.startswith(source) else f"{source}: {msg}") from None
 
 
-def _csv(k: _Keys, base_dir, info: dict) -> tuple[list, list, list[str], list[str]]:
+def _csv_population(k: _Keys, base_dir, info: dict, std: bool, population: bool, **kw):
+    """A ``population = true`` CSV file: the on-demand problem, or (``population`` False) the materialised one when
+    it fits (the file read as without the key)."""
+    from fedsde.problems.models import check_memory
+    from fedsde.problems.regression_population import RegressionPopulation
+    from fedsde.problems.regression_store import build_store, scan_csv
+
+    full, features, names = _csv_columns(k, base_dir)
+    try:
+        scan = scan_csv(full, features, names["target"], names["client_column"], keep_raw=population)
+    except FedsdeInputError as exc:
+        raise k.fail(str(exc)) from None
+    info |= {"data": str(k.data["data"]), "target": names["target"], "client_column": names["client_column"]}
+    if not population:  # every row in memory, as csv_clients and standardise hold them
+        N, F = scan.N, len(features)
+        check_memory(f"data={k.data['data']!r} ({scan.sizes.size} clients, {N} rows, {F} features)",
+                     2 * full.stat().st_size + N * (400 + 120 * (F + 1)),
+                     "the file's rows do not fit in memory; commands that sample participants (simulate with "
+                     "--participation) read them from disk")
+        data = {key: v for key, v in k.data.items() if key != "population"}
+        return regression_problem_from_dict(data, source=k.source, base_dir=base_dir)
+    if std:
+        info["standardisation"] = scan.stats()
+    info["standardise"] = std
+    store = build_store(scan, standardise=std, intercept=kw["intercept"])
+    return RegressionPopulation.create(
+        store, p=_weights(k, scan.clients), w0=_w0(k, len(features) + int(kw["intercept"])), feature_names=features,
+        client_names=scan.clients, name=str(k.data.get("name", Path(str(k.data["data"])).stem)), info=info, **kw)
+
+
+def _csv_columns(k: _Keys, base_dir) -> tuple[Path, list[str], dict]:
     path = k.data["data"]
     if not isinstance(path, str) or not path.strip():
         raise k.fail(f"data={path!r}: must be the path of a CSV file")
@@ -151,6 +193,12 @@ def _csv(k: _Keys, base_dir, info: dict) -> tuple[list, list, list[str], list[st
             "client_column"]:
         raise k.fail(f"features, target, client_column: a column may play one role only (target="
                      f"{names['target']!r}, client_column={names['client_column']!r})")
+    return full, list(features), names
+
+
+def _csv(k: _Keys, base_dir, info: dict) -> tuple[list, list, list[str], list[str]]:
+    full, features, names = _csv_columns(k, base_dir)
+    path = k.data["data"]
     try:
         X, y, clients = csv_clients(full, features, names["target"], names["client_column"])
     except FedsdeInputError as exc:

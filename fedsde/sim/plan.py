@@ -232,7 +232,7 @@ def make_plan(
                                  Q=participation if sparse else Q, d=d, step=step, recorded=keep.size,
                                  drift_cols=drift_keep.size * max_local_steps(steps), moments_only=moments_only,
                                  device=dev, dtype=dtype, memory_limit=memory_limit)
-        if hasattr(problem, "population"):  # clients on demand: what a round's participants need, not the population
+        if hasattr(problem, "round_memory"):  # clients on demand: what a round's participants need, not the population
             _check_population(problem, make_oracle, None if trains_all else participation,
                               min(replicates, (chunk_size or replicates) * workers), dev, memory_limit, weighting)
     except FedsdeInputError as exc:
@@ -305,9 +305,10 @@ def _client_state_chunk(agg: Aggregator, replicates: int, chunk_size: int | None
 def _check_population(problem, make_oracle, m: int | None, in_flight: int, device, memory_limit,
                       weighting: str = "unbiased") -> None:
     """Refuse up front, in one line naming what drives it, a population run whose participants' rows do not fit
-    (:meth:`fedsde.problems.population.PopulationProblem.round_memory`; ``m`` None: a round of all ``Q`` clients).
-    Multinomial draws take client ``k`` with probability ``p_k``, so a slot holds ``Σ_k p_k n_k`` rows on average
-    (the size-biased mean when ``p_k ∝ n_k``), not the mean client's: the difference is added."""
+    (:meth:`fedsde.problems.population.PopulationProblem.round_memory` and its kin for least-squares and module
+    populations; ``m`` None: a round of all ``Q`` clients).  Multinomial draws take client ``k`` with probability
+    ``p_k``, so a slot holds ``Σ_k p_k n_k`` rows on average (the size-biased mean when ``p_k ∝ n_k``), not the mean
+    client's: the difference is added."""
     how = getattr(make_oracle, "describe", {}) if isinstance(getattr(make_oracle, "describe", None), dict) else {}
     batch, largest = how.get("batch_size"), int(np.max(problem.sizes))
     whole = how.get("oracle") in ("full", "gaussian") or how.get("sampling") == "epoch" or (
@@ -321,7 +322,8 @@ def _check_population(problem, make_oracle, m: int | None, in_flight: int, devic
     if weighting == "multinomial" and m is not None:
         drawn, mean = float(np.dot(problem.p, problem.sizes)) / float(np.sum(problem.p)), float(np.mean(problem.sizes))
         if drawn > mean:
-            need += int(8 * problem.n_features * 3 * slots * (drawn - mean))
+            cols = int(getattr(problem, "n_features", problem.d))  # least-squares rows: d columns
+            need += int(8 * cols * 3 * slots * (drawn - mean))
             what += f"; multinomial draws take client k with probability p_k: about {drawn:.3g} rows a slot"
     taking = f"participation={m}" if m is not None else f"participation=None (all Q={problem.Q} clients)"
     memory_fits(f"replicates in flight={in_flight}, {taking}: {what}", need,
@@ -336,7 +338,7 @@ def _default_oracle(problem, local_steps):
     (batch sizes from :class:`EpochSteps` when given)."""
     if isinstance(problem, QuadraticProblem):
         return GaussianQuadraticOracle
-    if isinstance(problem, RegressionProblem):
+    if isinstance(problem, RegressionProblem) or getattr(problem, "model", None) == "least-squares":  # on demand too
         return least_squares_oracle(problem.batch_size, sampling=problem.sampling)
     if is_module_problem(problem):  # a ModuleProblem, or a module trained by a client population
         return module_oracle()
