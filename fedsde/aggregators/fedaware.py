@@ -122,7 +122,8 @@ class FedAWARE(Aggregator):
     def cross_device_hint(self) -> str:
         return ("" if self.participant_state else
                 "aggregator='fedaware' with warm_start='full' trains all Q clients in its first round; "
-                "warm_start='none' (or 'fedavg') trains the participants only")
+                "warm_start='none' (or 'fedavg'; on the command line --aggregator-option warm_start=none) trains the "
+                "participants only")
 
     def step_memory(self, Q: int) -> int:
         """The min-norm problem over ``Q`` momenta: the Gram matrix and the solver's pair and KKT matrices, about
