@@ -179,3 +179,57 @@ def test_module_population_on_cuda_gives_the_materialised_numbers_there():
     pb = module_population_problem(lambda: Net(dropout=0.2), _population(), batch_size=4)
     kw = dict(eta=0.05, local_steps=2, rounds=2, replicates=6, seed=2, participation=5, device="cuda")
     np.testing.assert_array_equal(simulate(pb, **kw).weights, simulate(pb.materialise(), **kw).weights)
+
+
+@pytest.mark.parametrize(("y", "x_bad", "match"), [
+    (lambda n, r: np.where(np.arange(n) == 0, 1.0, r.uniform(0, 2.9, n)), False, "labels must be integers"),
+    (lambda n, r: np.where(np.arange(n) == 7, -100, r.integers(0, 3, n)), False, "labels must be integers"),
+    (lambda n, r: np.where(np.arange(n) == 250, -1, r.integers(0, 3, n)), False, "labels must be integers"),
+    (lambda n, r: r.integers(0, 3, n), True, "x: contains NaN or inf"),
+])
+def test_npz_population_checks_every_row_as_the_npz_problem_does(tmp_path, y, x_bad, match):
+    """Labels that are not whole numbers >= 0 (cross-entropy's ignored -100 included) and NaN rows anywhere in the
+    file are refused before the run, with the npz problem's messages, not read later as wrong numbers."""
+    rng = np.random.default_rng(0)
+    n = 300
+    x = rng.standard_normal((n, 6))
+    if x_bad:
+        x[299, 2] = np.nan
+    np.savez(tmp_path / "rows.npz", x=x, y=y(n, rng), client=rng.integers(0, 6, n))
+    (tmp_path / "net.py").write_text("from torch import nn\n\ndef Net():\n    return nn.Linear(6, 3)\n")
+    text = 'kind = "module"\nmodel = "net.py:Net"\ndata = "rows.npz"\nbatch_size = 4\n'
+    (tmp_path / "plain.toml").write_text(text)
+    (tmp_path / "pop.toml").write_text(text + "population = true\n")
+    for path, population in (("plain.toml", False), ("pop.toml", True)):
+        with pytest.raises(FedsdeInputError, match=match):
+            load_problem(tmp_path / path, population=population)
+
+
+def test_npz_population_of_whole_float_labels_counts_its_classes():
+    """Cross-entropy labels stored as floats (0.0, 1.0, …) are classes: counted from the largest, held as int64."""
+    import tempfile
+    from pathlib import Path
+
+    from fedsde.problems.module.npz import NpzPopulation
+
+    rng = np.random.default_rng(0)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "f.npz"
+        np.savez(path, x=rng.standard_normal((50, 4)), y=rng.integers(0, 5, 50).astype(np.float64),
+                 client=rng.integers(0, 3, 50))
+        pop = NpzPopulation(path)
+        pb = module_population_problem(lambda: nn.Linear(4, 5), pop, batch_size=4)
+        assert pop.n_classes == pb.n_classes == 5
+        assert pop.client_rows(0)[1].dtype == np.int64
+
+
+def test_multinomial_estimate_counts_the_rows_not_the_weights():
+    """The extra rows a multinomial slot holds (size-biased draws) are priced per row of the population, whatever
+    the model's size: a large model on 6 features is planned like a small one."""
+    from fedsde.sim.plan import make_plan
+
+    pop = SyntheticPopulation(1.0, 1.0, seed=0, n_clients=10**4, dim=6, n_classes=3)
+    kw = dict(eta=0.01, local_steps=2, rounds=2, replicates=8, seed=0, participation=10, weighting="multinomial",
+              memory_limit="4G")
+    for model in (lambda: nn.Linear(6, 3), lambda: nn.Sequential(nn.Linear(6, 3000), nn.Linear(3000, 3))):
+        assert make_plan(module_population_problem(model, pop, batch_size=8), **kw).sparse

@@ -119,8 +119,9 @@ def test_on_demand_simulation_gives_the_materialised_numbers_bit_for_bit(files, 
     np.testing.assert_array_equal(simulate(pop, **everyone).weights, simulate(mat, **everyone).weights)
 
 
-def test_metrics_are_exact_at_any_size(files):
-    pop, mat = _both(files, l2=0.0, p=[1.0 + (k % 3) for k in range(240)])
+@pytest.mark.parametrize("l2", [0.0, 0.3])
+def test_metrics_are_exact_at_any_size(files, l2):
+    pop, mat = _both(files, l2=l2, p=[1.0 + (k % 3) for k in range(240)])
     w = np.random.default_rng(1).normal(size=(3, 5, pop.d))
     assert metric_names(pop) == metric_names(mat) == ("train_loss", "grad_norm_sq", "distance_from_start")
     got, want = evaluate_metrics(pop, w), evaluate_metrics(mat, w)
@@ -249,3 +250,42 @@ def test_a_temporary_folder_without_room_is_one_line(files, monkeypatch, tmp_pat
         load_problem(_file(files, KEYS | {"population": True}), population=True)
     assert "\n" not in str(info.value)
     assert not os.listdir(tmp_path)
+
+
+@pytest.mark.parametrize("order", ["small last", "large last"])
+def test_epoch_batches_above_floyd_read_only_the_slots_clients(tmp_path, order):
+    """Batches of more than FLOYD_MAX rows drawn as the b smallest keys, per-slot batch sizes from EpochSteps: the
+    entries past a slot's batch (weight 0) stay inside the loaded rows, also when the smallest client is the last
+    one loaded (an index error before), and the population gives the materialised numbers."""
+    from fedsde.clients.steps import EpochSteps
+
+    sizes = [41, 41, 41, 41, 200, 200] if order == "large last" else [200, 200, 41, 41, 41, 41]
+    rng = np.random.default_rng(0)
+    lines = [f"c{k},{rng.normal()!r},{rng.normal()!r}" for k, n in enumerate(sizes) for _ in range(n)]
+    (tmp_path / "d.csv").write_text("site,x1,y\n" + "\n".join(lines) + "\n")
+    path = _file(tmp_path, {"kind": "regression", "data": "d.csv", "features": ["x1"], "target": "y",
+                            "client_column": "site", "batch_size": 40, "population": True})
+    pop, mat = load_problem(path, population=True), load_problem(path)
+    kw = dict(eta=0.01, local_steps=EpochSteps(sizes=pop.sizes, epochs=1, batch_size=(40, None)), rounds=3,
+              replicates=2, block_size=1, seed=0, participation=2)
+    np.testing.assert_array_equal(simulate(pop, **kw).weights, simulate(mat, **kw).weights)
+
+
+def test_the_up_front_estimate_counts_the_keys_of_batches_above_floyd(tmp_path):
+    """Without replacement, batches above FLOYD_MAX draw one key per row of the largest client in every slot: a run
+    whose slots cannot hold them is refused before it starts, naming the largest client."""
+    from fedsde.sim.plan import make_plan
+
+    sizes = [20000] + [64] * 20
+    rng = np.random.default_rng(0)
+    lines = [f"c{k},{v:.3f},{v:.3f}" for k, n in enumerate(sizes) for v in rng.normal(size=n)]
+    (tmp_path / "d.csv").write_text("site,x1,y\n" + "\n".join(lines) + "\n")
+    keys = {"kind": "regression", "data": "d.csv", "features": ["x1"], "target": "y", "client_column": "site",
+            "population": True}
+    kw = dict(eta=0.01, local_steps=2, rounds=2, replicates=64, seed=0, participation=5, moments_only=True)
+    small = load_problem(_file(tmp_path, keys | {"batch_size": 8}), population=True)
+    big = load_problem(_file(tmp_path, keys | {"batch_size": 64}), population=True)
+    limit = 64 * 2**20 + small.round_memory(64 * 5)[0] + (4 << 20)  # the Floyd draw fits
+    make_plan(small, memory_limit=limit, **kw)
+    with pytest.raises(FedsdeInputError, match=r"every slot up to the largest client \(20000 rows\)"):
+        make_plan(big, memory_limit=limit, **kw)

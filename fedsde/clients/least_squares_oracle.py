@@ -165,7 +165,9 @@ class LeastSquaresMinibatchOracle:
             idx = torch.topk(keys, cap, dim=-1, largest=False, sorted=True).indices
         valid = (torch.arange(cap, device=self.device) < batch).expand(nb, slots, B, cap)
         wts = valid.to(self.dtype) / valid.sum(-1, keepdim=True).clamp(min=1).to(self.dtype)
-        flat = (idx + self._base).reshape(-1)
+        # entries past a slot's batch carry weight 0: read the client's first row (the b smallest keys of a client
+        # smaller than the longest batch run past its rows, possibly past the last client's)
+        flat = (torch.where(valid, idx, 0) + self._base).reshape(-1)
         M = nb * slots * B
         Xb = self.X.index_select(0, flat).view(M, cap, d)
         yb = self.y.index_select(0, flat).view(M, cap)

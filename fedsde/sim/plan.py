@@ -19,6 +19,7 @@ from fedsde._memory import available_memory, memory_fits
 from fedsde._validate import choice, device_dtype, positive_int, record_rounds, schedule, start_point
 from fedsde.aggregators import Aggregator, get_aggregator
 from fedsde.clients.data_oracles import DENSE_FACTOR, FLOYD_MAX, minibatch_oracle
+from fedsde.clients.least_squares_oracle import FLOYD_MAX as LS_FLOYD_MAX
 from fedsde.clients.least_squares_oracle import least_squares_oracle
 from fedsde.clients.module_oracle import module_oracle
 from fedsde.clients.oracles import GaussianQuadraticOracle
@@ -317,13 +318,17 @@ def _check_population(problem, make_oracle, m: int | None, in_flight: int, devic
         b = problem.batch_size
         whole = b is None or (problem.sampling == "without-replacement" and (largest <= DENSE_FACTOR * b
                                                                           or b > FLOYD_MAX))
+    elif getattr(problem, "model", None) == "least-squares":  # LeastSquaresMinibatchOracle: N_max keys per slot
+        b = batch or problem.batch_size
+        whole = whole or ((how.get("sampling") or problem.sampling) == "without-replacement"
+                          and (b is None or b > LS_FLOYD_MAX))
     slots = in_flight * (problem.Q if m is None else m)
     need, what = problem.round_memory(slots, whole_clients=whole)
     if weighting == "multinomial" and m is not None:
         drawn, mean = float(np.dot(problem.p, problem.sizes)) / float(np.sum(problem.p)), float(np.mean(problem.sizes))
-        if drawn > mean:
-            cols = int(getattr(problem, "n_features", problem.d))  # least-squares rows: d columns
-            need += int(8 * cols * 3 * slots * (drawn - mean))
+        if drawn > mean:  # the rows a slot holds grow from the mean client's to the size-biased mean
+            per_slot = problem.round_memory(slots + 1)[0] - problem.round_memory(slots)[0]
+            need += int(slots * per_slot * (drawn / mean - 1.0))
             what += f"; multinomial draws take client k with probability p_k: about {drawn:.3g} rows a slot"
     taking = f"participation={m}" if m is not None else f"participation=None (all Q={problem.Q} clients)"
     memory_fits(f"replicates in flight={in_flight}, {taking}: {what}", need,

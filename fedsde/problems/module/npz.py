@@ -27,6 +27,8 @@ from fedsde.errors import FedsdeInputError
 from fedsde.problems.module.problem import client_order
 
 _MEMBERS = ("x", "y", "client", "x_test", "y_test")
+#: rows per block when every row of the file is checked (:meth:`NpzPopulation.check_rows`)
+CHECK_ROWS = 1 << 16
 
 
 def npz_members(path) -> dict[str, np.ndarray]:
@@ -101,10 +103,35 @@ class NpzPopulation:
         self.test_sizes[0] = m
         self.row_shape = tuple(int(s) for s in self.x.shape[1:])
         self.n_features = int(np.prod(self.row_shape, dtype=np.int64))
-        top = int(np.max(self.y)) if np.issubdtype(self.y.dtype, np.integer) else 0
-        if m and np.issubdtype(self.y_test.dtype, np.integer):
-            top = max(top, int(np.max(self.y_test)))
+        self.label = label
+        self.n_classes = 2  # set by check_rows from the labels
+        self._checked: str | None = None
+
+    def check_rows(self, loss: str) -> None:
+        """Check every row as :func:`~fedsde.problems.module.module_problem` checks an npz it holds (``x`` finite;
+        cross-entropy labels integers >= 0, else finite targets; the same messages), streaming the mapped arrays in
+        blocks of :data:`CHECK_ROWS` rows (memory of a block, not of the file), and set ``n_classes`` (``1 +`` the
+        largest label).  Called once per loss by :func:`~fedsde.problems.module.population.module_population_problem`
+        before any row is used."""
+        from fedsde.problems.module.problem import _targets as checked_targets
+
+        if self._checked == loss:
+            return
+        top = -1
+        for xname, yname, X, Y in (("x", "y", self.x, self.y), ("x_test", "y_test", self.x_test, self.y_test)):
+            n = 0 if X is None else int(X.shape[0])
+            for a in range(0, n, CHECK_ROWS):
+                xb = np.asarray(X[a:a + CHECK_ROWS])
+                if not np.isfinite(xb).all():
+                    raise FedsdeInputError(f"data={self.label!r}: {xname}: contains NaN or inf")
+                try:
+                    yb = checked_targets(yname, np.asarray(Y[a:a + CHECK_ROWS]), xb.shape[0], loss)
+                except FedsdeInputError as exc:
+                    raise FedsdeInputError(f"data={self.label!r}: {exc}") from None
+                if loss == "cross-entropy" and yb.size:
+                    top = max(top, int(yb.max()))
         self.n_classes = max(top + 1, 2)
+        self._checked = loss
 
     def client_rows(self, k: int, split: str = "train", rows=None) -> tuple[np.ndarray, np.ndarray]:
         """Rows (n, …) float64 and targets (n,) of client ``k``'s ``split`` (all, or those numbered ``rows``)."""
@@ -116,7 +143,7 @@ class NpzPopulation:
             idx = np.arange(n) if rows is None else np.asarray(rows, dtype=np.int64)
             if not n:
                 return np.zeros((0, *self.row_shape)), np.zeros(0, dtype=np.int64)
-            return np.asarray(self.x_test[idx], dtype=np.float64), _targets(self.y_test[idx])
+            return np.asarray(self.x_test[idx], dtype=np.float64), _targets(self.y_test[idx], self._checked)
         if split != "train":
             raise FedsdeInputError(f"split={split!r}: must be 'train' or 'test'")
         a, n = int(self._starts[k]), int(self.sizes[k])
@@ -126,15 +153,19 @@ class NpzPopulation:
         if self._order is None:
             idx = a + local
             if rows is None:  # one contiguous slice of the file
-                return np.asarray(self.x[a:a + n], dtype=np.float64), _targets(self.y[a:a + n])
+                return np.asarray(self.x[a:a + n], dtype=np.float64), _targets(self.y[a:a + n], self._checked)
         else:
             idx = self._order[a + local]
-        return np.asarray(self.x[idx], dtype=np.float64), _targets(self.y[idx])
+        return np.asarray(self.x[idx], dtype=np.float64), _targets(self.y[idx], self._checked)
 
     def describe(self) -> dict:
         return {"data": self.path.name, "population": "npz slices (memory-mapped)"}
 
 
-def _targets(y) -> np.ndarray:
+def _targets(y, loss: str | None = None) -> np.ndarray:
+    """Labels as the checked problem holds them (:func:`~fedsde.problems.module.module_problem`): int64 for
+    integer arrays and for cross-entropy labels (whole numbers, :meth:`NpzPopulation.check_rows`), else float64."""
     y = np.asarray(y)
-    return y.astype(np.int64) if np.issubdtype(y.dtype, np.integer) else y.astype(np.float64)
+    if np.issubdtype(y.dtype, np.integer) or loss == "cross-entropy":
+        return y.astype(np.int64)
+    return y.astype(np.float64)

@@ -304,6 +304,9 @@ def module_population_problem(module_or_factory, population, *, loss: str = "cro
     if not all(hasattr(population, a) for a in ("Q", "sizes", "test_sizes", "client_rows")):
         raise FedsdeInputError(f"population: a {type(population).__name__} is not a ClientPopulation (needs Q, "
                                "sizes, test_sizes, n_features, n_classes, client_rows)")
+    check = getattr(population, "check_rows", None)
+    if check is not None:  # a file's rows are checked once, streamed, before any is used (NpzPopulation)
+        check(loss)
     X0, y0 = population.client_rows(0, "train", np.arange(1))
     shape = tuple(getattr(population, "row_shape", (int(population.n_features),)))
     info = dict(info or {}) | {k: v for k, v in population.describe().items() if k not in ("population",)}
