@@ -302,7 +302,8 @@ class PopulationProblem:
         F, K = self.n_features, self.n_outputs
         mean, largest = float(np.mean(self.sizes)), int(np.max(self.sizes))
         rows = slots * mean + largest
-        need = 8 * F * (3 * slots * mean + 2 * largest) + self.cache_bytes + 8 * 5 * self.Q
+        cache = min(self.cache_bytes, 8 * F * int(np.sum(self.sizes)))  # the cache holds at most every row
+        need = 8 * F * (3 * slots * mean + 2 * largest) + cache + 8 * 5 * self.Q
         what = (f"{slots} participant slots a round holding about {rows:.3g} rows of {F} columns (mean client "
                 f"{mean:.3g} rows, largest {largest})")
         if whole_clients:

@@ -236,7 +236,8 @@ class RegressionPopulation:
         client's rows (batches close to the largest client)."""
         cols = self.d + 1
         mean, largest = float(np.mean(self.sizes)), int(np.max(self.sizes))
-        need = 8 * cols * (3 * slots * mean + 2 * largest) + self.cache_bytes + 120 * self.Q
+        cache = min(self.cache_bytes, 8 * cols * int(np.sum(self.sizes)))  # the cache holds at most every row
+        need = 8 * cols * (3 * slots * mean + 2 * largest) + cache + 120 * self.Q
         what = (f"{slots} participant slots a round holding about {slots * mean + largest:.3g} rows of {cols} "
                 f"columns (mean client {mean:.3g} rows, largest {largest})")
         if whole_clients:

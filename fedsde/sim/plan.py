@@ -330,7 +330,7 @@ def _check_population(problem, make_oracle, m: int | None, in_flight: int, devic
             per_slot = problem.round_memory(slots + 1)[0] - problem.round_memory(slots)[0]
             need += int(slots * per_slot * (drawn / mean - 1.0))
             what += f"; multinomial draws take client k with probability p_k: about {drawn:.3g} rows a slot"
-    taking = f"participation={m}" if m is not None else f"participation=None (all Q={problem.Q} clients)"
+    taking = f"participation={m}" if m is not None else f"every one of the Q={problem.Q} clients training"
     memory_fits(f"replicates in flight={in_flight}, {taking}: {what}", need,
                 available_memory(device, memory_limit),
                 "use fewer participants or replicates (chunk_size), cap the client sizes (max_samples) or a "

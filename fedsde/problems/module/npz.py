@@ -31,29 +31,31 @@ _MEMBERS = ("x", "y", "client", "x_test", "y_test")
 CHECK_ROWS = 1 << 16
 
 
-def npz_members(path) -> dict[str, np.ndarray]:
-    """Every array of an uncompressed npz, memory-mapped read-only (name without ``.npy`` -> array)."""
+def npz_members(path, label: str | None = None) -> dict[str, np.ndarray]:
+    """Every array of an uncompressed npz, memory-mapped read-only (name without ``.npy`` -> array); ``label``: the
+    file as messages name it (default its path)."""
     path = Path(path)
+    label = str(path) if label is None else label
     out = {}
     with zipfile.ZipFile(path) as zf, path.open("rb") as fh:
         for info in zf.infolist():
             name = info.filename.removesuffix(".npy")
             if info.compress_type != zipfile.ZIP_STORED:
-                raise FedsdeInputError(f"data={str(path)!r}: array {name!r} is compressed, so it cannot be read "
+                raise FedsdeInputError(f"data={label!r}: array {name!r} is compressed, so it cannot be read "
                                        "client by client; save the file with np.savez (not np.savez_compressed)")
             fh.seek(info.header_offset)
             head = fh.read(30)
             if head[:4] != b"PK\x03\x04":
-                raise FedsdeInputError(f"data={str(path)!r}: not a readable zip member {info.filename!r}")
+                raise FedsdeInputError(f"data={label!r}: not a readable zip member {info.filename!r}")
             name_len, extra_len = struct.unpack("<HH", head[26:30])
             fh.seek(info.header_offset + 30 + name_len + extra_len)
             version = np.lib.format.read_magic(fh)
             read = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
             if version not in read:
-                raise FedsdeInputError(f"data={str(path)!r}: array {name!r} has .npy version {version}")
+                raise FedsdeInputError(f"data={label!r}: array {name!r} has .npy version {version}")
             shape, fortran, dtype = read[version](fh)
             if dtype.hasobject:
-                raise FedsdeInputError(f"data={str(path)!r}: array {name!r} holds Python objects")
+                raise FedsdeInputError(f"data={label!r}: array {name!r} holds Python objects")
             offset = fh.tell()
             if int(np.prod(shape, dtype=np.int64)) == 0:
                 out[name] = np.zeros(shape, dtype=dtype)
@@ -71,7 +73,7 @@ class NpzPopulation:
         self.path = Path(path)
         label = label or str(path)
         try:
-            arrays = npz_members(self.path)
+            arrays = npz_members(self.path, label)
         except FedsdeInputError:
             raise
         except (zipfile.BadZipFile, OSError, ValueError) as exc:

@@ -208,7 +208,8 @@ class ModulePopulationProblem:
         client's rows per step (``batch_size = "full"``) ``N_max`` padded rows per slot."""
         row = int(np.prod(self.row_shape, dtype=np.int64))
         mean, largest = float(np.mean(self.sizes)), int(np.max(self.sizes))
-        need = 8 * (row + 1) * (3 * slots * mean + 2 * largest) + self.cache_bytes + 8 * 5 * self.Q
+        cache = min(self.cache_bytes, 8 * (row + 1) * int(np.sum(self.sizes)))  # the cache holds at most every row
+        need = 8 * (row + 1) * (3 * slots * mean + 2 * largest) + cache + 8 * 5 * self.Q
         what = (f"{slots} participant slots a round holding about {slots * mean + largest:.3g} rows of {row} numbers "
                 f"(mean client {mean:.3g} rows, largest {largest})")
         b = self.batch_size
