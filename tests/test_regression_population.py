@@ -209,13 +209,6 @@ def test_simulate_command_reads_participants_and_other_paths_take_the_materialis
     for name, values in out[1]["metrics"].items():  # exact both ways, to rounding
         for key in ("mean", "se"):
             np.testing.assert_allclose(out[0]["metrics"][name][key], values[key], rtol=1e-12, atol=1e-14)
-    from fedsde.sim.plan import make_plan
-
-    pop = load_problem(_file(files, KEYS | {"population": True}), population=True)
-    monkeypatch.setenv("FEDSDE_MEMORY_LIMIT", "1M")  # a round's participants: refused up front, in one line
-    with pytest.raises(FedsdeInputError, match=r"participation=10: 40 participant slots a round holding about .* "
-                       r"rows of 4 columns \(mean client .* rows, largest 6\)"):
-        make_plan(pop, eta=0.1, local_steps=2, rounds=1, replicates=4, seed=0, participation=10)
     monkeypatch.setenv("FEDSDE_MEMORY_LIMIT", "64K")
     with pytest.raises(FedsdeInputError, match=r"the file's rows do not fit in memory") as info:
         load_problem(_file(files, KEYS | {"population": True}))  # commands without participants: materialised
@@ -287,5 +280,6 @@ def test_the_up_front_estimate_counts_the_keys_of_batches_above_floyd(tmp_path):
     big = load_problem(_file(tmp_path, keys | {"batch_size": 64}), population=True)
     limit = 64 * 2**20 + small.round_memory(64 * 5)[0] + (4 << 20)  # the Floyd draw fits
     make_plan(small, memory_limit=limit, **kw)
-    with pytest.raises(FedsdeInputError, match=r"every slot up to the largest client \(20000 rows\)"):
+    with pytest.raises(FedsdeInputError, match=r"participation=5: 320 participant slots a round holding about .* rows "
+                       r"of 2 columns \(mean client .* rows, largest 20000\); every slot up to the largest client"):
         make_plan(big, memory_limit=limit, **kw)
