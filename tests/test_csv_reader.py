@@ -12,6 +12,7 @@ import struct
 from unittest import mock
 
 import numpy as np
+import pandas  # noqa: F401  (imported: short files too are parsed by stretches, see csv_reader.PANDAS_FROM)
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

@@ -3,8 +3,9 @@
 The file (UTF-8, a leading byte-order mark dropped, header row, comma separated) is read in stretches of about
 ``chars`` characters cut at a line end.  A *plain* stretch — no quote character, no NUL, no blank line, every line
 with the header's number of fields, a client in every row, finite numbers — is parsed at once by pandas' C parser
-(:func:`_plain_stretch`); every other stretch is read record by record with the :mod:`csv` module, as the whole
-file was before (a quoted field may run past the cut: its record is read to its end).  Both give the same records,
+(:func:`_plain_stretch`; in a short file only if pandas is imported already); every other stretch is read record
+by record with the :mod:`csv` module, as the whole file was before (a quoted field may run past the cut: its
+record is read to its end).  Both give the same records,
 values and client names, and the records are yielded in the same blocks (``block`` records of the file, blank
 lines included, then the blank lines dropped), so everything computed from the blocks is the same bit for bit.
 
@@ -28,6 +29,7 @@ import io
 import itertools
 import math
 import operator
+import sys
 from collections.abc import Sequence
 
 import numpy as np
@@ -39,6 +41,9 @@ from fedsde.errors import FedsdeInputError
 CSV_BLOCK = 1 << 14
 #: characters per stretch of :func:`csv_blocks` (then to the end of the line)
 CSV_CHARS = 1 << 21
+#: a stretch shorter than this is read by the csv module unless pandas is imported already (importing it takes
+#: longer than reading a few thousand rows record by record)
+PANDAS_FROM = 1 << 17
 
 
 def csv_blocks(path, features: Sequence[str], target: str, client_column: str, block: int = CSV_BLOCK,
@@ -57,7 +62,8 @@ def csv_blocks(path, features: Sequence[str], target: str, client_column: str, b
         pieces, filled, count = [], 0, 0  # the current block: its converted pieces and its records so far
         while text := fh.read(chars):
             text += fh.readline()  # to the end of the line
-            rows = _plain_stretch(text, width, cols, c_col)
+            rows = (_plain_stretch(text, width, cols, c_col) if len(text) >= PANDAS_FROM or "pandas" in sys.modules
+                    else None)
             records = None if rows is not None else _csv_records(text, fh)
             n, i = (len(rows[0]) if rows is not None else len(records)), 0
             while i < n:
