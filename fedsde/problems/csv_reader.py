@@ -43,7 +43,7 @@ CSV_BLOCK = 1 << 14
 CSV_CHARS = 1 << 21
 #: a stretch shorter than this is read by the csv module unless pandas is imported already (importing it takes
 #: longer than reading a few thousand rows record by record)
-PANDAS_FROM = 1 << 17
+PANDAS_FROM = 1 << 20
 
 
 def csv_blocks(path, features: Sequence[str], target: str, client_column: str, block: int = CSV_BLOCK,
