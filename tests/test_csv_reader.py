@@ -117,7 +117,8 @@ def test_anomalies_leave_the_stretch_to_the_csv_module(text):
 
 
 def _client(rng):
-    name = rng.choice(["s", "site", "Zürich", "é", "a b", "x"]) + str(rng.randrange(12))
+    name = rng.choice(["s", "site", "Zürich", "é", "a b", "x", "\ufeffb", "v\x0b", "f\x0c", "g\x1c", "n\x85",
+                       "l\u2028", "t\x1a", "#h"]) + str(rng.randrange(12))
     pad = rng.choice(["", " ", "\t", "  "])
     if rng.random() < 0.08:
         return '"' + rng.choice([name, name + ", inc", name + '""q', name + "\nline", name + "\r\nl"]) + '"'
