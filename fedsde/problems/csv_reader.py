@@ -11,7 +11,8 @@ lines included, then the blank lines dropped), so everything computed from the b
 
 Values are the numbers ``float(cell)`` gives, correctly rounded: pandas ≥ 3 converts with ``fast_float`` (exact
 IEEE round to nearest even), pandas 2 with ``float_precision="round_trip"`` (CPython's ``PyOS_string_to_double``,
-the function behind ``float``).  Where the two readers could differ the stretch is read by the csv module: a ``+``
+the function behind ``float``; slower: 1.7 µs a row against 0.7 with pandas 3.1 and 5–6 with the csv module, in
+``benchmarks/bench_csv_reader.py``).  Where the two readers could differ the stretch is read by the csv module: a ``+``
 that is not an exponent's (pandas 3.1 rounds ``" +3e23"`` to a neighbour of ``float``'s number), a cell that pandas
 refuses (``1_000``, non-ASCII digits or spaces: ``float`` reads them) or that is not finite, and a column that
 pandas read as booleans (``true``/``false`` in any case become 1 and 0: a stretch with a column of only 0 and 1
