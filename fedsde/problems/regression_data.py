@@ -4,8 +4,9 @@
   ``target`` column and a ``client_column`` whose every distinct value is one client (in order of first
   appearance).  Missing columns, empty or non-numeric cells, NaN/inf and rows of the wrong length are one-line
   :class:`~fedsde.errors.FedsdeInputError` naming the file, the row (and its line) and the column.
-  :func:`csv_blocks` streams the same records, checks and messages in blocks (:func:`csv_clients` reads through
-  it, and so does :mod:`fedsde.problems.regression_store`, which keeps a file's rows on disk).
+  :func:`~fedsde.problems.csv_reader.csv_blocks` (re-exported here) streams the same records, checks and messages
+  in blocks (:func:`csv_clients` reads through it, and so does :mod:`fedsde.problems.regression_store`, which keeps
+  a file's rows on disk).
 * :func:`grunfeld_clients` — statsmodels' Grunfeld investment panel: 11 US firms × 20 years (1935–1954), the
   firm's gross investment ``invest`` on its market ``value`` and its ``capital`` stock; every firm is a client.
 * :func:`diabetes_clients` — scikit-learn's diabetes data (442 patients, 10 baseline variables, a disease
@@ -16,18 +17,16 @@
 
 from __future__ import annotations
 
-import contextlib
-import csv
-import itertools
-import math
-import operator
 from collections.abc import Sequence
 
 import numpy as np
 
-from fedsde._io import read_text
 from fedsde._validate import choice
 from fedsde.errors import FedsdeInputError
+from fedsde.problems.csv_reader import CSV_BLOCK, csv_blocks, csv_cell
+
+__all__ = ["CSV_BLOCK", "check_magnitudes", "csv_blocks", "csv_cell", "csv_clients", "diabetes_clients",
+           "grunfeld_clients", "moment_limit", "standardise"]
 
 DATASETS = ("grunfeld", "diabetes")
 DIABETES_PARTITIONS = ("iid", "dirichlet", "quantity")
@@ -50,134 +49,6 @@ def csv_clients(path, features: Sequence[str], target: str,
     return [np.ascontiguousarray(v[:, :F]) for v in both], [v[:, F].copy() for v in both], clients
 
 
-#: records per block of :func:`csv_blocks`
-CSV_BLOCK = 1 << 14
-
-
-def csv_blocks(path, features: Sequence[str], target: str, client_column: str, block: int = CSV_BLOCK):
-    """The records of a CSV file in blocks of at most ``block``, in file order, without holding the file: yields
-    ``(clients, values)``: client names (list of str) and ``values`` (n, F + 1) float64 (the features, then the
-    target).  Checks and messages are those of :func:`csv_clients` (which reads through this): header, columns,
-    field counts, empty or non-numeric cells, NaN/inf; blank lines are skipped; a file with no record is refused.
-    A block is converted at once; a block in doubt (a blank line, a bad cell) record by record, and an error is
-    reported with its row and line from a second reading of the file up to it.  Magnitudes are checked by the caller
-    (:func:`check_magnitudes`, which needs the number of rows; :func:`csv_cell` names a cell)."""
-    with _opened(path) as fh:
-        reader = csv.reader(fh)
-        names, cols, c_col = _header(reader, path, features, target, client_column)
-        take = operator.itemgetter(*cols) if len(cols) > 1 else (lambda r, j=cols[0]: (r[j],))
-        count = 0
-        while chunk := list(itertools.islice(reader, block)):
-            got = _fast_block(chunk, len(names), c_col, take, len(cols)) or _exact_block(chunk, len(names), c_col,
-                                                                                        cols)
-            if got is None:
-                _raise_first_error(path, features, target, client_column)
-            if got[0]:
-                count += len(got[0])
-                yield got
-    if not count:
-        raise FedsdeInputError(f"data file {str(path)!r}: has a header but no rows")
-
-
-@contextlib.contextmanager
-def _opened(path):
-    """``path`` opened as UTF-8 text (a leading byte-order mark dropped); bytes that are not UTF-8 are the one-line
-    message of :func:`fedsde._io.read_text` naming the first one's offset."""
-    try:
-        with open(path, encoding="utf-8-sig", newline="") as fh:
-            yield fh
-    except UnicodeDecodeError:
-        read_text(path, "data file")
-        raise
-
-
-def _header(reader, path, features, target, client_column) -> tuple[list[str], list[int], int]:
-    where = f"data file {str(path)!r}"
-    header = next(reader, None)
-    if not header or not any(h.strip() for h in header):
-        raise FedsdeInputError(f"{where}: empty (it needs a header row naming the columns)")
-    names = [h.strip() for h in header]
-    dup = sorted({n for n in names if names.count(n) > 1})
-    if dup:
-        raise FedsdeInputError(f"{where}: column name(s) {', '.join(map(repr, dup))} appear more than once")
-    wanted = [*features, target, client_column]
-    missing = [c for c in wanted if c not in names]
-    if missing:
-        raise FedsdeInputError(f"{where}: no column(s) {', '.join(map(repr, missing))} (columns: "
-                               f"{', '.join(names)})")
-    return names, [names.index(c) for c in (*features, target)], names.index(client_column)
-
-
-def _fast_block(chunk, width, c_col, take, ncols):
-    """A block of plain records at once (every record of ``width`` fields, a client, finite numbers), else None."""
-    if set(map(len, chunk)) != {width}:
-        return None
-    clients = [r[c_col].strip() for r in chunk]
-    if not all(clients):
-        return None
-    try:  # float() strips white space as _number does
-        values = np.fromiter(map(float, itertools.chain.from_iterable(map(take, chunk))), dtype=np.float64,
-                             count=len(chunk) * ncols).reshape(len(chunk), ncols)
-    except ValueError:
-        return None
-    return (clients, values) if np.isfinite(values).all() else None
-
-
-def _exact_block(chunk, width, c_col, cols):
-    """The block record by record (blank lines skipped); None at a record that fails a check."""
-    clients, values = [], []
-    for r in chunk:
-        if not r or not "".join(r).strip():
-            continue
-        if len(r) != width or not r[c_col].strip():
-            return None
-        try:
-            v = [float(r[j]) for j in cols]
-        except ValueError:
-            return None
-        if not all(map(math.isfinite, v)):
-            return None
-        clients.append(r[c_col].strip())
-        values.append(v)
-    return clients, np.asarray(values, dtype=np.float64).reshape(-1, len(cols))
-
-
-def _records(path, features, target, client_column):
-    """``(row, line, record, names, cols, c_col)`` of every record, one by one (blank lines skipped)."""
-    with _opened(path) as fh:
-        reader = csv.reader(fh)
-        names, cols, c_col = _header(reader, path, features, target, client_column)
-        count = 0
-        for record in reader:
-            if not record or not "".join(record).strip():
-                continue  # blank line
-            count += 1
-            yield count, reader.line_num, record, names, cols, c_col
-
-
-def _raise_first_error(path, features, target, client_column) -> None:
-    """Read the file record by record and raise the first record's error (row, line, column)."""
-    where = f"data file {str(path)!r}"
-    for count, line, record, names, cols, c_col in _records(path, features, target, client_column):
-        at = f"{where}, row {count} (line {line})"
-        if len(record) != len(names):
-            raise FedsdeInputError(f"{at}: has {len(record)} fields, the header has {len(names)}")
-        if not record[c_col].strip():
-            raise FedsdeInputError(f"{at}, column {names[c_col]!r}: empty (every row needs a client)")
-        for j in cols:
-            _number(record[j], at, names[j])
-    raise AssertionError("a block failed its checks but no record does")  # pragma: no cover
-
-
-def csv_cell(path, row: int, column: str) -> str:
-    """``data file '…', row r (line l), column 'c'`` for record ``row`` (from 0) of a file that reads without
-    errors (a second reading up to it)."""
-    for count, line, *_ in _records(path, [], column, column):
-        if count == row + 1:
-            return f"data file {str(path)!r}, row {count} (line {line}), column {column!r}"
-    raise IndexError(row)
-
-
 def moment_limit(rows: int, columns: int) -> float:
     """Largest magnitude of a feature or target whose fourth moments (the exact minibatch covariances multiply
     four row values and sum them over rows and columns) stay far inside float64:
@@ -194,19 +65,6 @@ def check_magnitudes(values: np.ndarray, rows: int, columns: int, where) -> None
         raise FedsdeInputError(f"{where(i, j)}: {float(values[i, j])!r} is too large: values above {limit:.3g} "
                                "(with these rows and columns) overflow the data's second and fourth moments in "
                                "float64; rescale the column")
-
-
-def _number(cell: str, at: str, column: str) -> float:
-    s = cell.strip()
-    if not s:
-        raise FedsdeInputError(f"{at}, column {column!r}: empty (a number is needed)")
-    try:
-        v = float(s)
-    except ValueError:
-        raise FedsdeInputError(f"{at}, column {column!r}: {s!r} is not a number") from None
-    if not math.isfinite(v):
-        raise FedsdeInputError(f"{at}, column {column!r}: {s!r} is not a finite number (NaN and inf are refused)")
-    return v
 
 
 def grunfeld_clients() -> tuple[list[np.ndarray], list[np.ndarray], list[str]]:
