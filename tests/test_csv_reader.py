@@ -194,3 +194,13 @@ def test_a_bad_cell_deep_in_a_plain_file_gives_its_row_and_line(tmp_path):
     path.write_text("site,x1,y\n" + "".join(rows))
     with pytest.raises(FedsdeInputError, match=r"row 2501 \(line 2502\), column 'y': 'abc' is not a number"):
         list(csv_blocks(path, ["x1"], "y", "site", chars=4096))
+
+
+def test_a_quote_left_open_is_one_line_naming_where_the_record_starts(tmp_path):
+    """An opening quote without its closing one makes the rest of the file one field: the csv module's field-size
+    error becomes one line naming the record's first line (not a traceback, not the line the reader gave up at)."""
+    path = tmp_path / "d.csv"
+    path.write_text("site,x1,y\nc1,1.0,2.0\nc2,\"3.0,4.0\n" + "c3,1,2\n" * 30000)
+    with pytest.raises(FedsdeInputError, match=r"the record from line 3 \(after row 1\): not readable as CSV "
+                                               r"\(field larger than field limit .*is a quote left open\?\)"):
+        list(csv_blocks(path, ["x1"], "y", "site"))

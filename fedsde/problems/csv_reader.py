@@ -65,7 +65,11 @@ def csv_blocks(path, features: Sequence[str], target: str, client_column: str, b
             text += fh.readline()  # to the end of the line
             rows = (_plain_stretch(text, width, cols, c_col) if len(text) >= PANDAS_FROM or "pandas" in sys.modules
                     else None)
-            records = None if rows is not None else _csv_records(text, fh)
+            try:
+                records = None if rows is not None else _csv_records(text, fh)
+            except csv.Error:  # reported with its line by the record-by-record reading
+                _raise_first_error(path, features, target, client_column)
+                raise
             n, i = (len(rows[0]) if rows is not None else len(records)), 0
             while i < n:
                 k = min(n - i, block - filled)
@@ -223,8 +227,17 @@ def _records(path, features, target, client_column):
     with _opened(path) as fh:
         reader = csv.reader(fh)
         names, cols, c_col = _header(reader, path, features, target, client_column)
-        count = 0
-        for record in reader:
+        count, records = 0, iter(reader)
+        while True:
+            start = reader.line_num + 1
+            try:
+                record = next(records)
+            except StopIteration:
+                return
+            except csv.Error as exc:  # e.g. an opening quote without its closing one: the rest is one field
+                raise FedsdeInputError(
+                    f"data file {str(path)!r}, the record from line {start} (after row {count}): not readable as "
+                    f"CSV ({exc}; is a quote left open?)") from None
             if not record or not "".join(record).strip():
                 continue  # blank line
             count += 1
