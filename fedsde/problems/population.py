@@ -132,8 +132,32 @@ class ArrayPopulation:
         return dict(self.problem.info)
 
 
+class OnDemandRows:
+    """The bounded cache and the rows of a problem whose clients' rows are read on demand (shared by
+    :class:`PopulationProblem`, the module population of :mod:`fedsde.problems.module.population` and the
+    least-squares population of :mod:`fedsde.problems.regression_population`).  The class provides ``Q``,
+    ``cache_bytes``, ``_cache`` and :meth:`_read_client` (default: ``population.client_rows(k, "train")``)."""
+
+    def _read_client(self, k: int):
+        return self.population.client_rows(k, "train")
+
+    @property
+    def rows_cache(self) -> ClientCache:
+        """The bounded cache of the clients' rows read so far."""
+        if "rows" not in self._cache:
+            self._cache["rows"] = ClientCache(self.cache_bytes)
+        return self._cache["rows"]
+
+    def client_data(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Training rows and targets of client ``k`` (through the bounded cache)."""
+        k = int(k)
+        if not 0 <= k < self.Q:
+            raise FedsdeInputError(f"client={k}: must lie in [0, {self.Q - 1}]")
+        return self.rows_cache.get(k, lambda: self._read_client(k))
+
+
 @dataclass(frozen=True, eq=False)
-class PopulationProblem:
+class PopulationProblem(OnDemandRows):
     """A classification problem over a :class:`ClientPopulation` (see the module docstring).
 
     Attributes are those of :class:`~fedsde.problems.logistic.ClassificationProblem` without the arrays:
@@ -246,21 +270,6 @@ class PopulationProblem:
     def n_rows(self) -> int:
         """Training rows of all clients."""
         return int(np.sum(self.sizes))
-
-    @property
-    def rows_cache(self) -> ClientCache:
-        """The bounded cache of produced client rows."""
-        if "rows" not in self._cache:
-            self._cache["rows"] = ClientCache(self.cache_bytes)
-        return self._cache["rows"]
-
-    # ------------------------------------------------------------------ data on demand
-    def client_data(self, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Training features (N_k, F) and labels (N_k,) of client ``k`` (through the bounded cache)."""
-        k = int(k)
-        if not 0 <= k < self.Q:
-            raise FedsdeInputError(f"client={k}: must lie in [0, {self.Q - 1}]")
-        return self.rows_cache.get(k, lambda: self.population.client_rows(k, "train"))
 
     def design(self, X: np.ndarray) -> np.ndarray:
         """``x̃``: the features with the intercept column appended."""

@@ -31,13 +31,13 @@ import numpy as np
 from fedsde._tolerances import SINGULAR_TOL
 from fedsde._validate import choice, client_weights, positive_float, positive_int, start_point
 from fedsde.errors import FedsdeInputError
-from fedsde.problems.population import CACHE_BYTES, ClientCache
+from fedsde.problems.population import CACHE_BYTES, OnDemandRows
 from fedsde.problems.regression import SAMPLINGS
 from fedsde.problems.regression_store import RowStore
 
 
 @dataclass(frozen=True, eq=False)
-class RegressionPopulation:
+class RegressionPopulation(OnDemandRows):
     """Least-squares clients whose rows live in a :class:`~fedsde.problems.regression_store.RowStore` (module
     docstring).  Attributes as :class:`~fedsde.problems.regression.RegressionProblem` without ``X`` and ``y``
     (``store`` instead; ``cache_bytes``: bound of the clients' rows kept read)."""
@@ -132,19 +132,8 @@ class RegressionPopulation:
     def n_rows(self) -> int:
         return self.store.N
 
-    @property
-    def rows_cache(self) -> ClientCache:
-        """The bounded cache of the clients' rows read from the store."""
-        if "rows" not in self._cache:
-            self._cache["rows"] = ClientCache(self.cache_bytes)
-        return self._cache["rows"]
-
-    def client_data(self, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Design rows (n_k, d) and targets (n_k,) of client ``k`` (through the bounded cache)."""
-        k = int(k)
-        if not 0 <= k < self.Q:
-            raise FedsdeInputError(f"client={k}: must lie in [0, {self.Q - 1}]")
-        return self.rows_cache.get(k, lambda: self.store.client(k))
+    def _read_client(self, k: int):
+        return self.store.client(k)
 
     def materialise(self):
         """The :class:`~fedsde.problems.regression.RegressionProblem` of the same rows (cached), refused up front

@@ -35,13 +35,13 @@ import torch
 
 from fedsde._validate import positive_int
 from fedsde.errors import FedsdeInputError
-from fedsde.problems.population import CACHE_BYTES, ClientCache
+from fedsde.problems.population import CACHE_BYTES, OnDemandRows
 
 _LOCK = threading.Lock()
 
 
 @dataclass(frozen=True, eq=False)
-class ModulePopulationProblem:
+class ModulePopulationProblem(OnDemandRows):
     """A module trained by the clients of ``population`` (see the module docstring).
 
     Attributes
@@ -126,20 +126,6 @@ class ModulePopulationProblem:
         return self.replace(p=p)
 
     # ------------------------------------------------------------------ rows on demand
-    @property
-    def rows_cache(self) -> ClientCache:
-        """The bounded cache of produced client rows."""
-        if "rows" not in self._cache:
-            self._cache["rows"] = ClientCache(self.cache_bytes)
-        return self._cache["rows"]
-
-    def client_data(self, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Training rows (N_k, …) and targets of client ``k`` (through the bounded cache)."""
-        k = int(k)
-        if not 0 <= k < self.Q:
-            raise FedsdeInputError(f"client={k}: must lie in [0, {self.Q - 1}]")
-        return self.rows_cache.get(k, lambda: self.population.client_rows(k, "train"))
-
     def design(self, X) -> np.ndarray:
         """Rows as the module takes them: float64, shape (n, *row_shape)."""
         X = np.asarray(X, dtype=np.float64)
