@@ -173,13 +173,19 @@ def _model_factory(k: _Keys, base: Path, options: dict):
     return factory
 
 
-def _npz(k: _Keys, base: Path):
+def _npz_path(k: _Keys, base: Path) -> tuple[str, Path]:
+    """The ``data`` key as given and the file it names (relative to the problem file's folder), checked to exist."""
     rel = k.data["data"]
     if not isinstance(rel, str) or not rel.strip():
         raise k.fail(f"data={rel!r}: must be the path of an .npz file")
     path = Path(rel) if Path(rel).is_absolute() else base / rel
     if not path.is_file():
         raise k.fail(f"data={rel!r}: no such file ({str(path)!r})")
+    return rel, path
+
+
+def _npz(k: _Keys, base: Path):
+    rel, path = _npz_path(k, base)
     try:
         with np.load(path, allow_pickle=False) as z:
             arrays = {name: z[name] for name in z.files}
@@ -234,12 +240,7 @@ def _population(k: _Keys, base: Path):
         return _synthetic_problem(k, True).population
     from fedsde.problems.module.npz import NpzPopulation
 
-    rel = k.data["data"]
-    if not isinstance(rel, str) or not rel.strip():
-        raise k.fail(f"data={rel!r}: must be the path of an .npz file")
-    path = Path(rel) if Path(rel).is_absolute() else base / rel
-    if not path.is_file():
-        raise k.fail(f"data={rel!r}: no such file ({str(path)!r})")
+    rel, path = _npz_path(k, base)
     try:
         return NpzPopulation(path, label=rel)
     except FedsdeInputError as exc:
