@@ -135,8 +135,26 @@ class ArrayPopulation:
 class OnDemandRows:
     """The bounded cache and the rows of a problem whose clients' rows are read on demand (shared by
     :class:`PopulationProblem`, the module population of :mod:`fedsde.problems.module.population` and the
-    least-squares population of :mod:`fedsde.problems.regression_population`).  The class provides ``Q``,
-    ``cache_bytes``, ``_cache`` and :meth:`_read_client` (default: ``population.client_rows(k, "train")``)."""
+    least-squares population of :mod:`fedsde.problems.regression_population`).  The class provides
+    ``cache_bytes`` and ``_cache``, and either a ``population`` (a :class:`ClientPopulation`: the shapes and rows
+    below come from it) or its own ``Q``, ``sizes`` and :meth:`_read_client`."""
+
+    @property
+    def Q(self) -> int:
+        return int(self.population.Q)
+
+    @property
+    def sizes(self) -> np.ndarray:
+        return self.population.sizes
+
+    @property
+    def test_sizes(self) -> np.ndarray:
+        return self.population.test_sizes
+
+    @property
+    def n_rows(self) -> int:
+        """Training rows of all clients."""
+        return int(np.sum(self.sizes))
 
     def _read_client(self, k: int):
         return self.population.client_rows(k, "train")
@@ -230,18 +248,6 @@ class PopulationProblem(OnDemandRows):
 
     # ------------------------------------------------------------------ shapes
     @property
-    def Q(self) -> int:
-        return int(self.population.Q)
-
-    @property
-    def sizes(self) -> np.ndarray:
-        return self.population.sizes
-
-    @property
-    def test_sizes(self) -> np.ndarray:
-        return self.population.test_sizes
-
-    @property
     def n_classes(self) -> int:
         return int(self.population.n_classes)
 
@@ -265,11 +271,6 @@ class PopulationProblem(OnDemandRows):
     @property
     def d(self) -> int:
         return self.classifier.d
-
-    @property
-    def n_rows(self) -> int:
-        """Training rows of all clients."""
-        return int(np.sum(self.sizes))
 
     def design(self, X: np.ndarray) -> np.ndarray:
         """``x̃``: the features with the intercept column appended."""

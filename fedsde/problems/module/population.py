@@ -75,23 +75,6 @@ class ModulePopulationProblem(OnDemandRows):
         raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
 
     @property
-    def Q(self) -> int:
-        return int(self.population.Q)
-
-    @property
-    def sizes(self) -> np.ndarray:
-        return self.population.sizes
-
-    @property
-    def test_sizes(self) -> np.ndarray:
-        return self.population.test_sizes
-
-    @property
-    def n_rows(self) -> int:
-        """Training rows of all clients."""
-        return int(np.sum(self.sizes))
-
-    @property
     def row_shape(self) -> tuple[int, ...]:
         return tuple(self.template.row_shape)
 
