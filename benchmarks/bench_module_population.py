@@ -17,11 +17,10 @@ Usage: python benchmarks/bench_module_population.py [--sizes 1000,100000,1000000
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
+
+from _child import run_child
 
 CHILD = r"""
 import importlib.util, json, resource, sys, time
@@ -68,12 +67,9 @@ def main() -> None:
           f"{os.getloadavg()[0]:.2f}")
     print(f"{'Q':>9} {'build s':>8} {'sim s':>7} {'metrics s':>9} {'CPU s':>7} {'peak RSS MiB':>12} {'produced':>8} "
           f"{'final loss':>10}")
-    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     for Q in (int(v) for v in args.sizes.split(",")):
-        out = subprocess.run([sys.executable, "-c", CHILD, str(Q), str(args.participation), str(args.rounds),
-                              str(args.replicates), str(args.threads), str(args.hidden), str(model)],
-                             capture_output=True, text=True, env=env, check=True)
-        r = json.loads(out.stdout.strip().splitlines()[-1])
+        r = run_child(CHILD, Q, args.participation, args.rounds, args.replicates, args.threads, args.hidden, model,
+                      threads=args.threads)
         print(f"{Q:>9} {r['build_s']:>8.3f} {r['simulate_s']:>7.2f} {r['metrics_s']:>9.2f} {r['cpu_s']:>7.2f} "
               f"{r['maxrss_mib']:>12.0f} {r['produced']:>8d} {r['final_loss']:>10.4f}")
     print(f"load after {os.getloadavg()[0]:.2f}")

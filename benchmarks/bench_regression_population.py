@@ -20,14 +20,12 @@ Usage: python benchmarks/bench_regression_population.py [--sizes 1000,10000,1000
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
+from _child import run_child
 
 CHILD = r"""
 import json, resource, sys, time
@@ -88,7 +86,6 @@ def main() -> None:
           f"{os.getloadavg()[0]:.2f}")
     print(f"{'Q':>9} {'rows':>9} {'path':>12} {'load s':>7} {'sim s':>7} {'metrics s':>9} {'CPU s':>7} "
           f"{'peak RSS MiB':>12} {'store MiB':>9} {'load ×':>7} {'sim ×':>6} {'RSS ×':>6}")
-    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     first: dict[str, dict] = {}
     finals: dict[int, list] = {}
     with tempfile.TemporaryDirectory(prefix="fedsde-bench-") as tmp:
@@ -102,10 +99,8 @@ def main() -> None:
                 toml.write_text(f'kind = "regression"\ndata = "{csv.name}"\nfeatures = ["x1", "x2", "x3"]\n'
                                 f'target = "y"\nclient_column = "site"\nbatch_size = 2\nl2 = 0.01\n'
                                 f'population = true\n')
-                out = subprocess.run([sys.executable, "-c", CHILD, str(toml), str(int(population)),
-                                      str(args.participation), str(args.rounds), str(args.replicates),
-                                      str(args.threads)], capture_output=True, text=True, env=env, check=True)
-                r = json.loads(out.stdout.strip().splitlines()[-1])
+                r = run_child(CHILD, toml, int(population), args.participation, args.rounds, args.replicates,
+                              args.threads, threads=args.threads)
                 path = "on demand" if population else "materialised"
                 base = first.setdefault(path, r)
                 finals.setdefault(Q, []).append(r.pop("final_w"))
