@@ -1,5 +1,5 @@
-"""Speed of the least-squares CSV reader (:func:`fedsde.problems.csv_reader.csv_blocks`): plain stretches parsed at
-once by pandas, against the same reader with every stretch read record by record by the csv module (the reader
+"""Speed of the least-squares CSV reader (:func:`fedsde.problems.regression.csv_reader.csv_blocks`): plain stretches
+parsed at once by pandas, against the same reader with every stretch read record by record by the csv module (the reader
 before the stretches), on one generated file, in one process.
 
 The file is :func:`bench_regression_population.write_csv`'s (clients of LogNormal row counts, 3 features and a
@@ -28,7 +28,7 @@ for _v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_regression_population import write_csv  # noqa: E402
 
-from fedsde.problems import csv_reader  # noqa: E402
+from fedsde.problems.regression import csv_reader  # noqa: E402
 
 
 def read(path) -> tuple[float, list]:

@@ -20,7 +20,7 @@ import time
 def problem(d: int, Q: int = 20, seed: int = 0):
     import numpy as np
 
-    from fedsde.problems.regression import RegressionProblem
+    from fedsde.problems.regression.problem import RegressionProblem
 
     rng = np.random.default_rng(seed)
     w = rng.normal(size=d)

@@ -180,7 +180,8 @@ def quadratic_figure(dev: torch.device, cpu: torch.device, dtype: torch.dtype, s
 def fused_fedavg_data(problem, *, eta: float, local_steps: int, rounds: int, replicates: int, seed: int, w0,
                       device, dtype, server_lr: float = 1.0) -> torch.Tensor:
     """Hand-fused FedAvg with minibatch SGD on a softmax or MLP ClassificationProblem: every client and replicate
-    in one batched tensor; the final server weights, shape (R, d) (fedsde's parameter layout, fedsde.problems.mlp).
+    in one batched tensor; the final server weights, shape (R, d) (fedsde's parameter layout,
+    fedsde.problems.classification.mlp).
 
     Local step ``x ← x − η(Σ_i m_i ∇ℓ_i(x) + λx)`` with ``m_i = 1/b_k`` on a uniform ``b_k``-subset of client
     ``k``'s rows (``b_k = min(batch_size, N_k)``, drawn without replacement: the ``b_k`` smallest of uniform keys);

@@ -28,7 +28,7 @@ import numpy as np, torch
 torch.set_num_threads(int(sys.argv[5]))
 from fedsde.problems.metrics import evaluate_metrics
 from fedsde.problems.module.population import module_population_problem
-from fedsde.problems.synthetic_population import SyntheticPopulation
+from fedsde.problems.populations.synthetic import SyntheticPopulation
 from fedsde.sim import simulate
 Q, m, rounds, R, _, hidden = (int(v) for v in sys.argv[1:7])
 spec = importlib.util.spec_from_file_location("mlp", sys.argv[7])

@@ -1,5 +1,5 @@
 """Time and peak memory of a cross-device run against the population size, at fixed participants: flat in the
-population (clients produced on demand, :mod:`fedsde.problems.population`).
+population (clients produced on demand, :mod:`fedsde.problems.populations.base`).
 
 For each population size Q (default 10³, 10⁴, 10⁵, 10⁶) a fresh process builds FedProx's synthetic(1, 1) with Q
 clients (default sizes; a population produced on demand) and simulates FedAvg with ``--participation`` clients a
@@ -26,7 +26,7 @@ import json, resource, sys, time, tracemalloc
 import numpy as np, torch
 torch.set_num_threads(int(sys.argv[5]))
 from fedsde.problems.metrics import evaluate_metrics
-from fedsde.problems.synthetic_population import synthetic_population_problem
+from fedsde.problems.populations.synthetic import synthetic_population_problem
 from fedsde.sim import simulate
 Q, m, rounds, R = (int(v) for v in sys.argv[1:5])
 c0 = time.process_time()

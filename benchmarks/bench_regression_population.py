@@ -1,5 +1,5 @@
 """Load time, simulation time and peak memory of a least-squares population read from a CSV file, against the
-number of clients, at fixed participants (:mod:`fedsde.problems.regression_population`), beside the materialised
+number of clients, at fixed participants (:mod:`fedsde.problems.regression.population`), beside the materialised
 problem where it fits.
 
 For each client count Q (default 10³, 10⁴, 10⁵, 10⁶) the parent writes a CSV file (in the system's temporary

@@ -33,6 +33,21 @@ FLOORS: list[set[str]] = [
     {"cli"},
 ]
 
+#: The floors inside ``fedsde.problems``, lowest first: one package per idea (quadratic clients, classification on
+#: labelled data, populations produced on demand, least squares, a user's module), with the file readers that compose
+#: them and the metrics above the kinds they read.  A "sub-room" is the name after ``fedsde.problems.``.
+PROBLEM_FLOORS: list[set[str]] = [
+    {"_file_keys", "_old_homes"},
+    {"quadratic"},
+    {"classification"},
+    {"populations"},
+    {"regression"},
+    {"data_files", "metrics"},
+    {"module"},
+    {"io"},
+    {"__init__"},
+]
+
 #: Names of aggregators; a comparison of a string with one of these is dispatch on a name.
 AGGREGATOR_NAMES = {
     "fedavg", "fedavgm", "fedadam", "fedyogi", "fedadagrad", "fedprox", "scaffold", "fednova", "feddisco",
@@ -163,6 +178,33 @@ def up_imports() -> list[tuple[str, str]]:
     for mod, deps in import_graph().items():
         for d in deps:
             if room(d) != room(mod) and floor_of(room(d)) > floor_of(room(mod)):
+                out.append((mod, d))
+    return sorted(out)
+
+
+def problem_room(mod: str) -> str:
+    """The sub-room of a module of ``fedsde.problems`` (``__init__`` for the package itself)."""
+    parts = mod.split(".")
+    return parts[2] if len(parts) > 2 else "__init__"
+
+
+def problem_up_imports() -> list[tuple[str, str]]:
+    """(module, imported module) pairs inside ``fedsde.problems`` that run from a lower floor of
+    :data:`PROBLEM_FLOORS` to a higher one, or touch a sub-room that has no floor."""
+
+    def floor(r: str) -> int:
+        for i, f in enumerate(PROBLEM_FLOORS):
+            if r in f:
+                return i
+        return len(PROBLEM_FLOORS) + 1  # unknown: reported by every import that touches it
+
+    out = []
+    for mod, deps in import_graph().items():
+        if room(mod) != "problems":
+            continue
+        for d in deps:
+            a, b = problem_room(mod), problem_room(d)
+            if room(d) == "problems" and a != b and (floor(b) >= floor(a) or floor(a) > len(PROBLEM_FLOORS)):
                 out.append((mod, d))
     return sorted(out)
 

@@ -13,7 +13,7 @@ import scipy.stats
 import torch
 
 from fedsde.aggregators import FedAdagrad, FedAdam, FedYogi
-from fedsde.problems.quadratic import QuadraticProblem
+from fedsde.problems.quadratic.problem import QuadraticProblem
 from fedsde.scaling.sqrt_rule import sqrt_scaled, sqrt_sde_invariance
 from fedsde.sde.adaptive import adaptive_sde, adaptive_sde_paths, svag_aggregator
 from fedsde.sde.rules import NoSDEError, rule_round_law

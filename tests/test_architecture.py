@@ -12,6 +12,7 @@ from architecture import (
     module_sizes,
     name_comparisons,
     positional_heavy,
+    problem_up_imports,
     room,
     room_graph,
     up_imports,
@@ -32,6 +33,11 @@ def test_at_most_one_import_runs_back_up_and_the_rooms_are_layered_without_it():
     for a, b in ALLOWED_UP:
         graph[room(a)].discard(room(b))
     assert cycles(graph) == []
+
+
+def test_problems_has_one_package_per_idea_layered():
+    # quadratic < classification < populations < regression < file readers and metrics < module < io
+    assert problem_up_imports() == []
 
 
 def test_every_room_has_a_floor():

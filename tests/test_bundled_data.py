@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from sklearn import datasets
 
-from fedsde.problems import bundled
+from fedsde.problems.classification import bundled
 
 
 @pytest.mark.parametrize(("ours", "theirs"), [
@@ -42,7 +42,7 @@ def test_a_missing_file_falls_back_to_scikit_learn(monkeypatch):
 def test_building_a_data_problem_does_not_import_scikit_learn():
     code = ("import sys; from fedsde.problems import federated_classification; "
             "federated_classification('digits', n_clients=4, seed=0); "
-            "from fedsde.problems.regression_data import diabetes_clients; "
+            "from fedsde.problems.regression.data import diabetes_clients; "
             "diabetes_clients(clients=3, partition='iid', seed=0); print('sklearn' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -10,7 +10,7 @@ import torch
 
 from fedsde.errors import FedsdeInputError
 from fedsde.problems import ClassificationProblem, load_problem, synthetic_problem
-from fedsde.problems import partition as P
+from fedsde.problems.classification import partition as P
 from fedsde.problems.metrics import evaluate_metrics, evaluate_metrics_torch, summarise
 
 
@@ -51,7 +51,7 @@ def reference_synthetic(alpha, beta, *, seed, n_clients, dim=60, n_classes=10, i
     dict(alpha=0.3, beta=2.0, seed=5, n_clients=120, max_samples=60, iid=True, test_fraction=0.0),
 ], ids=["lognormal", "equal", "iid", "iid-equal"])
 def test_vectorised_synthetic_equals_the_client_loop(kw, monkeypatch):
-    import fedsde.problems.synthetic as S
+    import fedsde.problems.classification.synthetic as S
 
     monkeypatch.setattr(S, "BLOCK_DRAWS", 5000)  # many blocks, some of a single client
     a, b = kw.pop("alpha"), kw.pop("beta")
@@ -184,7 +184,7 @@ def test_cross_device_generator_streams_blocks_and_keeps_the_law(monkeypatch):
     # from PARALLEL_CLIENTS clients on, each block of clients has its own child stream of the seed: the result does
     # not depend on the number of threads, and the features keep their law x_j ~ N(v_j, (j+1)^-1.2) around the
     # client means (here β = 0 and α = 0: v ~ N(0, 1) per client and feature)
-    import fedsde.problems.synthetic as S
+    import fedsde.problems.classification.synthetic as S
 
     monkeypatch.setattr(S, "PARALLEL_CLIENTS", 100)
     monkeypatch.setattr(S, "BLOCK_DRAWS", 1 << 14)  # several blocks

@@ -73,7 +73,7 @@ def test_multinomial_slots_draw_the_dense_rounds_participants_and_weights():
 
 def test_population_plans_count_the_full_round_and_the_multinomial_draws(monkeypatch):
     from fedsde.errors import FedsdeInputError
-    from fedsde.problems.synthetic_population import synthetic_population_problem
+    from fedsde.problems.populations.synthetic import synthetic_population_problem
     from fedsde.sim.plan import make_plan
 
     pb = synthetic_population_problem(1.0, 1.0, seed=1, n_clients=10**5, batch_size=10)

@@ -1,5 +1,5 @@
-"""The least-squares CSV reader (fedsde.problems.csv_reader): the stretches parsed at once give exactly the records,
-values (bit for bit: ``float(cell)``), client names and blocks of a plain record-by-record reading with the csv
+"""The least-squares CSV reader (fedsde.problems.regression.csv_reader): the stretches parsed at once give exactly the
+records, values (bit for bit: ``float(cell)``), client names and blocks of a plain record-by-record reading with the csv
 module, on generated files with quotes, CRLF, lone CR, spaces, a byte-order mark, blank lines and exponents, cut at
 every kind of place; and a cell ``float`` reads differently (or refuses) sends its stretch to the csv module."""
 
@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fedsde.errors import FedsdeInputError
-from fedsde.problems import csv_reader
-from fedsde.problems.csv_reader import _plain_stretch, csv_blocks
+from fedsde.problems.regression import csv_reader
+from fedsde.problems.regression.csv_reader import _plain_stretch, csv_blocks
 
 SETTINGS = settings(max_examples=300, deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

@@ -12,8 +12,8 @@ import torch
 
 from fedsde.problems import ClassificationProblem, federated_classification, load_problem, random_quadratic_problem
 from fedsde.problems import metrics as M
+from fedsde.problems.classification.models import LogisticModel, MLPModel, SoftmaxModel
 from fedsde.problems.metrics import evaluate_metrics, evaluate_metrics_torch, metric_names, metric_sample, summarise
-from fedsde.problems.models import LogisticModel, MLPModel, SoftmaxModel
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "problems"
 

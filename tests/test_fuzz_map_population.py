@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedsde.errors import FedsdeInputError
-from fedsde.problems.synthetic_population import SyntheticPopulation
+from fedsde.problems.populations.synthetic import SyntheticPopulation
 from tests.test_fuzz import FAST, PAPER, SLOW, check_cli, mostly
 
 ETAS = mostly(["0.02", "0.1", "0.02,0.2"], ["0", "-0.1", "nan", "inf", "1e400", "", ",", "0.1,0.1", "x", "50"])

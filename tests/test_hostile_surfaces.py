@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from fedsde.cli import main
 from fedsde.errors import FedsdeInputError
 from fedsde.exact.least_squares_surrogate import surrogate_gap
-from fedsde.problems.regression import RegressionProblem
+from fedsde.problems.regression.problem import RegressionProblem
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = str(ROOT / "examples" / "problems" / "paper_table.toml")

@@ -18,7 +18,7 @@ from fedsde.exact.least_squares_sde import least_squares_sde, least_squares_sde_
 from fedsde.exact.least_squares_surrogate import constant_noise_surrogate, surrogate_gap
 from fedsde.exact.least_squares_transient import least_squares_transient_moments
 from fedsde.problems import load_problem, random_quadratic_problem
-from fedsde.problems.regression import RegressionProblem
+from fedsde.problems.regression.problem import RegressionProblem
 from fedsde.sde.coefficients import quadratic_sde_coefficients
 from fedsde.sim import simulate
 

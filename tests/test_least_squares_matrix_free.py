@@ -10,7 +10,7 @@ import pytest
 from fedsde.errors import FedsdeInputError
 from fedsde.exact.least_squares import least_squares_round_law, least_squares_stationary_law
 from fedsde.exact.least_squares_transient import least_squares_transient_moments
-from fedsde.problems.regression import RegressionProblem
+from fedsde.problems.regression.problem import RegressionProblem
 
 
 def _problem(d, Q=4, n=12, seed=0, sampling="without-replacement", b=3, l2=0.0, big=None):

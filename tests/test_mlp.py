@@ -9,7 +9,8 @@ import torch
 
 from fedsde.clients.data_oracles import FullGradientOracle, GaussianMinibatchOracle, MinibatchOracle, floyd_sample
 from fedsde.errors import FedsdeInputError
-from fedsde.problems import federated_classification, mlp
+from fedsde.problems import federated_classification
+from fedsde.problems.classification import mlp
 from fedsde.sim import ReplicateStreams, full_gradient_oracle, gaussian_oracle, simulate
 from tests.helpers import assert_within_se
 

@@ -15,7 +15,7 @@ from fedsde.problems import is_data_problem, load_problem
 from fedsde.problems.metrics import evaluate_metrics
 from fedsde.problems.module import is_module_problem
 from fedsde.problems.module.population import ModulePopulationProblem, module_population_problem
-from fedsde.problems.synthetic_population import SyntheticPopulation
+from fedsde.problems.populations.synthetic import SyntheticPopulation
 from fedsde.sim import simulate
 
 

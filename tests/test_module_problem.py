@@ -22,8 +22,8 @@ from torch import nn
 
 from fedsde.errors import FedsdeInputError
 from fedsde.problems import federated_classification, load_problem, module_problem
+from fedsde.problems.classification.mlp import init_weights
 from fedsde.problems.metrics import evaluate_metrics
-from fedsde.problems.mlp import init_weights
 from fedsde.problems.module import ModuleLoopWarning
 from fedsde.sim import simulate
 

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from fedsde.errors import FedsdeInputError
-from fedsde.problems.population import ClientCache, ClientPopulation, PopulationProblem
-from fedsde.problems.synthetic import synthetic_problem
-from fedsde.problems.synthetic_population import SyntheticPopulation, synthetic_population_problem
+from fedsde.problems.classification.synthetic import synthetic_problem
+from fedsde.problems.populations.base import ClientCache, ClientPopulation, PopulationProblem
+from fedsde.problems.populations.synthetic import SyntheticPopulation, synthetic_population_problem
 from fedsde.sim import simulate
 
 
@@ -260,7 +260,7 @@ def test_a_population_without_sampling_and_with_whole_client_oracles():
 def test_a_population_whose_per_client_numbers_do_not_fit_is_refused_before_drawing(monkeypatch):
     """10⁹ clients drew ~90 GB of per-client numbers until the kernel killed the process; the estimate
     (PER_CLIENT_BYTES per client) is now checked against the memory available first, in one line."""
-    from fedsde.problems.synthetic_population import PER_CLIENT_BYTES
+    from fedsde.problems.populations.synthetic import PER_CLIENT_BYTES
 
     monkeypatch.setenv("FEDSDE_MEMORY_LIMIT", "8M")
     with pytest.raises(FedsdeInputError, match=r"n_clients=1000000: needs about .* use fewer clients"):

@@ -1,4 +1,4 @@
-"""The models of a classification problem (fedsde.problems.models): per-sample derivatives against finite
+"""The models of a classification problem (fedsde.problems.classification.models): per-sample derivatives against finite
 differences, closed-form Hessians, the curvature bound, and the model chosen from the problem's settings."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 
 from fedsde.errors import FedsdeInputError
 from fedsde.problems import federated_classification
-from fedsde.problems.models import (
+from fedsde.problems.classification.models import (
     MODEL_TYPES,
     MODELS,
     LogisticModel,

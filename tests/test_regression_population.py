@@ -18,7 +18,7 @@ from fedsde.cli import main
 from fedsde.errors import FedsdeInputError
 from fedsde.problems import RegressionPopulation, RegressionProblem, is_data_problem, load_problem
 from fedsde.problems.metrics import evaluate_metrics, metric_names
-from fedsde.problems.regression_data import csv_clients, standardise
+from fedsde.problems.regression.data import csv_clients, standardise
 from fedsde.sim import simulate
 
 KEYS = {"kind": "regression", "data": "d.csv", "features": ["x1", "x2"], "target": "y", "client_column": "site",

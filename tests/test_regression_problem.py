@@ -16,7 +16,7 @@ from fedsde.clients.streams import ReplicateStreams
 from fedsde.errors import FedsdeInputError
 from fedsde.problems import evaluate_metrics, load_problem, metric_names
 from fedsde.problems.io import problem_from_dict, save_problem
-from fedsde.problems.regression import RegressionProblem
+from fedsde.problems.regression.problem import RegressionProblem
 from fedsde.sim import simulate
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "problems"

@@ -282,3 +282,19 @@ def test_the_old_simulator_module_still_imports_with_a_warning():
 
     assert (old.simulate, old.SimulationResult, old.WEIGHTINGS) == (sim.simulate, sim.SimulationResult,
                                                                     sim.WEIGHTINGS)
+
+
+@pytest.mark.parametrize("old,new", [("logistic", "classification.problem"), ("regression_files", "regression.files"),
+                                     ("population", "populations.base")])
+def test_a_problems_module_still_imports_from_its_old_home_with_a_warning(old, new):
+    import subprocess
+    import sys
+
+    code = ("import warnings; warnings.simplefilter('error', DeprecationWarning)\nimport fedsde.problems\n"
+            f"try:\n    import fedsde.problems.{old}\nexcept DeprecationWarning as w:\n    print(w)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert f"fedsde.problems.{old} is the old home of fedsde.problems.{new}" in out.stdout
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        moved = importlib.import_module(f"fedsde.problems.{old}")
+    assert moved is importlib.import_module(f"fedsde.problems.{new}")

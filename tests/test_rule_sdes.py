@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from fedsde.aggregators import FedAvgM, FedDisco, FedNova, FedProx, get_aggregator
-from fedsde.problems.quadratic import QuadraticProblem
+from fedsde.problems.quadratic.problem import QuadraticProblem
 from fedsde.sde.rules import NoSDEError, rule_chain_moments, rule_sde
 
 TOL = 1e-8

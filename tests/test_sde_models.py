@@ -13,7 +13,8 @@ from fedsde.clients import data_oracles
 from fedsde.clients.streams import BLOCK
 from fedsde.errors import FedsdeInputError
 from fedsde.exact import round_law
-from fedsde.problems import QuadraticProblem, paper_table_problem, random_quadratic_problem, synthetic
+from fedsde.problems import QuadraticProblem, paper_table_problem, random_quadratic_problem
+from fedsde.problems.classification import synthetic
 from fedsde.sde import quadratic_sde_coefficients
 from fedsde.sde.brownian import GridBrownian
 from fedsde.sde.coefficients import psd_sqrt

@@ -92,7 +92,7 @@ def test_classification_constants():
 
 
 def test_classification_constants_softmax():
-    from fedsde.problems.logistic import ClassificationProblem
+    from fedsde.problems.classification.problem import ClassificationProblem
 
     rng = np.random.default_rng(4)
     Xs = [rng.standard_normal((25, 2)) + m for m in ([1.0, 0.0], [0.0, 1.0], [-1.0, -1.0])]

@@ -37,7 +37,7 @@ def test_small_products_run_on_one_blas_thread_and_restore():
 
 def test_exact_least_squares_law_is_the_same_on_one_thread():
     from fedsde.exact import least_squares_stationary_law
-    from fedsde.problems.regression import RegressionProblem
+    from fedsde.problems.regression.problem import RegressionProblem
 
     rng = np.random.default_rng(3)
     X = [rng.normal(size=(n, 4)) for n in (9, 12, 7)]

@@ -47,7 +47,7 @@ def test_matrix_tolerances_decide_symmetric_and_psd_inputs():
 
 
 def test_tolerances_of_solvers_statistics_and_chains_keep_their_values():
-    from fedsde.problems import models
+    from fedsde.problems.classification import models
     from fedsde.validity import general, verdict
 
     assert (tol.LBFGS_GTOL, tol.LBFGS_FTOL, tol.NEWTON_GTOL) == (1e-12, 1e-15, 1e-13)

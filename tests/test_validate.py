@@ -45,9 +45,9 @@ def test_the_validators_at_their_call_sites():
     from fedsde.clients.least_squares_oracle import least_squares_oracle
     from fedsde.clients.solvers import LocalSolver
     from fedsde.problems import paper_table_problem
-    from fedsde.problems.datasets import load_dataset
+    from fedsde.problems.classification.datasets import load_dataset
+    from fedsde.problems.classification.labelled import checked_client_weights
     from fedsde.problems.io import problem_from_dict
-    from fedsde.problems.labelled import checked_client_weights
     from fedsde.scaling.rules import get_rule
     from fedsde.sde.coefficients import quadratic_sde_coefficients
     from fedsde.sde.integrate import simulate_sde

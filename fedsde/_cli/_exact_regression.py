@@ -11,9 +11,9 @@ The JSON keys are those of quadratic clients where they apply (``optimum``, ``we
   ``variance_ratio`` ``tr P_sur / tr P``, ``mean_error`` in units of the exact spread), and with ``--rounds`` its
   ``transient`` law and ``transient_cov_rel_error``.
 
-Conventions (:mod:`fedsde.problems.regression`): ``p_k ∝ n_k`` unless the file gives ``p``; a local step's gradient
-is the mean of the ``b`` sampled rows' gradients plus ``l2·w``; the start is ``w = 0`` (or the file's ``w0``) unless
-``--w0``; the server step is ``w + s Σ_k ω_k Δ_k`` with ``ω = p`` (FedAvg) or the rule's exact-law weights.
+Conventions (:mod:`fedsde.problems.regression.problem`): ``p_k ∝ n_k`` unless the file gives ``p``; a local step's
+gradient is the mean of the ``b`` sampled rows' gradients plus ``l2·w``; the start is ``w = 0`` (or the file's ``w0``)
+unless ``--w0``; the server step is ``w + s Σ_k ω_k Δ_k`` with ``ω = p`` (FedAvg) or the rule's exact-law weights.
 
 Without a stationary law (the mean map or the second-moment operator does not contract) the command is a one-line
 error naming the spectral radius, unless ``--rounds`` asks for the transient law: then ``stationary`` is null and

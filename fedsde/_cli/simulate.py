@@ -7,7 +7,7 @@ name → ``{"mean": [...], "se": [...]}`` over replicates, one entry per round i
 has the mean and its standard errors, and the covariance for least-squares regression clients only (their ``d`` is
 small; a classifier's is in the hundreds or thousands).  ``metrics_sampling`` says how the metrics were evaluated:
 exactly, or on a seeded subsample of rows or, for a client population (a synthetic file of 10⁴ clients or more,
-:mod:`fedsde.problems.population`), of clients and their rows, with its size.  Least-squares clients draw their
+:mod:`fedsde.problems.populations.base`), of clients and their rows, with its size.  Least-squares clients draw their
 minibatches as the file says (:mod:`fedsde.clients.least_squares_oracle`), so the moments are comparable with
 ``fedsde exact``.
 """

@@ -1,9 +1,10 @@
-"""Gradient oracles for clients with real data (:class:`~fedsde.problems.logistic.ClassificationProblem`).
+"""Gradient oracles for clients with real data (:class:`~fedsde.problems.classification.problem.ClassificationProblem`).
 
 Shapes follow :mod:`fedsde.clients.oracles`: ``x`` of shape ``(nb, slots, B, d)`` (blocks × client slots ×
 replicates per block × dimension).  Every random draw fills whole blocks from their own stream and every tensor has a
 shape fixed by the run's configuration (not by the draws), which keeps results bit-identical and independent of how
-replicates are chunked.  Models: logistic, softmax and the one-hidden-layer tanh MLP (:mod:`fedsde.problems.mlp`).
+replicates are chunked.  Models: logistic, softmax and the one-hidden-layer tanh MLP
+(:mod:`fedsde.problems.classification.mlp`).
 
 * :class:`MinibatchOracle` — true minibatch SGD: the mean gradient of ``S_k`` samples drawn without replacement,
   either independently at every step (``sampling="minibatch"``) or as consecutive batches of a fresh random
@@ -42,7 +43,7 @@ from fedsde.clients.oracles import OracleBase
 from fedsde.clients.population_rows import PopulationRows
 from fedsde.clients.streams import ReplicateStreams
 from fedsde.errors import FedsdeInputError
-from fedsde.problems.models import LogisticModel
+from fedsde.problems.classification.models import LogisticModel
 
 SAMPLINGS = ("minibatch", "epoch")
 

@@ -1,7 +1,7 @@
 """The training rows of a data problem on a device, in the layout each oracle pass needs (internal).
 
-Two layouts of the design rows ``x̃ = (x, 1)`` (:meth:`~fedsde.problems.labelled.LabelledProblem.design`) and the
-targets (``y`` for logistic models, one-hot ``e_y`` otherwise):
+Two layouts of the design rows ``x̃ = (x, 1)`` (:meth:`~fedsde.problems.classification.labelled.LabelledProblem.design`)
+and the targets (``y`` for logistic models, one-hot ``e_y`` otherwise):
 
 * **padded** — ``X`` of shape ``(Q, N_max, F)`` (client ``k`` in ``X[k, :N_k]``, zeros after; the problem's
   :meth:`padded`), its transpose and the targets ``(Q, N_max, K)``: what the shared-row passes of
@@ -22,15 +22,15 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from fedsde.problems.models import LogisticModel
+from fedsde.problems.classification.models import LogisticModel
 
 #: padded layouts above this many floats are never formed for gathers (the ragged rows are read instead)
 RAGGED_FLOATS = 1 << 24
 
 
 class ClientRows:
-    """Design rows and targets of ``problem`` (a :class:`~fedsde.problems.logistic.ClassificationProblem`) on
-    ``device`` in ``dtype`` (see the module docstring).
+    """Design rows and targets of ``problem`` (a :class:`~fedsde.problems.classification.problem.ClassificationProblem`)
+    on ``device`` in ``dtype`` (see the module docstring).
 
     Attributes
     ----------

@@ -1,4 +1,4 @@
-"""Minibatch gradient oracle of least-squares clients (:class:`~fedsde.problems.regression.RegressionProblem`).
+"""Minibatch gradient oracle of least-squares clients (:class:`~fedsde.problems.regression.problem.RegressionProblem`).
 
 It follows the oracle protocol of :mod:`fedsde.clients.oracles`: ``x`` of shape ``(nb, slots, B, d)`` (blocks × client
 slots × replicates per block × dimension), ``sample(x, streams) -> g`` of the same shape with
@@ -16,7 +16,7 @@ Every draw fills whole blocks from their own stream, with shapes fixed by the ru
 draws), so results are bit-identical however the replicates are chunked.  ``begin_round(batch, max_batch,
 clients=…)`` takes per-slot batch sizes (from :class:`~fedsde.clients.steps.EpochSteps`) and the participants held
 by the slots (``participants_only``), as the data oracles of :mod:`fedsde.clients.data_oracles` do.  On a
-least-squares population (:class:`~fedsde.problems.regression_population.RegressionPopulation`, rows on disk)
+least-squares population (:class:`~fedsde.problems.regression.population.RegressionPopulation`, rows on disk)
 ``begin_round`` loads only the participants' rows (:func:`fedsde.clients.population_rows.gather_clients`, through
 the problem's bounded cache) and renumbers the slots' clients into them; the draws, which depend only on the sizes
 and on ``n_max`` (the whole population's), are those of the materialised problem, and so are the numbers.

@@ -15,7 +15,7 @@ from typing import Protocol
 import torch
 
 from fedsde.clients.streams import ReplicateStreams
-from fedsde.problems.quadratic import QuadraticProblem
+from fedsde.problems.quadratic.problem import QuadraticProblem
 
 
 class GradientOracle(Protocol):

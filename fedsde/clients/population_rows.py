@@ -1,10 +1,10 @@
 """The rows of a round's participants, read from a client population on demand (internal).
 
 :class:`PopulationRows` is :class:`~fedsde.clients.data_rows.ClientRows` for a
-:class:`~fedsde.problems.population.PopulationProblem`: at the start of every round (:meth:`PopulationRows.select`)
-it gathers the rows of the clients that the round's slots hold (through the problem's bounded cache,
-:class:`~fedsde.problems.population.ClientCache`) into one ragged block on the device and renumbers the slots'
-clients into it; the gathers of the oracles then read that block exactly as they read the ragged rows of a
+:class:`~fedsde.problems.populations.base.PopulationProblem`: at the start of every round
+(:meth:`PopulationRows.select`) it gathers the rows of the clients that the round's slots hold (through the problem's
+bounded cache, :class:`~fedsde.problems.populations.base.ClientCache`) into one ragged block on the device and renumbers
+the slots' clients into it; the gathers of the oracles then read that block exactly as they read the ragged rows of a
 materialised problem, so the numbers are those of the materialised problem.  Memory and work per round grow with the
 participants' rows, not with the population.  :func:`gather_clients` is the gather itself (the least-squares
 oracle reads a least-squares population's participants through it).

@@ -17,7 +17,7 @@ from fedsde._validate import positive_float, positive_int, schedule
 from fedsde.compare.distances import gaussian_w2
 from fedsde.errors import FedsdeInputError
 from fedsde.exact.moments import Moments
-from fedsde.problems.quadratic import QuadraticProblem
+from fedsde.problems.quadratic.problem import QuadraticProblem
 from fedsde.sde.coefficients import LinearSDE, quadratic_sde_coefficients
 
 

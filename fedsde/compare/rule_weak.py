@@ -38,7 +38,7 @@ from fedsde.compare.weak_error import (
     local_loglog_slopes,
 )
 from fedsde.errors import FedsdeInputError
-from fedsde.problems.quadratic import QuadraticProblem
+from fedsde.problems.quadratic.problem import QuadraticProblem
 from fedsde.sde.rules import chain_stationary_law, rule_chain_moments, rule_kind, rule_sde
 
 

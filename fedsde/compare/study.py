@@ -45,7 +45,7 @@ from fedsde.compare.weak_error import (
 from fedsde.errors import FedsdeInputError, NoStationaryLawError
 from fedsde.exact import stationary_law, transient_moments
 from fedsde.exact.moments import Moments
-from fedsde.problems.quadratic import QuadraticProblem
+from fedsde.problems.quadratic.problem import QuadraticProblem
 from fedsde.sde.coefficients import quadratic_sde_coefficients
 
 #: a local log–log slope further than this from the fitted one: the weak error is not yet in its asymptotic regime

@@ -35,7 +35,7 @@ from fedsde._validate import positive_float, positive_int
 from fedsde.compare.moments import initial_law
 from fedsde.errors import FedsdeInputError
 from fedsde.exact.moments import Moments, transient_moments
-from fedsde.problems.quadratic import QuadraticProblem
+from fedsde.problems.quadratic.problem import QuadraticProblem
 from fedsde.sde.coefficients import quadratic_sde_coefficients
 
 #: named test functions

@@ -8,7 +8,7 @@ Augmented state.  With ``ŵ = (w, 1)`` one local step on client ``k`` is linear,
 
 ``D = diag((1 − ηλ) I, 1)`` and ``H̄_S`` the batch mean of the rank-one ``H_i``.  For a batch mean,
 ``E[H̄_S X H̄_Sᵀ] = H̄ X H̄ᵀ + κ 𝒩(X)`` with ``𝒩(X) = (1/n) Σ_i H_i X H_iᵀ − H̄ X H̄ᵀ`` (the rows' population
-covariance; ``κ`` from :func:`fedsde.problems.regression.noise_factors`).  So for a start with mean ``m̂`` and
+covariance; ``κ`` from :func:`fedsde.problems.regression.problem.noise_factors`).  So for a start with mean ``m̂`` and
 centred second moment ``P̂`` (raw second moment ``X = P̂ + m̂m̂ᵀ``), one step gives
 
     m̂' = Ḡ m̂,     P̂' = Ḡ P̂ Ḡᵀ + η² κ [𝒩(P̂) + 𝒩_c(m̂)],

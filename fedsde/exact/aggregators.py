@@ -22,7 +22,7 @@ from fedsde.aggregators import Aggregator, get_aggregator
 from fedsde.errors import NoExactLawError
 from fedsde.exact.moments import StationaryLaw, stationary_law, transient_moments
 from fedsde.exact.round_law import RoundLaw, round_law
-from fedsde.problems.quadratic import QuadraticProblem
+from fedsde.problems.quadratic.problem import QuadraticProblem
 
 __all__ = [
     "NoExactLawError",

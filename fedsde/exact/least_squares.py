@@ -1,8 +1,8 @@
 """Exact first and second moments of minibatch FedAvg on least-squares clients (real minibatch noise).
 
 One local step on client ``k`` is ``w' = (I − ηA_S) w + η c_S`` with a fresh minibatch ``S`` of ``b`` rows
-(:mod:`fedsde.problems.regression`): the gradient is linear in ``w`` and the minibatch noise quadratic in ``w``, so
-``(E w, E wwᵀ)`` after a step is a linear function of ``(E w, E wwᵀ)`` before it, through the data's second and
+(:mod:`fedsde.problems.regression.problem`): the gradient is linear in ``w`` and the minibatch noise quadratic in ``w``,
+so ``(E w, E wwᵀ)`` after a step is a linear function of ``(E w, E wwᵀ)`` before it, through the data's second and
 fourth moments (:mod:`fedsde.exact._least_squares_steps`).  A round starts every client at ``w_n``; given ``w_n`` the
 clients are independent, the server step is ``w_{n+1} = w_n + s Σ_k ω_k Δ_k`` (seed 002 Sec. 3; ``ω`` from the
 participation scheme, independent of the minibatches) and, with ``d_k(w) = E[Δ_k | w] = Ĵ_k ŵ`` (affine),

@@ -18,7 +18,7 @@ import numpy as np
 from fedsde._tolerances import RANK_TOL
 from fedsde.exact.least_squares import LeastSquaresStationaryLaw, _check_problem, least_squares_stationary_law
 from fedsde.exact.moments import StationaryLaw, stationary_law
-from fedsde.problems.quadratic import QuadraticProblem
+from fedsde.problems.quadratic.problem import QuadraticProblem
 
 #: the exact stationary law counts as a point when ``√tr P <= POINT_LAW_RTOL · max(1, ‖m‖)`` (rounding level)
 POINT_LAW_RTOL = 1e-12

@@ -16,7 +16,7 @@ from fedsde._tolerances import POWER_ITERATION_RTOL, PSD_TOL, STATIONARY_MARGIN,
 from fedsde._validate import constant_or_schedule, positive_int, record_rounds, start_point
 from fedsde.errors import FedsdeInputError, NoStationaryLawError
 from fedsde.exact.round_law import RoundLaw, _steps_repr, round_law
-from fedsde.problems.quadratic import QuadraticProblem
+from fedsde.problems.quadratic.problem import QuadraticProblem
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ import numpy as np
 from fedsde._compat import renamed
 from fedsde._validate import client_steps, client_weights, positive_float, positive_int
 from fedsde.errors import FedsdeInputError
-from fedsde.problems.quadratic import QuadraticProblem
+from fedsde.problems.quadratic.problem import QuadraticProblem
 
 
 def geometric_sum(x: np.ndarray, n: np.ndarray | int) -> np.ndarray:

@@ -13,7 +13,7 @@ from fedsde.aggregators import get_aggregator
 from fedsde.errors import FedsdeInputError
 from fedsde.exact.aggregators import aggregator_round_weights
 from fedsde.exact.round_law import round_law
-from fedsde.problems.quadratic import QuadraticProblem
+from fedsde.problems.quadratic.problem import QuadraticProblem
 
 
 @renamed(steps="local_steps")

@@ -1,18 +1,13 @@
 """Client problems: quadratic clients (seed 002, Assumption 6.1), their I/O and generators; logistic/softmax
 regression and one-hidden-layer MLP clients on real data (scikit-learn's bundled sets) or FedProx's synthetic(α, β)
-(the models themselves in :mod:`fedsde.problems.models`), client populations produced on demand
-(:mod:`fedsde.problems.population`), data problems from files, partitioners, and metrics of
+(the models themselves in :mod:`fedsde.problems.classification.models`), client populations produced on demand
+(:mod:`fedsde.problems.populations.base`), data problems from files, partitioners, and metrics of
 server weights; least-squares regression clients (a user's CSV, Grunfeld, diabetes) with real minibatch
 sampling, whose exact moments live in :mod:`fedsde.exact.least_squares`."""
 
-from fedsde.problems.data_files import data_problem_from_dict
-from fedsde.problems.datasets import federated_classification, load_dataset
-from fedsde.problems.generate import paper_table_problem, random_quadratic_problem
-from fedsde.problems.io import load_problem, problem_from_dict, save_problem
-from fedsde.problems.logistic import ClassificationProblem
-from fedsde.problems.metrics import METRICS, evaluate_metrics, metric_names
-from fedsde.problems.module import is_module_problem
-from fedsde.problems.partition import (
+from fedsde.problems import _old_homes
+from fedsde.problems.classification.datasets import federated_classification, load_dataset
+from fedsde.problems.classification.partition import (
     dirichlet_partition,
     iid_partition,
     label_histogram,
@@ -20,20 +15,28 @@ from fedsde.problems.partition import (
     quantity_skew_partition,
     shard_partition,
 )
-from fedsde.problems.population import ClientPopulation, PopulationProblem
-from fedsde.problems.quadratic import QuadraticProblem
-from fedsde.problems.regression import RegressionProblem
-from fedsde.problems.regression_files import regression_problem_from_dict
-from fedsde.problems.regression_population import RegressionPopulation
-from fedsde.problems.synthetic import synthetic_problem
-from fedsde.problems.synthetic_population import synthetic_population_problem
+from fedsde.problems.classification.problem import ClassificationProblem
+from fedsde.problems.classification.synthetic import synthetic_problem
+from fedsde.problems.data_files import data_problem_from_dict
+from fedsde.problems.io import load_problem, problem_from_dict, save_problem
+from fedsde.problems.metrics import METRICS, evaluate_metrics, metric_names
+from fedsde.problems.module import is_module_problem
+from fedsde.problems.populations.base import ClientPopulation, PopulationProblem
+from fedsde.problems.populations.synthetic import synthetic_population_problem
+from fedsde.problems.quadratic.generate import paper_table_problem, random_quadratic_problem
+from fedsde.problems.quadratic.problem import QuadraticProblem
+from fedsde.problems.regression.files import regression_problem_from_dict
+from fedsde.problems.regression.population import RegressionPopulation
+from fedsde.problems.regression.problem import RegressionProblem
+
+_old_homes.install()
 
 
 def is_data_problem(problem) -> bool:
     """Whether ``problem`` holds per-sample data (a :class:`ClassificationProblem`, a :class:`RegressionProblem`, a
     :class:`~fedsde.problems.module.ModuleProblem` or a client population,
-    :class:`~fedsde.problems.population.PopulationProblem`, or a least-squares one,
-    :class:`~fedsde.problems.regression_population.RegressionPopulation`) rather than quadratic clients."""
+    :class:`~fedsde.problems.populations.base.PopulationProblem`, or a least-squares one,
+    :class:`~fedsde.problems.regression.population.RegressionPopulation`) rather than quadratic clients."""
     return (isinstance(problem, ClassificationProblem | RegressionProblem | RegressionPopulation)
             or is_module_problem(problem)
             or hasattr(problem, "population"))

@@ -1,9 +1,9 @@
 """Data problems described in problem files (TOML/JSON), read by :func:`fedsde.problems.load_problem`.
 
 A data-problem file has ``kind = "classification"`` (least-squares files, ``kind = "regression"``, are described
-in :mod:`fedsde.problems.regression_files`); it names a data set, a model, a partition among clients and
-the clients' minibatch size, and builds a :class:`~fedsde.problems.logistic.ClassificationProblem`.  Example
-(``examples/problems/digits_softmax.toml``)::
+in :mod:`fedsde.problems.regression.files`); it names a data set, a model, a partition among clients and
+the clients' minibatch size, and builds a :class:`~fedsde.problems.classification.problem.ClassificationProblem`.
+Example (``examples/problems/digits_softmax.toml``)::
 
     kind = "classification"
     dataset = "digits"          # digits | breast_cancer | synthetic (FedProx synthetic(α, β))
@@ -42,13 +42,13 @@ Keys (every other key is an error):
 | ``iid`` | synthetic: the IID variant (false) |
 | ``dim``, ``n_classes`` | synthetic: features (60) and classes (10) |
 | ``max_samples`` | synthetic: cap on a client's sample count (none) |
-| ``population`` | a client population (:mod:`fedsde.problems.population`; synthetic: true from 10⁴ clients) |
+| ``population`` | a client population (:mod:`fedsde.problems.populations.base`; synthetic: true from 10⁴ clients) |
 
 With ``population`` commands that sample participants (``fedsde simulate``) read only the participants' rows and
 estimate the metrics on a subsample of clients; other commands get the same data materialised (refused up front
 when they do not fit in memory).  Synthetic clients are then produced on demand, each from ``seed`` and its index
-(:mod:`fedsde.problems.synthetic_population`); the clients of a bundled set are slices of its partition
-(:class:`~fedsde.problems.population.ArrayPopulation`).
+(:mod:`fedsde.problems.populations.synthetic`); the clients of a bundled set are slices of its partition
+(:class:`~fedsde.problems.populations.base.ArrayPopulation`).
 """
 
 from __future__ import annotations
@@ -57,12 +57,12 @@ from typing import TYPE_CHECKING
 
 from fedsde.errors import FedsdeInputError
 from fedsde.problems._file_keys import _Keys
-from fedsde.problems.datasets import federated_classification
-from fedsde.problems.logistic import MODELS, SAMPLINGS, ClassificationProblem
-from fedsde.problems.models import check_model_memory
+from fedsde.problems.classification.datasets import federated_classification
+from fedsde.problems.classification.models import check_model_memory
+from fedsde.problems.classification.problem import MODELS, SAMPLINGS, ClassificationProblem
 
 if TYPE_CHECKING:
-    from fedsde.problems.regression import RegressionProblem
+    from fedsde.problems.regression.problem import RegressionProblem
 
 DATASETS = ("digits", "breast_cancer", "synthetic")
 PARTITIONS = ("iid", "dirichlet", "shards", "quantity", "niid2")
@@ -82,17 +82,17 @@ _N_FEATURES = {"digits": 64, "breast_cancer": 30}
 def data_problem_from_dict(data: dict, *, source: str = "problem", base_dir=None,
                            population: bool = False) -> ClassificationProblem | RegressionProblem:
     """Build a :class:`ClassificationProblem` from the keys of a data-problem file (see the module docstring), or a
-    :class:`~fedsde.problems.regression.RegressionProblem` when ``kind = "regression"``
-    (:func:`fedsde.problems.regression_files.regression_problem_from_dict`; ``base_dir`` is the folder that a
+    :class:`~fedsde.problems.regression.problem.RegressionProblem` when ``kind = "regression"``
+    (:func:`fedsde.problems.regression.files.regression_problem_from_dict`; ``base_dir`` is the folder that a
     ``data`` path is relative to, default the working directory).  ``population=True``: a file with ``population``
-    gives a :class:`~fedsde.problems.population.PopulationProblem` (else its materialised problem).
+    gives a :class:`~fedsde.problems.populations.base.PopulationProblem` (else its materialised problem).
 
     Raises :class:`FedsdeInputError` (one line naming the key, its value and the constraint) for unknown keys,
     bad values, keys that do not apply to the chosen data set / partition / model, and model–data mismatches.
     """
     k = _Keys(data, source)
     if data.get("kind") == "regression":
-        from fedsde.problems.regression_files import regression_problem_from_dict
+        from fedsde.problems.regression.files import regression_problem_from_dict
 
         return regression_problem_from_dict(data, source=source, base_dir=base_dir)
     if data.get("kind") != "classification":
@@ -141,7 +141,7 @@ def data_problem_from_dict(data: dict, *, source: str = "problem", base_dir=None
         else:
             problem = _sklearn(k, dataset, seed, test_fraction, l2, weights)
             if k.boolean("population", False):  # the partition's clients as a population (slices of its arrays)
-                from fedsde.problems.population import ArrayPopulation, PopulationProblem
+                from fedsde.problems.populations.base import ArrayPopulation, PopulationProblem
 
                 problem = PopulationProblem.create(ArrayPopulation(problem), model=problem.model, l2=l2,
                                                    p=None if weights == "size" else problem.p, name=problem.name,
@@ -182,8 +182,8 @@ def _sklearn(k: _Keys, dataset: str, seed: int, test_fraction: float, l2: float,
 
 
 def _synthetic(k: _Keys, seed: int, n_classes: int, test_fraction: float, l2: float) -> ClassificationProblem:
-    from fedsde.problems.synthetic import synthetic_problem
-    from fedsde.problems.synthetic_population import synthetic_population_problem
+    from fedsde.problems.classification.synthetic import synthetic_problem
+    from fedsde.problems.populations.synthetic import synthetic_population_problem
 
     Q = k.integer("clients", 30)
     on_demand = k.boolean("population", Q >= POPULATION_CLIENTS)

@@ -1,7 +1,7 @@
 """Load and save problems as TOML or JSON: quadratic clients (keys ``U``, ``a``, ``Sigma``, ``p``; optional ``name``,
 ``label_distributions`` and ``kind = "quadratic"``) or data problems (``kind = "classification"``, see
 :mod:`fedsde.problems.data_files`; ``kind = "regression"``, least squares on a CSV file or a packaged panel, see
-:mod:`fedsde.problems.regression_files`; ``kind = "module"``, a user's own ``nn.Module`` on an npz of rows, see
+:mod:`fedsde.problems.regression.files`; ``kind = "module"``, a user's own ``nn.Module`` on an npz of rows, see
 :mod:`fedsde.problems.module.files`).
 
 Shapes follow :meth:`fedsde.problems.QuadraticProblem.from_arrays`: full matrices, per-client diagonals,
@@ -32,11 +32,11 @@ from fedsde._atomic import atomic_write_text
 from fedsde._io import read_text
 from fedsde.errors import FedsdeInputError
 from fedsde.problems._file_keys import _Keys
-from fedsde.problems.logistic import ClassificationProblem
-from fedsde.problems.quadratic import QuadraticProblem
+from fedsde.problems.classification.problem import ClassificationProblem
+from fedsde.problems.quadratic.problem import QuadraticProblem
 
 if TYPE_CHECKING:
-    from fedsde.problems.regression import RegressionProblem
+    from fedsde.problems.regression.problem import RegressionProblem
 
 _KEYS = ("U", "a", "Sigma", "p", "name", "label_distributions")
 KINDS = ("quadratic", "classification", "regression", "module")
@@ -47,11 +47,12 @@ def problem_from_dict(data: dict, *, source: str = "problem", base_dir=None,
     """Build a :class:`QuadraticProblem` from a dict with keys ``U, a, Sigma`` (optional ``p``, ``name``,
     ``label_distributions``, ``kind = "quadratic"``), a :class:`ClassificationProblem` from a dict with
     ``kind = "classification"`` (:func:`fedsde.problems.data_files.data_problem_from_dict`), or a
-    :class:`~fedsde.problems.regression.RegressionProblem` from one with ``kind = "regression"``
-    (:func:`fedsde.problems.regression_files.regression_problem_from_dict`; a relative ``data`` path starts at
+    :class:`~fedsde.problems.regression.problem.RegressionProblem` from one with ``kind = "regression"``
+    (:func:`fedsde.problems.regression.files.regression_problem_from_dict`; a relative ``data`` path starts at
     ``base_dir``, default the working directory).  ``population=True``: the caller takes a
-    :class:`~fedsde.problems.population.PopulationProblem` (clients produced on demand) where the file asks for one
-    (:mod:`fedsde.problems.data_files`, key ``population``); otherwise such a file gives the materialised problem."""
+    :class:`~fedsde.problems.populations.base.PopulationProblem` (clients produced on demand) where the file asks for
+    one (:mod:`fedsde.problems.data_files`, key ``population``); otherwise such a file gives the materialised
+    problem."""
     if not isinstance(data, dict):
         raise FedsdeInputError(f"{source}: must be a table/object with keys U, a, Sigma, p")
     if "kind" in data:
@@ -61,7 +62,7 @@ def problem_from_dict(data: dict, *, source: str = "problem", base_dir=None,
 
             return data_problem_from_dict(data, source=source, population=population)
         if kind == "regression":
-            from fedsde.problems.regression_files import regression_problem_from_dict
+            from fedsde.problems.regression.files import regression_problem_from_dict
 
             return regression_problem_from_dict(data, source=source, base_dir=base_dir, population=population)
         if kind == "module":
@@ -85,7 +86,7 @@ def load_problem(path: str | os.PathLike, *,
                  population: bool = False) -> QuadraticProblem | ClassificationProblem | RegressionProblem:
     """Read a problem from a ``.toml`` or ``.json`` file (format chosen by the suffix): quadratic clients, or a
     data problem when the file has ``kind = "classification"`` (:mod:`fedsde.problems.data_files`) or
-    ``kind = "regression"`` (:mod:`fedsde.problems.regression_files`; its ``data`` path is relative to the file).
+    ``kind = "regression"`` (:mod:`fedsde.problems.regression.files`; its ``data`` path is relative to the file).
     ``population``: as :func:`problem_from_dict` (commands that sample participants pass True)."""
     p = Path(path)
     if not p.is_file():

@@ -13,11 +13,11 @@ tensor and returns tensors on its device and in its dtype (no transfer to the ho
 :class:`MetricValues`: name → values, with the standard errors of sampled metrics and how they were evaluated.
 :func:`summarise` turns per-replicate values into means and standard errors.
 
-**Data problems** (:class:`~fedsde.problems.logistic.ClassificationProblem`): ``F(w) = Σ_n s_n ℓ_n(w) + (λ/2)‖w‖²``
-over the ``N`` training samples with ``s_n = p_k/N_k`` for the samples of client ``k`` (seed 002, Sec. 3).  The
-model's forward and backward passes (:mod:`fedsde.problems.models`) run for a chunk of weight vectors at once (at
-most :data:`CHUNK`, and at most :data:`CHUNK_BYTES` of work space, sized from the rows and the model); the rows
-live on the device once per device and dtype (cached on the problem).
+**Data problems** (:class:`~fedsde.problems.classification.problem.ClassificationProblem`): ``F(w) = Σ_n s_n ℓ_n(w) +
+(λ/2)‖w‖²`` over the ``N`` training samples with ``s_n = p_k/N_k`` for the samples of client ``k`` (seed 002, Sec. 3).
+The model's forward and backward passes (:mod:`fedsde.problems.classification.models`) run for a chunk of weight vectors
+at once (at most :data:`CHUNK`, and at most :data:`CHUNK_BYTES` of work space, sized from the rows and the model); the
+rows live on the device once per device and dtype (cached on the problem).
 
 * ``N <= metric_samples`` (default :data:`METRIC_SAMPLES` = 65536, or the problem's ``metric_samples``): every
   metric is exact (standard error 0).
@@ -36,8 +36,8 @@ live on the device once per device and dtype (cached on the problem).
   - ``test_accuracy``: with ``M > metric_samples`` test samples, ``m`` uniform draws of the test set, standard
     error ``sd/√m``.
 
-Client populations (:class:`~fedsde.problems.population.PopulationProblem`): exactly when small, else on a seeded
-subsample of clients and blocks of their rows (:mod:`fedsde.problems.population_metrics`).
+Client populations (:class:`~fedsde.problems.populations.base.PopulationProblem`): exactly when small, else on a seeded
+subsample of clients and blocks of their rows (:mod:`fedsde.problems.populations.metrics`).
 
 Quadratic problems are evaluated in closed form in torch; module problems (a user's ``nn.Module``) through their
 own ``torch_metrics`` on the same rows (:mod:`fedsde.problems.module.metrics`); other problems (least squares)
@@ -53,9 +53,9 @@ import numpy as np
 
 from fedsde._validate import positive_int
 from fedsde.errors import FedsdeInputError
-from fedsde.problems.logistic import ClassificationProblem
-from fedsde.problems.models import segment_starts
-from fedsde.problems.quadratic import QuadraticProblem
+from fedsde.problems.classification.models import segment_starts
+from fedsde.problems.classification.problem import ClassificationProblem
+from fedsde.problems.quadratic.problem import QuadraticProblem
 
 METRICS = ("train_loss", "grad_norm_sq", "test_accuracy", "distance_from_start")
 
@@ -184,8 +184,8 @@ def evaluate_metrics_torch(problem, w, w0=None, names: Sequence[str] | None = No
     need = [n for n in ("train_loss", "grad_norm_sq", "test_accuracy") if n in names]
     se: dict = {}
     sampling: dict = {}
-    if need and hasattr(problem, "population"):  # a client population (fedsde.problems.population_metrics)
-        from fedsde.problems.population_metrics import POPULATION_SAMPLES, population_is_small, population_metrics
+    if need and hasattr(problem, "population"):  # a client population (fedsde.problems.populations.metrics)
+        from fedsde.problems.populations.metrics import POPULATION_SAMPLES, population_is_small, population_metrics
 
         m = metric_samples if metric_samples is not None else problem.metric_samples
         m = POPULATION_SAMPLES if m is None else positive_int("metric_samples", m, minimum=2 * GROUPS)

@@ -14,7 +14,7 @@ minibatches (seed 000 §5, App. C.1; reference/seed-fedaware.md §2.2):
 With ``--problem FILE`` (a data-problem file, :mod:`fedsde.problems.data_files`) the comparison runs on that
 problem instead of the three settings: one setting named after the file, ``E`` epochs of the file's batch size,
 minibatches drawn as the file says (``sampling``).  A least-squares regression file (``kind = "regression"``,
-:mod:`fedsde.problems.regression_files`) has no test set and no labels: the comparison reports the training
+:mod:`fedsde.problems.regression.files`) has no test set and no labels: the comparison reports the training
 objective ``F(w)`` instead of the test accuracy (lower is better: ``best`` is the smallest over rounds), and FedDisco,
 whose weights need label distributions, is left out of the default rules (named explicitly, it is refused).
 

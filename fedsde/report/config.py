@@ -224,7 +224,7 @@ def check_constraints(cfg: dict, only, problem) -> None:
                                    ">= 1 with server step 1), which this figure needs")
         return rho < 1.0
 
-    from fedsde.problems.quadratic import QuadraticProblem
+    from fedsde.problems.quadratic.problem import QuadraticProblem
 
     for fid in only:
         t = cfg.get(fid, {})

@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 
 from fedsde.errors import FedsdeInputError
 from fedsde.problems import load_problem, paper_table_problem
-from fedsde.problems.quadratic import QuadraticProblem
+from fedsde.problems.quadratic.problem import QuadraticProblem
 from fedsde.report.claims_memo import claim_result
 from fedsde.report.gallery import FigureRecord, RunContext, cpu_seconds
 from fedsde.report.parallel import check_jobs, run_figures, single_threaded, worker_count

@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 
 from fedsde._tolerances import BURN_IN_TOL
 from fedsde.exact import stationary_law
-from fedsde.problems.quadratic import QuadraticProblem
+from fedsde.problems.quadratic.problem import QuadraticProblem
 from fedsde.sim import simulate
 
 COLUMNS = (

@@ -12,7 +12,7 @@ How the ``clients`` and ``client-lr`` rules make ``κQ`` clients out of ``Q`` (`
   ``⌈n_k/κ⌉`` rows with weights ``p_k·n_kj/n_k`` (``F`` and its optimum stay): the same data spread over more
   clients, as :func:`fedsde.scaling.data.split_clients` does on classification data.  A part's minibatch
   covariance has its own finite-population factor ``(n_kj − b)/(b(n_kj − 1))`` (without replacement,
-  :func:`fedsde.problems.regression.noise_factors`) and its own rows' spread, so the temperature is kept only
+  :func:`fedsde.problems.regression.problem.noise_factors`) and its own rows' spread, so the temperature is kept only
   approximately (measured and reported, :func:`regression_notes`).
 
 The ``batch`` rule sets ``b → κb`` (:meth:`fedsde.problems.RegressionProblem.replace`).  With replacement the

@@ -38,7 +38,7 @@ from fedsde._validate import start_point
 from fedsde.compare.distances import gaussian_w2
 from fedsde.errors import FedsdeInputError, NoStationaryLawError
 from fedsde.exact import round_law, stationary_law, transient_moments
-from fedsde.problems.quadratic import QuadraticProblem
+from fedsde.problems.quadratic.problem import QuadraticProblem
 from fedsde.scaling.rules import FedAvgConfig, ScalingRule, check_client_step, get_rule
 
 

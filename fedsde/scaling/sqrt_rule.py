@@ -26,7 +26,7 @@ import torch
 from fedsde._validate import positive_float, positive_int
 from fedsde.aggregators import Aggregator, get_aggregator
 from fedsde.errors import FedsdeInputError
-from fedsde.problems.quadratic import QuadraticProblem
+from fedsde.problems.quadratic.problem import QuadraticProblem
 
 #: where the rule comes from
 SOURCE = "Malladi, Lyu, Panigrahi & Arora, NeurIPS 2022, Definition 4.5 / Theorem 4.6 (square-root scaling rule)"

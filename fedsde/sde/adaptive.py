@@ -36,7 +36,7 @@ import torchsde
 
 from fedsde._validate import positive_float, positive_int
 from fedsde.aggregators import Aggregator
-from fedsde.problems.quadratic import QuadraticProblem
+from fedsde.problems.quadratic.problem import QuadraticProblem
 from fedsde.sde.brownian import GridBrownian
 from fedsde.sde.coefficients import psd_sqrt
 from fedsde.sde.rules import rule_kind, rule_round_law

@@ -38,7 +38,7 @@ from fedsde._tolerances import PSD_TOL, SINGULAR_TOL
 from fedsde._validate import choice, positive_float
 from fedsde.errors import FedsdeInputError, NoStationaryLawError
 from fedsde.exact.round_law import RoundLaw, round_law
-from fedsde.problems.quadratic import QuadraticProblem
+from fedsde.problems.quadratic.problem import QuadraticProblem
 
 #: the quadratic SDE variants (``corrected`` is the default everywhere)
 VARIANTS = ("paper", "corrected", "matched")

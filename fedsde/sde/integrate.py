@@ -35,7 +35,7 @@ from fedsde._validate import choice, device_dtype, positive_int, record_rounds, 
 from fedsde.clients.oracles import GradientOracle
 from fedsde.clients.streams import BLOCK, resolve_block_size, resolve_seed
 from fedsde.errors import FedsdeInputError, SimulationDivergedError
-from fedsde.problems.quadratic import QuadraticProblem
+from fedsde.problems.quadratic.problem import QuadraticProblem
 from fedsde.sde.brownian import STEPS_PER_WINDOW, GridBrownian
 from fedsde.sde.coefficients import VARIANTS, psd_sqrt, quadratic_sde_coefficients
 from fedsde.sde.euler import euler_rounds, record_plan

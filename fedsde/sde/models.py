@@ -33,7 +33,7 @@ from fedsde.clients.local import run_local_steps, step_limits
 from fedsde.clients.oracles import GaussianQuadraticOracle, GradientOracle
 from fedsde.clients.streams import BLOCK, ReplicateStreams, resolve_block_size, resolve_seed
 from fedsde.errors import FedsdeInputError
-from fedsde.problems.quadratic import QuadraticProblem
+from fedsde.problems.quadratic.problem import QuadraticProblem
 from fedsde.sde.coefficients import VARIANTS, LinearSDE, quadratic_sde_coefficients
 from fedsde.sde.schedules import RateLike, as_schedule
 

@@ -47,7 +47,7 @@ from fedsde.aggregators import Aggregator, MomentumForm, get_aggregator
 from fedsde.errors import FedsdeInputError
 from fedsde.exact.moments import Moments
 from fedsde.exact.round_law import RoundLaw, _eig, client_round_maps, geometric_sum
-from fedsde.problems.quadratic import QuadraticProblem
+from fedsde.problems.quadratic.problem import QuadraticProblem
 from fedsde.sde.coefficients import LinearSDE
 
 

@@ -54,8 +54,8 @@ from fedsde.clients.oracles import GaussianQuadraticOracle
 from fedsde.clients.streams import ReplicateStreams, resolve_block_size, resolve_seed
 from fedsde.errors import FedsdeInputError, SimulationDivergedError
 from fedsde.problems.module.problem import ModuleProblem
-from fedsde.problems.quadratic import QuadraticProblem
-from fedsde.problems.regression import RegressionProblem
+from fedsde.problems.quadratic.problem import QuadraticProblem
+from fedsde.problems.regression.problem import RegressionProblem
 from fedsde.sim.moments import BlowUpWatch, plan_chunks, problem_scale, working_set
 from fedsde.sim.workers import diverged, plan_workers, resolve_workers, run_chunks
 

@@ -27,8 +27,8 @@ from fedsde.clients.steps import EpochSteps, RandomSteps, normalise_steps
 from fedsde.clients.streams import resolve_block_size, resolve_seed
 from fedsde.errors import FedsdeInputError
 from fedsde.problems.module import is_module_problem
-from fedsde.problems.quadratic import QuadraticProblem
-from fedsde.problems.regression import RegressionProblem
+from fedsde.problems.quadratic.problem import QuadraticProblem
+from fedsde.problems.regression.problem import RegressionProblem
 from fedsde.sim.moments import BlowUpWatch, plan_chunks, problem_scale, working_set
 from fedsde.sim.participation import WEIGHTINGS, is_cross_device, is_sampled
 from fedsde.sim.workers import resolve_workers
@@ -306,7 +306,7 @@ def _client_state_chunk(agg: Aggregator, replicates: int, chunk_size: int | None
 def _check_population(problem, make_oracle, m: int | None, in_flight: int, device, memory_limit,
                       weighting: str = "unbiased") -> None:
     """Refuse up front, in one line naming what drives it, a population run whose participants' rows do not fit
-    (:meth:`fedsde.problems.population.PopulationProblem.round_memory` and its kin for least-squares and module
+    (:meth:`fedsde.problems.populations.base.PopulationProblem.round_memory` and its kin for least-squares and module
     populations; ``m`` None: a round of all ``Q`` clients).  Multinomial draws take client ``k`` with probability
     ``p_k``, so a slot holds ``Σ_k p_k n_k`` rows on average (the size-biased mean when ``p_k ∝ n_k``), not the mean
     client's: the difference is added."""

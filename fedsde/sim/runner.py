@@ -13,7 +13,8 @@ optional per-round gradient correction (SCAFFOLD) and whether the first round ru
 see :mod:`fedsde.aggregators.base`.  Local steps may be fixed per client, redrawn every round
 (:class:`~fedsde.clients.steps.RandomSteps`) or derived from epochs and (redrawn) batch sizes
 (:class:`~fedsde.clients.steps.EpochSteps`, whose batch sizes reach the gradient oracle).  Problems with data
-(:class:`~fedsde.problems.logistic.ClassificationProblem`) use the oracles of :mod:`fedsde.clients.data_oracles`.
+(:class:`~fedsde.problems.classification.problem.ClassificationProblem`) use the oracles of
+:mod:`fedsde.clients.data_oracles`.
 
 All ``R`` replicates and ``Q`` clients advance together: one batched tensor operation per local step, no
 Python loop over clients or replicates.  Randomness comes from per-block streams
@@ -40,7 +41,7 @@ from fedsde.clients.local import run_local_steps
 from fedsde.clients.steps import EpochSteps, RandomSteps
 from fedsde.clients.streams import ReplicateStreams
 from fedsde.errors import SimulationDivergedError
-from fedsde.problems.quadratic import QuadraticProblem
+from fedsde.problems.quadratic.problem import QuadraticProblem
 from fedsde.sim.moments import StreamingMoments
 from fedsde.sim.participation import (
     draw_participation,

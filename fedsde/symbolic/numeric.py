@@ -28,7 +28,7 @@ import sympy as sp
 
 from fedsde._validate import choice, positive_float, positive_int
 from fedsde.errors import FedsdeInputError, NoStationaryLawError
-from fedsde.problems.quadratic import QuadraticProblem
+from fedsde.problems.quadratic.problem import QuadraticProblem
 from fedsde.symbolic import symbols as sym
 from fedsde.symbolic.local_sgd import READINGS, client_law, contraction, gamma, paper_double_sum
 from fedsde.symbolic.moments import ou_solution, thm63_printed

@@ -29,7 +29,7 @@ from fedsde._validate import positive_int
 from fedsde.aggregators import FedAvg
 from fedsde.clients.streams import BLOCK, ReplicateStreams
 from fedsde.errors import FedsdeInputError
-from fedsde.problems.quadratic import QuadraticProblem
+from fedsde.problems.quadratic.problem import QuadraticProblem
 
 
 class SkewedQuadraticOracle:

@@ -25,7 +25,7 @@ from fedsde._tolerances import OPTIMUM_GTOL, label
 from fedsde._validate import positive_float, positive_int
 from fedsde.errors import FedsdeInputError
 from fedsde.exact import client_round_maps, transient_moments
-from fedsde.problems.quadratic import QuadraticProblem
+from fedsde.problems.quadratic.problem import QuadraticProblem
 from fedsde.theory.bounds_002 import BoundInputs
 from fedsde.theory.results import CLOSED_FORM, GIVEN, Constant
 from fedsde.theory.schedules import PowerSchedule

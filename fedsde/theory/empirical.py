@@ -24,7 +24,7 @@ from fedsde._compat import renamed
 from fedsde._validate import positive_float, positive_int
 from fedsde.errors import FedsdeInputError
 from fedsde.exact import transient_moments
-from fedsde.problems.quadratic import QuadraticProblem
+from fedsde.problems.quadratic.problem import QuadraticProblem
 from fedsde.theory.schedules import PowerSchedule
 
 

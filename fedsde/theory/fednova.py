@@ -24,7 +24,7 @@ from fedsde._validate import choice, client_weights, positive_float, positive_in
 from fedsde.aggregators import Aggregator, get_aggregator
 from fedsde.errors import FedsdeInputError
 from fedsde.exact import round_law
-from fedsde.problems.quadratic import QuadraticProblem
+from fedsde.problems.quadratic.problem import QuadraticProblem
 from fedsde.theory.results import CLOSED_FORM, OPTIMISATION, BoundValue, Constant
 
 SOLVERS = ("vanilla", "prox", "momentum")

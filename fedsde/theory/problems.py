@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedsde.problems.quadratic import QuadraticProblem
+from fedsde.problems.quadratic.problem import QuadraticProblem
 
 #: the client means of the non-IID synthetic logistic problem (cycled when Q > 3)
 _LOGISTIC_MEANS = np.array([[-1.0, 0.5], [0.5, 1.0], [1.0, -1.0]])
@@ -54,7 +54,7 @@ def synthetic_logistic(Q: int = 3, n_per_client: int = 50, *, kind: str = "nonii
     ``replicate`` repeats the ``Q`` clients that many times (``Q·replicate`` clients with the same data), which
     is how the CLT checks let the number of clients grow with fixed client distributions.
     """
-    from fedsde.problems.logistic import ClassificationProblem
+    from fedsde.problems.classification.problem import ClassificationProblem
 
     rng = np.random.default_rng(seed)
     Xs, ys = [], []

@@ -28,7 +28,7 @@ import numpy as np
 from fedsde._validate import choice, client_steps, client_weights, positive_int
 from fedsde.errors import FedsdeInputError
 from fedsde.exact import client_round_maps
-from fedsde.problems.quadratic import QuadraticProblem
+from fedsde.problems.quadratic.problem import QuadraticProblem
 
 WEIGHTINGS = ("unbiased", "renormalised", "multinomial")
 

@@ -23,7 +23,7 @@ from fedsde._validate import positive_float, positive_int, start_point
 from fedsde.aggregators import Aggregator, get_aggregator
 from fedsde.errors import FedsdeInputError
 from fedsde.problems.metrics import evaluate_metrics, metric_names
-from fedsde.problems.quadratic import QuadraticProblem
+from fedsde.problems.quadratic.problem import QuadraticProblem
 from fedsde.validity.core import ValidityResult
 from fedsde.validity.reference import ell_ratios, exact_gaps, exact_sde_paths, svag_gaps
 from fedsde.validity.verdict import richardson_limit, validity_verdict

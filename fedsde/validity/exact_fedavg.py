@@ -23,7 +23,7 @@ FEDAVG_MODES = ("exact", "sampled")
 
 def moments_close(problem) -> bool:
     """Whether FedAvg's moments on ``problem`` are exact: quadratic or least-squares regression clients."""
-    from fedsde.problems.quadratic import QuadraticProblem
+    from fedsde.problems.quadratic.problem import QuadraticProblem
     from fedsde.validity.reference import _is_least_squares
 
     return isinstance(problem, QuadraticProblem) or _is_least_squares(problem)

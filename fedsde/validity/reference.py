@@ -60,7 +60,7 @@ def exact_sde_law(problem, *, eta: float, local_steps, server_lr: float, h: floa
 
         problem.optimum  # noqa: B018 — a one-line error when the solution is not unique (singular Hessian)
         return least_squares_sde(problem, eta, local_steps, server_lr, h)
-    from fedsde.problems.quadratic import QuadraticProblem
+    from fedsde.problems.quadratic.problem import QuadraticProblem
 
     if isinstance(problem, QuadraticProblem):
         from fedsde.sde import quadratic_sde_coefficients
@@ -85,7 +85,7 @@ def resolve_reference(problem, reference: str | None) -> str:
 
 
 def _is_quadratic(problem) -> bool:
-    from fedsde.problems.quadratic import QuadraticProblem
+    from fedsde.problems.quadratic.problem import QuadraticProblem
 
     return isinstance(problem, QuadraticProblem)
 

@@ -37,7 +37,7 @@ def round_contraction(problem, *, eta: float, local_steps, server_lr: float = 1.
         Data problems: where the round is linearised (default: the optimum, :func:`approximate_optimum`; its
         client Hessians are cached on the problem).
     """
-    from fedsde.problems.quadratic import QuadraticProblem
+    from fedsde.problems.quadratic.problem import QuadraticProblem
 
     eta = positive_float("eta", eta)
     s = positive_float("server_lr", server_lr)

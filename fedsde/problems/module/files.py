@@ -124,7 +124,7 @@ def module_problem_from_dict(data: dict, *, source: str = "problem", base_dir=No
     else:
         arrays, info = _digits(k)
     x, y, client, x_test, y_test = arrays
-    from fedsde.problems.regression_files import _weights
+    from fedsde.problems.regression.files import _weights
 
     _, names = client_order(client)
     p = _weights(k, [str(n) for n in names])

@@ -1,7 +1,7 @@
 """A user's own ``nn.Module`` trained by a client population: :class:`ModulePopulationProblem` and
 :func:`module_population_problem`.
 
-The clients and their rows come from any :class:`~fedsde.problems.population.ClientPopulation` (FedProx's
+The clients and their rows come from any :class:`~fedsde.problems.populations.base.ClientPopulation` (FedProx's
 synthetic(α, β) produced client by client, the clients of an npz read from their slices of the file, …); the model,
 the loss, the local steps and the initial weights are those of :class:`~fedsde.problems.module.ModuleProblem`
 (``F = Σ_k p_k F_k``, ``F_k`` client ``k``'s mean row loss plus ``(λ/2)‖w‖²``).  What it adds is that nothing of
@@ -9,11 +9,11 @@ the size of the population's rows is formed:
 
 * the simulator (:class:`fedsde.clients.module_oracle.ModuleOracle`) reads, at the start of every round, the rows
   of the round's participants only, through the problem's bounded cache
-  (:class:`~fedsde.problems.population.ClientCache`), so an on-demand run gives the numbers of the materialised
+  (:class:`~fedsde.problems.populations.base.ClientCache`), so an on-demand run gives the numbers of the materialised
   problem (:meth:`ModulePopulationProblem.materialise`: the :class:`ModuleProblem` of all clients, the same rows)
   bit for bit, in memory that grows with the participants;
 * the metrics are those of the materialised problem while the population is small, else estimated on the seeded
-  subsample of clients and blocks of rows of :mod:`fedsde.problems.population_metrics` (the module's per-row losses,
+  subsample of clients and blocks of rows of :mod:`fedsde.problems.populations.metrics` (the module's per-row losses,
   gradients and predictions through :class:`~fedsde.problems.module.functional.FunctionalModule` in eval mode);
 * everything else (Hessians, κ, the optimum) needs :meth:`ModulePopulationProblem.materialise`, refused up front
   in one line when the population's rows do not fit in memory.
@@ -35,7 +35,7 @@ import torch
 
 from fedsde._validate import positive_int
 from fedsde.errors import FedsdeInputError
-from fedsde.problems.population import CACHE_BYTES, OnDemandRows
+from fedsde.problems.populations.base import CACHE_BYTES, OnDemandRows
 
 _LOCK = threading.Lock()
 
@@ -53,7 +53,7 @@ class ModulePopulationProblem(OnDemandRows):
     p : ndarray, shape (Q,)
         Client weights (normalised; default ``N_k/N``).
     metric_samples : int or None
-        Rows of the metrics' subsample (default :data:`fedsde.problems.population_metrics.POPULATION_SAMPLES`).
+        Rows of the metrics' subsample (default :data:`fedsde.problems.populations.metrics.POPULATION_SAMPLES`).
     cache_bytes : int
         Bound of the client rows kept produced.
     """
@@ -122,7 +122,7 @@ class ModulePopulationProblem(OnDemandRows):
         """The :class:`~fedsde.problems.module.ModuleProblem` of all clients with the same rows (cached), refused
         up front when they do not fit in memory."""
         if "materialised" not in self._cache:
-            from fedsde.problems.models import check_memory
+            from fedsde.problems.classification.models import check_memory
             from fedsde.problems.module.problem import module_problem
 
             row = int(np.prod(self.row_shape, dtype=np.int64))
@@ -159,7 +159,7 @@ class ModulePopulationProblem(OnDemandRows):
 
     def torch_metrics(self, W, need, plan=None):
         """The materialised problem's metrics (exact; the simulator's metrics of a large population are estimated
-        instead, :mod:`fedsde.problems.population_metrics`)."""
+        instead, :mod:`fedsde.problems.populations.metrics`)."""
         return self.materialise().torch_metrics(W, need, plan)
 
     def metric_names(self) -> tuple[str, ...]:
@@ -207,7 +207,7 @@ class ModulePopulationProblem(OnDemandRows):
 
     def sample_passes(self, W: torch.Tensor, rows: dict, need, *, train: bool):
         """Per weight vector of ``W`` (m, d), the per-draw sums the population metrics take on their drawn ``rows``
-        (:func:`fedsde.problems.population_metrics.population_metrics`; as its ``_classifier_passes``): ``L`` (m, c)
+        (:func:`fedsde.problems.populations.metrics.population_metrics`; as its ``_classifier_passes``): ``L`` (m, c)
         of ``loss``-weighted row losses, ``gb`` (groups, m, d) of the groups' gradients of ``Σ_i grad_i ℓ_i`` and
         ``H`` (m, c) of ``loss``-weighted hits; eval mode, in row chunks."""
         X, y, draw, bounds, inv = rows["X"], rows["y"], rows["draw"], rows.get("bounds"), rows
@@ -248,7 +248,7 @@ class ModulePopulationProblem(OnDemandRows):
 
 
 def _create(population, template, p, metric_samples, cache_bytes) -> ModulePopulationProblem:
-    from fedsde.problems.labelled import checked_client_weights
+    from fedsde.problems.classification.labelled import checked_client_weights
 
     sizes = np.asarray(population.sizes)
     if sizes.ndim != 1 or sizes.size < 1 or sizes.min() < 1:
@@ -267,7 +267,7 @@ def module_population_problem(module_or_factory, population, *, loss: str = "cro
                               info: dict | None = None, metric_samples: int | None = None,
                               cache_bytes: int = CACHE_BYTES) -> ModulePopulationProblem:
     """A :class:`ModulePopulationProblem`: the settings of :func:`fedsde.problems.module.module_problem`, the
-    clients and rows of ``population`` (a :class:`~fedsde.problems.population.ClientPopulation`), the weights
+    clients and rows of ``population`` (a :class:`~fedsde.problems.populations.base.ClientPopulation`), the weights
     ``p`` (default ``∝ N_k``), ``metric_samples`` (rows of the metrics' subsample) and ``cache_bytes``."""
     from fedsde.problems.module.problem import module_problem
 

@@ -30,7 +30,7 @@ import torch
 
 from fedsde._validate import choice, client_weights, positive_float, positive_int
 from fedsde.errors import FedsdeInputError
-from fedsde.problems.models import segment_starts
+from fedsde.problems.classification.models import segment_starts
 from fedsde.problems.module.functional import LOSSES, FunctionalModule, refuse_running_stats
 from fedsde.problems.module.views import ModuleViews
 

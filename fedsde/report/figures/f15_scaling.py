@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from fedsde.errors import FedsdeInputError
-from fedsde.problems.quadratic import QuadraticProblem
+from fedsde.problems.quadratic.problem import QuadraticProblem
 from fedsde.report.figures.common import loglog_slope, subplots
 from fedsde.report.gallery import FigureOutput, RunContext
 from fedsde.scaling import NAIVE, RULES, FedAvgConfig, compare_quadratic

@@ -22,7 +22,7 @@ TAU = np.array([2, 4, 7])
 
 def rules_problem():
     """Three clients in 2-d, rotated curvatures, label skew (for FedDisco); the F18 problem."""
-    from fedsde.problems.quadratic import QuadraticProblem
+    from fedsde.problems.quadratic.problem import QuadraticProblem
 
     rng = np.random.default_rng(18)
     U, S = [], []

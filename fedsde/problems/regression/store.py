@@ -1,8 +1,8 @@
 """A least-squares CSV file's rows on disk, client after client, read one client at a time (internal).
 
-:func:`scan_csv` streams the file once (:func:`fedsde.problems.regression_data.csv_blocks`, the reader of the
+:func:`scan_csv` streams the file once (:func:`fedsde.problems.regression.data.csv_blocks`, the reader of the
 materialised path, so the checks and messages are the same): the clients in order of first appearance, their row
-counts, the pooled statistics of :func:`~fedsde.problems.regression_data.standardise` and the raw rows in file order
+counts, the pooled statistics of :func:`~fedsde.problems.regression.data.standardise` and the raw rows in file order
 (a temporary file).  :func:`build_store` then writes the (standardised) design rows and targets grouped by client,
 each client's rows in file order, into a float64 memory-mapped :class:`RowStore` in the system's temporary folder,
 so client ``k`` is the slice ``rows[o_k : o_k + n_k]``.  Memory: ``O(Q)`` numbers and one block of rows; disk:
@@ -14,7 +14,7 @@ garbage-collected, or at exit (:func:`weakref.finalize`).
 
 The pooled statistics are sums over blocks (each block's mean and squared deviations, merged by Chan, Golub &
 LeVeque's pairwise update, 1979) rather than NumPy's sums over the whole column, so they agree with
-:func:`~fedsde.problems.regression_data.standardise` to float64 rounding (about 1e-16 relative), not bit for bit;
+:func:`~fedsde.problems.regression.data.standardise` to float64 rounding (about 1e-16 relative), not bit for bit;
 without standardisation the rows are the file's numbers, bit for bit.
 """
 
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedsde.errors import FedsdeInputError
-from fedsde.problems.regression_data import csv_blocks, csv_cell, moment_limit
+from fedsde.problems.regression.data import csv_blocks, csv_cell, moment_limit
 
 #: rows per block of the passes over the raw rows and the store
 STORE_BLOCK = 1 << 16
@@ -129,7 +129,7 @@ class CsvScan:
         return int(self.sizes.sum())
 
     def stats(self) -> dict:
-        """The statistics :func:`~fedsde.problems.regression_data.standardise` reports (same keys)."""
+        """The statistics :func:`~fedsde.problems.regression.data.standardise` reports (same keys)."""
         F = len(self.columns) - 1
         mean = np.where(self.constant, self.first, self.mean)
         sd = np.sqrt(self.m2 / self.N)
@@ -145,7 +145,7 @@ class CsvScan:
 
 def scan_csv(path, features: Sequence[str], target: str, client_column: str, *, keep_raw: bool = True) -> CsvScan:
     """Stream ``path`` once (module docstring); ``keep_raw``: also write the raw rows to a temporary file and check
-    their magnitudes (:func:`~fedsde.problems.regression_data.check_magnitudes`' limit and message)."""
+    their magnitudes (:func:`~fedsde.problems.regression.data.check_magnitudes`' limit and message)."""
     index = _Index()
     sizes = np.zeros(1024, dtype=np.int64)
     C = len(features) + 1

@@ -29,8 +29,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from fedsde._validate import positive_float, positive_int, unit_interval
-from fedsde.problems.logistic import ClassificationProblem
-from fedsde.problems.models import check_memory
+from fedsde.problems.classification.models import check_memory
+from fedsde.problems.classification.problem import ClassificationProblem
 
 
 def synthetic_problem(

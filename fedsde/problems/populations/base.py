@@ -7,14 +7,14 @@ only its participants' rows (:mod:`fedsde.clients.population_rows`).  Rows that 
 :class:`ClientCache` bounded in bytes (least recently used out first).
 
 :class:`PopulationProblem` is the classification problem of such a population (logistic, softmax or MLP clients
-as in :class:`~fedsde.problems.logistic.ClassificationProblem`): the simulator, the metrics
-(:mod:`fedsde.problems.population_metrics`: a seeded subsample of clients and rows, exact where the population is
+as in :class:`~fedsde.problems.classification.problem.ClassificationProblem`): the simulator, the metrics
+(:mod:`fedsde.problems.populations.metrics`: a seeded subsample of clients and rows, exact where the population is
 small) and the ``simulate`` command take it as they take a materialised problem.  Everything else (the optimum,
 Hessians, the exact laws) needs the materialised problem (:meth:`PopulationProblem.materialise`, the same rows),
 which is refused up front when the population's rows do not fit in memory; problem files give it to every command
 that does not take populations (:func:`fedsde.problems.load_problem`).
 
-Implementations: :class:`fedsde.problems.synthetic_population.SyntheticPopulation` (FedProx's synthetic(α, β),
+Implementations: :class:`fedsde.problems.populations.synthetic.SyntheticPopulation` (FedProx's synthetic(α, β),
 client by client) and :class:`ArrayPopulation` (the clients of a materialised problem: partitioned bundled sets,
 data already in memory); :class:`fedsde.problems.module.npz.NpzPopulation` (an npz read client by client), and a
 user's ``nn.Module`` trained by any population is :mod:`fedsde.problems.module.population`.  Another kind of client
@@ -33,8 +33,8 @@ import numpy as np
 
 from fedsde._validate import choice, positive_float, positive_int
 from fedsde.errors import FedsdeInputError
-from fedsde.problems.labelled import checked_client_weights
-from fedsde.problems.models import MODEL_TYPES, check_model_memory, checked_model, model_type
+from fedsde.problems.classification.labelled import checked_client_weights
+from fedsde.problems.classification.models import MODEL_TYPES, check_model_memory, checked_model, model_type
 
 #: bytes of client rows a population keeps produced (least recently used out first)
 CACHE_BYTES = 64 << 20
@@ -111,8 +111,8 @@ class ClientCache:
 
 
 class ArrayPopulation:
-    """The clients of a materialised :class:`~fedsde.problems.logistic.ClassificationProblem` as a population
-    (slices of its arrays; nothing is copied)."""
+    """The clients of a materialised :class:`~fedsde.problems.classification.problem.ClassificationProblem` as a
+    population (slices of its arrays; nothing is copied)."""
 
     def __init__(self, problem):
         self.problem = problem
@@ -135,7 +135,7 @@ class ArrayPopulation:
 class OnDemandRows:
     """The bounded cache and the rows of a problem whose clients' rows are read on demand (shared by
     :class:`PopulationProblem`, the module population of :mod:`fedsde.problems.module.population` and the
-    least-squares population of :mod:`fedsde.problems.regression_population`).  The class provides
+    least-squares population of :mod:`fedsde.problems.regression.population`).  The class provides
     ``cache_bytes`` and ``_cache``, and either a ``population`` (a :class:`ClientPopulation`: the shapes and rows
     below come from it) or its own ``Q``, ``sizes`` and :meth:`_read_client`."""
 
@@ -178,7 +178,7 @@ class OnDemandRows:
 class PopulationProblem(OnDemandRows):
     """A classification problem over a :class:`ClientPopulation` (see the module docstring).
 
-    Attributes are those of :class:`~fedsde.problems.logistic.ClassificationProblem` without the arrays:
+    Attributes are those of :class:`~fedsde.problems.classification.problem.ClassificationProblem` without the arrays:
     ``population``, ``model``, ``l2``, ``p`` (Q,), ``fit_intercept``, ``name``, ``info``, ``hidden``,
     ``batch_size``, ``sampling``, ``init_seed``, ``metric_samples``.  ``F_k(w)`` is client ``k``'s regularised
     empirical risk on its training rows and ``F = Σ_k p_k F_k`` (default ``p_k = N_k/N``).
@@ -282,11 +282,11 @@ class PopulationProblem(OnDemandRows):
         return self.classifier.init(self.init_seed if seed is None else seed)
 
     def materialise(self):
-        """The :class:`~fedsde.problems.logistic.ClassificationProblem` of all clients (cached), refused up front
-        when its rows do not fit in memory."""
+        """The :class:`~fedsde.problems.classification.problem.ClassificationProblem` of all clients (cached), refused
+        up front when its rows do not fit in memory."""
         if "materialised" not in self._cache:
-            from fedsde.problems.logistic import ClassificationProblem
-            from fedsde.problems.models import check_memory
+            from fedsde.problems.classification.models import check_memory
+            from fedsde.problems.classification.problem import ClassificationProblem
 
             F, N, M = int(self.population.n_features), self.n_rows, int(np.sum(self.test_sizes))
             check_memory(f"n_clients={self.Q}, dim={F}", 8 * 3 * (N + M) * (F + 1),

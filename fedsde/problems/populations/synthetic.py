@@ -1,11 +1,11 @@
-"""FedProx's synthetic(α, β) client by client: a :class:`~fedsde.problems.population.ClientPopulation` whose client
-``k`` is produced from the seed and ``k`` alone.
+"""FedProx's synthetic(α, β) client by client: a :class:`~fedsde.problems.populations.base.ClientPopulation` whose
+client ``k`` is produced from the seed and ``k`` alone.
 
-The law is that of :mod:`fedsde.problems.synthetic` (reference/seed-fednova.md §4.1): ``n_k = ⌊LogNormal(4, 2)⌋ +
-50`` (capped at ``max_samples``), ``u_k ~ N(0, α²)``, ``B_k ~ N(0, β²)``, ``W_k, b_k`` entries ``~ N(u_k, 1)``,
-``v_k`` entries ``~ N(B_k, 1)``, ``x ~ N(v_k, diag((j + 1)^{−1.2}))``, ``y = argmax(x W_k + b_k)``; the first
-``round(test_fraction · n_k)`` rows of a client are its test split.  The random numbers are laid out so that nothing
-depends on the number of clients:
+The law is that of :mod:`fedsde.problems.classification.synthetic` (reference/seed-fednova.md §4.1): ``n_k =
+⌊LogNormal(4, 2)⌋ + 50`` (capped at ``max_samples``), ``u_k ~ N(0, α²)``, ``B_k ~ N(0, β²)``, ``W_k, b_k`` entries ``~
+N(u_k, 1)``, ``v_k`` entries ``~ N(B_k, 1)``, ``x ~ N(v_k, diag((j + 1)^{−1.2}))``, ``y = argmax(x W_k + b_k)``; the
+first ``round(test_fraction · n_k)`` rows of a client are its test split.  The random numbers are laid out so that
+nothing depends on the number of clients:
 
 * ``n_k``, ``u_k``, ``B_k`` of all clients: three streams of the seed (``SeedSequence(seed, spawn_key=(0,))``,
   ``(1,)``, ``(2,)``), drawn in client order, so the first ``Q`` values are the same for every population of ``Q``
@@ -14,9 +14,9 @@ depends on the number of clients:
 * client ``k``'s ``W_k, b_k, v_k``: stream ``(4, k, 0)``; its rows ``64(j − 1) … 64j − 1``: stream ``(4, k, j)``
   (:data:`ROW_CHUNK` rows per stream), so a few rows of a large client cost a few streams, not the client.
 
-These are other random numbers than the one-stream generator of :func:`fedsde.problems.synthetic.synthetic_problem`
-(the same law; ``tests/test_population.py`` compares the two simulated laws at 10³ clients within 5 standard
-errors).
+These are other random numbers than the one-stream generator of
+:func:`fedsde.problems.classification.synthetic.synthetic_problem` (the same law; ``tests/test_population.py`` compares
+the two simulated laws at 10³ clients within 5 standard errors).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ _SIZES, _U, _B, _SHARED, _CLIENT = range(5)
 class SyntheticPopulation:
     """synthetic(α, β) of ``n_clients`` clients produced on demand (see the module docstring).
 
-    Parameters are those of :func:`fedsde.problems.synthetic.synthetic_problem`.
+    Parameters are those of :func:`fedsde.problems.classification.synthetic.synthetic_problem`.
     """
 
     def __init__(self, alpha: float = 1.0, beta: float = 1.0, *, seed: int, n_clients: int = 30, dim: int = 60,
@@ -53,7 +53,7 @@ class SyntheticPopulation:
         self.test_fraction = unit_interval("test_fraction", test_fraction)
         self.max_samples = None if max_samples is None else positive_int("max_samples", max_samples, minimum=2)
         Q = self.Q
-        from fedsde.problems.models import check_memory
+        from fedsde.problems.classification.models import check_memory
 
         check_memory(f"n_clients={Q}", PER_CLIENT_BYTES * Q, f"every client keeps about {PER_CLIENT_BYTES} bytes of "
                      "per-client numbers (sizes, shifts, weights, the participation draw's vectors); use fewer clients")
@@ -130,9 +130,9 @@ class SyntheticPopulation:
 def synthetic_population_problem(alpha: float = 1.0, beta: float = 1.0, *, seed: int, n_clients: int = 30,
                                  dim: int = 60, n_classes: int = 10, iid: bool = False, test_fraction: float = 0.1,
                                  max_samples: int | None = None, l2: float = 1e-3, **settings):
-    """FedProx's synthetic(α, β) as a :class:`~fedsde.problems.population.PopulationProblem` (softmax regression,
+    """FedProx's synthetic(α, β) as a :class:`~fedsde.problems.populations.base.PopulationProblem` (softmax regression,
     clients produced on demand); ``settings`` as :meth:`PopulationProblem.create`."""
-    from fedsde.problems.population import PopulationProblem
+    from fedsde.problems.populations.base import PopulationProblem
 
     pop = SyntheticPopulation(alpha, beta, seed=seed, n_clients=n_clients, dim=dim, n_classes=n_classes, iid=iid,
                               test_fraction=test_fraction, max_samples=max_samples)

@@ -6,7 +6,7 @@ import numpy as np
 
 from fedsde._validate import choice, positive_float, positive_int
 from fedsde.errors import FedsdeInputError
-from fedsde.problems.quadratic import QuadraticProblem
+from fedsde.problems.quadratic.problem import QuadraticProblem
 
 
 def _random_spd(rng: np.random.Generator, d: int, lam_min: float, lam_max: float, diagonal: bool):

@@ -1,4 +1,4 @@
-"""Metrics of server weights over a client population (:class:`~fedsde.problems.population.PopulationProblem`),
+"""Metrics of server weights over a client population (:class:`~fedsde.problems.populations.base.PopulationProblem`),
 estimated on a seeded subsample of clients and rows.
 
 A population of at most ``metric_samples`` training and test rows is evaluated exactly, on its materialised problem

@@ -1,5 +1,6 @@
-"""The models of :class:`~fedsde.problems.logistic.ClassificationProblem`: logistic, softmax and a one-hidden-layer
-MLP, each one small class with the forward pass, the per-sample losses and gradients, the Hessian and the start.
+"""The models of :class:`~fedsde.problems.classification.problem.ClassificationProblem`: logistic, softmax and a
+one-hidden-layer MLP, each one small class with the forward pass, the per-sample losses and gradients, the Hessian and
+the start.
 
 For a design row ``x̃`` (``n_features`` entries: the features and, with an intercept, a trailing 1):
 
@@ -9,7 +10,7 @@ For a design row ``x̃`` (``n_features`` entries: the features and, with an inte
   ``(n_features, C)`` stored row-major in ``w`` (``d = n_features·C``); ``∂ℓ/∂z = softmax(z) − e_y``;
 * :class:`MLPModel` (``C`` classes, ``H`` hidden units): ``z = (tanh(x̃ᵀW₁), 1) W₂``, ``ℓ = logsumexp(z) − z_y``,
   ``d = n_features·H + (H + 1)·C`` (non-convex; layout, backpropagation and initialisation in
-  :mod:`fedsde.problems.mlp`).
+  :mod:`fedsde.problems.classification.mlp`).
 
 The linear models' gradients are ``∇ℓ = x̃ ⊗ ∂ℓ/∂z``.  Every model follows :class:`ClassificationModel`: the
 problem holds the data, the weights ``p_k`` and the ridge ``λ`` and calls its model for everything that depends
@@ -19,8 +20,8 @@ residuals (..., n, K) with ``K`` = :attr:`~ClassificationModel.n_outputs`.
 :meth:`~ClassificationModel.forward`, :meth:`~ClassificationModel.backward`, :meth:`~ClassificationModel.losses`,
 :meth:`~ClassificationModel.residuals` and :meth:`~ClassificationModel.predict` also take torch tensors (weights,
 design rows and labels on one device; the dtype of the weights): they then run the same formulas in torch
-(:mod:`fedsde.problems.torch_models`, :func:`fedsde.problems.mlp.forward_torch`), one batched matrix product per
-layer for all the weight vectors, and return tensors.
+(:mod:`fedsde.problems.classification.torch_models`, :func:`fedsde.problems.classification.mlp.forward_torch`), one
+batched matrix product per layer for all the weight vectors, and return tensors.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from scipy.special import expit, log_expit, logsumexp, softmax
 from fedsde._compat import renamed
 from fedsde._validate import choice, positive_int
 from fedsde.errors import FedsdeInputError
-from fedsde.problems import mlp as _mlp
+from fedsde.problems.classification import mlp as _mlp
 
 
 def is_tensor(x) -> bool:
@@ -48,7 +49,7 @@ def is_tensor(x) -> bool:
 
 
 def _torch():
-    from fedsde.problems import torch_models
+    from fedsde.problems.classification import torch_models
 
     return torch_models
 
@@ -89,7 +90,7 @@ def central_difference_hessian(w: np.ndarray, grad: Callable[[np.ndarray], np.nd
 
 
 class ClassificationModel(Protocol):
-    """What a :class:`~fedsde.problems.logistic.ClassificationProblem` asks of its model.
+    """What a :class:`~fedsde.problems.classification.problem.ClassificationProblem` asks of its model.
 
     Losses and gradients here are per sample and without the ridge ``λ`` (the problem adds it and weighs the
     samples).  ``convex``: the loss is convex in ``w`` (the optimum is polished by Newton steps).
@@ -318,8 +319,8 @@ class SoftmaxModel(_MulticlassOutput, _LinearModel):
 
 
 class MLPModel(_MulticlassOutput, _Model):
-    """One-hidden-layer tanh network (:mod:`fedsde.problems.mlp`): non-convex, no global curvature bound, Hessians
-    by central differences of the gradient, seeded Glorot start."""
+    """One-hidden-layer tanh network (:mod:`fedsde.problems.classification.mlp`): non-convex, no global curvature bound,
+    Hessians by central differences of the gradient, seeded Glorot start."""
 
     name: ClassVar[str] = "mlp"
     convex: ClassVar[bool] = False

@@ -1,23 +1,23 @@
 """Least-squares clients of a user's CSV file as a population: every client's rows read from disk when needed.
 
 A ``kind = "regression"`` problem file with ``data = "….csv"`` and ``population = true``
-(:mod:`fedsde.problems.regression_files`) gives a :class:`RegressionPopulation` to the commands that sample
+(:mod:`fedsde.problems.regression.files`) gives a :class:`RegressionPopulation` to the commands that sample
 participants (``fedsde simulate --participation m``): the file is streamed once and never held in memory
-(:mod:`fedsde.problems.regression_store`: the clients in order of first appearance, as
-:func:`~fedsde.problems.regression_data.csv_clients` orders them, each client's rows in file order, written to a
+(:mod:`fedsde.problems.regression.store`: the clients in order of first appearance, as
+:func:`~fedsde.problems.regression.data.csv_clients` orders them, each client's rows in file order, written to a
 temporary memory-mapped file of ``N·(d + 1)·8`` bytes), and a round of the simulator reads only its participants'
 rows (:class:`~fedsde.clients.least_squares_oracle.LeastSquaresMinibatchOracle`, through the bounded
-:class:`~fedsde.problems.population.ClientCache`), so a run gives the materialised problem's numbers bit for bit
+:class:`~fedsde.problems.populations.base.ClientCache`), so a run gives the materialised problem's numbers bit for bit
 (the minibatch draws depend only on the sizes and on ``n_max``, the largest client of the whole population).
 
-The objective is a quadratic (:mod:`fedsde.problems.regression`),
+The objective is a quadratic (:mod:`fedsde.problems.regression.problem`),
 
     F(w) = Σ_k p_k/(2 n_k) ‖X_k w − y_k‖² + (λ/2)‖w‖² = ½ wᵀ(A + λI)w − bᵀw + ½ c,
 
 with ``A = Σ_k (p_k/n_k) X_kᵀX_k``, ``b = Σ_k (p_k/n_k) X_kᵀy_k`` and ``c = Σ_k (p_k/n_k) y_kᵀy_k``.  One pass over
 the store (per weight vector ``p``, cached) gives ``H = A + λI``, the optimum ``w* = H⁻¹ b``, and a second one
 ``F* = F(w*)`` from the residuals; then ``F(w) = F* + ½ (w − w*)ᵀ H (w − w*)`` and ``∇F(w) = H (w − w*)``, the
-formulas of :class:`~fedsde.problems.regression.RegressionProblem`, exact at any size (the metrics
+formulas of :class:`~fedsde.problems.regression.problem.RegressionProblem`, exact at any size (the metrics
 ``train_loss``, ``grad_norm_sq`` and ``distance_from_start`` have standard error 0).  Other commands take the
 materialised problem (:meth:`RegressionPopulation.materialise`, refused up front when it does not fit).
 """
@@ -31,15 +31,15 @@ import numpy as np
 from fedsde._tolerances import SINGULAR_TOL
 from fedsde._validate import choice, client_weights, positive_float, positive_int, start_point
 from fedsde.errors import FedsdeInputError
-from fedsde.problems.population import CACHE_BYTES, OnDemandRows
-from fedsde.problems.regression import SAMPLINGS
-from fedsde.problems.regression_store import RowStore
+from fedsde.problems.populations.base import CACHE_BYTES, OnDemandRows
+from fedsde.problems.regression.problem import SAMPLINGS
+from fedsde.problems.regression.store import RowStore
 
 
 @dataclass(frozen=True, eq=False)
 class RegressionPopulation(OnDemandRows):
-    """Least-squares clients whose rows live in a :class:`~fedsde.problems.regression_store.RowStore` (module
-    docstring).  Attributes as :class:`~fedsde.problems.regression.RegressionProblem` without ``X`` and ``y``
+    """Least-squares clients whose rows live in a :class:`~fedsde.problems.regression.store.RowStore` (module
+    docstring).  Attributes as :class:`~fedsde.problems.regression.problem.RegressionProblem` without ``X`` and ``y``
     (``store`` instead; ``cache_bytes``: bound of the clients' rows kept read)."""
 
     store: RowStore
@@ -64,7 +64,7 @@ class RegressionPopulation(OnDemandRows):
                feature_names=None, client_names=None, name: str = "", info: dict | None = None,
                cache_bytes: int = CACHE_BYTES) -> RegressionPopulation:
         """A validated problem over ``store`` (checks and messages of
-        :meth:`~fedsde.problems.regression.RegressionProblem.from_clients`; ``feature_names`` without the
+        :meth:`~fedsde.problems.regression.problem.RegressionProblem.from_clients`; ``feature_names`` without the
         intercept)."""
         Q, sizes = store.Q, store.sizes
         F = store.d - int(bool(intercept))
@@ -136,11 +136,11 @@ class RegressionPopulation(OnDemandRows):
         return self.store.client(k)
 
     def materialise(self):
-        """The :class:`~fedsde.problems.regression.RegressionProblem` of the same rows (cached), refused up front
-        when it does not fit in memory."""
+        """The :class:`~fedsde.problems.regression.problem.RegressionProblem` of the same rows (cached), refused up
+        front when it does not fit in memory."""
         if "materialised" not in self._cache:
-            from fedsde.problems.models import check_memory
-            from fedsde.problems.regression import RegressionProblem
+            from fedsde.problems.classification.models import check_memory
+            from fedsde.problems.regression.problem import RegressionProblem
 
             N, d = self.n_rows, self.d
             check_memory(f"n_clients={self.Q}, rows={N}, dim={d}", 8 * 4 * N * (d + 1) + 400 * self.Q,

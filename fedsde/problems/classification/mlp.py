@@ -1,5 +1,6 @@
-"""A one-hidden-layer tanh network (``model="mlp"`` of :class:`~fedsde.problems.logistic.ClassificationProblem`):
-the NumPy code behind :class:`~fedsde.problems.models.MLPModel`.
+"""A one-hidden-layer tanh network (``model="mlp"`` of
+:class:`~fedsde.problems.classification.problem.ClassificationProblem`): the NumPy code behind
+:class:`~fedsde.problems.classification.models.MLPModel`.
 
 For a design row ``x̃ = (x, 1)`` (``n_features = F + 1`` entries) and ``H`` hidden units:
 
@@ -20,7 +21,7 @@ gradient of ``W₁`` vanishes while ``W₂[:H] = 0`` and that of ``W₂[:H]`` va
 
 All functions take ``w`` with leading batch axes ``(..., d)`` and are vectorised over them.  :func:`forward_torch`
 and :func:`backward_torch` are the same passes in torch for ``m`` weight vectors at once (one batched matrix
-product per layer, see :mod:`fedsde.problems.torch_models`).
+product per layer, see :mod:`fedsde.problems.classification.torch_models`).
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ def forward_torch(w, Xd, n_features: int, hidden: int, n_classes: int):
     design rows ``Xd`` (n, n_features), tensors on one device."""
     import torch
 
-    from fedsde.problems.torch_models import bmm, shared_rows
+    from fedsde.problems.classification.torch_models import bmm, shared_rows
 
     lead, n = w.shape[:-1], Xd.shape[0]
     W = w.reshape(-1, n_params(n_features, hidden, n_classes))
@@ -100,7 +101,7 @@ def backward_torch(w, Xd, A, resid, n_features: int, hidden: int, n_classes: int
     (..., d)."""
     import torch
 
-    from fedsde.problems.torch_models import bmm, shared_rows
+    from fedsde.problems.classification.torch_models import bmm, shared_rows
 
     lead, n = resid.shape[:-2], resid.shape[-2]
     d = n_params(n_features, hidden, n_classes)

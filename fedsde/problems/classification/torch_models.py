@@ -1,15 +1,15 @@
-"""Torch forward and backward passes of the linear classification models (:mod:`fedsde.problems.models`) and the
-output layers shared with the MLP, for a batch of weight vectors on the device and dtype of the weights.
+"""Torch forward and backward passes of the linear classification models (:mod:`fedsde.problems.classification.models`)
+and the output layers shared with the MLP, for a batch of weight vectors on the device and dtype of the weights.
 
 The formulas, shapes and sign conventions are those of the NumPy code (weights ``w`` (..., d), design rows ``Xd``
 (n, F), logits and residuals (..., n, K)).  Each weight vector's layer is its own matrix product of one batched
 product (``torch.bmm`` over the weight vectors, with the design rows shared, not copied): a weight's values do not
 depend on which other weights are evaluated with it, nor on its position among them (one wide product
 ``Xd @ [W⁽¹⁾ … W⁽ᵐ⁾]`` is about 1.3 times faster on the CPU, but its last columns round differently).  The MLP's
-torch passes are in :mod:`fedsde.problems.mlp` next to its NumPy ones.
+torch passes are in :mod:`fedsde.problems.classification.mlp` next to its NumPy ones.
 
-The model classes call these functions when they are handed tensors (:func:`fedsde.problems.models.is_tensor`);
-labels ``y`` are then integer tensors.
+The model classes call these functions when they are handed tensors
+(:func:`fedsde.problems.classification.models.is_tensor`); labels ``y`` are then integer tensors.
 """
 
 from __future__ import annotations

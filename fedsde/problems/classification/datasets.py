@@ -1,8 +1,8 @@
 """Federated classification problems from the data sets that ship with scikit-learn (no download).
 
 :func:`load_dataset` reads a bundled data set; :func:`federated_classification` standardises it, splits it into
-clients with a partitioner of :mod:`fedsde.problems.partition` and returns a
-:class:`~fedsde.problems.logistic.ClassificationProblem` (each client keeps a test split).
+clients with a partitioner of :mod:`fedsde.problems.classification.partition` and returns a
+:class:`~fedsde.problems.classification.problem.ClassificationProblem` (each client keeps a test split).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from fedsde._validate import choice, unit_interval
-from fedsde.problems.logistic import ClassificationProblem
+from fedsde.problems.classification.problem import ClassificationProblem
 
 DATASETS = ("digits", "breast_cancer")
 PARTITIONS = ("iid", "dirichlet", "shards", "quantity", "niid2")
@@ -21,7 +21,7 @@ def load_dataset(name: str) -> tuple[np.ndarray, np.ndarray]:
 
     ``"digits"``: 1797 8×8 images, 10 classes; ``"breast_cancer"``: 569 samples, 30 features, 2 classes.
     """
-    from fedsde.problems import bundled
+    from fedsde.problems.classification import bundled
 
     choice("dataset", name, DATASETS)
     return bundled.digits() if name == "digits" else bundled.breast_cancer()
@@ -47,8 +47,8 @@ def federated_classification(
 ) -> ClassificationProblem:
     """A federated logistic/softmax regression problem on a scikit-learn data set.
 
-    The whole data set is partitioned among the clients (see :mod:`fedsde.problems.partition`); each client's
-    samples are then split at random into train (``1 − test_fraction``) and test; the global test set is the
+    The whole data set is partitioned among the clients (see :mod:`fedsde.problems.classification.partition`); each
+    client's samples are then split at random into train (``1 − test_fraction``) and test; the global test set is the
     union of the clients' test splits.  Features are standardised with the mean and standard deviation of the
     pooled training data (constant features are left at zero).
 
@@ -72,7 +72,7 @@ def federated_classification(
     weights : {"size", "uniform"}
         Client weights ``p_k = N_k/N`` or ``1/Q``.
     """
-    from fedsde.problems import partition as part
+    from fedsde.problems.classification import partition as part
 
     X, y = load_dataset(dataset)
     choice("partition", partition, PARTITIONS)

@@ -7,9 +7,10 @@ Client ``k`` holds ``N_k`` training samples ``(x_i, y_i)`` and minimises the reg
 (seed 002 Sec. 3: ``F^k = (1/N_k) Σ_i F_i``, ``p_k = N_k/N`` by default).  The per-sample loss ``ℓ`` of
 ``model="logistic"`` (binary labels, ``d = F + 1``), ``"softmax"`` (``C`` classes, ``d = (F + 1)·C``) or ``"mlp"``
 (``H`` hidden units, ``d = (F + 1)·H + (H + 1)·C``, non-convex), its forward pass, per-sample gradients and Hessian
-are in :mod:`fedsde.problems.models`; the problem holds the data (:mod:`fedsde.problems.labelled`), the weights
-and the ridge, validates its input and finds the optimum, and asks its :attr:`~ClassificationProblem.classifier`
-for everything that depends on the model.  ``x̃ = (x, 1)`` when ``fit_intercept`` (the intercept is regularised).
+are in :mod:`fedsde.problems.classification.models`; the problem holds the data
+(:mod:`fedsde.problems.classification.labelled`), the weights and the ridge, validates its input and finds the optimum,
+and asks its :attr:`~ClassificationProblem.classifier` for everything that depends on the model.  ``x̃ = (x, 1)`` when
+``fit_intercept`` (the intercept is regularised).
 
 A problem may carry the minibatch size of its clients (``batch_size``, used by default by
 :func:`fedsde.sim.simulate`) and its starting point (:meth:`ClassificationProblem.initial_weights`: zero for the
@@ -21,7 +22,7 @@ replacement) is :meth:`ClassificationProblem.minibatch_covariance`:
     Σ_k(w) = (1/b − 1/N_k) · (1/(N_k − 1)) Σ_{i∈I_k} (∇ℓ_i(w) − ∇F_k(w)) (∇ℓ_i(w) − ∇F_k(w))ᵀ.
 
 Besides the training data every client keeps a test split; the global test set is the union of the clients'
-test splits.  :func:`fedsde.problems.datasets.federated_classification` builds such a problem from
+test splits.  :func:`fedsde.problems.classification.datasets.federated_classification` builds such a problem from
 scikit-learn's bundled data sets.
 """
 
@@ -35,8 +36,13 @@ import numpy as np
 from fedsde._tolerances import LBFGS_FTOL, LBFGS_GTOL, LOCAL_OPTIMUM_GTOL, NEWTON_GTOL, OPTIMUM_GTOL
 from fedsde._validate import choice, positive_float, positive_int
 from fedsde.errors import FedsdeInputError
-from fedsde.problems.labelled import LabelledClients, checked_arrays, checked_client_arrays, checked_client_weights
-from fedsde.problems.models import (
+from fedsde.problems.classification.labelled import (
+    LabelledClients,
+    checked_arrays,
+    checked_client_arrays,
+    checked_client_weights,
+)
+from fedsde.problems.classification.models import (
     MODEL_TYPES,
     MODELS,
     ClassificationModel,
@@ -237,14 +243,15 @@ class ClassificationProblem(LabelledClients):
 
     def initial_weights(self, seed: int | None = None) -> np.ndarray:
         """Starting weights ``w₀``, shape (d,): zero for the linear models; for the MLP Glorot-normal weights
-        with zero biases drawn from ``seed`` (default :attr:`init_seed`, else 0), see :mod:`fedsde.problems.mlp`.
+        with zero biases drawn from ``seed`` (default :attr:`init_seed`, else 0), see
+        :mod:`fedsde.problems.classification.mlp`.
         """
         return self.classifier.init(self.init_seed if seed is None else seed)
 
     @property
     def classifier(self) -> ClassificationModel:
-        """The model object of :attr:`model` (:mod:`fedsde.problems.models`): forward pass, per-sample losses,
-        gradients and Hessians."""
+        """The model object of :attr:`model` (:mod:`fedsde.problems.classification.models`): forward pass, per-sample
+        losses, gradients and Hessians."""
         if "classifier" not in self._cache:
             self._cache["classifier"] = MODEL_TYPES[self.model](
                 n_features=self.n_features, n_classes=int(self.n_classes), hidden=int(self.hidden),
@@ -429,7 +436,7 @@ class ClassificationProblem(LabelledClients):
 
     def max_curvature(self) -> np.ndarray:
         """Upper bound on the largest Hessian eigenvalue of each ``F_k``, shape (Q,): ``c·λ_max((1/N_k) Σ x̃x̃ᵀ) + λ``
-        (:meth:`~fedsde.problems.models.LogisticModel.curvature_bound`; none exists for the MLP:
+        (:meth:`~fedsde.problems.classification.models.LogisticModel.curvature_bound`; none exists for the MLP:
         :class:`FedsdeInputError`)."""
         return np.array([self.classifier.curvature_bound(self.design(Xk)) + self.l2 for Xk in self.client_data()[0]])
 

@@ -22,7 +22,7 @@ so the minibatch gradient covariance is ``Σ_k(w) = κ_k Cov_i(x_i(x_iᵀw − y
 seed 002 Sec. 3's ``(1/S − 1/N_k)·`` sample covariance).
 
 Build with :meth:`RegressionProblem.from_clients`, or from a problem file (``kind = "regression"``,
-:mod:`fedsde.problems.regression_files`).  The simulator samples minibatches as the
+:mod:`fedsde.problems.regression.files`).  The simulator samples minibatches as the
 problem says with :func:`fedsde.clients.least_squares_oracle.least_squares_oracle`.
 """
 
@@ -36,7 +36,7 @@ import numpy as np
 from fedsde._tolerances import SINGULAR_TOL
 from fedsde._validate import choice, client_weights, positive_float, positive_int, start_point
 from fedsde.errors import FedsdeInputError
-from fedsde.problems.regression_data import check_magnitudes
+from fedsde.problems.regression.data import check_magnitudes
 
 MODELS = ("least-squares",)
 SAMPLINGS = ("without-replacement", "with-replacement")

@@ -55,7 +55,7 @@ def csv_blocks(path, features: Sequence[str], target: str, client_column: str, b
     skipped; a file with no record is refused.  A plain stretch of about ``chars`` characters is parsed at once,
     any other record by record (module docstring), and an error is reported with its row and line from a second
     reading of the file up to it.  Magnitudes are checked by the caller
-    (:func:`fedsde.problems.regression_data.check_magnitudes`, which needs the number of rows; :func:`csv_cell`
+    (:func:`fedsde.problems.regression.data.check_magnitudes`, which needs the number of rows; :func:`csv_cell`
     names a cell)."""
     with _opened(path) as fh:
         names, cols, c_col = _header(csv.reader(iter(fh.readline, "")), path, features, target, client_column)

@@ -4,13 +4,13 @@
   ``target`` column and a ``client_column`` whose every distinct value is one client (in order of first
   appearance).  Missing columns, empty or non-numeric cells, NaN/inf and rows of the wrong length are one-line
   :class:`~fedsde.errors.FedsdeInputError` naming the file, the row (and its line) and the column.
-  :func:`~fedsde.problems.csv_reader.csv_blocks` (re-exported here) streams the same records, checks and messages
-  in blocks (:func:`csv_clients` reads through it, and so does :mod:`fedsde.problems.regression_store`, which keeps
-  a file's rows on disk).
+  :func:`~fedsde.problems.regression.csv_reader.csv_blocks` (re-exported here) streams the same records, checks and
+  messages in blocks (:func:`csv_clients` reads through it, and so does :mod:`fedsde.problems.regression.store`, which
+  keeps a file's rows on disk).
 * :func:`grunfeld_clients` — statsmodels' Grunfeld investment panel: 11 US firms × 20 years (1935–1954), the
   firm's gross investment ``invest`` on its market ``value`` and its ``capital`` stock; every firm is a client.
 * :func:`diabetes_clients` — scikit-learn's diabetes data (442 patients, 10 baseline variables, a disease
-  progression score one year later), split among clients by :mod:`fedsde.problems.partition` (``iid``,
+  progression score one year later), split among clients by :mod:`fedsde.problems.classification.partition` (``iid``,
   ``dirichlet`` over the target cut into quantile bins, or ``quantity`` skew).
 * :func:`standardise` — centre and scale features and target with the pooled mean and standard deviation.
 """
@@ -23,7 +23,7 @@ import numpy as np
 
 from fedsde._validate import choice
 from fedsde.errors import FedsdeInputError
-from fedsde.problems.csv_reader import CSV_BLOCK, csv_blocks, csv_cell
+from fedsde.problems.regression.csv_reader import CSV_BLOCK, csv_blocks, csv_cell
 
 __all__ = ["CSV_BLOCK", "check_magnitudes", "csv_blocks", "csv_cell", "csv_clients", "diabetes_clients",
            "grunfeld_clients", "moment_limit", "standardise"]
@@ -90,8 +90,8 @@ def diabetes_clients(*, clients: int, partition: str, seed: int, alpha: float = 
     ``dirichlet``: per-bin Dirichlet(α) skew over the target cut at its ``bins``-quantiles (every client keeps at
     least ``min_size`` rows); ``quantity``: client sizes from Dirichlet(β) proportions.
     """
-    from fedsde.problems import bundled
-    from fedsde.problems import partition as part
+    from fedsde.problems.classification import bundled
+    from fedsde.problems.classification import partition as part
 
     choice("partition", partition, DIABETES_PARTITIONS)
     X, y = bundled.diabetes()

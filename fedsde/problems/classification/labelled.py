@@ -4,7 +4,7 @@ The training samples of all clients are stored concatenated in client order (``X
 shape (N,), ``N = Σ_k N_k``), the per-client test splits likewise (``X_test``, ``y_test``, ``test_sizes``).
 :class:`LabelledClients` gives the per-client views (client of every sample, per-client arrays, label
 histograms), the design rows ``x̃ = (x, 1)`` and the padded client-major layout of the vectorised oracles; it is
-a base of :class:`~fedsde.problems.logistic.ClassificationProblem`, which holds the arrays.
+a base of :class:`~fedsde.problems.classification.problem.ClassificationProblem`, which holds the arrays.
 """
 
 from __future__ import annotations
@@ -136,7 +136,7 @@ class LabelledClients:
     """Views of the labelled data of ``Q`` clients.
 
     A base class for a (frozen) dataclass holding ``X, y, sizes, X_test, y_test, test_sizes, n_classes,
-    fit_intercept`` and a ``_cache`` dict (see :class:`~fedsde.problems.logistic.ClassificationProblem`).
+    fit_intercept`` and a ``_cache`` dict (see :class:`~fedsde.problems.classification.problem.ClassificationProblem`).
     """
 
     X: np.ndarray

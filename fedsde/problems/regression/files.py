@@ -12,7 +12,7 @@ A user's own CSV file (``examples/problems/my_data.toml``)::
     sampling = "without-replacement"
 
 or a set shipped with an installed package (``dataset = "grunfeld"`` or ``"diabetes"``, see
-:mod:`fedsde.problems.regression_data`).  Keys (every other key is an error):
+:mod:`fedsde.problems.regression.data`).  Keys (every other key is an error):
 
 | key | meaning (default) |
 |---|---|
@@ -29,7 +29,7 @@ or a set shipped with an installed package (``dataset = "grunfeld"`` or ``"diabe
 | ``w0`` | starting weights, ``d`` numbers (zero) |
 | ``name`` | free text |
 | ``features``, ``target``, ``client_column`` | CSV: column names (required with ``data``) |
-| ``population`` | CSV: clients read from disk when needed (:mod:`fedsde.problems.regression_population`) (false) |
+| ``population`` | CSV: clients read from disk when needed (:mod:`fedsde.problems.regression.population`) (false) |
 | ``clients`` | diabetes: number of clients (10) |
 | ``partition`` | diabetes: ``iid``, ``dirichlet`` (over the target's quantile bins) or ``quantity`` (``iid``) |
 | ``seed`` | diabetes: seed of the partition (required) |
@@ -50,8 +50,7 @@ import numpy as np
 from fedsde._validate import client_weights
 from fedsde.errors import FedsdeInputError
 from fedsde.problems._file_keys import _Keys
-from fedsde.problems.regression import MODELS, SAMPLINGS, RegressionProblem
-from fedsde.problems.regression_data import (
+from fedsde.problems.regression.data import (
     DATASETS,
     DIABETES_PARTITIONS,
     GRUNFELD_FEATURES,
@@ -60,6 +59,7 @@ from fedsde.problems.regression_data import (
     grunfeld_clients,
     standardise,
 )
+from fedsde.problems.regression.problem import MODELS, SAMPLINGS, RegressionProblem
 
 _COMMON = ("kind", "model", "batch_size", "sampling", "l2", "intercept", "standardise", "standardize", "p", "w0",
            "name")
@@ -77,7 +77,7 @@ def regression_problem_from_dict(data: dict, *, source: str = "problem", base_di
 
     ``base_dir``: the folder a relative ``data`` path starts from (default: the working directory).
     ``population=True``: a file with ``population = true`` gives a
-    :class:`~fedsde.problems.regression_population.RegressionPopulation` (rows read from disk when needed); without
+    :class:`~fedsde.problems.regression.population.RegressionPopulation` (rows read from disk when needed); without
     it such a file gives the materialised problem, refused up front when it does not fit in memory.  Raises
     :class:`FedsdeInputError` with one line naming the key, its value and the constraint.
     """
@@ -144,9 +144,9 @@ def regression_problem_from_dict(data: dict, *, source: str = "problem", base_di
 def _csv_population(k: _Keys, base_dir, info: dict, std: bool, population: bool, **kw):
     """A ``population = true`` CSV file: the on-demand problem, or (``population`` False) the materialised one when
     it fits (the file read as without the key)."""
-    from fedsde.problems.models import check_memory
-    from fedsde.problems.regression_population import RegressionPopulation
-    from fedsde.problems.regression_store import build_store, scan_csv
+    from fedsde.problems.classification.models import check_memory
+    from fedsde.problems.regression.population import RegressionPopulation
+    from fedsde.problems.regression.store import build_store, scan_csv
 
     full, features, names = _csv_columns(k, base_dir)
     try:
