@@ -101,12 +101,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                "--chunk-size where the command has one")
         return 2
     except KeyboardInterrupt:
+        from fedsde._progress import close_all
+
+        close_all()
         print(f"fedsde {args.command}: interrupted", file=sys.stderr)
         return 130
 
 
 def _error(command: str, message: str) -> None:
     """``fedsde COMMAND: error: …`` on one line of stderr."""
+    from fedsde._progress import close_all
+
+    close_all()  # a bar cut short by the error: cleared, so the message starts its own line
     print(f"fedsde {command}: error: {' '.join(message.split())}", file=sys.stderr)
 
 

@@ -35,3 +35,10 @@ class DivergenceWarning(RuntimeWarning):
     Issued (once per run) by the simulator and the SDE integrator while they go on; the command line reports it
     on stderr and in the JSON ``warnings`` list, and turns it into an error (exit 2) under ``--strict``.
     """
+
+
+class TrainingWarning(RuntimeWarning):
+    """A run that does not train as asked: its train loss ended above its start, or its participation weights are
+    so unequal that its steps are unreliable; the message names the likely cause and the remedies
+    (:mod:`fedsde.sim.health`).  Reported like :class:`DivergenceWarning`.
+    """

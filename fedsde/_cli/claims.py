@@ -8,12 +8,11 @@ Every claim is checked as printed and, where the paper needs a correction, as co
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 
 from fedsde._cli import one_line_help
 from fedsde._cli._names import CLAIM_PAPERS
-from fedsde._cli.common import add_json_flag, emit, writable_folder
+from fedsde._cli.common import add_json_flag, emit, show_progress, writable_folder
 from fedsde.errors import FedsdeInputError
 
 
@@ -78,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     options = CheckOptions(seed=args.seed, scale=args.scale)
     t0 = time.perf_counter()
     records, figures = [], []
-    progress = sys.stderr.isatty()
+    progress = show_progress(args)
     for claim, res, sec in run_claims(claims, options, progress=progress):
         records.append(claim.result_dict(res, sec))
         if args.figures and res.figure is not None and res.figure.panels:

@@ -2,7 +2,9 @@
 
 What every command uses:
 
-* :func:`add_json_flag` adds ``--json`` and ``--strict`` (do not add ``--strict`` yourself);
+* :func:`add_json_flag` adds ``--json``, ``--strict`` (do not add ``--strict`` yourself) and ``--quiet``;
+  :func:`show_progress` says whether the command shows progress bars (on stderr, also under ``--json``; never with
+  ``--quiet``; see :func:`fedsde._progress.progress_wanted`);
 * :func:`emit` prints the result (one JSON object under ``--json``) with the key ``warnings`` always present: the
   one-line messages of every warning raised while the command ran (:func:`warn`, :class:`fedsde.errors.
   DivergenceWarning` from the simulator or the SDE integrator, numpy/torch runtime warnings), each also printed on
@@ -40,9 +42,21 @@ from fedsde.errors import FedsdeInputError
 
 
 def add_json_flag(p: argparse.ArgumentParser) -> None:
-    """``--json`` (one JSON object on stdout) and ``--strict`` (warnings are errors, exit 2)."""
+    """``--json`` (one JSON object on stdout), ``--strict`` (warnings are errors, exit 2) and ``--quiet`` (no
+    progress on stderr)."""
     p.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
     add_strict_flag(p)
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress bars on stderr (shown, also with --json, when stderr is a terminal or "
+                   "FEDSDE_PROGRESS=1; warnings and errors are printed either way)")
+
+
+def show_progress(args: argparse.Namespace) -> bool:
+    """Whether the command shows progress on stderr (:func:`fedsde._progress.progress_wanted`: not with
+    ``--quiet``; else ``FEDSDE_PROGRESS``, else whether stderr is a terminal)."""
+    from fedsde._progress import progress_wanted
+
+    return progress_wanted(quiet=bool(getattr(args, "quiet", False)))
 
 
 def add_strict_flag(p: argparse.ArgumentParser) -> None:

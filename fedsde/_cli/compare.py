@@ -20,6 +20,7 @@ from fedsde._cli.common import (
     local_steps_from_args,
     parse_vector,
     rule_from_args,
+    show_progress,
 )
 
 
@@ -124,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
     st = quadratic_sde_study(problem, eta=args.eta, local_steps=steps, rounds=n, server_lr=args.server_lr, h=args.h,
                              variant=args.variant, w0=w0, record_every=args.record_every, h_grid=h_grid,
                              noise_scaling=args.noise_scaling, replicates=args.replicates, seed=args.seed,
-                             substeps=args.substeps, device=args.device, progress=not args.json)
+                             substeps=args.substeps, device=args.device, progress=show_progress(args))
     return emit(args, st.to_dict(), _human(st, args, problem))
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from fedsde._atomic import atomic_write_bytes
 from fedsde._cli import one_line_help
-from fedsde._cli.common import add_json_flag, add_renamed, emit, flag, to_jsonable, writable_folder
+from fedsde._cli.common import add_json_flag, add_renamed, emit, flag, show_progress, to_jsonable, writable_folder
 from fedsde.errors import FedsdeInputError
 from fedsde.report.aggregator_comparison import (
     DEFAULT_AGGREGATORS,
@@ -229,7 +229,7 @@ def run(args: argparse.Namespace) -> int:
     out = writable_folder("--out", args.out)
     torch.set_num_threads(1)  # small tensors: one thread is fastest, and fair on shared machines
     t0 = time.perf_counter()
-    results = run_comparison(cfg, progress=not args.json)
+    results = run_comparison(cfg, progress=show_progress(args))
     results["seconds"] = time.perf_counter() - t0
     rows = summary_rows(results)
     paths = write_outputs(results, out, plot=not args.no_plot, rows=rows)

@@ -6,7 +6,7 @@ import argparse
 import math
 
 from fedsde._cli import one_line_help
-from fedsde._cli.common import add_json_flag, emit, writable_folder
+from fedsde._cli.common import add_json_flag, emit, show_progress, writable_folder
 
 REFERENCES = ("exact", "svag")
 #: choices of ``--fedavg`` (as :data:`fedsde.validity.exact_fedavg.FEDAVG_MODES`)
@@ -171,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         record = run_map(args.problem, grid, rounds=args.rounds, replicates=args.replicates, seed=args.seed, out=out,
                          options=options, refine=args.refine, workers=args.workers, scheduler=args.scheduler,
-                         resume=args.resume, max_cells=args.max_cells, progress=not args.json,
+                         resume=args.resume, max_cells=args.max_cells, progress=show_progress(args),
                          commands=cell_commands(), problem=problem)
     except FedsdeInputError as err:
         msg = str(err)
@@ -192,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
              f"fedsde.sweep.load({str(out)!r}).error; rerun them with --resume")
     if args.strict and (record["warnings"] or run_warnings()):
         return emit(args, record, "")  # raises the one-line --strict error
-    record["files"] = write_outputs(record, out, problem)
+    record["files"] = write_outputs(record, out, problem, progress=show_progress(args))
     return emit(args, record, human_report(record))
 
 

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from fedsde._cli import one_line_help
-from fedsde._cli.common import add_json_flag, emit
+from fedsde._cli.common import add_json_flag, emit, show_progress
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     _check_device(cfg["run"]["device"])
     claim_ids = None if args.only is None else figure_claims(only)  # --only: the claims its figures use
     with_claims = not args.no_claims and (claim_ids is None or bool(claim_ids))
-    res = reproduce(cfg, only, Path(args.out), quick=args.quick, progress=not args.json,
+    res = reproduce(cfg, only, Path(args.out), quick=args.quick, progress=show_progress(args),
                     with_claims=with_claims, jobs=args.jobs, claim_ids=claim_ids)
     lines = [f"fedsde reproduce ({'quick' if args.quick else 'full'}): {len(res.records)} figures in "
              f"{res.wall_time_s:.1f} s → {res.out / 'report.html'}"]

@@ -306,7 +306,7 @@ def _run_data(args, problem, rule, kappas: list[float], single: bool) -> int:
     keep = tuple(k for k in ("clients", "batch_size") if k in rule.changes)
     if single:
         res = compare_data(problem, config, rule, kappas[0], replicates=args.replicates, seed=args.seed, w0=w0,
-                           points=args.points, z=args.z, device=args.device)
+                           points=args.points, z=args.z, device=args.device, progress=_progress(args))
         out = _data_single(res, keep)
         return emit(args, out, _human_data(out))
     workers = _workers(args.workers)
@@ -329,6 +329,12 @@ def _run_data(args, problem, rule, kappas: list[float], single: bool) -> int:
     # each cell ran with its own record of warnings (in this process or on a worker): report every one, with its κ
     out["warnings"] = [f"kappa={c['kappa']:g}: {m}" for c in cells for m in c.get("warnings") or []]
     return emit(args, out, _human_data_list(out))
+
+
+def _progress(args) -> bool:
+    from fedsde._cli.common import show_progress
+
+    return show_progress(args)
 
 
 def _workers(requested: int) -> int:
@@ -362,7 +368,7 @@ def _sweep_kappas(args, kappas: list[float], workers: int) -> list[dict]:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(args.sweep_out) if args.sweep_out else Path(tmp) / "sweep"
         resume = bool(args.sweep_out) and out.exists()
-        sweep.run(spec, out, workers=workers, resume=resume, progress=False, commands=cell_commands())
+        sweep.run(spec, out, workers=workers, resume=resume, progress=_progress(args), commands=cell_commands())
         recs = read_cells(out)
     by_kappa = {}
     for rec in recs.values():

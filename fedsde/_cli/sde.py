@@ -21,6 +21,7 @@ from fedsde._cli.common import (
     refuse_known_divergence,
     refuse_least_squares,
     rule_from_args,
+    show_progress,
 )
 
 
@@ -109,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
         res = simulate_svag(
             problem, eta=args.eta, local_steps=steps, rounds=args.rounds, replicates=args.replicates, seed=args.seed,
             ell=args.ell, server_lr=args.server_lr, h=args.h, w0=w0, oracle_factory=oracle, record=record,
-            device=args.device, dtype=torch.float32 if args.float32 else torch.float64, progress=not args.json,
+            device=args.device, dtype=torch.float32 if args.float32 else torch.float64, progress=show_progress(args),
         )
     else:
         res = simulate_sde(
@@ -120,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
             dtype=torch.float32 if args.float32 else torch.float64, chunk_size=args.chunk_size, record=record,
             # the linear variants stream moments over path chunks (memory bounded whatever --replicates); metrics need
             # the paths
-            progress=not args.json, moments_only=general is None,
+            progress=show_progress(args), moments_only=general is None,
             **({} if general is None else {"oracle_factory": oracle}),
         )
     if general is None:
@@ -146,18 +147,20 @@ def run(args: argparse.Namespace) -> int:
            f"method={args.method}  substeps={args.substeps}  ")
         + f"eta={args.eta}  server_lr={args.server_lr}  h={res.h}",
         f"replicates={res.replicates}  rounds={args.rounds}  (t = n·h = {res.times[-1]:.6g})",
-        f"final mean            {fmt_array(mean)}",
-        f"final cov             {fmt_array(cov)}",
     ]
-    if general is not None:
+    if general is not None:  # a data problem: its metrics lead, the weights follow
+        from fedsde._progress import counting
         from fedsde.problems.metrics import evaluate_metrics
 
         start = np.zeros(problem.d) if w0 is None else np.asarray(w0, dtype=np.float64)
-        vals = evaluate_metrics(problem, res.weights, start)
+        with counting(res.weights.shape[0] * res.weights.shape[1], "metrics", enabled=show_progress(args),
+                      unit="model"):
+            vals = evaluate_metrics(problem, res.weights, start)
         result["metrics"] = {m: {"mean": v.mean(1), "se": v.std(1, ddof=1) / np.sqrt(res.replicates)}
                              for m, v in vals.items()}
         lines += [f"E {m} at T".ljust(28) + f"{v['mean'][-1]:.6g} ± {v['se'][-1]:.2g} (s.e.)"
                   for m, v in result["metrics"].items()]
+    lines += [f"final mean            {fmt_array(mean)}", f"final cov             {fmt_array(cov)}"]
     if args.variant != "general":
         lin = quadratic_sde_coefficients(problem, args.eta, steps, args.server_lr, res.h, args.variant)
         st = lin.stationary()

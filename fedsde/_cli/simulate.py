@@ -9,7 +9,8 @@ small; a classifier's is in the hundreds or thousands).  ``metrics_sampling`` sa
 exactly, or on a seeded subsample of rows or, for a client population (a synthetic file of 10⁴ clients or more,
 :mod:`fedsde.problems.populations.base`), of clients and their rows, with its size.  Least-squares clients draw their
 minibatches as the file says (:mod:`fedsde.clients.least_squares_oracle`), so the moments are comparable with
-``fedsde exact``.
+``fedsde exact``.  A data run whose mean train loss grows tenfold or stops being finite, or ends above its start,
+and partial participation whose unbiased weights vary widely, are reported as warnings (:mod:`fedsde.sim.health`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from fedsde._cli.common import (
     options_named,
     parse_vector,
     refuse_known_divergence,
+    show_progress,
     warn,
 )
 from fedsde.errors import FedsdeInputError
@@ -108,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
             seed=args.seed, server_lr=args.server_lr, w0=w0, participation=args.participation,
             weighting=args.weighting, aggregator=agg,
             record=[0, args.rounds] if args.rounds else [0], device=args.device,
-            dtype=torch.float32 if args.float32 else torch.float64, progress=not args.json,
+            dtype=torch.float32 if args.float32 else torch.float64, progress=show_progress(args),
             moments_only=True,  # streamed over replicate chunks: memory does not grow with --replicates
         )
     mean, cov = res.mean()[-1], res.cov()[-1]
@@ -132,7 +134,6 @@ def _run_data(args: argparse.Namespace, problem, local_steps, w0, agg) -> int:
     """A data problem: metrics over the recorded rounds and the final mean of the server weights."""
     import torch
 
-    from fedsde.problems.metrics import evaluate_metrics, summarise
     from fedsde.sim import simulate
 
     n = args.rounds
@@ -146,10 +147,9 @@ def _run_data(args: argparse.Namespace, problem, local_steps, w0, agg) -> int:
             problem, eta=args.eta, local_steps=local_steps, rounds=n, replicates=args.replicates, seed=args.seed,
             server_lr=args.server_lr, w0=start, participation=args.participation, weighting=args.weighting,
             aggregator=agg, record=record, device=args.device,
-            dtype=torch.float32 if args.float32 else torch.float64, progress=not args.json,
-        )
-    values = evaluate_metrics(problem, np.swapaxes(res.weights, 0, 1), start)
-    metrics = summarise(values, axis=0)
+            dtype=torch.float32 if args.float32 else torch.float64, progress=show_progress(args), metrics=True,
+        )  # metrics with their progress, and the warnings of a loss that grows or rises (fedsde.sim.health)
+    metrics = res.metric_summary()
     final = res.weights[-1]
     mean, se = final.mean(0), final.std(0, ddof=1) / np.sqrt(res.replicates)
     final_law = {"mean": mean, "mean_stderr": se, "round": n}
@@ -159,7 +159,7 @@ def _run_data(args: argparse.Namespace, problem, local_steps, w0, agg) -> int:
         "final": final_law,
         "metrics": metrics,
         "metrics_rounds": record,
-        "metrics_sampling": values.sampling or None,  # exact, or the subsample (clients, rows, seed)
+        "metrics_sampling": res.metrics.sampling or None,  # exact, or the subsample (clients, rows, seed)
         "replicates": res.replicates,
         "problem": problem.summary() | {"label_counts": None},
         "config": {k: v for k, v in res.config.items() if k != "local_steps"} | {

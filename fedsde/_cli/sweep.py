@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from fedsde._cli import one_line_help
-from fedsde._cli.common import add_json_flag, emit, warn, writable_folder
+from fedsde._cli.common import add_json_flag, emit, show_progress, warn, writable_folder
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
 
     out = writable_folder("--out", args.out)
     summary = run_sweep(args.spec, out, workers=args.workers, scheduler=args.scheduler, gpu_workers=args.gpu_workers,
-                        resume=args.resume, progress=not args.json, commands=cell_commands(),
+                        resume=args.resume, progress=show_progress(args), commands=cell_commands(),
                         max_cells=args.max_cells)
     lines = [f"{summary['cells']} cells in {summary['out']}: {summary['done']} done, {summary['skipped']} skipped "
              f"(finished earlier), {summary['failed']} failed, {summary['warned']} with warnings "

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from fedsde._progress import progress_bar
 from fedsde._validate import positive_float, positive_int
 from fedsde.errors import FedsdeInputError
 from fedsde.maps.grid import (
@@ -251,12 +252,15 @@ def run_map(
                 refined[i] = {**look, "record": f"{REFINE_DIR}/{look['record']}"}
     kappa_star = kappa_threshold()
     cells = []
+    bar = progress_bar(len(coords), "map: κ", unit="cell", enabled=progress)  # a Hessian's worth per cell
     for i, (c, first) in enumerate(zip(coords, firsts, strict=True)):
         kappa, why = cell_kappa(problem, c)
+        bar.update()
         row = {**c, **combine_looks(first, refined.get(i)), "kappa": kappa}
         if why:
             row["kappa_note"] = why
         cells.append(row)
+    bar.close()
     if refine_info is not None:
         refine_info["decided"] = sum(1 for r in cells if r["look"] == 2 and r["outcome"] != "inconclusive")
     counts = {o: sum(r["outcome"] == o for r in cells) for o in ("tracks", "does not track", "inconclusive")}

@@ -51,6 +51,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from fedsde._progress import advance
 from fedsde._validate import positive_int
 from fedsde.errors import FedsdeInputError
 from fedsde.problems.classification.models import segment_starts
@@ -324,6 +325,7 @@ def _data_metrics(problem: ClassificationProblem, W, need: list[str], plan: dict
         for n in need:
             parts[n].append(got[n][0])
             errs[n].append(got[n][1])
+        advance(Wc.shape[0])  # a progress bar the caller installed (fedsde._progress.counting), if any
     return ({n: _cat(v, W) for n, v in parts.items()}, {n: _cat(v, W) for n, v in errs.items()})
 
 
@@ -412,6 +414,7 @@ def _quadratic_metrics(problem: QuadraticProblem, W, need: list[str]) -> dict:
         if "grad_norm_sq" in need:
             g = torch.einsum("q,qij,cqj->ci", p, U, diff)
             out["grad_norm_sq"].append(torch.sum(g * g, dim=-1))
+        advance(diff.shape[0])
     return {n: _cat(v, W) for n, v in out.items()}
 
 

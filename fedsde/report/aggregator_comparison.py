@@ -167,8 +167,8 @@ def _config_record(cfg: ComparisonConfig) -> dict:
 def run_comparison(cfg: ComparisonConfig, *, progress: bool = True) -> dict:
     """Run every (setting, rule) pair; returns accuracies per round and run, and the summary."""
     import torch
-    from tqdm.auto import tqdm
 
+    from fedsde._progress import progress_bar
     from fedsde.aggregators import AGGREGATORS, get_aggregator
     from fedsde.sim import simulate
 
@@ -204,7 +204,7 @@ def run_comparison(cfg: ComparisonConfig, *, progress: bool = True) -> dict:
     metric = "train_loss" if regression else "test_accuracy"
     key = METRICS[metric]["key"]
     results: dict = {"config": _config_record(cfg), "metric": metric, "settings": {}}
-    bar = tqdm(total=len(cfg.settings) * len(aggs), desc="compare-aggregators", unit="run", disable=not progress)
+    bar = progress_bar(len(cfg.settings) * len(aggs), "compare-aggregators", unit="run", enabled=progress)
     try:
         for setting in cfg.settings:
             problem = problems[setting]

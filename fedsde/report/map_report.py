@@ -70,15 +70,20 @@ def _result(out: Path, cell: dict) -> dict:
     return json.loads((out / cell["record"]).read_text(encoding="utf-8")).get("result") or {}
 
 
-def write_outputs(record: dict, out: str | Path, problem) -> dict[str, str]:
-    """Write the map's files into ``out`` (the map's folder); returns name → path."""
+def write_outputs(record: dict, out: str | Path, problem, *, progress: bool = False) -> dict[str, str]:
+    """Write the map's files into ``out`` (the map's folder); returns name → path.  ``progress``: a bar on stderr
+    over the figures, the scaling moves of the tracking cells and the report."""
+    from fedsde._progress import progress_bar
     from fedsde.maps.moves import scaling_moves
     from fedsde.report.validity_map import map_figure, paths_figure, plt
 
     out = Path(out)
+    tracking = [c for c in record["cells"] if c.get("outcome") == "tracks"][:MAX_MOVES]
+    bar = progress_bar(3 + len(tracking), "map: report", unit="part", enabled=progress)
     fig = map_figure(record)
     save_figure(fig, out / "map", formats=("png", "pdf"), dpi=150)
     plt.close(fig)
+    bar.update()
     panels = [(title, c, _result(out, c)) for title, c in extremes(record["cells"])]
     if panels:
         try:
@@ -88,13 +93,18 @@ def write_outputs(record: dict, out: str | Path, problem) -> dict[str, str]:
         except (ValueError, OverflowError, FloatingPointError) as exc:  # the paths are data; the map stands alone
             record.setdefault("notes", []).append(f"paths figure not drawn: {type(exc).__name__}: {exc}")
             panels = []
+    bar.update()
     cache: dict = {}
-    tracking = [c for c in record["cells"] if c.get("outcome") == "tracks"][:MAX_MOVES]
-    moves = [(c, scaling_moves(problem, c, rounds=record["rounds"], kappa_star=record.get("kappa_threshold"),
-                               cache=cache)) for c in tracking]
+    moves = []
+    for c in tracking:
+        moves.append((c, scaling_moves(problem, c, rounds=record["rounds"], kappa_star=record.get("kappa_threshold"),
+                                       cache=cache)))
+        bar.update()
     write_json(out / FILES["json"], record)
     text = build_html(record, out, panels, moves)
     atomic_write_text(out / FILES["report"], text)
+    bar.update()
+    bar.close()
     return {k: str(out / v) for k, v in FILES.items() if (out / v).exists()}
 
 

@@ -17,8 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tqdm.auto import tqdm
-
+from fedsde._progress import progress_bar
 from fedsde.errors import FedsdeInputError
 from fedsde.problems import load_problem, paper_table_problem
 from fedsde.problems.quadratic.problem import QuadraticProblem
@@ -133,8 +132,8 @@ def reproduce(cfg: dict, only: Sequence[str], out: Path, *, quick: bool, progres
     scratch = Path(tempfile.mkdtemp(dir=out, prefix=".partial-"))
     t0, c0, children0 = time.perf_counter(), cpu_seconds(), _children_cpu_seconds()
     try:
-        with single_threaded(), tqdm(total=len(only) + int(with_claims), disable=not progress, desc="reproduce",
-                                     unit="fig") as bar:
+        with single_threaded(), progress_bar(len(only) + int(with_claims), "reproduce", unit="fig",
+                                             enabled=progress) as bar:
             records = run_figures(only, cfg, ctx, scratch, bar)
             claims = None
             if with_claims:

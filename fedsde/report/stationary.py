@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from tqdm.auto import tqdm
 
+from fedsde._progress import progress_bar
 from fedsde._tolerances import BURN_IN_TOL
 from fedsde.exact import stationary_law
 from fedsde.problems.quadratic.problem import QuadraticProblem
@@ -88,7 +88,8 @@ def stationary_scan(
     rows = []
     w_star = problem.optimum
     grid = [(float(eta), int(E)) for eta in etas for E in Es]
-    for i, (eta, E) in enumerate(tqdm(grid, desc="stationary scan", disable=not progress, leave=False)):
+    bar = progress_bar(len(grid), "stationary scan", unit="cell", enabled=progress)
+    for i, (eta, E) in enumerate(grid):
         st = stationary_law(problem, eta, E, server_lr)
         n = burn_in_rounds(st.law.spectral_radius, tol)
         sim = simulate(problem, eta=eta, local_steps=E, rounds=n, replicates=replicates, seed=seed + i,
@@ -108,6 +109,8 @@ def stationary_scan(
             sim_var_se=float(tr_samples.std(ddof=1) / math.sqrt(replicates)),
             paper_v0_inf=float(np.trace(paper[1])), corrected_sde_var=float(np.trace(corr[1])),
         ))
+        bar.update()
+    bar.close()
     return rows
 
 

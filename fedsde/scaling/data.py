@@ -153,22 +153,24 @@ class MetricCurves:
 
 
 def simulate_end(problem, eval_problem, config: FedAvgConfig, rounds=None, *, replicates: int, seed: int,
-                 w0, metrics=None, device: str = "cpu") -> MetricCurves:
+                 w0, metrics=None, device: str = "cpu", progress: bool = False) -> MetricCurves:
     """Simulate one end on ``device`` and evaluate its metrics on ``eval_problem`` at ``rounds`` (default: every
     round).
 
     ``metrics`` names the metrics (default: all of :func:`fedsde.problems.metrics.metric_names`); the temperature
-    trace is measured at ``w0``.
+    trace is measured at ``w0``; ``progress``: bars on stderr for the run and its metrics.
     """
     rounds = np.arange(config.rounds + 1) if rounds is None else np.asarray(rounds, dtype=np.int64)
     tau = rounds * config.tau_per_round
+    from fedsde._progress import counting
     from fedsde.problems.metrics import evaluate_metrics
     from fedsde.sim import simulate
 
     res = simulate(problem, eta=config.eta, local_steps=config.local_steps, rounds=config.rounds,
                    replicates=replicates, seed=seed, server_lr=config.server_lr, w0=w0, record=rounds.tolist(),
-                   block_size=1, device=device)  # one stream per replicate: replicate r pairs with the other end's r
-    vals = evaluate_metrics(eval_problem, res.weights, w0, names=metrics)
+                   block_size=1, device=device, progress=progress)  # one stream per replicate: pairs with the other end
+    with counting(res.weights.shape[0] * res.weights.shape[1], "metrics", enabled=progress, unit="model"):
+        vals = evaluate_metrics(eval_problem, res.weights, w0, names=metrics)
     mean = {k: v.mean(-1) for k, v in vals.items()}
     se = {k: v.std(-1, ddof=1) / np.sqrt(v.shape[-1]) if v.shape[-1] > 1 else np.full(v.shape[0], np.inf)
           for k, v in vals.items()}
@@ -270,14 +272,14 @@ class DataScaling:
 
 def compare_data(problem, config: FedAvgConfig, rule: str | ScalingRule, kappa: float, *, replicates: int = 16,
                  seed: int = 0, w0=None, points: int = 20, z: float = 3.5, memory_limit=None,
-                 device: str = "cpu") -> DataScaling:
+                 device: str = "cpu", progress: bool = False) -> DataScaling:
     """Simulate both ends of ``rule`` with factor ``kappa`` on a data problem (module docstring).
 
     ``config.clients``/``config.batch_size`` default to the problem's; ``w0`` to ``problem.initial_weights()``.
     Both ends use ``seed`` with one stream per replicate (common random numbers, paired replicates: ``κ = 1``
     gives exactly the base); both run on ``device``.  What the run needs (:func:`memory_need`) is checked against
     ``memory_limit`` (default: what is free, see :func:`fedsde._memory.available_memory`) before anything is built
-    or simulated.
+    or simulated.  ``progress``: bars on stderr for each end's run and metrics.
     """
     rule = get_rule(rule)
     config, new = map_end(problem, config, rule, kappa)
@@ -285,8 +287,10 @@ def compare_data(problem, config: FedAvgConfig, rule: str | ScalingRule, kappa: 
     other = end_problem(problem, new, split_seed=seed)
     w_start = problem.initial_weights() if w0 is None else np.asarray(w0, dtype=np.float64)
     _, rb, rs = tau_grid(config, new, points)
-    base = simulate_end(problem, problem, config, rb, replicates=replicates, seed=seed, w0=w_start, device=device)
-    scaled = simulate_end(other, problem, new, rs, replicates=replicates, seed=seed, w0=w_start, device=device)
+    base = simulate_end(problem, problem, config, rb, replicates=replicates, seed=seed, w0=w_start, device=device,
+                        progress=progress)
+    scaled = simulate_end(other, problem, new, rs, replicates=replicates, seed=seed, w0=w_start, device=device,
+                          progress=progress)
     notes = invariant_notes(rule, float(kappa), problem, other, base, scaled)
     return DataScaling(rule, float(kappa), base, scaled, separation(base, scaled, z), z, notes)
 

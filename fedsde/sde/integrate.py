@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from fedsde._compat import renamed
 from fedsde._memory import available_memory
+from fedsde._progress import progress_bar
 from fedsde._samples import ReplicateMoments
 from fedsde._validate import choice, device_dtype, positive_int, record_rounds, start_point
 from fedsde.clients.oracles import GradientOracle
@@ -230,8 +230,7 @@ def simulate_sde(
     # checks and progress between segments of at most SEGMENT_STEPS steps (the same whether or not progress shows)
     bounds = np.unique(np.r_[np.arange(0, rounds, max(1, SEGMENT_STEPS // substeps)), rounds])
     watch = BlowUpWatch(problem_scale(problem, start), f"the SDE ({variant})")
-    bar = tqdm(total=max(rounds, 1) * len(chunks), desc=f"sde[{variant}]", unit="round", disable=not progress,
-               leave=False)
+    bar = progress_bar(max(rounds, 1) * len(chunks), f"sde[{variant}]", unit="round", enabled=progress)
 
     def run(a: int, b: int, halt) -> None:
         first_block = a // BLOCK

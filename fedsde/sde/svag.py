@@ -35,10 +35,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from fedsde._compat import renamed
 from fedsde._memory import available_memory
+from fedsde._progress import progress_bar
 from fedsde._validate import (
     client_steps,
     device_dtype,
@@ -360,8 +360,7 @@ def simulate_svag(problem, *, eta, local_steps, rounds: int, replicates: int, se
 
     rounds = positive_int("rounds", rounds, minimum=0)
     keep = np.arange(rounds + 1) if record is None else record
-    bar = tqdm(total=rounds * positive_int("ell", ell), desc=f"sde[svag ℓ={ell}]", unit="step",
-               disable=not progress, leave=False)
+    bar = progress_bar(rounds * positive_int("ell", ell), f"sde[svag ℓ={ell}]", unit="step", enabled=progress)
     try:
         res = svag_chain(problem, eta=eta, local_steps=local_steps, rounds=rounds, ell=ell, replicates=replicates,
                          seed=seed, server_lr=server_lr, h=h, w0=w0, oracle_factory=oracle_factory, record=keep,

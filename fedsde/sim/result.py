@@ -1,7 +1,9 @@
-"""What :func:`fedsde.sim.simulate` returns: the recorded server weights (or their moments) and client drift."""
+"""What :func:`fedsde.sim.simulate` returns: the recorded server weights (or their moments), client drift and the
+metrics of the recorded weights."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -12,7 +14,7 @@ from fedsde.sim.moments import StreamingMoments
 
 @dataclass
 class SimulationResult(ReplicateMoments):
-    """Server weights (and optionally client drift) recorded during a simulation.
+    """Server weights (and optionally client drift and metrics) recorded during a simulation.
 
     Attributes
     ----------
@@ -29,6 +31,10 @@ class SimulationResult(ReplicateMoments):
         The arguments of the run (for records).
     streamed : StreamingMoments or None
         With ``moments_only=True``: the moments accumulated over chunks (``weights`` is then None).
+    metrics : MetricValues or None
+        With ``simulate(…, metrics=…)``: name → values of shape (T, R) at the recorded rounds, with ``se`` and
+        ``sampling`` (:class:`fedsde.problems.metrics.MetricValues`); :meth:`metric_summary` gives their means and
+        standard errors over replicates.
     """
 
     rounds: np.ndarray
@@ -37,3 +43,36 @@ class SimulationResult(ReplicateMoments):
     drift: np.ndarray | None = None
     config: dict = field(default_factory=dict)
     streamed: StreamingMoments | None = None
+    metrics: dict | None = None
+
+    def evaluate(self, problem, names: Sequence[str] | None = None, w0=None, *, progress: bool = False):
+        """The metrics of the recorded weights on ``problem`` (:func:`fedsde.problems.metrics.evaluate_metrics`):
+        name → values (T, R), with ``se`` and ``sampling``; ``w0`` is the start of ``distance_from_start`` (default the
+        problem's initial weights where it has them, else zero); ``progress``: a bar on stderr."""
+        from fedsde._progress import counting
+        from fedsde.errors import FedsdeInputError
+        from fedsde.problems.metrics import MetricValues, evaluate_metrics
+
+        if self.weights is None:
+            raise FedsdeInputError("metrics: the run kept moments only (moments_only=True); the metrics need the "
+                                   "weights of every replicate")
+        T, R = self.weights.shape[:2]
+        with counting(T * R, "metrics", enabled=progress, unit="model"):
+            # replicate-major (R, T, d), the order `fedsde simulate` has always evaluated in
+            vals = evaluate_metrics(problem, np.swapaxes(self.weights, 0, 1), w0, names)
+        return MetricValues({n: v.T for n, v in vals.items()}, {n: v.T for n, v in vals.se.items()}, vals.sampling)
+
+    def metric_summary(self) -> dict[str, dict[str, np.ndarray]]:
+        """``metrics`` as name → ``{"mean": (T,), "se": (T,)}`` over replicates (and ``sample_se`` for metrics
+        estimated on a subsample; :func:`fedsde.problems.metrics.summarise`): what ``fedsde simulate --json``
+        reports as ``metrics``."""
+        from fedsde.errors import FedsdeInputError
+        from fedsde.problems.metrics import MetricValues, summarise
+
+        if self.metrics is None:
+            raise FedsdeInputError("metrics: this run has none; pass metrics=True (or names) to simulate, or call "
+                                   "evaluate(problem)")
+        m = self.metrics
+        se, sampling = getattr(m, "se", {}), getattr(m, "sampling", {})
+        return summarise(MetricValues({n: v.T for n, v in m.items()}, {n: v.T for n, v in se.items()}, sampling),
+                         axis=0)

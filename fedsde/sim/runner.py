@@ -34,14 +34,15 @@ from functools import partial
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
+from fedsde._progress import progress_bar
 from fedsde.aggregators import Aggregator, RoundContext
 from fedsde.clients.local import run_local_steps
 from fedsde.clients.steps import EpochSteps, RandomSteps
 from fedsde.clients.streams import ReplicateStreams
-from fedsde.errors import SimulationDivergedError
+from fedsde.errors import FedsdeInputError, SimulationDivergedError
 from fedsde.problems.quadratic.problem import QuadraticProblem
+from fedsde.sim.health import growth_warning, rise_warning, weights_warning
 from fedsde.sim.moments import StreamingMoments
 from fedsde.sim.participation import (
     draw_participation,
@@ -82,6 +83,7 @@ def simulate(
     moments_only: bool = False,
     memory_limit: int | str | None = None,
     workers: int | None = None,
+    metrics: bool | Sequence[str] | None = None,
 ) -> SimulationResult:
     """Simulate ``replicates`` independent runs of a federated algorithm on ``problem``.
 
@@ -153,6 +155,12 @@ def simulate(
         and oracles whose ``apply``/``sample`` have no side effects (every rule of :mod:`fedsde.aggregators`); a
         custom rule that records what it sees must run with ``workers=1`` (chunks finish in any order).
 
+    metrics : bool or sequence of str, optional
+        Also evaluate the metrics of the recorded weights (``True``: every metric the problem defines,
+        :func:`fedsde.problems.metrics.metric_names`; or their names), as ``fedsde simulate`` does: the result's
+        ``metrics`` (name → (T, R)) and :meth:`~fedsde.sim.result.SimulationResult.metric_summary`.  Needs the
+        weights (not ``moments_only``); ``progress`` shows a bar for them too.
+
     Returns
     -------
     SimulationResult
@@ -161,8 +169,14 @@ def simulate(
     -----
     A run whose largest ``|w|`` exceeds ``1e6 ×`` the problem's scale (start, optimum, client optima, noise) issues
     one :class:`fedsde.errors.DivergenceWarning` and goes on; NaN/inf raises
-    :class:`fedsde.errors.SimulationDivergedError`.
+    :class:`fedsde.errors.SimulationDivergedError`.  Unbiased participation weights whose sum has a large variance
+    give a :class:`fedsde.errors.TrainingWarning` before the run; with ``metrics`` holding the train loss, a mean
+    loss that grows :data:`~fedsde.sim.health.GROWTH_FACTOR`-fold or stops being finite gives a
+    :class:`~fedsde.errors.DivergenceWarning` naming the round, and one that ends above its start a
+    :class:`~fedsde.errors.TrainingWarning` with the likely cause (:mod:`fedsde.sim.health`).
     """
+    if metrics is not None and metrics is not False and moments_only:
+        raise FedsdeInputError("metrics: needs the weights of every replicate; drop moments_only=True")
     plan = make_plan(
         problem, eta=eta, local_steps=local_steps, rounds=rounds, replicates=replicates, seed=seed,
         server_lr=server_lr, w0=w0, participation=participation, weighting=weighting, aggregator=aggregator,
@@ -171,10 +185,12 @@ def simulate(
         workers=workers,
     )
     keep, drift_keep, R = plan.record, plan.drift_rounds, plan.replicates
+    if getattr(problem, "p", None) is not None:
+        weights_warning(problem.p, plan.participation, plan.weighting)
     chunks = plan_workers(R, plan.chunk_size, plan.block_size, plan.workers, plan.slots * plan.d)
     out_w = StreamingMoments(keep.size, plan.d, plan.block_size) if moments_only else np.empty((keep.size, R, plan.d))
     out_drift = np.empty((drift_keep.size, plan.max_steps, R, plan.Q)) if drift_keep.size else None
-    bar = tqdm(total=plan.rounds * len(chunks), desc="simulate", unit="round", disable=not progress, leave=False)
+    bar = progress_bar(plan.rounds * len(chunks), "simulate", unit="round", enabled=progress)
     try:
         run_chunks(lambda a, b, halt: run_chunk(plan, a, b - a, out_w, out_drift, bar, halt), chunks, plan.workers,
                    on_error=out_w.abort if moments_only else None,
@@ -186,7 +202,15 @@ def simulate(
     config = _config(plan, eta, server_lr)
     if moments_only:
         return SimulationResult(rounds=keep, weights=None, config=config, streamed=out_w)
-    return SimulationResult(rounds=keep, weights=out_w, drift_rounds=drift_keep, drift=out_drift, config=config)
+    res = SimulationResult(rounds=keep, weights=out_w, drift_rounds=drift_keep, drift=out_drift, config=config)
+    if metrics is not None and metrics is not False:
+        res.metrics = res.evaluate(problem, None if metrics is True else metrics, plan.w_start, progress=progress)
+        if "train_loss" in res.metrics and keep.size > 1:
+            loss = res.metrics["train_loss"]
+            if growth_warning(keep, loss) is None:
+                rise_warning(keep, loss, p=getattr(problem, "p", None), participation=plan.participation,
+                             weighting=plan.weighting)
+    return res
 
 
 def _config(plan: SimulationPlan, eta, server_lr) -> dict:

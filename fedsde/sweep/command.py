@@ -192,7 +192,7 @@ def parse_cell_args(info: CommandInfo, argv: list[str]) -> argparse.Namespace:
 
 
 def run_command(command: str, argv: list[str], commands: Mapping[str, Register] | None = None) -> dict[str, Any]:
-    """Run ``fedsde COMMAND argv --json`` in this process and return the outcome.
+    """Run ``fedsde COMMAND argv --json`` (and ``--quiet``: no progress bars) in this process; return the outcome.
 
     Returns ``{"status": "done", "result": {...}}`` with the parsed JSON object, or ``{"status": "failed",
     "error": "one line"}``; both with ``wall_s`` and, when the command wrote any, ``stderr`` (its last 2000
@@ -211,7 +211,8 @@ def _run_command(command: str, argv: list[str], commands: Mapping[str, Register]
         info = command_info(command, commands)
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), warnings.catch_warnings():
             warnings.simplefilter("default")
-            args = parse_cell_args(info, [*argv, "--json"])
+            quiet = ["--quiet"] if "--quiet" in info.parser._option_string_actions else []  # no bars in a cell
+            args = parse_cell_args(info, [*argv, "--json", *quiet])
             rc = int(args.func(args) or 0)
         if rc != 0:
             lines = err.getvalue().strip().splitlines()

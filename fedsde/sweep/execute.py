@@ -17,7 +17,6 @@ import itertools
 import logging
 import os
 import socket
-import sys
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -282,7 +281,7 @@ def run(spec: Any, out: str | os.PathLike, *, workers: int = 1, scheduler: str |
         from fedsde.sweep.reach import check_scheduler
 
         check_scheduler(scheduler)
-    from tqdm.auto import tqdm
+    from fedsde._progress import progress_bar
 
     summary: dict[str, Any] = {"cells": spec.n_cells, "done": 0, "skipped": 0, "failed": 0, "warned": 0,
                                "wall_s": 0.0, "out": str(out), "workers": workers, "scheduler": scheduler,
@@ -307,7 +306,7 @@ def run(spec: Any, out: str | os.PathLike, *, workers: int = 1, scheduler: str |
             local = scheduler is None and workers == 1
             records = _in_process(spec, todo) if local else _on_dask(spec, todo, workers, scheduler, plan)
             left = max(1, spec.n_cells - len(finished))
-            with tqdm(total=left, desc="sweep", unit="cell", disable=not progress, file=sys.stderr) as bar:
+            with progress_bar(left, "sweep", unit="cell", enabled=progress) as bar:
                 for rec in records:
                     store.write(rec)
                     if rec["status"] == "done":

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
+from fedsde._progress import progress_bar
 from fedsde._validate import device_dtype, positive_float, positive_int, start_point, unit_interval
 from fedsde.clients.streams import resolve_seed
 from fedsde.errors import FedsdeInputError
@@ -257,7 +257,7 @@ def validity_test(
     final_mean, final_cov = np.empty((L, problem.d)), np.empty((L, problem.d, problem.d))
     seconds: list[float] = []
     dev, dt = device_dtype(device, dtype)
-    bar = tqdm(total=rounds * sum(ells), desc="validity", unit="step", disable=not progress, leave=False)
+    bar = progress_bar(rounds * sum(ells), "validity", unit="step", enabled=progress)
     try:
         for li, ell in enumerate(ells):
             bar.set_description(f"validity ℓ={ell}")

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from fedsde._progress import progress_bar
 from fedsde._tolerances import Z95
 from fedsde._validate import device_dtype, positive_int, start_point
 from fedsde.sde.svag import default_oracle_factory, svag_chain
@@ -153,11 +154,13 @@ def general_sde_study(
     oracle_factory: Callable | None = None,
     device: str | torch.device = "cpu",
     dtype: torch.dtype = torch.float64,
+    progress: bool = False,
 ) -> GeneralSDEStudy:
     """Weak error of ``E φ(w_T)`` and cost of both samplers of SDE (2), against FedAvg (see the module docstring).
 
     ``ells`` must include 1 (FedAvg) and at least two more values (the two largest give the reference);
     ``mc_substeps`` may be empty.  Every scheme uses ``replicates`` paths and its own random streams.
+    ``progress``: one bar on stderr over the timing runs and every scheme's run (in SVAG steps and Euler rounds).
     """
     from fedsde.sde.integrate import simulate_sde
 
@@ -183,13 +186,16 @@ def general_sde_study(
     # TIMING_REPEATS after a warm-up run of every code path (one-time costs and other work on shared cores must not
     # enter the ratios); the measured runs below are timed too (``seconds``) but not used for the ratios
     one = common | {"rounds": 1}
+    units = (3 + (1 if subs else 0) + (TIMING_REPEATS + rounds) * (sum(ells) + len(subs)))  # steps, timing included
+    bar = progress_bar(units, "compare: timing", unit="step", enabled=progress)
 
     def svag_once(ell: int) -> None:
-        svag_chain(problem, ell=ell, replicates=R, seed=seed, **one)
+        svag_chain(problem, ell=ell, replicates=R, seed=seed, bar=bar, **one)
 
     def mc_once(k: int) -> None:
         simulate_sde(problem, variant="general", replicates=R, seed=seed + 1, substeps=k,
                      inner_samples=inner_samples, record=[1], **one)
+        bar.update()
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the measured runs below report their own warnings
@@ -203,19 +209,23 @@ def general_sde_study(
     hh = None
     dev, dt = device_dtype(device, dtype)
     for ell in ells:  # metrics on the chains' device as they run (MetricGrid: one transfer per chain)
+        bar.set_description(f"compare: {'FedAvg' if ell == 1 else f'svag ℓ={ell}'}")
         on_grid = MetricGrid(problem, names, grid, R, w0_arr, dev, dt)
         tic = time.perf_counter()
-        res = svag_chain(problem, ell=ell, replicates=R, seed=seed, on_grid=on_grid, **common)
+        res = svag_chain(problem, ell=ell, replicates=R, seed=seed, on_grid=on_grid, bar=bar, **common)
         sec = time.perf_counter() - tic
         hh = res.h
         runs.append(("svag", ell, hh / ell, sec, on_grid.host()))
     for k in subs:
+        bar.set_description(f"compare: mc-euler k={k}")
         tic = time.perf_counter()
         res = simulate_sde(problem, variant="general", replicates=R, seed=seed + 1, substeps=k,
                            inner_samples=inner_samples, record=grid, **common)
         sec = time.perf_counter() - tic
+        bar.update(rounds)
         runs.append(("mc-euler", k, hh / k, sec, _device_metrics(problem, res.weights, w0_arr, names, dev, dt)))
 
+    bar.close()
     svag_means = np.stack([[_summary(v)[0][m] for m in names] for s, _, _, _, v in runs if s == "svag"])
     svag_ses = np.stack([[_summary(v)[1][m] for m in names] for s, _, _, _, v in runs if s == "svag"])
     ref_m, ref_s = richardson_limit(ells, svag_means, svag_ses)  # (M, T)

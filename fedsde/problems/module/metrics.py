@@ -18,6 +18,8 @@ import math
 import numpy as np
 import torch
 
+from fedsde._progress import advance
+
 
 def _rows(problem, plan: dict | None, device, dtype) -> dict:
     """The plan's training and test rows on ``device`` (cached on the problem)."""
@@ -95,6 +97,7 @@ def module_metrics(problem, W: torch.Tensor, need: list[str], plan: dict | None 
                 vals["test_accuracy"].append(hits.mean())
                 test_sampled = plan is not None and plan["test_rows"] is not None
                 errs["test_accuracy"].append(hits.std() / math.sqrt(hits.numel()) if test_sampled else zero)
+            advance()  # a progress bar the caller installed (fedsde._progress.counting), if any
     return ({k: torch.stack(v) for k, v in vals.items()}, {k: torch.stack(v) for k, v in errs.items()})
 
 

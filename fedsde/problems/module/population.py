@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from fedsde._progress import advance
 from fedsde._validate import positive_int
 from fedsde.errors import FedsdeInputError
 from fedsde.problems.populations.base import CACHE_BYTES, OnDemandRows
@@ -225,6 +226,7 @@ class ModulePopulationProblem(OnDemandRows):
                 valid = idx < hi[:, None]
                 idx = torch.minimum(idx, hi[:, None] - 1)
                 grouped = (X[idx], y[idx], torch.where(valid, inv["grad"][idx], 0.0))
+        share = 0.5 if "test_accuracy" in need and {"train_loss", "grad_norm_sq"} & set(need) else 1.0  # of a pass
         with fm.lock:
             for w in W:
                 if train and "train_loss" in need:
@@ -244,6 +246,7 @@ class ModulePopulationProblem(OnDemandRows):
                         hits = torch.cat([torch.argmax(fm.outputs(w, X[a:a + step]).reshape(-1, self._logits), -1)
                                           == y[a:a + step] for a in range(0, n, step)]).to(W.dtype)
                     out["H"].append(w.new_zeros(c).index_add_(0, draw, hits * inv["loss"]))
+                advance(share)  # a progress bar the caller installed (fedsde._progress.counting), if any
         return {k: (torch.stack(v, 1 if k == "gb" else 0) if v else None) for k, v in out.items()}
 
 

@@ -59,13 +59,15 @@ def get_claim(claim_id: str) -> Claim:
 
 def run_claims(claims: Iterable[Claim], options: CheckOptions | None = None, *, progress: bool = False):
     """Run checks; yields ``(claim, ClaimResult, seconds)`` one claim at a time."""
-    from tqdm.auto import tqdm
+    from fedsde._progress import progress_bar
 
     claims = list(claims)
     options = options or CheckOptions()
-    for c in tqdm(claims, desc="claims", unit="claim", disable=not progress, leave=False):
-        res, sec = c.run(options)
-        yield c, res, sec
+    with progress_bar(len(claims), "claims", unit="claim", enabled=progress) as bar:
+        for c in claims:
+            res, sec = c.run(options)
+            bar.update()
+            yield c, res, sec
 
 
 __all__ = ["PAPERS", "CheckOptions", "Claim", "ClaimResult", "Figure", "Series", "all_claims", "claims_of",
