@@ -7,7 +7,7 @@ import argparse
 
 import numpy as np
 
-from fedsde._cli.common import emit, flag
+from fedsde._cli.common import emit, flag, show_progress
 
 
 def _ints(option: str, text: str, *, minimum: int) -> list[int]:
@@ -26,6 +26,7 @@ def run_data(args: argparse.Namespace, problem, local_steps, w0) -> int:
     """FedAvg vs SDE (2) on ``problem`` (see :func:`fedsde.validity.general.general_sde_study`)."""
     from fedsde.errors import FedsdeInputError
     from fedsde.validity.general import Z95, general_sde_study
+    from fedsde.validity.text import bounded_value
 
     if args.replicates is None or args.replicates < 2:
         raise FedsdeInputError(f"{flag(args, 'replicates')}={args.replicates}: a data problem is compared by "
@@ -43,13 +44,16 @@ def run_data(args: argparse.Namespace, problem, local_steps, w0) -> int:
     st = general_sde_study(problem, eta=args.eta, local_steps=local_steps, rounds=args.rounds,
                            replicates=args.replicates, seed=args.seed, server_lr=args.server_lr, h=args.h, ells=ells,
                            mc_substeps=subs, inner_samples=args.inner_samples, record_every=every, w0=w0,
-                           device=args.device)
+                           device=args.device, progress=show_progress(args))
     result = {"kind": "data", "sde": "general (eq. (2))", **st.to_dict()}
     T = st.times[-1]
+    shown = {m: bounded_value(m, v["mean"]) for m, v in st.reference.items()}  # an accuracy beyond [0, 1]: clipped
     lines = [f"problem: Q={problem.Q}, d={problem.d}  eta={args.eta}  server_lr={args.server_lr}  "
              f"h={st.config['h']}  rounds={args.rounds} (t = {T:.6g})  replicates={args.replicates} per scheme",
              "SDE reference (Richardson from the two finest SVAG chains): "
-             + ", ".join(f"{m} {v['mean']:.5g} ± {Z95 * v['se']:.2g}" for m, v in st.reference.items()),
+             + ", ".join(f"{m} {shown[m][0]:.5g}{'*' if shown[m][1] else ''} ± {Z95 * v['se']:.2g}"
+                         for m, v in st.reference.items()),
+             *[f"  * {note}" for _, note in shown.values() if note],
              f"{'scheme':10s}{'step':>10s}{'cost×':>8s}  " + "  ".join(f"{m} − SDE (95 % CI)".ljust(30)
                                                                        for m in st.reference)]
     for r in st.rows:

@@ -15,6 +15,7 @@ from fedsde._cli.common import (
     parse_vector,
     refuse_known_divergence,
     rule_from_args,
+    show_progress,
 )
 
 #: values of ``--reference``
@@ -191,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
         server_lr=args.server_lr, ells=ells, h=args.h, w0=w0, reference=reference, tolerance=args.tolerance,
         accuracy_tolerance=args.accuracy_tolerance, alpha=args.alpha, metrics=_names("--metrics", args.metrics),
         verdict_metrics=_names("--verdict-metrics", args.verdict_metrics), record_every=args.record_every,
-        device=args.device, dtype=torch.float32 if args.float32 else torch.float64, progress=not args.json,
+        device=args.device, dtype=torch.float32 if args.float32 else torch.float64, progress=show_progress(args),
         fedavg=fedavg,
     )
     result = res.to_dict()
@@ -202,7 +203,11 @@ def run(args: argparse.Namespace) -> int:
 
 def human_report(res, problem, args: argparse.Namespace) -> str:
     """The text of ``fedsde validity`` without ``--json``: metrics at T per ℓ and for the SDE, the outcome, the
-    gap of every judged metric with its simultaneous bounds, and the 1/ℓ report."""
+    gap of every judged metric with its simultaneous bounds, and the 1/ℓ report (an SVAG-extrapolated accuracy
+    outside [0, 1] shown clipped, with a note; an interval without an upper bound and a ratio that is not defined
+    say why: :mod:`fedsde.validity.text`)."""
+    from fedsde.validity.text import bounded_value, bounds_text, ratio_text
+
     v = res.verdict
     T = res.times[-1]
     first = "FedAvg" if res.ells[0] == 1 else f"ℓ={res.ells[0]}"
@@ -221,20 +226,24 @@ def human_report(res, problem, args: argparse.Namespace) -> str:
              f"reference: {source}"]
     header = "  ".join(f"ℓ={e:<14d}" for e in res.ells)
     lines.append(f"{'metric at T':22s}{header}  SDE")
+    notes = []
     for name, s in res.metrics.items():
         cells = "  ".join(f"{m:.5g}±{se:.1g}".ljust(16) for m, se in zip(s["mean"][:, -1], s["se"][:, -1],
                                                                           strict=True))
         if name in v.skipped:
             continue
         sde = res.sde.get(name)
-        lines.append(f"{name:22s}{cells}  " + ("" if sde is None else f"{sde['mean'][-1]:.5g}"))
+        shown, note = (None, "") if sde is None else bounded_value(name, float(sde["mean"][-1]))
+        notes += [note] if note else []
+        lines.append(f"{name:22s}{cells}  " + ("" if sde is None else f"{shown:.5g}" + ("*" if note else "")))
+    lines += [f"  * {n}" for n in notes]
     lines.append(v.sentence())
     for c in v.curves:
         i = int(max(range(len(c["gap"])), key=lambda k: c["gap"][k]))
         unit = "accuracy units" if c["metric"] == "test_accuracy" else f"of its movement, range {c['scale']:.4g}"
         bounds = ("exact (FedAvg's moments against the SDE's law)" if exact else
-                  f"simultaneous bounds of max_t d [{max(c['lower'][1:], default=0.0):.3g}, "
-                  f"{max(c['upper'][1:], default=0.0):.3g}]")
+                  "simultaneous bounds of max_t d " + bounds_text(max(c["lower"][1:], default=0.0),
+                                                                  max(c["upper"][1:], default=0.0), c["metric"]))
         lines.append(f"  d({c['metric']}) = {c['gap'][i]:.3g} at t={res.times[i]:.4g} ({unit}); {bounds}, "
                      f"tolerance {c['tolerance']:g}")
     for m, why in v.skipped.items():
@@ -242,8 +251,7 @@ def human_report(res, problem, args: argparse.Namespace) -> str:
     if v.ell_ratios:
         lines.append(f"1/ℓ regime ({v.regime}): ratios of successive SVAG gaps (expected "
                      f"{v.ell_ratios[0]['expected']:.3g}): "
-                     + "; ".join(f"{r['metric']} ℓ={','.join(map(str, r['ells']))}: {r['ratio']:.3g}"
-                                 + (" (off)" if r["off"] else "") for r in v.ell_ratios))
+                     + "; ".join(ratio_text(r) for r in v.ell_ratios))
     if res.sde:
         lines.append(f"{first} − SDE at T ({v.reference}): "
                      + ", ".join(f"{m} {float(res.metrics[m]['mean'][0, -1] - s['mean'][-1]):+.3g}"
@@ -260,6 +268,7 @@ def _rule(args: argparse.Namespace, problem, agg, steps, w0) -> int:
     from fedsde.problems import QuadraticProblem
     from fedsde.sde.rules import NoSDEError
     from fedsde.validity.adaptive import rule_validity_test
+    from fedsde.validity.text import bounds_text
 
     if agg.sde_kind is None:
         raise NoSDEError(agg.sde_refusal)
@@ -287,6 +296,7 @@ def _rule(args: argparse.Namespace, problem, agg, steps, w0) -> int:
                               "largest" if v.reference == "svag" else "exact law of the rule's first-order SDE"),
              v.sentence(agg.name)]
     for c in v.curves:
-        lines.append(f"  d({c['metric']}): simultaneous bounds of max_t d [{max(c['lower'][1:], default=0.0):.3g}, "
-                     f"{max(c['upper'][1:], default=0.0):.3g}], tolerance {c['tolerance']:g}")
+        lines.append(f"  d({c['metric']}): simultaneous bounds of max_t d "
+                     + bounds_text(max(c["lower"][1:], default=0.0), max(c["upper"][1:], default=0.0), c["metric"])
+                     + f", tolerance {c['tolerance']:g}")
     return emit(args, result, "\n".join(lines))

@@ -27,8 +27,7 @@ interval lies inside the tolerance, non-equivalence when it lies outside):
 * ``"tracks"`` — every ``upper_φ(t) ≤ tol_φ``;
 * ``"does not track"`` — some ``lower_φ(t) > tol_φ``;
 * ``"inconclusive"`` — otherwise, or when the SVAG reference's ``1/ℓ`` regime is off beyond noise; with
-  :func:`replicates_needed`, the replicates per chain that would decide at the current point estimates (every
-  s.e. scaled by ``√(R/R′)``).
+  :func:`replicates_needed`, the replicates per chain that would decide at the current estimates (s.e. × ``√(R/R′)``).
 
 Fewer replicates only widen the intervals, so noise can turn a decision into "inconclusive", never "does not
 track" into "tracks" (up to the ``α`` the test allows).  A metric whose SDE path does not move (range at the
@@ -49,6 +48,7 @@ from scipy.special import ndtri, stdtrit
 from fedsde._compat import renamed
 from fedsde._tolerances import RANGE_FLOOR
 from fedsde.validity.tails import heavy_reason, skew_corrected, summarise_tails
+from fedsde.validity.text import bounds_text
 
 #: metrics judged in their own units (``accuracy_tolerance``), not relative to their movement
 ABSOLUTE_METRICS = ("test_accuracy",)
@@ -116,8 +116,7 @@ class ValidityVerdict:
         ``min (1 − upper/tol)`` over judged metrics and times: ``>= 0`` exactly when every upper bound is within
         tolerance (NaN when nothing was judged).
     horizon : float
-        Largest grid time ``t*`` with every upper bound within tolerance on ``[0, t*]`` (``0`` when the 1/ℓ
-        regime check fails).
+        Largest grid time ``t*`` with every upper bound within tolerance on ``[0, t*]`` (``0`` if the 1/ℓ check fails).
     tolerance, accuracy_tolerance, alpha : float
     z : float
         The simultaneous quantile ``q``.
@@ -413,7 +412,8 @@ def _reason(outcome: str, w: dict, base: str, T: float, R: int, needed: int | No
             skipped: dict) -> str:
     units = "accuracy units" if w["metric"] in ABSOLUTE_METRICS else "of its movement"
     at = (f"{w['metric']} at t = {w['time']:.4g}: d = {w['gap']:.3g} {units}, " + ("exact" if R is None else
-          f"simultaneous bounds [{w['lower']:.3g}, {w['upper']:.3g}]") + f" against tolerance {w['tolerance']:g}")
+          f"simultaneous bounds {bounds_text(w['lower'], w['upper'], w['metric'])}") + f" against tolerance "
+          f"{w['tolerance']:g}")
     if regime is not None:
         text = (f"whether the SDE tracks {base} is undecided: the SVAG gaps are off the 1/ℓ regime that the "
                 f"Richardson reference assumes ({regime.get('note', '')})")
