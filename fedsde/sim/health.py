@@ -18,7 +18,9 @@ turns it into an error, exit 2, under ``--strict``):
   whose loss does not come back below its start (a spike that does is the catapult of a step near the edge of
   stability, not divergence).
 * **a loss that rises** (:func:`rise_warning`, a :class:`~fedsde.errors.TrainingWarning`): the mean train loss at
-  the last recorded round above its start by more than :data:`RISE_Z` standard errors, with the likely cause
+  the last recorded round above its start by more than :data:`RISE_Z` standard errors, or so many replicates ending
+  above their start that a one-sided sign test rejects "no rise" at level :data:`RISE_SIGN_LEVEL` (heavy-tailed
+  losses, e.g. under unequal weights, widen the standard error but not the sign test), with the likely cause
   (unequal weights when ``Var W >=`` :data:`WEIGHT_VARIANCE_NOTE`; sampling few clients of many; a step too long)
   and the remedies.
 
@@ -45,6 +47,8 @@ WEIGHT_VARIANCE_NOTE = 0.25
 GROWTH_FACTOR = 10.0
 #: standard errors by which the final mean train loss must exceed its start to count as risen
 RISE_Z = 2.0
+#: level of the one-sided sign test of the replicates' final losses against their start (robust to heavy tails)
+RISE_SIGN_LEVEL = 0.01
 #: remedies of a run whose unequal weights or sampled clients keep it from training
 REMEDIES = ("renormalised weighting (--weighting renormalised: weights summing to 1)",
             "more participants per round (--participation)", "a smaller client learning rate (--eta)")
@@ -88,9 +92,10 @@ def weights_warning(p, participation: int | None, weighting: str, *, stacklevel:
         warnings.warn(
             f"unequal participation weights: the unbiased weights Q·p_k/m of m = {m} of Q = {Q} clients sum to W "
             f"with E W = 1 and Var W = {v:.3g} (exact, from the client weights; the largest single weight is "
-            f"{largest:.3g}), so a round's step is a random multiple W of the mean step and the run may not train "
-            f"(its loss can rise); remedies: {REMEDIES[0]}, at least {participants_for(p)} participants per round "
-            f"(Var W <= {WEIGHT_VARIANCE_LIMIT:g}; it falls as 1/m), or {REMEDIES[2]}",
+            f"{largest:.3g}), so each round's pull towards its few clients is scaled by a random W and the run may "
+            f"not train (on heterogeneous clients its loss can rise); remedies: {REMEDIES[0]}, at least "
+            f"{participants_for(p)} participants per round (Var W <= {WEIGHT_VARIANCE_LIMIT:g}; it falls as 1/m), or "
+            f"{REMEDIES[2]}",
             TrainingWarning, stacklevel=stacklevel)
     return v
 
@@ -127,7 +132,9 @@ def growth_warning(rounds, loss, *, what: str = "the simulation", stacklevel: in
 def rise_warning(rounds, loss, *, p=None, participation: int | None = None, weighting: str = "unbiased",
                  stacklevel: int = 3) -> bool:
     """Warn (:class:`~fedsde.errors.TrainingWarning`) when the mean train loss at the last recorded round exceeds
-    its start by more than :data:`RISE_Z` standard errors (over replicates); returns whether it warned.
+    its start by more than :data:`RISE_Z` standard errors (over replicates), or when ``k`` of the ``R`` replicates end
+    above their start with ``P(Binomial(R, 1/2) >= k) <`` :data:`RISE_SIGN_LEVEL` (a sign test: under "no rise" a
+    replicate ends above its start with probability at most 1/2); returns whether it warned.
 
     The message names the likely causes: unbiased weights with ``Var W >=`` :data:`WEIGHT_VARIANCE_NOTE` (from
     ``p``, ``participation``, ``weighting``), few participants of many clients, or a step too long.
@@ -139,13 +146,15 @@ def rise_warning(rounds, loss, *, p=None, participation: int | None = None, weig
     start, end = float(loss[0].mean()), float(loss[-1].mean())
     R = loss.shape[-1]
     se = float(loss[-1].std(ddof=1) / math.sqrt(R)) if R > 1 else 0.0
-    if not end - start > RISE_Z * se:
+    above = int(np.sum(loss[-1] > loss[0]))
+    sign_p = math.fsum(math.comb(R, k) for k in range(above, R + 1)) / 2.0**R
+    if not (end - start > RISE_Z * se or (end > start and sign_p < RISE_SIGN_LEVEL)):
         return False
     causes = []
     v = weight_sum_variance(p, participation, weighting) if p is not None else 0.0
     if v >= WEIGHT_VARIANCE_NOTE:
-        causes.append(f"the unbiased participation weights Q·p_k/m, whose sum W has Var W = {v:.3g} (a round's step "
-                      "is a random multiple W of the mean step; renormalised weights have W = 1)")
+        causes.append(f"the unbiased participation weights Q·p_k/m, whose sum W has Var W = {v:.3g}: they scale each "
+                      "round's pull towards its few clients by a random W (renormalised weights have W = 1)")
     Q = None if p is None else int(np.size(p))
     partial = participation is not None and Q is not None and participation < Q
     if partial:
@@ -156,7 +165,7 @@ def rise_warning(rounds, loss, *, p=None, participation: int | None = None, weig
     remedies = remedies or [REMEDIES[-1] + " or server step (--server-lr)"]
     warnings.warn(
         f"the train loss rose: {start:.4g} at round {int(rounds[0])}, {end:.4g} ± {se:.2g} (s.e.) at round "
-        f"{int(rounds[-1])}, more than {RISE_Z:g} s.e. above its start, so the run did not train; likely causes: "
+        f"{int(rounds[-1])} ({above} of {R} replicates above their start), so the run did not train; likely causes: "
         + "; ".join(causes) + "; remedies: " + ", ".join(remedies),
         TrainingWarning, stacklevel=stacklevel)
     return True

@@ -220,7 +220,7 @@ def general_sde_study(
         bar.set_description(f"compare: mc-euler k={k}")
         tic = time.perf_counter()
         res = simulate_sde(problem, variant="general", replicates=R, seed=seed + 1, substeps=k,
-                           inner_samples=inner_samples, record=grid, **common)
+                           inner_samples=inner_samples, record=grid, progress=progress, **common)  # a bar of its own
         sec = time.perf_counter() - tic
         bar.update(rounds)
         runs.append(("mc-euler", k, hh / k, sec, _device_metrics(problem, res.weights, w0_arr, names, dev, dt)))
