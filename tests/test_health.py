@@ -160,3 +160,13 @@ def test_the_command_line_reports_unequal_weights_in_json(tmp_path, capsys):
     assert code == 0 and any("Var W = 1.98" in w for w in res["warnings"]) and "warning: unequal" in err
     code, res, err = _json(capsys, [*argv[:-1], "--weighting", "renormalised", "--json"])
     assert code == 0 and not any("Var W" in w for w in res["warnings"])
+
+
+def test_the_general_sde_of_a_module_warns_when_its_loss_explodes(tmp_path, capsys):
+    base = ["sde", "--problem", _files(tmp_path), "--local-steps", "2", "--rounds", "3", "--replicates", "4",
+            "--seed", "0", "--variant", "general", "--integrator", "svag", "--ell", "2", "--json"]
+    code, res, _ = _json(capsys, [*base, "--eta", "50"])
+    assert code == 0 and any(w.startswith("the SDE (general) is diverging") and "by round 1 " in w
+                             for w in res["warnings"])
+    code, res, _ = _json(capsys, [*base, "--eta", "0.1"])
+    assert code == 0 and res["warnings"] == []

@@ -156,6 +156,10 @@ def run(args: argparse.Namespace) -> int:
         with counting(res.weights.shape[0] * res.weights.shape[1], "metrics", enabled=show_progress(args),
                       unit="model"):
             vals = evaluate_metrics(problem, res.weights, start)
+        if "train_loss" in vals:  # a loss that explodes while the weights stay moderate (fedsde.sim.health)
+            from fedsde.sim.health import growth_warning
+
+            growth_warning(res.rounds, vals["train_loss"], what=f"the SDE ({args.variant})")
         result["metrics"] = {m: {"mean": v.mean(1), "se": v.std(1, ddof=1) / np.sqrt(res.replicates)}
                              for m, v in vals.items()}
         lines += [f"E {m} at T".ljust(28) + f"{v['mean'][-1]:.6g} ± {v['se'][-1]:.2g} (s.e.)"
