@@ -7,10 +7,12 @@ turns it into an error, exit 2, under ``--strict``):
   ``unbiased`` weighting moves the server by ``Σ_{k∈S} (Q p_k/m) Δ_k``.  The weights' sum ``W = Σ_{k∈S} Q p_k/m`` has
   mean 1 and, for a uniform ``m``-subset ``S`` of ``Q`` clients (:func:`weight_sum_variance`, exact from the client
   weights ``p``), ``Var W = (Q − m)/(m (Q − 1)) · (Q Σ_k p_k² − 1)``.  With clients of equal weight it is 0; with
-  LogNormal client sizes (``p_k ∝ n_k``) it grows with the largest ``Q p_k``.  A round's step is then ``W`` times
-  the mean step: on a loss with curvature the expected second-order term grows by ``E W² = 1 + Var W``, as if the
-  server step were that much longer.  ``Var W >=`` :data:`WEIGHT_VARIANCE_LIMIT` (a standard deviation of the step
-  length as large as the step itself) gives a :class:`~fedsde.errors.TrainingWarning` naming the remedies:
+  LogNormal client sizes (``p_k ∝ n_k``) it grows with the largest ``Q p_k``.  Each round's pull towards its few
+  clients is then scaled by the random ``W`` (on a loss with curvature the expected second-order term of a step
+  grows by ``E W² = 1 + Var W``); on heterogeneous clients that raises the loss, while on i.i.d. clients the same
+  spread was harmless at the measured step (docs/cross_device.md).  ``Var W >=`` :data:`WEIGHT_VARIANCE_LIMIT` (a
+  standard deviation of the step length as large as the step itself) gives a
+  :class:`~fedsde.errors.TrainingWarning` naming the remedies:
   ``renormalised`` weights (sum 1: ``W ≡ 1``), more participants (``Var W ∝ 1/m``; it names the ``m`` that reaches
   the limit) or a smaller ``η``.  The ``renormalised`` and ``multinomial`` schemes have ``W ≡ 1``.
 * **growth** (:func:`growth_warning`, a :class:`~fedsde.errors.DivergenceWarning`): the first recorded round where
@@ -27,7 +29,8 @@ turns it into an error, exit 2, under ``--strict``):
 Both loss checks read the train loss at the recorded rounds (``fedsde simulate`` records about 20; every round for
 runs of up to 20 rounds), so "the first round" is the first *recorded* round; they apply to problems with a train
 loss that the simulator does not watch through their weights alone (data and module problems:
-:func:`fedsde.sim.simulate` with ``metrics``).  docs/cross_device.md gives the measurements behind the constants.
+:func:`fedsde.sim.simulate` with ``metrics``).  docs/cross_device.md and docs/own_model.md give the measurements
+behind the constants.
 """
 
 from __future__ import annotations
