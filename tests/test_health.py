@@ -170,3 +170,17 @@ def test_the_general_sde_of_a_module_warns_when_its_loss_explodes(tmp_path, caps
                              for w in res["warnings"])
     code, res, _ = _json(capsys, [*base, "--eta", "0.1"])
     assert code == 0 and res["warnings"] == []
+
+
+@pytest.mark.slow
+def test_the_thousand_client_run_of_the_report_says_why_its_loss_rises(tmp_path, capsys):
+    # synthetic(1, 1), 1000 clients, m = 10, unbiased: 2.303 -> 3.92 (docs/cross_device.md), Var W = 1.07
+    path = tmp_path / "synthetic.toml"
+    path.write_text('kind = "classification"\ndataset = "synthetic"\nalpha = 1.0\nbeta = 1.0\nclients = 1000\n'
+                    "batch_size = 10\nseed = 0\n")
+    code, res, _ = _json(capsys, ["simulate", "--problem", str(path), "--eta", "0.05", "--local-steps", "5",
+                                  "--rounds", "20", "--replicates", "8", "--seed", "0", "--participation", "10",
+                                  "--json"])
+    loss = res["metrics"]["train_loss"]["mean"]
+    assert code == 0 and loss[-1] > loss[0]
+    assert any("Var W = 1.07" in w and "--weighting renormalised" in w for w in res["warnings"])
