@@ -42,3 +42,15 @@ def test_sde_on_a_network_leads_with_its_metrics(tmp_path, capsys):
     first_metric = next(i for i, line in enumerate(lines) if line.startswith("E train_loss at T"))
     first_weights = next(i for i, line in enumerate(lines) if line.startswith("final mean"))
     assert first_metric == 2 and first_weights > first_metric  # after the two header lines
+
+
+def test_the_map_report_writes_an_unbounded_interval_as_such():
+    from fedsde.report.map_report import _inconclusive, _interval
+
+    assert _interval({"lower": 0.01, "upper": 0.2}) == "[0.01, 0.2]"
+    assert _interval({"lower": 0.0, "upper": None}) == "[0, ∞)"  # JSON's null for an infinite bound
+    assert _interval({"lower": None, "upper": None}) == "[—, —]"  # a failed cell has no interval
+    cell = {"outcome": "inconclusive", "eta": 0.1, "local_steps": 2, "server_lr": 1.0, "gap": 0.03, "lower": 0.0,
+            "upper": None, "metric": "train_loss", "metric_tolerance": 0.05, "replicates": 4,
+            "replicates_needed": 40}
+    assert "not resolved from its noise" in _inconclusive({"cells": [cell]})

@@ -147,11 +147,22 @@ def _inconclusive(record: dict) -> str:
              "<th>replicates needed</th><th>look</th></tr>"]
     for c in rows:
         parts.append(f"<tr class='inconclusive'><td>{_where(c)}</td><td>{_g(c.get('gap'))}</td>"
-                     f"<td>[{_g(c.get('lower'))}, {_g(c.get('upper'))}]</td><td>{_esc(c.get('metric') or '—')} "
+                     f"<td>{_interval(c)}</td><td>{_esc(c.get('metric') or '—')} "
                      f"({_g(c.get('metric_tolerance'))})</td><td>{_g(c.get('replicates'))}</td>"
                      f"<td>{_g(c.get('replicates_needed'))}</td><td>{c.get('look', 1)}</td></tr>")
     parts.append("</table>")
+    if any(_interval(c).endswith("∞)") for c in rows):
+        parts.append("<p>An interval [lower, ∞) has no upper bound: the SDE's movement of the decisive metric, which "
+                     "d̂ is relative to, is not resolved from its noise; more replicates resolve it.</p>")
     return "\n".join(parts)
+
+
+def _interval(c: dict) -> str:
+    """A cell's interval of d: ``[lower, upper]``, or ``[lower, ∞)`` (an infinite upper bound is null in JSON)."""
+    lower, upper = c.get("lower"), c.get("upper")
+    if lower is not None and (upper is None or not math.isfinite(upper)):
+        return f"[{_g(lower)}, ∞)"
+    return f"[{_g(lower)}, {_g(upper)}]"
 
 
 def _moves(record: dict, moves: list) -> str:

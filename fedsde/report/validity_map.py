@@ -32,7 +32,8 @@ STYLE = {
 #: what the numbers in a cell are (the legend's last entry)
 CELL_TEXT = ("in each cell: outcome; d̂ = largest gap |E φ_FedAvg − E φ_SDE| over the judged metrics and times, "
              "relative to the SDE's movement (test accuracy: in accuracy units, against its own tolerance); its "
-             "simultaneous interval [lower, upper]; κ = s·λ_max(B), the fraction of the distance to the fixed point "
+             "simultaneous interval [lower, upper] ([lower, ∞) while the SDE's movement, which d̂ is relative to, is "
+             "within its noise); κ = s·λ_max(B), the fraction of the distance to the fixed point "
              "one round removes; undecided cells: the replicates per chain that would decide")
 #: metrics whose gap is in their own units (against their own tolerance), as a cell names them
 OWN_UNITS = {"test_accuracy": "accuracy"}
