@@ -1,6 +1,9 @@
-"""Shared pytest configuration: float64 by default, one torch thread, CUDA skip marker."""
+"""Shared pytest configuration: float64 by default, one torch thread (``FEDSDE_TEST_THREADS=n`` runs the suite
+with ``n``, to check that no test depends on the thread count), CUDA skip marker."""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 import torch
@@ -8,7 +11,7 @@ import torch
 
 @pytest.fixture(autouse=True, scope="session")
 def _torch_defaults():
-    torch.set_num_threads(1)
+    torch.set_num_threads(int(os.environ.get("FEDSDE_TEST_THREADS", "1")))
     yield
 
 

@@ -100,7 +100,9 @@ def test_aggregator_options_reach_the_variants(capsys):
     assert out["config"]["aggregator_options"] == {"variant": "flower", "beta1": 0.8}
     ref = simulate(load_problem(TABLE), eta=0.05, local_steps=2, rounds=4, replicates=16, seed=3,
                    aggregator=FedAdam(variant="flower", beta1=0.8), record=[4])
-    np.testing.assert_array_equal(out["final"]["mean"], ref.mean()[-1])
+    # the CLI streams its moments (per-block sums about a shift), the samples' mean sums in one pass: equal to
+    # rounding, not bitwise (docs/determinism.md): 16 replicates, a few ulps each of the largest |w|
+    np.testing.assert_allclose(out["final"]["mean"], ref.mean()[-1], rtol=0, atol=1e-13 * np.abs(ref.mean()[-1]).max())
     assert main(argv) == 0 and _json(capsys)["final"]["mean"] != out["final"]["mean"]  # the option mattered
     assert main(["exact", "--problem", TABLE, "--eta", "0.1", "--local-steps", "2", "--aggregator", "fednova",
                  "--aggregator-option", "tau_eff=3", "--json"]) == 0

@@ -120,8 +120,11 @@ def test_a_weights_values_do_not_depend_on_the_others(problems, kind, monkeypatc
     assert M.chunk_size(10**6, 100, 8) == 1
     one = evaluate_metrics(pb, w, start)
     for name in full:
-        np.testing.assert_array_equal(one[name], full[name], err_msg=name)
-        assert full[name][0] == full[name][3] == full[name][5] == alone[name], name
+        # one weight per pass or all together are other matrix shapes, so other BLAS/torch kernels and summation
+        # orders (not bitwise, docs/determinism.md): sums of ~10³ rows of ≤ 65-term dot products, N·F·ε ≈ 1e-11
+        np.testing.assert_allclose(one[name], full[name], rtol=1e-10, atol=0, err_msg=name)
+        np.testing.assert_allclose(full[name][[3, 5]], full[name][0], rtol=1e-10, atol=0, err_msg=name)
+        np.testing.assert_allclose(alone[name], full[name][0], rtol=1e-10, atol=0, err_msg=name)
 
 
 def test_chunk_size_follows_the_data():

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedsde._threads import small_products
 from fedsde._validate import positive_float, positive_int
 from fedsde.compare.distances import gaussian_w2
 from fedsde.compare.moments import compare_moments
@@ -70,15 +71,17 @@ class LeastSquaresSDEStudy(ExactSDEStudy):
                 **self._layout("w2_gaussian_lower_bound")}
 
 
-def _chain_and_sde(problem, eta, local_steps, rounds: int, record, *, server_lr, h, w0,
-                   kw) -> tuple[Moments, Moments]:
-    """Exact moments of the chain (server step ``server_lr``) and of its SDE (step ``h``) at the rounds ``record``."""
+def _chain_and_sde(problem, eta, local_steps, rounds: int, record, *, server_lr, h, w0, kw,
+                   base) -> tuple[Moments, Moments]:
+    """Exact moments of the chain (server step ``server_lr``) and of its SDE (step ``h``, ``base`` rescaled) at the
+    rounds ``record``."""
     chain = least_squares_transient_moments(problem, eta, local_steps, rounds, server_lr, w0=w0, record=record, **kw)
-    sde = least_squares_sde(problem, eta, local_steps, server_lr, h, **kw)
+    sde = base.rescaled(server_lr, h)
     law = sde.moments(np.asarray(chain.rounds, dtype=np.float64) * h, w0)
     return chain, Moments(rounds=chain.rounds.copy(), mean=law.mean, cov=law.cov)
 
 
+@small_products
 def least_squares_sde_study(problem, *, eta: float, local_steps, rounds: int, server_lr: float = 1.0,
                             h: float | None = None, w0=None, record_every: int | None = None, h_grid=None,
                             participation: int | None = None, weights=None) -> LeastSquaresSDEStudy:
@@ -130,7 +133,9 @@ def least_squares_sde_study(problem, *, eta: float, local_steps, rounds: int, se
     record = sorted(set(range(0, n + 1, every)) | {n})
     start = problem.initial_weights() if w0 is None else np.asarray(w0, dtype=np.float64)
     kw = {"participation": participation, "weights": weights}
-    chain, sde = _chain_and_sde(problem, eta, local_steps, n, record, server_lr=server_lr, h=h, w0=start, kw=kw)
+    base = least_squares_sde(problem, eta, local_steps, server_lr, h, **kw)  # the dense or matrix-free moments
+    chain, sde = _chain_and_sde(problem, eta, local_steps, n, record, server_lr=server_lr, h=h, w0=start, kw=kw,
+                                base=base)
     weak = {phi: np.abs(expected_phi(problem, chain.mean, chain.cov, phi) - expected_phi(problem, sde.mean,
                                                                                          sde.cov, phi))
             for phi in PHIS}
@@ -139,7 +144,7 @@ def least_squares_sde_study(problem, *, eta: float, local_steps, rounds: int, se
     for hj in hs:
         nj = round(t_end / hj)
         c, s = _chain_and_sde(problem, eta, local_steps, nj, [nj], server_lr=float(hj) * rate, h=float(hj), w0=start,
-                              kw=kw)
+                              kw=kw, base=base)
         ends.append((nj, c, s))
     _check_finite(problem, eta, local_steps, server_lr, [chain, sde] + [m for _, *pair in ends for m in pair], kw)
     slopes = {}
@@ -162,7 +167,7 @@ def least_squares_sde_study(problem, *, eta: float, local_steps, rounds: int, se
               np.atleast_1d(local_steps).tolist(), "w0": start, "participation": participation,
               "noise_scaling": "fixed", "batch_size": problem.batch_size, "sampling": problem.sampling}
     return LeastSquaresSDEStudy(chain=chain, sde=sde, distances=compare_moments(chain, sde, h), weak_error=weak,
-                                slope=slopes, stationary=_stationary(problem, eta, local_steps, server_lr, h, kw),
+                                slope=slopes, stationary=_stationary(problem, eta, local_steps, server_lr, base, kw),
                                 h=h, h_grid=hs, config=config)
 
 
@@ -180,7 +185,7 @@ def _check_finite(problem, eta, local_steps, server_lr, moments: list, kw) -> No
                            "SDE diverges; use a smaller eta or server_lr")
 
 
-def _stationary(problem, eta, local_steps, server_lr, h, kw) -> dict:
+def _stationary(problem, eta, local_steps, server_lr, sde, kw) -> dict:
     """Stationary laws of the chain and of its SDE where they exist, and how far apart their moments are."""
     out: dict = {"chain": None, "sde": None, "w2": None, "cov_rel_error": None, "notes": []}
     try:
@@ -189,7 +194,7 @@ def _stationary(problem, eta, local_steps, server_lr, h, kw) -> dict:
     except NoStationaryLawError as exc:
         out["notes"].append(f"chain: {exc}")
     try:
-        m, P = least_squares_sde(problem, eta, local_steps, server_lr, h, **kw).stationary()
+        m, P = sde.stationary()
         out["sde"] = {"mean": m, "cov": P}
     except NoStationaryLawError as exc:
         out["notes"].append(f"SDE: {exc}")

@@ -76,14 +76,16 @@ class SteinInverse:
         return self.V @ (self.lam ** float(n) * (self.V.T @ x))
 
 
-def stationary_covariance(apply_T, K: np.ndarray, A: np.ndarray, *, maxiter: int | None = None
-                          ) -> tuple[np.ndarray, int, float]:
+def stationary_covariance(apply_T, K: np.ndarray, A: np.ndarray | None, *, maxiter: int | None = None,
+                          preconditioner=None) -> tuple[np.ndarray, int, float]:
     """Solve ``P = T(P) + K`` by PCG (module docstring); ``apply_T`` maps (d, d) to (d, d).
 
+    ``preconditioner`` (a map of (d, d) matrices, default the Stein inverse of ``A``) approximates ``(I − T)⁻¹``
+    and is self-adjoint and positive definite (the SDE's stationary solve passes a Lyapunov inverse).
     Returns ``(P, iterations, relative residual)``; the residual is ``inf`` when CG did not converge.
     """
     d = K.shape[0]
-    pre = SteinInverse(A)
+    pre = SteinInverse(A) if preconditioner is None else preconditioner
     count = [0]
 
     def op(v):

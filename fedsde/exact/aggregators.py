@@ -15,14 +15,18 @@ with ``participation``).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from fedsde._validate import client_weights
-from fedsde.aggregators import Aggregator, get_aggregator
 from fedsde.errors import NoExactLawError
 from fedsde.exact.moments import StationaryLaw, stationary_law, transient_moments
 from fedsde.exact.round_law import RoundLaw, round_law
 from fedsde.problems.quadratic.problem import QuadraticProblem
+
+if TYPE_CHECKING:
+    from fedsde.aggregators import Aggregator
 
 __all__ = [
     "NoExactLawError",
@@ -62,6 +66,8 @@ def aggregator_round_weights(
     NoExactLawError
         Where the rule is not linear with fixed weights (see the module docstring).
     """
+    from fedsde.aggregators import get_aggregator  # the rules' classes import torch: only when a rule is named
+
     return get_aggregator(aggregator).exact_weights(problem, local_steps, participation=participation)
 
 

@@ -15,10 +15,16 @@ diffusion is quadratic in ``w``, so the moment equations close and are linear:
 (``dD/dt = G D + D Gᵀ``) the state ``(P, D, δ, 1)`` (``2d² + d + 1`` numbers) obeys one linear ODE, solved by a
 matrix exponential at every requested time; ``P`` is carried apart from ``D``, so no cancellation.  On a problem
 whose minibatch noise is constant this is the Ornstein–Uhlenbeck law of the ``corrected`` quadratic SDE.
+
+Where ``d <= DENSE_MAX_D`` (or ``method="dense"``) the ODE's matrix is built and exponentiated; otherwise
+(``method="matrix-free"``, the default above ``DENSE_MAX_D``) it is only applied, in ``O(N d²)`` per local step, and
+its action integrated by ``expm_multiply``, the stationary law found by Lanczos and conjugate gradients
+(:mod:`fedsde.exact._least_squares_sde_solve`): memory ``O(d³ + N d)`` instead of ``O(d⁴)``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -26,11 +32,20 @@ import numpy as np
 import scipy.linalg
 
 from fedsde._memory import available_memory, memory_fits
-from fedsde._threads import small_products
+from fedsde._threads import SMALL_PRODUCTS_D, one_blas_thread, small_products
 from fedsde._tolerances import STATIONARY_MARGIN
-from fedsde._validate import positive_float
+from fedsde._validate import choice, positive_float
 from fedsde.errors import FedsdeInputError, NoStationaryLawError
-from fedsde.exact.least_squares import LeastSquaresRoundLaw, _initial, least_squares_round_law, work_bytes
+from fedsde.exact.least_squares import (
+    _CHUNK_FLOATS,
+    DENSE_MAX_D,
+    METHODS,
+    SOLVE_RTOL,
+    LeastSquaresRoundLaw,
+    _initial,
+    least_squares_round_law,
+    work_bytes,
+)
 
 
 @dataclass(frozen=True)
@@ -59,10 +74,14 @@ class LeastSquaresSDE:
         The round law (internal coordinates centred at its fixed point ``m*``).
     h : float
         Time step: one round lasts ``h`` on the clock ``t``.
+    method : {"auto", "dense", "matrix-free"}
+        How :meth:`moments` and :meth:`stationary` solve the moment equations (module docstring; ``auto``: dense
+        where ``d <= DENSE_MAX_D``).
     """
 
     law: LeastSquaresRoundLaw
     h: float
+    method: str = "auto"
     _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -70,9 +89,23 @@ class LeastSquaresSDE:
         return self.law.d
 
     @property
+    def matrix_free(self) -> bool:
+        """Whether the moment equations are solved without their matrix (see ``method``)."""
+        return self.method == "matrix-free" or (self.method == "auto" and self.d > DENSE_MAX_D)
+
+    def rescaled(self, server_lr: float, h: float) -> LeastSquaresSDE:
+        """The SDE of the same clients and ``η`` with server step ``server_lr`` and time step ``h`` (the drift
+        scales as ``s/h``, the diffusion as ``s²/h``); the noise's linear part, once built, is shared."""
+        law = dataclasses.replace(self.law, server_lr=positive_float("server_lr", server_lr))
+        return LeastSquaresSDE(law=law, h=positive_float("h", h), method=self.method,
+                               _cache={"unit": self._cache.setdefault("unit", {})})
+
+    @property
     def centre(self) -> np.ndarray:
         """``m*``: the drift's zero (the chain's stationary mean), shape (d,)."""
-        return self.law.fixed_point()
+        if "centre" not in self._cache:
+            self._cache["centre"] = self.law.fixed_point()
+        return self._cache["centre"]
 
     @property
     def drift_matrix(self) -> np.ndarray:
@@ -147,10 +180,17 @@ class LeastSquaresSDE:
         m0, P0 = _initial(d, w0, cov0)
         delta = m0 - self.centre
         z0 = np.concatenate([P0.reshape(-1), np.outer(delta, delta).reshape(-1), delta, [1.0]])
-        Z = self.generator()
+        if self.matrix_free:
+            from fedsde.exact._least_squares_sde_solve import propagate
+
+            G = self.drift_matrix
+            with one_blas_thread(d <= SMALL_PRODUCTS_D):
+                zs = propagate(self.generator_operator(), (4 * d + 1) * float(np.trace(G)), t, z0)
+        else:
+            Z = self.generator()
+            zs = [scipy.linalg.expm(Z * ti) @ z0 for ti in t]
         means, covs = np.empty((t.size, d)), np.empty((t.size, d, d))
-        for i, ti in enumerate(t):
-            z = scipy.linalg.expm(Z * ti) @ z0
+        for i, z in enumerate(zs):
             P = z[:d * d].reshape(d, d)
             means[i] = self.centre + z[2 * d * d:2 * d * d + d]
             covs[i] = 0.5 * (P + P.T)
@@ -163,6 +203,9 @@ class LeastSquaresSDE:
         ``>= 0`` (the message gives the largest).
         """
         d = self.d
+        if self.matrix_free:
+            with one_blas_thread(d <= SMALL_PRODUCTS_D):
+                return self.centre, self._stationary_matrix_free()
         Z = self.generator()
         A = Z[:d * d, :d * d]
         lead = float(np.max(np.linalg.eigvals(A).real))
@@ -172,7 +215,64 @@ class LeastSquaresSDE:
         P = np.linalg.solve(A, -Z[:d * d, -1]).reshape(d, d)
         return self.centre, 0.5 * (P + P.T)
 
+    # ------------------------------------------------------------------ matrix-free
+    def _quad(self, X: np.ndarray) -> np.ndarray:
+        """``𝒬(X)``: the part of ``E σσᵀ`` quadratic in ``w − m*``, for ``X`` of shape (d, d) (matrix-free)."""
+        d = self.d
+        Xh = np.zeros((1, d + 1, d + 1))
+        Xh[0, :d, :d] = X
+        return self.law.pieces(np.zeros((1, d + 1)), Xh)[2][0, :d, :d] / self.h
 
+    def _offsets(self) -> tuple[np.ndarray, np.ndarray]:
+        """``ℓ`` (d², d) and ``vec k`` (d²,): the linear and constant parts of ``E σσᵀ`` in ``w − m*``, from the
+        noise of ``[[0, e_i], [e_iᵀ, 0]]`` and ``[[0, 0], [0, 1]]`` (the dense generator's columns)."""
+        unit = self._cache.setdefault("unit", {})
+        if "ell" not in unit:  # per unit server step s (the noise scales as s²)
+            law, d = self.law, self.d
+            chunk = max(1, min(d + 1, _CHUNK_FLOATS // max(1, law.data.rows * (d + 1))))
+            cols = []
+            for start in range(0, d + 1, chunk):
+                idx = np.arange(start, min(d + 1, start + chunk))
+                X = np.zeros((idx.size, d + 1, d + 1))
+                X[np.arange(idx.size), idx, d] = 1.0
+                X[np.arange(idx.size), d, idx] = 1.0
+                cols.append(law.pieces(np.zeros((idx.size, d + 1)), X)[2][:, :d, :d].reshape(idx.size, d * d))
+            cols = np.concatenate(cols) / law.server_lr**2
+            unit["ell"], unit["k"] = np.ascontiguousarray(cols[:d].T), cols[d]
+        scale = self.law.server_lr**2 / self.h
+        return scale * unit["ell"], scale * unit["k"]
+
+    def generator_operator(self):
+        """:meth:`generator` as a ``scipy.sparse.linalg.LinearOperator`` (with its transpose), never formed."""
+        from fedsde.exact._least_squares_sde_solve import generator_operator
+
+        ell, k = self._offsets()
+        return generator_operator(self.drift_matrix, self._quad, ell, k)
+
+    def _stationary_matrix_free(self) -> np.ndarray:
+        from fedsde.exact._least_squares_sde_solve import LyapunovInverse, largest_eigenvalue
+        from fedsde.exact._least_squares_solve import stationary_covariance
+
+        d, G = self.d, self.drift_matrix
+        K = self._offsets()[1].reshape(d, d)
+        K = 0.5 * (K + K.T)
+
+        def generator(P):
+            return G @ P + P @ G.T + self._quad(P)
+
+        lead = largest_eigenvalue(generator, d, K)
+        if lead >= -STATIONARY_MARGIN * max(1.0, 2.0 * float(np.abs(G).max())):
+            raise NoStationaryLawError(f"the SDE's second-moment generator has an eigenvalue with real part "
+                                       f"{lead:.6g} >= 0, so the SDE has no stationary law")
+        P, _, res = stationary_covariance(lambda P: P + generator(P), K, None,
+                                          preconditioner=LyapunovInverse(G))
+        if not (np.isfinite(res) and res <= SOLVE_RTOL and np.all(np.isfinite(P))):
+            raise NoStationaryLawError(f"the SDE's stationary covariance solve did not converge (relative residual "
+                                       f"{res:.3g}; largest eigenvalue of the second-moment generator {lead:.6g})")
+        return P
+
+
+@small_products
 def least_squares_sde(
     problem,
     eta: float,
@@ -184,6 +284,7 @@ def least_squares_sde(
     weighting: str = "unbiased",
     weights: np.ndarray | None = None,
     memory_limit: int | str | None = None,
+    method: str = "auto",
 ) -> LeastSquaresSDE:
     """The FedAvg SDE of a :class:`~fedsde.problems.RegressionProblem` with exact round moments.
 
@@ -195,21 +296,31 @@ def least_squares_sde(
     h : float, optional
         Time step of the clock ``t = n·h``; default ``η`` (seed 002, Section 6).
     memory_limit : int or str, optional
-        Bytes the generator may use (default: what is free).
+        Bytes the moment equations may use (default: what is free).
+    method : {"auto", "dense", "matrix-free"}
+        The generator's matrix (``dense``, ``O(d⁴)`` memory) or only its action (``matrix-free``); ``auto``: dense
+        where ``d <= DENSE_MAX_D``.
     """
     eta = positive_float("eta", eta)
     h = eta if h is None else positive_float("h", h)
+    choice("method", method, METHODS)
     law = least_squares_round_law(problem, eta, local_steps, server_lr, participation=participation,
                                   weighting=weighting, weights=weights)
     d = problem.d
     n = 2 * d * d + d + 1
-    memory_fits(f"SDE moment generator (d={d})", 8 * 4 * n * n + work_bytes(d, law.data.rows),
-                available_memory("cpu", memory_limit), "the SDE's moment equations need O(d⁴) memory; use fewer "
-                "features")
+    if method == "dense" or (method == "auto" and d <= DENSE_MAX_D):
+        memory_fits(f"SDE moment generator (d={d})", 8 * 4 * n * n + work_bytes(d, law.data.rows),
+                    available_memory("cpu", memory_limit), "the dense moment equations need O(d⁴) memory; use "
+                    "fewer features or method='matrix-free'")
+    else:  # ℓ (d³), the Krylov and Taylor vectors (a few dozen of n), the batched noise columns
+        chunk = max(1, min(d + 1, _CHUNK_FLOATS // max(1, law.data.rows * (d + 1))))
+        memory_fits(f"SDE moment equations (d={d}, matrix-free)", 8 * (d**3 + 40 * n)
+                    + work_bytes(d, law.data.rows, batch=chunk), available_memory("cpu", memory_limit),
+                    "the matrix-free moment equations need O(d³ + rows·d) memory; use fewer features or rows")
     centre = law.fixed_point()
     law = least_squares_round_law(problem, eta, local_steps, server_lr, participation=participation,
                                   weighting=weighting, weights=weights, shift=centre)
-    return LeastSquaresSDE(law=law, h=h)
+    return LeastSquaresSDE(law=law, h=h, method=method)
 
 
 @small_products

@@ -9,7 +9,6 @@ import numpy as np
 
 from fedsde._compat import renamed
 from fedsde._tolerances import DIVERGENCE_SLACK
-from fedsde.aggregators import get_aggregator
 from fedsde.errors import FedsdeInputError
 from fedsde.exact.aggregators import aggregator_round_weights
 from fedsde.exact.round_law import round_law
@@ -40,6 +39,8 @@ def known_divergence(problem, eta: float, local_steps, server_lr: float = 1.0, *
     """
     if not isinstance(problem, QuadraticProblem) or not (np.isfinite(eta) and eta > 0):
         return []
+    from fedsde.aggregators import get_aggregator  # the rules' classes import torch: only on quadratic clients
+
     try:
         agg = get_aggregator(aggregator)
         solver = agg.local_solver

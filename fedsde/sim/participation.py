@@ -18,6 +18,11 @@ weights and aggregates only the participants (:mod:`fedsde.sim.runner`).  The la
 run of ordinary size reaches: below it every draw is what it always was.  Multinomial draws are the ordinary ones
 (the same ``m`` uniforms, the same clients and weights): a client drawn ``c`` times holds one slot weighted ``c/m``
 and the ``c − 1`` other slots of its draws are idle (weight zero, not participating, :func:`first_occurrences`).
+
+**Participant slots** (any number of clients, an oracle that trains only the clients handed to it): uniform
+subsets train their ``m`` participants (:func:`participant_slots`) and multinomial draws their ``m`` draws
+(:func:`multinomial_slots`, repeats idle as above), so a round reads only the drawn clients' rows (a population's
+included), not all ``Q``; the weights and the rule's step stay those of all ``Q`` clients.
 """
 
 from __future__ import annotations
@@ -149,8 +154,32 @@ def participant_slots(mask: torch.Tensor, m: int, block: int) -> tuple[torch.Ten
     return cid, cid.view(Rp // block, block, m).transpose(1, 2)
 
 
-def scatter_slots(values: torch.Tensor, cid: torch.Tensor, Q: int) -> torch.Tensor:
-    """Per-slot rows (Rp, m, d) back to per-client rows (Rp, Q, d), zero for the clients that did not take part."""
+def multinomial_slots(streams: ReplicateStreams, nb: int, Q: int, m: int, p: torch.Tensor, block: int = BLOCK
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The multinomial draws of :func:`draw_participation` (the same uniforms) on ``m`` slots.
+
+    Returns
+    -------
+    mask, weights : Tensor, shape (nb·block, Q)
+        Those of :func:`draw_participation`, bit for bit (the weights ``c/m`` summed from the slots, zeros added).
+    cid : Tensor of int, shape (nb·block, m)
+        The draws of each replicate, sorted: the client each slot trains.
+    keep : Tensor of bool, shape (nb·block, m)
+        The slot that carries each drawn client (its first); the others are idle (:func:`scatter_slots`).
+    """
+    cid, w = draw_subsets(streams, nb, Q, m, "multinomial", p, block)
+    keep = first_occurrences(cid)
+    weights = torch.zeros((cid.shape[0], Q), dtype=p.dtype, device=p.device).scatter_add_(1, cid, w)
+    mask = torch.zeros((cid.shape[0], Q), dtype=torch.bool, device=p.device).scatter_(1, cid, True)
+    return mask, weights, cid, keep
+
+
+def scatter_slots(values: torch.Tensor, cid: torch.Tensor, Q: int, keep: torch.Tensor | None = None) -> torch.Tensor:
+    """Per-slot rows (Rp, m, d) back to per-client rows (Rp, Q, d), zero for the clients that did not take part;
+    with ``keep`` (Rp, m) only the kept slots (a client's idle repeats add zeros)."""
     Rp, m, d = values.shape
     index = cid.unsqueeze(-1).expand(Rp, m, d)
-    return torch.zeros((Rp, Q, d), dtype=values.dtype, device=values.device).scatter_(1, index, values)
+    out = torch.zeros((Rp, Q, d), dtype=values.dtype, device=values.device)
+    if keep is None:
+        return out.scatter_(1, index, values)
+    return out.scatter_add_(1, index, torch.where(keep.unsqueeze(-1), values, torch.zeros_like(values)))

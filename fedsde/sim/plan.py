@@ -215,16 +215,16 @@ def make_plan(
     check = getattr(make_oracle, "check_memory", None)
     if check is not None:  # an oracle with a work space of its own per block (module problems): refused up front
         # the oracle trains the participants' slots only when they are handed over (runner.run_chunk)
-        part_slots = (participation is not None and participation < Q and weighting != "multinomial"
+        part_slots = (participation is not None and (participation < Q or weighting == "multinomial")
                       and not agg.warm_start_rounds)
         check(problem, slots=participation if sparse or (part_slots and not drift_keep.size) else Q,
               block=block_size, device=dev, dtype=dtype,
               memory_limit=memory_limit)
-    # a round on all Q clients although few take part: a warm start, multinomial draws outside the cross-device
-    # regime (no participant slots in a dense round) or the drift record
+    # a round on all Q clients although few take part: a warm start or the drift record (multinomial draws train
+    # their m slots, as uniform subsets do)
     given_chunk = chunk_size
     trains_all = participation is None or (not sparse and (
-        participation >= Q or agg.warm_start_rounds > 0 or weighting == "multinomial" or drift_keep.size > 0))
+        (participation >= Q and weighting != "multinomial") or agg.warm_start_rounds > 0 or drift_keep.size > 0))
     try:
         # the rule's own step on all Q clients (FedAWARE's min-norm problem): on slots only once a replicate has
         # seen every client, which needs rounds·m >= Q

@@ -48,6 +48,7 @@ from fedsde.sim.participation import (
     draw_participation,
     draw_subsets,
     first_occurrences,
+    multinomial_slots,
     participant_slots,
     scatter_slots,
 )
@@ -291,7 +292,8 @@ def run_chunk(plan: SimulationPlan, start: int, R: int, out_w, out_drift: np.nda
     # cross-device regime also draw and aggregate only them (plan.sparse)
     takes_clients = getattr(oracle, "participants_only", False)
     sparse = plan.sparse and (takes_clients or getattr(oracle, "accepts_clients", False))
-    slots_ok = (takes_clients and m is not None and m < Q and weighting != "multinomial" and out_drift is None)
+    # multinomial draws: m slots, a client's repeats idle (any Q: a round reads only the drawn clients' rows)
+    slots_ok = (takes_clients and m is not None and (m < Q or weighting == "multinomial") and out_drift is None)
     p = torch.as_tensor(plan.problem.p, dtype=dtype, device=dev)
     w = torch.as_tensor(plan.w_start, dtype=dtype, device=dev).expand(Rp, d).clone()
     state = agg.init(w)
@@ -307,10 +309,12 @@ def run_chunk(plan: SimulationPlan, start: int, R: int, out_w, out_drift: np.nda
         eta, s = float(plan.etas[n]), float(plan.server_lrs[n])
         tau, n_steps, batch, max_batch = draws.next()
         full = n < agg.warm_start_rounds
-        cid, clients, tau_s, mask = None, None, tau, None
+        cid, clients, tau_s, mask, drawn, keep = None, None, tau, None, None, None
         if sparse:  # compact rules only (fedsde.sim.plan.compact_rule): no warm start; per-client state on slots
             cid, weights = draw_subsets(part, nb, Q, m, weighting, p, block)
             mask = first_occurrences(cid)  # a multinomial draw's repeats: idle slots
+        elif slots_ok and weighting == "multinomial":
+            mask, weights, drawn, keep = multinomial_slots(part, nb, Q, m, p, block)
         else:
             mask, weights = draw_participation(part, nb, Q, m, weighting, p, block)
         if full:  # the draws above keep the streams aligned with other rules
@@ -319,7 +323,10 @@ def run_chunk(plan: SimulationPlan, start: int, R: int, out_w, out_drift: np.nda
         wb = w.view(nb, 1, block, d)
         corr = agg.correction(state, cid) if sparse else agg.correction(state)  # (Rp, Q|m, d) or None
         if slots_ok and not full and not sparse:
-            cid, clients = participant_slots(mask, m, block)
+            if drawn is None:
+                cid, clients = participant_slots(mask, m, block)
+            else:
+                cid, clients = drawn, drawn.view(nb, block, m).transpose(1, 2)
             if corr is not None:
                 corr = corr.gather(1, cid.unsqueeze(-1).expand(Rp, m, d))
         elif sparse:
@@ -350,9 +357,9 @@ def run_chunk(plan: SimulationPlan, start: int, R: int, out_w, out_drift: np.nda
                                norms=norms, first_grads=g0, clients=cid)
         else:
             if cid is not None:
-                delta = scatter_slots(delta, cid, Q)
+                delta = scatter_slots(delta, cid, Q, keep)
                 if g0 is not None:
-                    g0 = scatter_slots(g0, cid, Q)
+                    g0 = scatter_slots(g0, cid, Q, keep)
             elif m is not None and not bool(mask.all()):
                 delta = delta * mask.unsqueeze(-1).to(dtype)
             norms = solver.accumulation_norm(tau, eta).to(dtype) if agg.needs_norms else None
