@@ -45,7 +45,7 @@ def test_stability_radii_match_the_exact_laws():
 def test_map_collects_the_cells_warnings(capsys, tmp_path):
     rec = _json(capsys, ["map", "--problem", GRUNFELD, "--eta", "0.1,0.3", "--local-steps", "2", "--rounds", "4",
                          "--seed", "1", "--out", str(tmp_path / "m")])
-    bad = [c for c in rec["cells"] if c["eta"] == 0.3][0]
+    bad = next(c for c in rec["cells"] if c["eta"] == 0.3)
     assert any("mean map has spectral radius 1.10534 >= 1" in w for w in bad["warnings"])
     assert any("local SGD expands" in w for w in rec["warnings"])
-    assert not [c for c in rec["cells"] if c["eta"] == 0.1][0]["warnings"]
+    assert not next(c for c in rec["cells"] if c["eta"] == 0.1)["warnings"]
