@@ -32,9 +32,11 @@ the last, which only lowers the rule's power).  Below ``R = 16`` the rule is not
 no power there, and the top ``⌈√R⌉`` of fewer than 16 values exceed ``τ`` more often for Gaussian values than for
 ``χ²₁`` ones: 0.7 % of samples at ``R = 8``); the verdict reports that (``tails.checked``, :func:`checkable`).
 
-What a flag does is decided by the verdict (:func:`fedsde.validity.verdict.validity_verdict`): a heavy-tailed metric
-cannot decide the outcome either way ("inconclusive — heavy tails" with these numbers), because no interval from
-``R`` values certifies where a mean dominated by draws rarer than ``1/R`` lies.  Coverage of the rule is checked by
+What a flag does is decided by the verdict (:func:`fedsde.validity.verdict.validity_verdict`): a heavy-tailed
+metric's intervals decide nothing, because no interval from ``R`` values certifies where a mean dominated by draws
+rarer than ``1/R`` lies.  Where FedAvg's exact moments are known they judge it instead; otherwise only a
+distribution-free lower bound can still say "does not track" (:mod:`fedsde.validity.heavy`), and the verdict is
+"inconclusive — heavy tails" with these numbers.  Coverage of the rule is checked by
 simulation on Pareto, lognormal, normal, exponential and ``χ²₁`` values (``tests/test_validity_tails.py``).
 
 References: B. M. Hill, *A simple general approach to inference about the tail of a distribution*, Ann. Statist.

@@ -16,7 +16,9 @@ SVAG chains (:mod:`fedsde.validity.reference`).  ``scale_φ`` makes the gap free
 the ``K`` judged (metric, time > 0) comparisons, with Student's ``t`` quantile ``q = t_{R−1}⁻¹(1 − α/(2K))`` (the
 s.e. is estimated from ``R`` per-replicate differences; normal only when no s.e. is estimated), corrected for the
 values' skewness (Hall 1992, :func:`~fedsde.validity.tails.skew_corrected`).  They bound ``|D|`` by ``[lower,
-upper]`` (``lower = 0`` when the interval covers 0); a heavy-tailed metric decides nothing (:mod:`.tails`).  With
+upper]`` (``lower = 0`` when the interval covers 0).  A heavy-tailed metric's intervals decide nothing
+(:mod:`.tails`): FedAvg's exact mean judges it where known, and otherwise only a distribution-free lower bound can
+say "does not track" (:mod:`.heavy`).  With
 an *estimated* scale (SVAG reference) the ``K`` intervals ``Ê φ_SDE(t) ± q·se`` join the family, so that, jointly, the
 true range lies in ``rangê ± 2q·max_t se_SDE(t)``; ``d``'s bounds divide ``|D|``'s upper bound by the smallest and its
 lower bound by the largest range (``upper = ∞`` while the range is not resolved from noise).
