@@ -46,6 +46,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from fedsde.validity.intervals import richardson_weights
 from fedsde.validity.tails import summarise_tails, tail_diagnostic
 
 #: added to the planning basis of ``replicates_needed`` when a judged metric is heavy-tailed
@@ -200,8 +201,6 @@ def sampled_sides(problem, gaps: dict, values: dict, ells, exact_means=None) -> 
     """The sampled gaps with what their heavy tails need: every path's :func:`robust_side` (FedAvg's values
     ``values[m][0]``; the SDE's per-replicate Richardson values where it comes from SVAG chains) and, where
     ``exact_means`` is given and the chain judged is FedAvg (``ℓ = 1``), :func:`with_exact_side`."""
-    from fedsde.validity.verdict import richardson_weights
-
     out = {}
     for m, p in gaps.items():
         if p.unjudged:

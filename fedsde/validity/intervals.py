@@ -178,3 +178,20 @@ def replicates_needed(gaps: dict, tol: dict, active: np.ndarray, *, alpha: float
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if decides(mid) else (mid, hi)
     return hi
+
+
+def richardson_weights(ells) -> tuple[float, float]:
+    """Weights ``(w_a, w_b)`` of the two largest ``ℓ_a < ℓ_b``: ``E_∞ ≈ w_a E_a + w_b E_b`` (order 1 in ``1/ℓ``)."""
+    a, b = float(ells[-2]), float(ells[-1])
+    return -a / (b - a), b / (b - a)
+
+
+def richardson_limit(ells: list[int], mean: np.ndarray, se: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Order-1 extrapolation of ``E_ℓ = E_∞ + C/ℓ + o(1/ℓ)`` from the two largest ``ℓ``.
+
+    ``E_∞ ≈ (ℓ_b E_b − ℓ_a E_a)/(ℓ_b − ℓ_a)``; its s.e. from independent runs.  Shapes: mean, se (L, T) → (T,).
+    """
+    wa, wb = richardson_weights(ells)
+    m = wb * np.asarray(mean)[-1] + wa * np.asarray(mean)[-2]
+    s = np.sqrt((wb * np.asarray(se)[-1]) ** 2 + (wa * np.asarray(se)[-2]) ** 2)
+    return m, s

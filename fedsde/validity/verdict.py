@@ -61,6 +61,8 @@ from fedsde.validity.intervals import (  # noqa: F401 — re-exported: the verdi
     judge,
     quantile,
     replicates_needed,
+    richardson_limit,
+    richardson_weights,
 )
 from fedsde.validity.tails import heavy_reason, summarise_tails
 
@@ -291,7 +293,7 @@ def validity_verdict(
 
 
 def _reason(outcome: str, w: dict, base: str, T: float, R: int, needed: int | None, regime: dict | None,
-            skipped: dict, exact: bool = False) -> str:
+            skipped: dict, *, exact: bool = False) -> str:
     units = "accuracy units" if w["metric"] in ABSOLUTE_METRICS else "of its movement"
     at = (f"{w['metric']} at t = {w['time']:.4g}: d = {w['gap']:.3g} {units}, " + ("exact" if R is None or exact else
           f"simultaneous bounds [{w['lower']:.3g}, {w['upper']:.3g}]") + f" against tolerance {w['tolerance']:g}")
@@ -312,20 +314,3 @@ def _reason(outcome: str, w: dict, base: str, T: float, R: int, needed: int | No
         text += "".join(f"; not judged: {', '.join(ms)}{why}" for ms, why in (
             (still, " (does not move)"), (other, " (no value under the SDE's law)")) if ms)
     return text
-
-
-def richardson_weights(ells) -> tuple[float, float]:
-    """Weights ``(w_a, w_b)`` of the two largest ``ℓ_a < ℓ_b``: ``E_∞ ≈ w_a E_a + w_b E_b`` (order 1 in ``1/ℓ``)."""
-    a, b = float(ells[-2]), float(ells[-1])
-    return -a / (b - a), b / (b - a)
-
-
-def richardson_limit(ells: list[int], mean: np.ndarray, se: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Order-1 extrapolation of ``E_ℓ = E_∞ + C/ℓ + o(1/ℓ)`` from the two largest ``ℓ``.
-
-    ``E_∞ ≈ (ℓ_b E_b − ℓ_a E_a)/(ℓ_b − ℓ_a)``; its s.e. from independent runs.  Shapes: mean, se (L, T) → (T,).
-    """
-    wa, wb = richardson_weights(ells)
-    m = wb * np.asarray(mean)[-1] + wa * np.asarray(mean)[-2]
-    s = np.sqrt((wb * np.asarray(se)[-1]) ** 2 + (wa * np.asarray(se)[-2]) ** 2)
-    return m, s
