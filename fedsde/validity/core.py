@@ -215,8 +215,10 @@ def validity_test(
     fedavg : {"exact", "sampled"}, optional
         FedAvg's side: ``"exact"`` — its exact moments where they close (quadratic and least-squares clients,
         :mod:`fedsde.validity.exact_fedavg`) against the SDE's exact law: no replicates, ``worst.gap`` is the exact
-        gap and ``lower = upper = gap``; ``"sampled"`` — the Monte-Carlo chains.  Default ``"exact"`` where the
-        moments close, the reference is exact and no ``ℓ > 1`` is asked for, else ``"sampled"``.
+        gap and ``lower = upper = gap``; ``"sampled"`` — the Monte-Carlo chains (where the moments close, FedAvg's
+        exact means still judge a metric whose sampled values are heavy-tailed or whose bounds miss the exact gap,
+        :mod:`fedsde.validity.heavy`).  Default ``"exact"`` where the moments close, the reference is exact and no
+        ``ℓ > 1`` is asked for, else ``"sampled"``.
     """
     rounds = positive_int("rounds", rounds)
     every = positive_int("record_every", record_every)
