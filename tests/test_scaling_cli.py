@@ -85,7 +85,7 @@ DIGITS = str(ROOT / "examples" / "problems" / "digits_softmax.toml")
 
 def test_data_problem_contract(capsys):
     obj = run_json(capsys, ["scaling", "--problem", DIGITS, "--eta", "0.05", "--local-steps", "1", "--rounds", "4",
-                            "--rule", "batch", "--kappa", "2", "--replicates", "4", "--points", "2", "--json"])
+                            "--rule", "batch-linear", "--kappa", "2", "--replicates", "4", "--points", "2", "--json"])
     assert obj["scaled"]["batch_size"] == 2 * obj["base"]["batch_size"]
     assert obj["scaled"]["server_lr"] == 2.0 and obj["scaled"]["rounds"] == 2
     curves = obj["base"]["curves"]

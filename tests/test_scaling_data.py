@@ -122,7 +122,7 @@ def test_paired_standard_error_is_that_of_the_differences():
 
 def test_temperature_change_beyond_tolerance_is_noted(cancer):
     cfg = FedAvgConfig(eta=0.05, local_steps=1, server_lr=1.0, rounds=2)
-    res = compare_data(cancer, cfg, "batch", 2, replicates=2, seed=0, points=1)
+    res = compare_data(cancer, cfg, "batch-linear", 2, replicates=2, seed=0, points=1)
     rel = res.scaled.temperature_trace / res.base.temperature_trace - 1
     assert abs(rel) > TEMPERATURE_TOL and len(res.notes) == 1
     note = res.notes[0]

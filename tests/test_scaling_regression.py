@@ -5,6 +5,7 @@ rule keeps it only approximately, the command as a user runs it on the example f
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -78,7 +79,7 @@ CASES = [
     ("local-steps", 2, (0.05, 2, 1.0, 12), (0.05, 4, 1.0, 6), 1, None),
     ("server-client", 2, (0.05, 2, 1.0, 12), (0.025, 2, 2.0, 12), 1, None),
     ("clients", 2, (0.05, 2, 1.0, 12), (0.05, 2, 2.0, 6), 2, None),
-    ("batch", 1.5, (0.05, 2, 1.0, 12), (0.05, 2, 1.5, 8), 1, 6),
+    ("batch-linear", 1.5, (0.05, 2, 1.0, 12), (0.05, 2, 1.5, 8), 1, 6),
     ("client-lr", 2, (0.05, 2, 1.0, 12), (0.1, 2, 1.0, 6), 2, None),
 ]
 
@@ -161,17 +162,33 @@ def test_temperature_kept_by_copies_and_with_replacement_but_not_by_batch_withou
         res = compare_least_squares(grunfeld, cfg, rule, 4)
         np.testing.assert_allclose(res.scaled.temperature, res.base.temperature, rtol=1e-13)
         assert len(res.notes) == 1 and "copies" in res.notes[0]
-    # every firm has 20 rows: b = 5 → 10 multiplies each client's temperature by (20 − 10)/(20 − 5) = 2/3
-    res = compare_least_squares(grunfeld, cfg, "batch", 2)
+    # every firm has 20 rows: b = 5 → 10 multiplies each client's temperature by (20 − 10)/(20 − 5) = 2/3 under the
+    # linear rule
+    res = compare_least_squares(grunfeld, cfg, "batch-linear", 2)
     assert rel(res) == pytest.approx(-1.0 / 3.0, rel=1e-12)
     assert len(res.notes) == 1 and "-33.3% for every client" in res.notes[0]
     # κb = n_k: full-batch steps, no noise at all
-    res = compare_least_squares(grunfeld, cfg, "batch", 4)
+    res = compare_least_squares(grunfeld, cfg, "batch-linear", 4)
     assert rel(res) == -1.0 and "11 of 11 clients then take full-batch steps" in res.notes[0]
-    # with replacement the minibatch covariance is ∝ 1/b and the rule keeps the temperature exactly
+    # the corrected rule: g = f(5)/f(10) = (15/95)/(10/190) = 3 on the server step, rounds 96 → 32, T kept exactly
+    res = compare_least_squares(grunfeld, replace(cfg, rounds=96), "batch", 2)
+    assert res.scaled.config.server_lr == pytest.approx(3.0, rel=1e-15) and res.scaled.config.rounds == 32
+    assert abs(rel(res)) < 1e-13 and res.batch.exact and res.batch.factor == pytest.approx(3.0, rel=1e-15)
+    assert len(res.notes) == 1 and "× g = 3 (not κ = 2" in res.notes[0]
+    # rounds 64/3 is not whole: 21 rounds with s × 3 keep the temperature, and the horizon moves by 63/64 − 1
+    res = compare_least_squares(grunfeld, cfg, "batch", 2)
+    assert res.scaled.config.rounds == 21 and abs(rel(res)) < 1e-13
+    assert res.scaled.config.horizon / res.base.config.horizon == pytest.approx(63 / 64, rel=1e-14)
+    assert "the horizon τ moves by -1.562%" in res.notes[0]
+    with pytest.raises(FedsdeInputError, match="no minibatch noise is left at the scaled end"):
+        compare_least_squares(grunfeld, cfg, "batch", 4)
+    # with replacement the minibatch covariance is ∝ 1/b and both rules keep the temperature exactly (g = κ)
     wr = my_data.replace(sampling="with-replacement")
-    res = compare_least_squares(wr, FedAvgConfig(eta=0.05, local_steps=2, server_lr=1.0, rounds=12), "batch", 2)
-    assert abs(rel(res)) < 1e-13 and res.notes == []
+    for rule in ("batch", "batch-linear"):
+        res = compare_least_squares(wr, FedAvgConfig(eta=0.05, local_steps=2, server_lr=1.0, rounds=12), rule, 2)
+        assert abs(rel(res)) < 1e-13 and res.scaled.config.server_lr == 2.0
+        assert res.notes == ([] if rule == "batch-linear" else [res.batch.sentence(12)])
+        assert "with replacement" in (res.notes or ["with replacement"])[0]
 
 
 def test_split_rows_keeps_the_objective_and_reports_the_temperature(my_data):
@@ -258,7 +275,7 @@ def test_json_has_the_keys_of_the_quadratic_route(capsys):
 
 def test_kappa_list_and_human_output(capsys):
     argv = ["scaling", "--problem", GRUNFELD, "--eta", "0.02", "--local-steps", "4", "--rounds", "64", "--rule",
-            "batch", "--kappa", "1,2,4"]
+            "batch-linear", "--kappa", "1,2,4"]
     assert main([*argv, "--json"]) == 0
     obj = json.loads(capsys.readouterr().out)
     curve = obj["discrepancy_vs_kappa"]

@@ -23,7 +23,8 @@ def run_adaptive(args: argparse.Namespace, problem, agg, steps, w0) -> int:
                                 replicates=args.replicates, seed=args.seed, server_lr=args.server_lr, w0=w0,
                                 substeps=args.substeps, phi=phi, device=args.device)
         out[phi] = {"steps": c.steps, "rounds": c.rounds, "errors": c.errors, "stderr": c.stderr, "ci": c.ci,
-                    "slope": c.slope, "chain": c.chain, "sde": c.sde}
+                    "slope": c.slope, "slope_interval": [c.slope_fit.lower, c.slope_fit.upper],
+                    "slope_basis": c.slope_fit.basis, "chain": c.chain, "sde": c.sde}
     result = {"aggregator": agg.describe(), "sde": "adaptive", "clock": "t = n*s^2",
               "t_end": args.rounds * args.server_lr**2, "weak_error": out, "config": c.config}
     lines = [f"aggregator={agg.name}  sde=adaptive (Malladi et al. 2022)  eta={args.eta}  server_lr={args.server_lr}  "
@@ -31,5 +32,6 @@ def run_adaptive(args: argparse.Namespace, problem, agg, steps, w0) -> int:
     for phi, v in out.items():
         cells = ", ".join(f"ℓ={round(args.server_lr**2 / h)}: {e:.3g} ± {1.96 * se:.2g}"
                           for h, e, se in zip(v["steps"], v["errors"], v["stderr"], strict=True))
-        lines.append(f"weak error {phi:5s} (SVAG chain vs SDE): {cells}; slope in s²/ℓ {v['slope']:.3f}")
+        lines.append(f"weak error {phi:5s} (SVAG chain vs SDE): {cells}; slope in s²/ℓ {v['slope']:.3f} "
+                     f"[{v['slope_interval'][0]:.3f}, {v['slope_interval'][1]:.3f}]")
     return emit(args, result, "\n".join(lines))

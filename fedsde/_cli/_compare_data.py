@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import argparse
 
-import numpy as np
-
 from fedsde._cli.common import emit, flag, show_progress
 
 
@@ -61,8 +59,8 @@ def run_data(args: argparse.Namespace, problem, local_steps, w0) -> int:
             f"svag ℓ={r.param}" if r.scheme == "svag" else f"mc k={r.param}")
         cells = "  ".join(f"{r.error[m]:+.4g} ± {Z95 * r.error_se[m]:.2g}".ljust(30) for m in st.reference)
         lines.append(f"{name:10s}{r.step:10.4g}{r.cost_ratio:8.1f}  {cells}")
-    lines.append("slopes of |error| vs step: " + "; ".join(
-        f"{s}: " + ", ".join(f"{m} {v:+.2f}" for m, v in d.items() if np.isfinite(v)) for s, d in st.slopes.items()))
+    lines.append("slopes of |error| vs step (95 % intervals): " + "; ".join(
+        f"{s}: " + ", ".join(f"{m} {st.slope_fits[s][m].text('+.2f')}" for m in d) for s, d in st.slopes.items()))
     return emit(args, result, "\n".join(lines))
 
 
@@ -103,7 +101,8 @@ def run_regression(args: argparse.Namespace, problem, local_steps, w0) -> int:
              f"{args.server_lr / st.h:.6g})"]
     for phi, v in st.slope.items():
         lines.append(f"weak error {phi:5s} at t={t_end:.6g}: {st.weak_error[phi][-1]:.6g}   " + (
-            "exact at grid times" if v["exact_at_grid"] else f"slope vs h: {v['slope']:.3f}  (errors "
+            "exact at grid times" if v["exact_at_grid"] else f"slope vs h: {v['slope']:.3f} "
+            f"[{v['slope_interval'][0]:.3f}, {v['slope_interval'][1]:.3f}]  (errors "
             f"{', '.join(f'{e:.3g}' for e in v['errors'])})"))
     sta = st.stationary
     if sta["chain"] is not None and sta["sde"] is not None:

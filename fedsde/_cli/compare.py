@@ -144,7 +144,8 @@ def _human(st, args: argparse.Namespace, problem) -> str:
     ]
     lines += [f"weak error {phi:5s} at t={t_end:.6g}: {st.weak_error[phi][-1]:.6g}   " + (
         f"exact at grid times (errors <= {np.max(slopes[phi]['errors']):.1e}, rounding level)"
-        if slopes[phi]["exact_at_grid"] else f"slope vs h ({args.noise_scaling} noise): {slopes[phi]['slope']:.3f}")
+        if slopes[phi]["exact_at_grid"] else f"slope vs h ({args.noise_scaling} noise): {slopes[phi]['slope']:.3f} "
+        f"[{slopes[phi]['slope_interval'][0]:.3f}, {slopes[phi]['slope_interval'][1]:.3f}]")
         for phi in phis]
     if st.stationary["w2"] is not None:
         lines.append(f"stationary W2(chain, SDE) = {st.stationary['w2']:.6g}")
@@ -169,18 +170,23 @@ def _rule(args: argparse.Namespace, problem, agg, steps, w0, h_grid) -> int:
         from fedsde._cli._compare_adaptive import run_adaptive
 
         return run_adaptive(args, problem, agg, steps, w0)
+    from fedsde._stats import fit_slope_interval
     from fedsde.compare.rule_weak import rule_sde_study
 
     agg.check_problem(problem, args.problem)
     st = rule_sde_study(problem, agg, eta=args.eta, local_steps=steps, rounds=args.rounds, server_lr=args.server_lr,
                         h=args.h, w0=w0, time_steps=h_grid, noise_scaling=args.noise_scaling)
     mom, weak = st["moments"], st["weak_error"]
+    for v in weak.values():  # every slope with its interval (exact errors: the fit's residuals)
+        fit = fit_slope_interval(v["steps"], v["errors"])
+        v |= {"slope_interval": [fit.lower, fit.upper], "slope_basis": fit.basis}
     lines = [f"aggregator={agg.name}  sde={st['sde']}  eta={args.eta}  server_lr={args.server_lr}  effective "
              f"server_lr={st['effective_server_lr']:.6g}  h={st['h']}  rounds={args.rounds} (t = {st['t_end']:.6g})",
              f"at t={st['t_end']:.6g}: W2(chain, SDE) = {mom['w2'][-1]:.6g}"]
     lines += [f"weak error {phi:5s} vs h ({args.noise_scaling} noise): errors "
               f"{', '.join(f'{e:.3g}' for e in v['errors'])} at h = {', '.join(f'{x:.3g}' for x in v['steps'])}; "
-              f"slope {v['slope']:.3f}" for phi, v in weak.items()]
+              f"slope {v['slope']:.3f} [{v['slope_interval'][0]:.3f}, {v['slope_interval'][1]:.3f}]"
+              for phi, v in weak.items()]
     if st["stationary"]["w2"] is not None:
         lines.append(f"stationary W2(chain, SDE) = {st['stationary']['w2']:.6g}")
     return emit(args, st, "\n".join(lines))

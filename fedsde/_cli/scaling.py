@@ -9,7 +9,7 @@ import numpy as np
 from fedsde._cli import cell_commands, one_line_help
 from fedsde._cli.common import add_json_flag, capture_warnings, check_device, emit, fmt_array, parse_vector, warn
 from fedsde.errors import FedsdeInputError
-from fedsde.scaling.rules import RULES, FedAvgConfig, get_rule
+from fedsde.scaling.rules import ALL_RULES, FedAvgConfig, get_rule
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -20,7 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "s·η·Σ p_k²Σ_k and horizon τ = n·s·η·E) and measure the discrepancy between the two ends: exactly on "
         "quadratic and least-squares regression problems, by simulation (metric curves vs τ with standard errors) on "
         "classification problems. "
-        f"Rules: {', '.join(f'{r.name} ({r.change})' for r in RULES.values())}.",
+        f"Rules: {', '.join(f'{r.name} ({r.change})' for r in ALL_RULES.values())}.",
     )
     p.add_argument("--problem", required=True, metavar="FILE",
                    help="quadratic, regression or classification problem (.toml or .json)")
@@ -28,10 +28,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--local-steps", required=True, type=int, metavar="E", help="local SGD steps per round")
     p.add_argument("--server-lr", type=float, default=1.0, metavar="s", help="actual server step (default 1)")
     p.add_argument("--rounds", required=True, type=int, metavar="n", help="rounds of the base run")
-    p.add_argument("--rule", required=True, choices=[*RULES, "sqrt"],
-                   help="scaling rule (sqrt: the square-root rule of the adaptive server rules, Malladi et al. 2022 "
-                   "Def. 4.5: server step ×√κ, 1 − β ×κ, τ ×1/√κ, rounds ×1/κ for noise ×1/κ; needs --aggregator "
-                   "fedadam or fedyogi)")
+    p.add_argument("--rule", required=True, choices=[*ALL_RULES, "sqrt"],
+                   help="scaling rule (batch: server step ×g, rounds ×1/g with g = f(b)/f(κb), f(b) = (n_k − b)/"
+                   "(b(n_k − 1)) for minibatches drawn without replacement, g = κ with replacement; batch-linear: "
+                   "×κ whatever the sampling; sqrt: the square-root rule of the adaptive server rules, Malladi et al. "
+                   "2022 Def. 4.5: server step ×√κ, 1 − β ×κ, τ ×1/√κ, rounds ×1/κ for noise ×1/κ; needs "
+                   "--aggregator fedadam or fedyogi)")
     p.add_argument("--kappa", required=True, metavar="κ[,κ2,…]",
                    help="scaling factor; a comma-separated list gives the discrepancy as a function of κ")
     p.add_argument("--w0", default=None, metavar="w1,w2,…",
@@ -238,11 +240,12 @@ def _run_regression(args, problem, rule, kappas: list[float], single: bool) -> i
         head["new_clients"] = new_clients
     cells = [{"kappa": r.kappa, "scaled": _ls_end(r.scaled, keep), "invariants": _invariants(r.base, r.scaled),
               "discrepancy": {"stationary": r.stationary, "transient": r.transient, "max_rel": r.max_rel},
-              "notes": list(r.notes)} for r in results]
+              "notes": list(r.notes)} | _batch_factor(r.batch, args.rounds) for r in results]
     if single:
         c = cells[0]
         out = head | {"kappa": c["kappa"], "base": _ls_end(results[0].base, keep), "scaled": c["scaled"],
-                      "invariants": c["invariants"], "discrepancy": c["discrepancy"], "notes": c["notes"]}
+                      "invariants": c["invariants"], "discrepancy": c["discrepancy"], "notes": c["notes"]} | {
+                          k: c[k] for k in ("batch_factor",) if k in c}
         return emit(args, out, f"{_LS_MODEL}\n{_human_single(out)}{_notes_text(out['notes'])}")
     curve = {"kappa": kappas, "max_rel": [r.max_rel for r in results]}
     for part in ("stationary", "transient"):
@@ -251,6 +254,12 @@ def _run_regression(args, problem, rule, kappas: list[float], single: bool) -> i
     out = head | {"base": _ls_end(results[0].base, keep), "cells": cells, "discrepancy_vs_kappa": curve,
                   "notes": [f"kappa={c['kappa']:g}: {n}" for c in cells for n in c["notes"]]}
     return emit(args, out, f"{_LS_MODEL}\n{_human_list(out)}{_notes_text(out['notes'])}")
+
+
+def _batch_factor(batch, rounds: int, keep: str = "temperature") -> dict:
+    """``{"batch_factor": …}`` for the ``batch`` rule (:meth:`fedsde.scaling.batch_rule.BatchFactor.to_dict`: ``g``
+    on the server step, whether it is corrected for sampling without replacement, ``exact``), else ``{}``."""
+    return {} if batch is None else {"batch_factor": batch.to_dict(rounds, keep)}
 
 
 def _ls_end(end, keep: tuple[str, ...]) -> dict:
@@ -294,7 +303,8 @@ def _data_single(res, keep) -> dict:
                            "horizon_rel_change": abs(res.scaled.config.horizon - res.base.config.horizon)
                            / res.base.config.horizon},
             "separation": res.separation, "first_separation_tau": min(taus) if taus else None, "z": res.z,
-            "discrepancy": disc, "notes": list(res.notes)}
+            "discrepancy": disc, "notes": list(res.notes)} | _batch_factor(res.batch, res.base.config.rounds,
+                                                                             "horizon")
 
 
 def _run_data(args, problem, rule, kappas: list[float], single: bool) -> int:
@@ -324,7 +334,8 @@ def _run_data(args, problem, rule, kappas: list[float], single: bool) -> int:
            "cells": [{"kappa": c["kappa"], "scaled": c["scaled"], "invariants": c["invariants"],
                       "separation": c["separation"], "first_separation_tau": c["first_separation_tau"],
                       "discrepancy": c["discrepancy"], "notes": c.get("notes", []),
-                      "warnings": list(c.get("warnings") or [])} for c in cells],
+                      "warnings": list(c.get("warnings") or [])} | {k: c[k] for k in ("batch_factor",) if k in c}
+                     for c in cells],
            "discrepancy_vs_kappa": curve}
     # each cell ran with its own record of warnings (in this process or on a worker): report every one, with its κ
     out["warnings"] = [f"kappa={c['kappa']:g}: {m}" for c in cells for m in c.get("warnings") or []]

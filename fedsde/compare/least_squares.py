@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedsde._stats import fit_slope_interval
 from fedsde._threads import small_products
 from fedsde._validate import positive_float, positive_int
 from fedsde.compare.distances import gaussian_w2
@@ -54,8 +55,8 @@ class LeastSquaresSDEStudy(ExactSDEStudy):
         φ → ``|E φ(w_n) − E φ(w(n·h))|`` at the recorded rounds, (T,).
     slope : dict
         φ → ``steps`` (J,), ``rounds`` (J,), ``errors`` (J,), ``chain`` and ``sde`` (J,: ``E φ`` of each),
-        ``slope`` (fitted log–log slope, ``None`` when ``exact_at_grid``), ``local_slopes`` (J − 1,) and
-        ``exact_at_grid``.
+        ``slope`` (fitted log–log slope, ``None`` when ``exact_at_grid``) with ``slope_interval`` (95 %, the fit's
+        residuals: the errors are exact; ``slope_basis``), ``local_slopes`` (J − 1,) and ``exact_at_grid``.
     stationary : dict
         ``chain`` and ``sde`` (``{"mean", "cov"}`` or ``None``), ``w2`` (Gaussian, or ``None``), ``cov_rel_error``
         and ``notes``.
@@ -153,8 +154,10 @@ def least_squares_sde_study(problem, *, eta: float, local_steps, rounds: int, se
         se = np.array([float(expected_phi(problem, s.mean[-1], s.cov[-1], phi)) for _, _, s in ends])
         errs = np.abs(ce - se)
         exact = at_rounding_level(errs, ce, se)
+        fit = fit_slope_interval(hs, errs)  # exact errors: the interval is the fit's misfit
         slopes[phi] = {"steps": hs, "rounds": np.array([nj for nj, _, _ in ends]), "errors": errs, "chain": ce,
                        "sde": se, "exact_at_grid": exact, "slope": None if exact else fit_loglog_slope(hs, errs)[0],
+                       "slope_interval": None if exact else [fit.lower, fit.upper], "slope_basis": fit.basis,
                        "local_slopes": None if exact else local_loglog_slopes(hs, errs)}
     unsettled = [f"{phi} local {np.round(v['local_slopes'], 2).tolist()} vs fitted {v['slope']:.2f}"
                  for phi, v in slopes.items()

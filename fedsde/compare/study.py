@@ -159,7 +159,8 @@ class QuadraticSDEStudy(ExactSDEStudy):
         φ → ``|E φ(w_n) − E φ(w(n·h))|`` at the recorded rounds, (T,).
     slope : dict
         φ → the refinement at ``t = n·h``: ``steps`` (J,), ``rounds`` (J,), ``errors`` (J,), ``chain`` and ``sde``
-        (J,: ``E φ`` of each), ``slope`` (fitted log–log slope), ``local_slopes`` (J − 1,) and ``exact_at_grid``
+        (J,: ``E φ`` of each), ``slope`` (fitted log–log slope) with ``slope_interval`` (95 %, and
+        ``slope_basis``: :func:`fedsde._stats.fit_slope_interval`), ``local_slopes`` (J − 1,) and ``exact_at_grid``
         (errors at rounding level, so no order to fit: slopes ``None``).
     stationary : dict
         ``sde`` and ``chain`` (``{"mean", "cov"}`` or ``None``), their ``w2`` (or ``None``) and, when the chain has
@@ -251,8 +252,10 @@ def quadratic_sde_study(problem: QuadraticProblem, *, eta: float, local_steps, r
         curve = weak_error_vs_step(problem, eta, local_steps, t_end=t_end, time_steps=hs, server_rate=server_lr / h,
                                    variant=variant, phi=phi, w0=w0, noise_scaling=noise_scaling)
         exact = curve.exact_at_grid  # errors at rounding level: no order to fit
+        fit = curve.slope_fit
         slopes[phi] = {"steps": curve.steps, "rounds": curve.rounds, "errors": curve.errors,
                        "slope": None if exact else curve.slope, "exact_at_grid": exact,
+                       "slope_interval": None if exact else [fit.lower, fit.upper], "slope_basis": fit.basis,
                        "local_slopes": None if exact else local_loglog_slopes(curve.steps, curve.errors),
                        "chain": curve.chain, "sde": curve.sde}
     unsettled = [f"{phi} local {np.round(v['local_slopes'], 2).tolist()} vs fitted {v['slope']:.2f}"

@@ -26,11 +26,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import scipy.stats
 
 from fedsde._compat import renamed
+from fedsde._stats import SLOPE_LEVEL, SlopeFit, fit_slope_interval
 from fedsde._validate import positive_float, positive_int
 from fedsde.compare.moments import initial_law
 from fedsde.errors import FedsdeInputError
@@ -139,6 +141,15 @@ class WeakErrorCurve:
     ci: np.ndarray | None = None
     config: dict | None = None
     exact_at_grid: bool = False
+
+    @cached_property
+    def slope_fit(self) -> SlopeFit:
+        """The slope with its 95 % interval (:func:`fedsde._stats.fit_slope_interval`: the Monte-Carlo errors'
+        s.e. where there are some, the fit's residuals); NaN where the errors are at rounding level."""
+        if self.exact_at_grid:
+            return SlopeFit(float("nan"), float("nan"), float("nan"), SLOPE_LEVEL,
+                            "errors at rounding level: no order to fit", int(np.size(self.steps)))
+        return fit_slope_interval(self.steps, self.errors, self.stderr)
 
 
 def at_rounding_level(errors, chain, sde, *, ulps: float = 1e3) -> bool:

@@ -1,14 +1,16 @@
-"""Settings known to diverge on quadratic clients, found before running: an expanding local solver, or a server
-recursion of the mean with spectral radius above one."""
+"""Settings known to diverge, found before running: on quadratic clients an expanding local solver or a server
+recursion of the mean with spectral radius above one (:func:`known_divergence`); on least-squares clients the same
+and a second-moment operator with spectral radius above one (:func:`least_squares_stability`)."""
 
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 
 import numpy as np
 
 from fedsde._compat import renamed
-from fedsde._tolerances import DIVERGENCE_SLACK
+from fedsde._tolerances import DIVERGENCE_SLACK, STATIONARY_MARGIN
 from fedsde.errors import FedsdeInputError
 from fedsde.exact.aggregators import aggregator_round_weights
 from fedsde.exact.round_law import round_law
@@ -101,3 +103,71 @@ def _local_step_radius(eta: float, lam: float, beta: float, mu: float, in_buffer
     else:  # v ← βv + λx, x ← x − ημx − ηv
         M = np.array([[1.0 - eta * mu - eta * lam, -eta * beta], [lam, beta]])
     return float(np.max(np.abs(np.linalg.eigvals(M))))
+
+
+@dataclass(frozen=True)
+class LeastSquaresStability:
+    """What is known, before sampling, about minibatch FedAvg on least-squares clients with these settings.
+
+    Attributes
+    ----------
+    expanding : tuple of int
+        Clients whose local SGD expands (``η·λ_max(A_k + λI) >= 2``).
+    mean_radius : float
+        ``ρ(A)`` of the mean map ``E[w' | w] = A w + a`` (:class:`~fedsde.exact.LeastSquaresRoundLaw`).
+    second_moment_radius : float or None
+        ``ρ(T)`` of the second-moment operator (``None`` where the mean map does not contract: not needed).
+    where : str
+        The settings, as :func:`~fedsde.exact.least_squares_stationary_law` names them.
+    """
+
+    expanding: tuple
+    mean_radius: float
+    second_moment_radius: float | None
+    where: str
+
+    @property
+    def grows(self) -> bool:
+        """Whether the chain's second moment grows without bound (mean map or second-moment operator ``>= 1``)."""
+        return self.mean_radius >= 1.0 - STATIONARY_MARGIN or (
+            self.second_moment_radius is not None and self.second_moment_radius >= 1.0 - STATIONARY_MARGIN)
+
+    @property
+    def growth(self) -> str:
+        """Why the second moment grows, in the words of :func:`~fedsde.exact.least_squares_stationary_law` (empty
+        when it does not)."""
+        if self.mean_radius >= 1.0 - STATIONARY_MARGIN:
+            return (f"{self.where}: the mean map has spectral radius {self.mean_radius:.6g} >= 1, so the chain has no "
+                    "stationary law")
+        if self.grows:
+            return (f"{self.where}: the second-moment operator has spectral radius {self.second_moment_radius:.6g} "
+                    ">= 1 (the minibatch noise makes the variance diverge), so there is no stationary law")
+        return ""
+
+    def messages(self, eta: float) -> list[str]:
+        """The warnings ``fedsde exact`` prints for these settings (one line each)."""
+        out = []
+        if self.expanding:
+            out.append(f"eta*max_eig(U_k) >= 2 for clients {list(self.expanding)} (eta={eta}): local SGD expands on "
+                       "them")
+        if self.grows:
+            out.append(f"the chain's variance or mean grows without bound with these settings: {self.growth}")
+        return out
+
+
+def least_squares_stability(problem, eta: float, local_steps, server_lr: float = 1.0) -> LeastSquaresStability:
+    """:class:`LeastSquaresStability` of minibatch FedAvg on a :class:`~fedsde.problems.RegressionProblem`: the
+    clients whose local SGD expands and the spectral radii of the exact round law's mean map and second-moment
+    operator (:func:`~fedsde.exact.least_squares_round_law`; ``ρ(T)`` by Lanczos, as
+    :func:`~fedsde.exact.least_squares_stationary_law` finds it)."""
+    from fedsde.exact._least_squares_solve import perron_root
+    from fedsde.exact.least_squares import _steps_repr, least_squares_round_law
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        law = least_squares_round_law(problem, eta, local_steps, server_lr)
+    expanding = tuple(int(k) for k in np.flatnonzero(eta * np.asarray(problem.max_curvature()) >= 2.0))
+    where = f"eta={law.eta}, local_steps={_steps_repr(law.local_steps)}, server_lr={law.server_lr}"
+    rho1 = float(law.spectral_radius)
+    rho2 = None if rho1 >= 1.0 - STATIONARY_MARGIN else float(perron_root(law.second_moment_map, problem.d))
+    return LeastSquaresStability(expanding, rho1, rho2, where)

@@ -27,6 +27,7 @@ def scaling_moves(problem, cell: dict, *, rounds: int, kappa_star: float | None,
     ``(η, E, s)`` → ``κ`` shared between calls."""
     from fedsde.maps.grid import cell_kappa
     from fedsde.scaling import RULES, FedAvgConfig
+    from fedsde.scaling.batch_rule import map_config
 
     cache = {} if cache is None else cache
     batch = getattr(problem, "batch_size", None)
@@ -36,7 +37,7 @@ def scaling_moves(problem, cell: dict, *, rounds: int, kappa_star: float | None,
     for name, rule in RULES.items():
         row = {"rule": name, "change": rule.change}
         try:
-            new = rule.apply(base, FACTOR)
+            new = map_config(problem, base, rule, FACTOR)[0]  # batch: the problem's g on the server step
         except FedsdeInputError as exc:
             out.append({**row, "error": str(exc).split(": ", 1)[-1]})
             continue

@@ -12,15 +12,16 @@ are the increments of
     dw = −∇F(w) dτ + (s·η·Σ_k p_k² Σ_k(w))^{1/2} dB_τ,
 
 whose only parameters are the *temperature* ``T = s·η·Σ_k p_k² Σ_k`` and the horizon ``τ``; ``E`` has dropped
-out.  Any change of ``(η, E, s, Q, b)`` that keeps ``T`` and ``τ`` leaves the SDE unchanged, and the two discrete
+out. Any change of ``(η, E, s, Q, b)`` that keeps ``T`` and ``τ`` leaves the SDE unchanged, and the two discrete
 runs then differ by the O(η) terms above (weak order one, at a fixed ``τ``): the rules of :data:`RULES`
-(``local-steps``, ``server-client``, ``clients``, ``batch``, ``client-lr``), all linear rules in the sense of
-Goyal et al. (2017).  On quadratic clients the O(η) term is explicit (:func:`first_order_correction`), which gives
-the rate at which the discrepancy vanishes as ``η → 0``.  Two rules are exact to every order: ``server-client``
-at ``E = 1`` for any loss (the round depends on ``s·η`` only) and ``local-steps`` at ``s = 1`` on quadratic clients
-with one Hessian; over long horizons the O(η) terms of the others accumulate where the minima form a manifold
-(:attr:`ScalingRule.horizon`; :mod:`fedsde.scaling.horizon` shows the ``local-steps`` rule's gap on a logistic
-loss with identical clients).
+(``local-steps``, ``server-client``, ``clients``, ``batch``, ``client-lr``), all linear rules in the sense of Goyal
+et al. (2017); ``batch`` puts the finite-population factor ``g = f(b)/f(κb)`` where the linear rule
+(``batch-linear``) puts ``κ`` (:mod:`fedsde.scaling.batch_rule`). On quadratic clients the O(η) term is explicit
+(:func:`first_order_correction`), which gives the rate at which the discrepancy vanishes as ``η → 0``. Two rules are
+exact to every order: ``server-client`` at ``E = 1`` for any loss (the round depends on ``s·η`` only) and
+``local-steps`` at ``s = 1`` on quadratic clients with one Hessian; over long horizons the O(η) terms of the others
+accumulate where the minima form a manifold (:attr:`ScalingRule.horizon`; :mod:`fedsde.scaling.horizon` shows the
+``local-steps`` rule's gap on a logistic loss with identical clients).
 
 Mapping: :func:`apply_rule` (``FedAvgConfig`` × ``κ`` → ``FedAvgConfig``).  Exact checks on quadratic clients:
 :func:`compare_quadratic`; on least-squares regression problems (exact minibatch moments):
@@ -37,6 +38,11 @@ import importlib
 #: public name -> the module of fedsde.scaling that defines it (imported on first use: the command line reads
 #: the rules without importing the simulator)
 _EXPORTS = {
+    "ALL_RULES": "rules",
+    "BATCH_LINEAR": "rules",
+    "BatchFactor": "batch_rule",
+    "batch_factor": "batch_rule",
+    "problem_batch_factor": "batch_rule",
     "DataScaling": "data",
     "EndLaw": "quadratic",
     "FedAvgConfig": "rules",

@@ -29,6 +29,7 @@ import numpy as np
 from fedsde._tolerances import INT_TOL, ROUNDING_SLACK
 from fedsde._validate import positive_int
 from fedsde.errors import FedsdeInputError
+from fedsde.scaling.batch_rule import BatchFactor, map_config, problem_batch_factor
 from fedsde.scaling.rules import FedAvgConfig, ScalingRule, check_client_step, get_rule
 
 #: relative change of the measured temperature between the two ends above which a note is issued
@@ -244,7 +245,10 @@ def invariant_notes(rule: ScalingRule, kappa: float, problem, other, base: Metri
     note = (f"the temperature Tr(s·η·Σ_k p_k²Σ_k) at the start changes by {rel:+.1%} between the ends ({Tb:.4g} → "
             f"{Ts:.4g}), more than the {tol:.0%} tolerance, although rule {rule.name!r} keeps it to first order")
     b, bs = base.config.batch_size, scaled.config.batch_size
-    if ("batch_size" in rule.changes or "clients" in rule.changes) and b is not None:
+    if rule.finite_population:
+        note += (": the batch rule's one factor g keeps the trace at the start point; it moves where the clients' "
+                 "ratios f_k(b)/f_k(κb) differ and their gradient spreads change, or with the whole rounds")
+    elif ("batch_size" in rule.changes or "clients" in rule.changes) and b is not None:
         N = float(np.mean(problem.sizes))
         Ns = float(np.mean(other.sizes))
         f_b = max(0.0, 1.0 / b - 1.0 / N)
@@ -268,6 +272,7 @@ class DataScaling:
     separation: dict
     z: float
     notes: list = field(default_factory=list)
+    batch: BatchFactor | None = None  # the batch rule's factor g (fedsde.scaling.batch_rule)
 
 
 def compare_data(problem, config: FedAvgConfig, rule: str | ScalingRule, kappa: float, *, replicates: int = 16,
@@ -282,24 +287,30 @@ def compare_data(problem, config: FedAvgConfig, rule: str | ScalingRule, kappa: 
     or simulated.  ``progress``: bars on stderr for each end's run and metrics.
     """
     rule = get_rule(rule)
-    config, new = map_end(problem, config, rule, kappa)
+    w_start = problem.initial_weights() if w0 is None else np.asarray(w0, dtype=np.float64)
+    config, new = map_end(problem, config, rule, kappa, w_ref=w_start)
     check_memory(problem, config, new, replicates=replicates, points=points, memory_limit=memory_limit)
     other = end_problem(problem, new, split_seed=seed)
-    w_start = problem.initial_weights() if w0 is None else np.asarray(w0, dtype=np.float64)
     _, rb, rs = tau_grid(config, new, points)
     base = simulate_end(problem, problem, config, rb, replicates=replicates, seed=seed, w0=w_start, device=device,
                         progress=progress)
     scaled = simulate_end(other, problem, new, rs, replicates=replicates, seed=seed, w0=w_start, device=device,
                           progress=progress)
-    notes = invariant_notes(rule, float(kappa), problem, other, base, scaled)
-    return DataScaling(rule, float(kappa), base, scaled, separation(base, scaled, z), z, notes)
+    batch = problem_batch_factor(problem, kappa, w_start) if rule.finite_population else None
+    notes = ([] if batch is None or kappa == 1 else [batch.sentence(config.rounds, "horizon")]) + invariant_notes(
+        rule, float(kappa), problem, other, base, scaled)
+    return DataScaling(rule, float(kappa), base, scaled, separation(base, scaled, z), z, notes, batch)
 
 
-def map_end(problem, config: FedAvgConfig, rule: str | ScalingRule, kappa: float) -> tuple[FedAvgConfig, FedAvgConfig]:
+def map_end(problem, config: FedAvgConfig, rule: str | ScalingRule, kappa: float, *,
+            w_ref=None) -> tuple[FedAvgConfig, FedAvgConfig]:
     """Validate and map without building anything: ``(base config, scaled config)`` for a data problem.
 
-    Raises a :class:`FedsdeInputError` when the rule cannot apply (non-integer fields, a ``clients`` factor that is
-    not a whole number, ``η·λ_max ≥ 2`` at either end for the linear models).
+    ``batch`` puts ``g = f(b)/f(κb)`` on the server step (:mod:`fedsde.scaling.batch_rule`; clients of different
+    sizes: the trace-matched ``g`` at ``w_ref``, default the problem's initial weights).  Raises a
+    :class:`FedsdeInputError` when the rule cannot apply (non-integer fields, a ``clients`` factor that is not a
+    whole number, ``κb`` above a client's samples for ``batch``, ``η·λ_max ≥ 2`` at either end for the linear
+    models).
     """
     from dataclasses import replace
 
@@ -310,7 +321,8 @@ def map_end(problem, config: FedAvgConfig, rule: str | ScalingRule, kappa: float
     if "clients" in rule.changes and (round(kappa) != kappa or kappa < 1):
         raise FedsdeInputError(f"kappa={float(kappa)!r}: rule {rule.name!r} on a data problem splits each client "
                                "into κ clients, so κ must be a whole number >= 1")
-    new = rule.apply(config, kappa)
+    # batch: g on the server step, whole rounds that keep τ (the curves are compared at common τ)
+    new = map_config(problem, config, rule, kappa, keep="horizon", w_ref=w_ref)[0]
     model = getattr(problem, "classifier", None)  # module problems: a network, no global curvature bound
     if model is not None and model.curvature is not None:  # a network has no global curvature bound
         lam = float(np.max(problem.max_curvature()))

@@ -33,6 +33,7 @@ import numpy as np
 
 from fedsde._validate import start_point
 from fedsde.errors import FedsdeInputError, NoStationaryLawError
+from fedsde.scaling.batch_rule import BatchFactor, map_config, problem_batch_factor
 from fedsde.scaling.least_squares_clients import (
     NEW_CLIENTS,
     check_new_clients,
@@ -75,8 +76,10 @@ def map_ends(problem, config: FedAvgConfig, rule: str | ScalingRule, kappa: floa
         raise FedsdeInputError(
             f"kappa={float(kappa)!r}: rule {rule.name!r} on a regression problem makes κ clients of each client "
             f"(new_clients={new_clients!r}), so κ must be a whole number >= 1")
-    new = rule.apply(config, kappa)
-    check_new_clients(problem, rule, kappa, new, new_clients)
+    # the batch size (and clients) first: g needs a valid κb
+    check_new_clients(problem, rule, kappa, rule.apply(config, kappa, factor=1.0 if rule.finite_population
+                                                       else None), new_clients)
+    new = map_config(problem, config, rule, kappa, keep="temperature")[0]
     lam = float(np.max(problem.max_curvature()))
     check_client_step(config.eta, lam, which="base")
     check_client_step(new.eta, lam, which=f"kappa={float(kappa)!r} (rule {rule.name!r}, eta={new.eta:g})")
@@ -189,6 +192,8 @@ class LeastSquaresScaling:
         How the ``clients`` and ``client-lr`` rules made ``κQ`` clients (``"copy"`` or ``"split"``).
     notes : list of str
         What the scaled clients are and the measured change of an invariant the rule keeps only approximately.
+    batch : BatchFactor or None
+        The ``batch`` rule's factor ``g`` on the server step and the rounds (:mod:`fedsde.scaling.batch_rule`).
     """
 
     rule: ScalingRule
@@ -199,6 +204,7 @@ class LeastSquaresScaling:
     transient: dict
     new_clients: str = "copy"
     notes: list = field(default_factory=list)
+    batch: BatchFactor | None = None
 
     @property
     def max_rel(self) -> float:
@@ -254,7 +260,8 @@ def compare_least_squares(problem, config: FedAvgConfig, rule: str | ScalingRule
                                   scaled.stationary_cov)
         trans = moment_discrepancy(H, w_star, base.transient_mean, base.transient_cov, scaled.transient_mean,
                                    scaled.transient_cov)
+        batch = problem_batch_factor(problem, k) if rule.finite_population else None
         notes = regression_notes(rule, k, problem, other, base.temperature, scaled.temperature,
-                                 new_clients=new_clients, seed=seed)
-        out.append(LeastSquaresScaling(rule, k, base, scaled, stat, trans, new_clients, notes))
+                                 new_clients=new_clients, seed=seed, batch=batch, rounds=config.rounds)
+        out.append(LeastSquaresScaling(rule, k, base, scaled, stat, trans, new_clients, notes, batch))
     return out if many else out[0]

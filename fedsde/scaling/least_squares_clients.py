@@ -148,10 +148,11 @@ def temperature_matrix(problem, config: FedAvgConfig, w) -> np.ndarray:
 
 
 def regression_notes(rule: ScalingRule, kappa: float, problem, other, base_T: np.ndarray, scaled_T: np.ndarray,
-                     *, new_clients: str, seed: int) -> list[str]:
+                     *, new_clients: str, seed: int, batch=None, rounds: int | None = None) -> list[str]:
     """What the scaled clients are, and the measured change of the temperature ``Tr T(w*)`` between the ends
-    when a rule that keeps it to first order does not keep it exactly (beyond :data:`EXACT_AGREEMENT`)."""
-    notes = []
+    when a rule that keeps it to first order does not keep it exactly (beyond :data:`EXACT_AGREEMENT`);
+    ``batch`` (the ``batch`` rule's :class:`~fedsde.scaling.batch_rule.BatchFactor`): what ``g`` is, first."""
+    notes = [] if batch is None or kappa == 1 else [batch.sentence(rounds)]
     parts = (other.Q // problem.Q) if "clients" in rule.changes else 1
     if parts > 1 and new_clients == "copy":
         notes.append(f"the {other.Q} clients are copies: each client's rows are held by {parts} clients with weight "
@@ -168,7 +169,11 @@ def regression_notes(rule: ScalingRule, kappa: float, problem, other, base_T: np
     note = (f"the temperature Tr(s·η·Σ_k p_k²Σ_k(w*)) at the optimum changes by {rel:+.2%} between the ends "
             f"({Tb:.4g} → {Ts:.4g}), although rule {rule.name!r} keeps it to first order")
     b, n = problem.batch_size, problem.sizes.astype(np.float64)
-    if "batch_size" in rule.changes:
+    if batch is not None:
+        note += (": one factor g keeps tr T(w*) (hence the first-order stationary excess loss) only up to the whole "
+                 "rounds; the clients' own ratios f_k(b)/f_k(κb) differ, so the matrix T(w*) and T away from w* "
+                 "move" if not batch.exact else ": the whole rounds move the server step off g")
+    elif "batch_size" in rule.changes:
         noisy = n > b  # clients with minibatch noise at the base
         fac = (n[noisy] - kappa * b) / (n[noisy] - b) - 1.0 if noisy.any() else np.zeros(1)
         full = int(np.sum(noisy & (n <= kappa * b)))

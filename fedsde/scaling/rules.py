@@ -8,7 +8,8 @@ rule                      ``η``       ``E``       ``s``       ``n``       ``Q``
 ``local-steps``           1           κ           1           1/κ         1           1
 ``server-client``         1/κ         1           κ           1           1           1
 ``clients``               1           1           κ           1/κ         κ           1
-``batch``                 1           1           κ           1/κ         1           κ
+``batch``                 1           1           g           1/g         1           κ
+``batch-linear``          1           1           κ           1/κ         1           κ
 ``client-lr``             κ           1           1           1/κ         κ           1
 ========================  ==========  ==========  ==========  ==========  ==========  ==========
 
@@ -18,7 +19,10 @@ also the horizon).  For ``clients`` and ``client-lr`` the ``κQ`` clients are th
 copied (quadratic) ``κ`` times with weight ``p_k/κ``, so ``Σ_k p_k² Σ_k → Σ_k p_k² Σ_k / κ``; for ``batch`` the
 minibatch covariance ``Σ_k ∝ 1/b`` gives the same factor.  ``clients`` and ``batch`` put the factor κ on the server
 step; ``client-lr`` puts it on the client learning rate (the linear scaling rule of Goyal et al. 2017 applied to
-the clients' η, with the server step kept).
+the clients' η, with the server step kept).  Minibatches drawn without replacement from ``n_k`` rows have covariance
+``∝ f_k(b) = (n_k − b)/(b(n_k − 1))``, not ``1/b``: ``batch`` then puts ``g = f(b)/f(κb)`` where the linear rule puts
+``κ`` (:mod:`fedsde.scaling.batch_rule`, which also says what one ``g`` keeps for clients of different sizes), and
+``batch-linear`` (:data:`BATCH_LINEAR`) keeps ``κ`` for comparison.
 
 Exact cases (every order in ``η``, proofs in ``docs/scaling.md``): ``server-client`` at ``E = 1`` for any loss and
 any gradient noise whose law does not depend on ``η`` or ``s`` (the round ``w − s·η·Σ_k p_k(∇F_k(w) + ξ_k)``
@@ -107,6 +111,9 @@ class ScalingRule:
         Where the first-order argument fails (higher-order terms it ignores).
     horizon : str
         Over which SDE times ``τ`` the ``O(η)`` agreement of the two ends lasts (empty for the naive changes).
+    finite_population : bool
+        The factor of every field but ``batch_size`` is the problem's ``g`` (:func:`fedsde.scaling.batch_rule.
+        problem_batch_factor`), passed to :meth:`apply` as ``factor``, not ``κ``.
     """
 
     name: str
@@ -115,34 +122,46 @@ class ScalingRule:
     powers: dict
     breaks: str
     horizon: str = ""
+    finite_population: bool = False
 
     @property
     def changes(self) -> tuple[str, ...]:
         """Fields of :class:`FedAvgConfig` the rule changes."""
         return tuple(k for k, v in self.powers.items() if v != 0)
 
-    def apply(self, config: FedAvgConfig, kappa: float) -> FedAvgConfig:
+    def apply(self, config: FedAvgConfig, kappa: float, *, factor: float | None = None) -> FedAvgConfig:
         """The configuration at the other end of the rule.
+
+        ``factor``: for a :attr:`finite_population` rule, the factor of the fields other than ``batch_size`` (``g``
+        of :mod:`fedsde.scaling.batch_rule`, as :meth:`BatchFactor.applied` gives it for whole rounds; default
+        ``κ``, the factor of minibatches drawn with replacement: a configuration alone does not say how its
+        minibatches are drawn, :func:`fedsde.scaling.batch_rule.map_config` does it with the problem); refused for
+        the other rules.
 
         Raises
         ------
         FedsdeInputError
-            If ``κ <= 0``, if an integer field (``E``, ``n``, ``Q``, ``b``) would not stay a positive integer, or
-            if the rule needs ``clients``/``batch_size`` and ``config`` does not set it.
+            If ``κ <= 0``, if an integer field (``E``, ``n``, ``Q``, ``b``) would not stay a positive integer, if
+            the rule needs ``clients``/``batch_size`` and ``config`` does not set it, or ``factor`` is given to a
+            rule that scales by ``κ`` alone.
         """
         kappa = positive_float("kappa", kappa)
+        if factor is not None and not self.finite_population:
+            raise FedsdeInputError(f"factor={factor!r}: rule {self.name!r} scales by κ alone")
+        g = kappa if factor is None else positive_float("factor", factor)
         new = {}
         for key, power in self.powers.items():
             value = getattr(config, key)
             if value is None:
                 raise FedsdeInputError(f"rule={self.name!r}: needs {key} in the configuration (it scales {key})")
-            scaled = value * kappa**power
+            scaled = value * (kappa if key == "batch_size" else g) ** power
             if key in ("local_steps", "rounds", "clients", "batch_size"):
                 near = round(scaled)
                 if near < 1 or abs(scaled - near) > INT_TOL * max(1.0, abs(scaled)):
                     op = "·" if power > 0 else "/"
+                    fac = kappa if key == "batch_size" else g
                     raise FedsdeInputError(
-                        f"kappa={float(kappa)!r}: rule {self.name!r} maps {key}={value} to {value}{op}{kappa:g} = "
+                        f"kappa={float(kappa)!r}: rule {self.name!r} maps {key}={value} to {value}{op}{fac:g} = "
                         f"{scaled:.6g}, not a positive integer"
                     )
                 scaled = int(near)
@@ -183,11 +202,12 @@ RULES: dict[str, ScalingRule] = {
             "O(η) at fixed τ (never exact: the O(s·η²E²) terms grow with κs): " + _MANIFOLD,
         ),
         ScalingRule(
-            "batch", "b → κb, s → κs, rounds → n/κ", ("temperature", "tau horizon"),
+            "batch", "b → κb, s → g·s, rounds → n/g (g = f(b)/f(κb), f(b) = (n_k − b)/(b(n_k − 1)) without "
+            "replacement; g = κ with replacement)", ("temperature", "tau horizon"),
             {"batch_size": 1, "server_lr": 1, "rounds": -1},
-            "large server steps as for clients; the minibatch covariance is ∝ 1/b − 1/N_k, not 1/b, so the "
-            "temperature is kept only while b ≪ N_k",
-            "O(η) at fixed τ as for clients: " + _MANIFOLD,
+            "large server steps as for clients (g·s grows faster than κs without replacement); for clients of "
+            "different sizes one g keeps only tr T(w*), not the temperature matrix (fedsde.scaling.batch_rule)",
+            "O(η) at fixed τ as for clients: " + _MANIFOLD, finite_population=True,
         ),
         ScalingRule(
             "client-lr", "Q → κQ (clients split/copied, weights p_k/κ), η → κη, rounds → n/κ",
@@ -199,6 +219,20 @@ RULES: dict[str, ScalingRule] = {
         ),
     ]
 }
+
+
+#: the linear batch rule (κ on the server step whatever the sampling): exact with replacement; without replacement
+#: its temperature is off by ``f(κb)·κ/f(b)``, an O(1) error (``fedsde scaling --rule batch-linear``)
+BATCH_LINEAR = ScalingRule(
+    "batch-linear", "b → κb, s → κs, rounds → n/κ", ("temperature", "tau horizon"),
+    {"batch_size": 1, "server_lr": 1, "rounds": -1},
+    "large server steps as for clients; the minibatch covariance is ∝ 1/b − 1/N_k, not 1/b, so the "
+    "temperature is kept only while b ≪ N_k (use batch, which corrects for it)",
+    "O(η) at fixed τ as for clients, with replacement: " + _MANIFOLD,
+)
+
+#: every rule by name: :data:`RULES` and the linear batch rule kept for comparison
+ALL_RULES: dict[str, ScalingRule] = {**RULES, BATCH_LINEAR.name: BATCH_LINEAR}
 
 
 #: for each rule, the naive change a practitioner might make instead: same horizon τ, temperature divided by κ
@@ -219,16 +253,20 @@ NAIVE: dict[str, ScalingRule] = {
 }
 
 
+NAIVE[BATCH_LINEAR.name] = replace(NAIVE["batch"], name=BATCH_LINEAR.name)
+
+
 def get_rule(name: str | ScalingRule) -> ScalingRule:
     """The rule registered under ``name`` (or ``name`` itself if it is a rule)."""
     if isinstance(name, ScalingRule):
         return name
-    return RULES[choice("rule", name, tuple(RULES))]
+    return ALL_RULES[choice("rule", name, tuple(ALL_RULES))]
 
 
-def apply_rule(config: FedAvgConfig, rule: str | ScalingRule, kappa: float) -> FedAvgConfig:
-    """``get_rule(rule).apply(config, kappa)``: the scaled configuration."""
-    return get_rule(rule).apply(config, kappa)
+def apply_rule(config: FedAvgConfig, rule: str | ScalingRule, kappa: float, *,
+               factor: float | None = None) -> FedAvgConfig:
+    """``get_rule(rule).apply(config, kappa, factor=factor)``: the scaled configuration."""
+    return get_rule(rule).apply(config, kappa, factor=factor)
 
 
 def check_client_step(eta: float, max_curvature: float, *, which: str) -> None:

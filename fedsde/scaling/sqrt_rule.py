@@ -67,15 +67,18 @@ def _noise(problem: QuadraticProblem, factor: float) -> QuadraticProblem:
 
 
 def sqrt_sde_invariance(problem: QuadraticProblem, aggregator: str | Aggregator, *, eta: float, local_steps,
-                        server_lr: float, kappa: float, w=None, seed: int = 0) -> float:
+                        server_lr: float, kappa: float, w=None, seed: int = 0, noise: float | None = None) -> float:
     """Largest relative difference between the SDE's drift and diffusion of the base rule and of its square-root
-    scaled twin (noise ``N/κ``), at random states ``(w, m, v)`` and ``(w, m, v/κ)`` (0 up to rounding)."""
+    scaled twin (noise ``N/noise``, default ``N/κ``), at random states ``(w, m, v)`` and ``(w, m, v/κ)`` (0 up to
+    rounding where ``noise = κ``; a batch drawn without replacement divides the noise by ``g = f(b)/f(κb)``, not
+    by the batch factor, :mod:`fedsde.scaling.batch_rule`)."""
     from fedsde.sde.adaptive import adaptive_sde
 
     agg = get_aggregator(aggregator)
     scaled, s2, _ = sqrt_scaled(agg, server_lr, None, kappa)
     a = adaptive_sde(problem, agg, eta=eta, local_steps=local_steps, server_lr=server_lr)
-    b = adaptive_sde(_noise(problem, 1.0 / kappa), scaled, eta=eta, local_steps=local_steps, server_lr=s2)
+    b = adaptive_sde(_noise(problem, 1.0 / (kappa if noise is None else noise)), scaled, eta=eta,
+                     local_steps=local_steps, server_lr=s2)
     d = problem.d
     gen = torch.Generator().manual_seed(seed)
     blocks = 3 if a.has_m else 2

@@ -21,12 +21,13 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
 
 from fedsde._progress import progress_bar
+from fedsde._stats import fit_slope_interval
 from fedsde._tolerances import Z95
 from fedsde._validate import device_dtype, positive_int, start_point
 from fedsde.sde.svag import default_oracle_factory, svag_chain
@@ -53,24 +54,35 @@ SLOPE_POINTS = ("steps independent of the reference: SVAG chains other than the 
                 "than 2 such points")
 
 
-def weak_error_slopes(rows: Sequence[SchemeRow], names: Sequence[str], reference_ells: Sequence[int]) -> dict:
-    """scheme → metric → log–log slope of ``|error|`` vs step, fitted on points independent of the reference.
+def weak_error_slope_fits(rows: Sequence[SchemeRow], names: Sequence[str], reference_ells: Sequence[int]) -> dict:
+    """scheme → metric → :class:`~fedsde._stats.SlopeFit`: the log–log slope of ``|error|`` vs step, fitted on points
+    independent of the reference, with its 95 % interval (:func:`fedsde._stats.fit_slope_interval` from the errors'
+    s.e., which it treats as independent although the errors share the reference's noise, and the fit's residuals).
 
     The reference is the Richardson limit of the SVAG chains ``reference_ells``; their own errors are then
     ``E_a − E_ref = −ℓ_b(E_b − E_a)/(ℓ_b − ℓ_a)`` and ``E_b − E_ref = −ℓ_a(E_b − E_a)/(ℓ_b − ℓ_a)``, in exact ratio
     ``ℓ_b/ℓ_a`` whatever the data (a slope of 1 by construction), so they are left out.  Only errors beyond 2 s.e.
-    enter; ``nan`` (JSON null) with fewer than two points.
+    enter; NaN with fewer than two points.
     """
     ref = {int(e) for e in reference_ells}
-    slopes: dict = {}
+    fits: dict = {}
     for scheme in ("svag", "mc-euler"):
         sel = [r for r in rows if r.scheme == scheme and not (scheme == "svag" and int(r.param) in ref)]
-        slopes[scheme] = {}
+        fits[scheme] = {}
         for m in names:
             ok = [r for r in sel if abs(r.error[m]) > 2 * r.error_se[m]]
-            slopes[scheme][m] = (float(np.polyfit(np.log([r.step for r in ok]), np.log([abs(r.error[m]) for r in ok]),
-                                                  1)[0]) if len(ok) >= 2 else float("nan"))
-    return slopes
+            fits[scheme][m] = fit_slope_interval([r.step for r in ok], [abs(r.error[m]) for r in ok],
+                                                 [r.error_se[m] for r in ok])
+            if len(ok) < 2:
+                fits[scheme][m] = replace(fits[scheme][m], basis="fewer than two errors beyond 2 s.e.")
+    return fits
+
+
+def weak_error_slopes(rows: Sequence[SchemeRow], names: Sequence[str], reference_ells: Sequence[int]) -> dict:
+    """scheme → metric → the slope of :func:`weak_error_slope_fits` (``nan``, JSON null, with fewer than two
+    points)."""
+    return {s: {m: f.slope for m, f in d.items()} for s, d in
+            weak_error_slope_fits(rows, names, reference_ells).items()}
 
 
 @dataclass
@@ -108,6 +120,9 @@ class GeneralSDEStudy:
         scheme → metric → fitted log–log slope of ``|error|`` vs step on the points independent of the reference
         (:func:`weak_error_slopes`: not the two largest ``ℓ``; ``nan`` when fewer than two such errors are resolved,
         i.e. exceed 2 s.e.).
+    slope_fits : dict
+        The same slopes with their 95 % intervals (:func:`weak_error_slope_fits`; JSON ``slope_intervals``:
+        scheme → metric → ``{"slope", "lower", "upper", "level", "basis", "points"}``).
     times : ndarray (T_grid,)
     moments : dict
         metric → ``{"fedavg": {"mean", "se", "std"}, "sde": {"mean", "se", "std"}}`` over the grid: the SDE's mean
@@ -121,12 +136,14 @@ class GeneralSDEStudy:
     times: np.ndarray
     moments: dict
     config: dict = field(default_factory=dict)
+    slope_fits: dict = field(default_factory=dict)
 
     def row(self, scheme: str, param: int) -> SchemeRow:
         return next(r for r in self.rows if r.scheme == scheme and r.param == param)
 
     def to_dict(self) -> dict:
         return {"rows": [r.to_dict() for r in self.rows], "reference": self.reference, "slopes": self.slopes,
+                "slope_intervals": {s: {m: f.to_dict() for m, f in d.items()} for s, d in self.slope_fits.items()},
                 "times": self.times, "moments": self.moments, "config": self.config}
 
 
@@ -249,7 +266,8 @@ def general_sde_study(
             error={m: float(mean[m][-1] - reference[m]["mean"]) for m in names},
             error_se=err_se,
         ))
-    slopes = weak_error_slopes(rows, names, reference_ells=ells[-2:])
+    fits = weak_error_slope_fits(rows, names, reference_ells=ells[-2:])
+    slopes = {s: {m: f.slope for m, f in d.items()} for s, d in fits.items()}
     fed_m, fed_s = _summary(runs[0][4])
     finest = [v for s, _, _, _, v in runs if s == "svag"][-1]
     moments = {m: {"fedavg": {"mean": fed_m[m], "se": fed_s[m], "std": runs[0][4][m].std(-1, ddof=1)},
@@ -260,7 +278,7 @@ def general_sde_study(
               "inner_samples": inner_samples, "metrics": names, "threads": torch.get_num_threads(),
               "timing": TIMING, "slope_points": SLOPE_POINTS}
     return GeneralSDEStudy(rows=rows, reference=reference, slopes=slopes, times=grid * hh, moments=moments,
-                           config=config)
+                           config=config, slope_fits=fits)
 
 
 def _device_metrics(problem, weights: np.ndarray, w0: np.ndarray, names, device, dtype) -> dict[str, np.ndarray]:

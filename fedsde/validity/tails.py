@@ -32,9 +32,11 @@ the last, which only lowers the rule's power).  Below ``R = 16`` the rule is not
 no power there, and the top ``⌈√R⌉`` of fewer than 16 values exceed ``τ`` more often for Gaussian values than for
 ``χ²₁`` ones: 0.7 % of samples at ``R = 8``); the verdict reports that (``tails.checked``, :func:`checkable`).
 
-What a flag does is decided by the verdict (:func:`fedsde.validity.verdict.validity_verdict`): a heavy-tailed metric
-cannot decide the outcome either way ("inconclusive — heavy tails" with these numbers), because no interval from
-``R`` values certifies where a mean dominated by draws rarer than ``1/R`` lies.  Coverage of the rule is checked by
+What a flag does is decided by the verdict (:func:`fedsde.validity.verdict.validity_verdict`): a heavy-tailed
+metric's intervals decide nothing, because no interval from ``R`` values certifies where a mean dominated by draws
+rarer than ``1/R`` lies.  Where FedAvg's exact moments are known they judge it instead; otherwise only a
+distribution-free lower bound can still say "does not track" (:mod:`fedsde.validity.heavy`), and the verdict is
+"inconclusive — heavy tails" with these numbers.  Coverage of the rule is checked by
 simulation on Pareto, lognormal, normal, exponential and ``χ²₁`` values (``tests/test_validity_tails.py``).
 
 References: B. M. Hill, *A simple general approach to inference about the tail of a distribution*, Ann. Statist.
@@ -155,8 +157,10 @@ def summarise_tails(diag: dict, times: np.ndarray, active: np.ndarray) -> dict:
             "checked": checkable(int(diag["replicates"]))}
 
 
-def heavy_reason(heavy: set, tails: dict, base: str, T: float, R: int, fallback: str) -> str:
-    """'inconclusive — heavy tails': the metric whose largest share is largest, with the diagnostic's numbers."""
+def heavy_reason(heavy: set, tails: dict, base: str, T: float, R: int, fallback: str,
+                 needed: int | None = None) -> str:
+    """'inconclusive — heavy tails': the metric whose largest share is largest, with the diagnostic's numbers, and
+    the replicates the intervals' achieved width plans for (``needed``)."""
     m = max(heavy, key=lambda k: tails[k]["share"])
     tl = tails[m]
     k = math.ceil(math.sqrt(R))
@@ -164,7 +168,10 @@ def heavy_reason(heavy: set, tails: dict, base: str, T: float, R: int, fallback:
             f"replicates carry {tl['share']:.0%} of the spread of {m} at t = {tl['time']:.4g} (at most "
             f"{tl['threshold']:.0%} for Gaussian weights at level 1e-3; Hill tail index {tl['hill']:.2g}; flagged "
             f"at {tl['times_flagged']} times), so its mean and s.e. from R replicates cannot be trusted and "
-            f"{', '.join(sorted(heavy))} decide{'s' if len(heavy) == 1 else ''} nothing")
+            f"{', '.join(sorted(heavy))} cannot say \"tracks\" (and no divergence test says \"does not track\")")
+    if needed is not None:
+        text += (f"; about {needed} replicates per chain would decide from the width the intervals reached, if the "
+                 "values are no longer heavy-tailed there (the check runs again)")
     rest = fallback.split("; not judged:", 1)
     return text + ("; not judged:" + rest[1] if len(rest) == 2 else "")
 

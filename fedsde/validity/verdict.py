@@ -16,7 +16,9 @@ SVAG chains (:mod:`fedsde.validity.reference`).  ``scale_φ`` makes the gap free
 the ``K`` judged (metric, time > 0) comparisons, with Student's ``t`` quantile ``q = t_{R−1}⁻¹(1 − α/(2K))`` (the
 s.e. is estimated from ``R`` per-replicate differences; normal only when no s.e. is estimated), corrected for the
 values' skewness (Hall 1992, :func:`~fedsde.validity.tails.skew_corrected`).  They bound ``|D|`` by ``[lower,
-upper]`` (``lower = 0`` when the interval covers 0); a heavy-tailed metric decides nothing (:mod:`.tails`).  With
+upper]`` (``lower = 0`` when the interval covers 0).  A heavy-tailed metric's intervals decide nothing
+(:mod:`.tails`): FedAvg's exact mean judges it where known, and otherwise only a distribution-free lower bound can
+say "does not track" (:mod:`.heavy`).  With
 an *estimated* scale (SVAG reference) the ``K`` intervals ``Ê φ_SDE(t) ± q·se`` join the family, so that, jointly, the
 true range lies in ``rangê ± 2q·max_t se_SDE(t)``; ``d``'s bounds divide ``|D|``'s upper bound by the smallest and its
 lower bound by the largest range (``upper = ∞`` while the range is not resolved from noise).
@@ -43,49 +45,28 @@ import math
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
-from scipy.special import ndtri, stdtrit
 
-from fedsde._compat import renamed
 from fedsde._tolerances import RANGE_FLOOR
-from fedsde.validity.tails import heavy_reason, skew_corrected, summarise_tails
+from fedsde.validity.heavy import HEAVY_PLANNING, divergence_reason, exact_reason, resolve
+from fedsde.validity.intervals import (  # noqa: F401 — re-exported: the verdict's machinery moved there
+    ABSOLUTE_METRICS,
+    MAX_REPLICATES,
+    PLANNING,
+    PLANNING_MARGIN,
+    GapPath,
+    bonferroni_quantile,
+    bonferroni_z,
+    decide,
+    judge,
+    quantile,
+    replicates_needed,
+    richardson_limit,
+    richardson_weights,
+)
+from fedsde.validity.tails import heavy_reason, summarise_tails
 from fedsde.validity.text import bounds_text
 
-#: metrics judged in their own units (``accuracy_tolerance``), not relative to their movement
-ABSOLUTE_METRICS = ("test_accuracy",)
-#: search limit of :func:`replicates_needed`
-MAX_REPLICATES = 10**9
 OUTCOMES = ("tracks", "does not track", "inconclusive")
-
-
-@dataclass(frozen=True)
-class GapPath:
-    """The base chain minus the SDE for one metric on the grid (inputs of :func:`validity_verdict`).
-
-    Attributes
-    ----------
-    estimate : ndarray, shape (T,)
-        ``D̂(t) = Ê φ_base(t) − Ê φ_SDE(t)`` in the metric's units.
-    se : ndarray, shape (T,)
-        Its standard error (from ``R`` per-replicate differences: paired, so correlated chains are accounted for).
-    sde_mean : ndarray, shape (T,)
-        ``E φ_SDE(t)`` (exact, or the SVAG chains' Richardson limit).
-    sde_se : ndarray, shape (T,)
-        Its standard error (zero for an exact law).
-    unjudged : str
-        Non-empty: why the SDE has no value for this metric (e.g. no closed form under its exact law); the metric
-        is then left out of the verdict and named in ``skipped`` with this reason.
-    tails : dict or None
-        The heavy-tail diagnostic of the per-replicate values behind ``estimate``
-        (:func:`fedsde.validity.tails.tail_diagnostic`: ``share`` (T,), ``hill`` (T,), ``threshold``); ``None`` when
-        there are none (an exact comparison, or synthetic inputs).
-    """
-
-    estimate: np.ndarray
-    se: np.ndarray
-    sde_mean: np.ndarray
-    sde_se: np.ndarray
-    unjudged: str = ""
-    tails: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -145,7 +126,11 @@ class ValidityVerdict:
     regime_note : str
         The 1/ℓ check's note (why it is off, or not checked).
     replicates_needed_basis : str
-        The planning assumption behind ``replicates_needed`` (:data:`PLANNING`).
+        The planning assumption behind ``replicates_needed`` (:data:`PLANNING`; with heavy tails also
+        :data:`~fedsde.validity.heavy.HEAVY_PLANNING`).
+    divergence : dict
+        What is known of the growth of FedAvg's second moment (``grows``, ``mean_radius``,
+        ``second_moment_radius``, ``how``, ``text``; empty where nothing is known).
     """
 
     outcome: str
@@ -171,6 +156,7 @@ class ValidityVerdict:
     tails: dict = field(default_factory=dict)
     regime_note: str = ""
     replicates_needed_basis: str = ""
+    divergence: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -178,122 +164,6 @@ class ValidityVerdict:
     def sentence(self, base: str | None = None) -> str:
         """The outcome in capitals, the reason, and the horizon (``base`` is ignored: the reason names the chain)."""
         return f"{self.outcome.upper()}: {self.reason}; tracks up to t = {self.horizon:.4g}"
-
-
-def bonferroni_z(alpha: float, comparisons: int) -> float:
-    """Two-sided normal quantile ``Φ⁻¹(1 − α/(2K))`` for ``K`` comparisons."""
-    return float(ndtri(1.0 - alpha / (2.0 * max(1, comparisons))))
-
-
-def bonferroni_quantile(alpha: float, comparisons: int, df: float) -> float:
-    """Two-sided Student-t quantile ``t_df⁻¹(1 − α/(2K))`` (normal for ``df = inf``) for ``K`` comparisons.
-
-    Small ``R`` needs it: at ``α = 0.05``, ``K = 10``, ``R = 8`` it is 4.03 where the normal gives 2.81.
-    """
-    p = 1.0 - alpha / (2.0 * max(1, comparisons))
-    return float(ndtri(p)) if not np.isfinite(df) else float(stdtrit(df, p))
-
-
-def _abs_bounds(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Bounds of ``|D|`` from the interval ``[lo, hi]`` of ``D``."""
-    upper = np.maximum(np.abs(lo), np.abs(hi))
-    lower = np.where((lo <= 0) & (hi >= 0), 0.0, np.minimum(np.abs(lo), np.abs(hi)))
-    return lower, upper
-
-
-def _judge(path: GapPath, q: float, factor: float, absolute: bool) -> dict:
-    """``d̂``, its bounds and the scale of one metric, with every s.e. multiplied by ``factor``."""
-    est = np.asarray(path.estimate, dtype=np.float64)
-    lower_abs, upper_abs = _abs_bounds(*skew_corrected(est, factor * np.asarray(path.se, np.float64), q, path.tails,
-                                                       factor))
-    if absolute:
-        scale = lo_s = hi_s = 1.0
-    else:
-        m = np.asarray(path.sde_mean, dtype=np.float64)
-        scale = float(m.max() - m.min())
-        slack = 2.0 * q * factor * float(np.max(path.sde_se))
-        lo_s, hi_s = scale - slack, scale + slack
-    with np.errstate(divide="ignore", invalid="ignore"):
-        gap = np.abs(est) / scale
-        upper = upper_abs / lo_s if lo_s > 0 else np.full(est.shape, np.inf)
-        lower = lower_abs / hi_s
-    return {"gap": gap, "lower": lower, "upper": upper, "scale": scale, "scale_lower": lo_s, "scale_upper": hi_s}
-
-
-def _outcome(judged: dict, tol: dict, active: np.ndarray, heavy=()) -> str:
-    """The three-outcome rule; a ``heavy``-tailed metric decides nothing (its intervals cannot be trusted)."""
-    if any(m not in heavy and np.any(j["lower"][active] > tol[m]) for m, j in judged.items()):
-        return "does not track"
-    if heavy:
-        return "inconclusive"
-    if all(np.all(j["upper"][active] <= tol[m]) for m, j in judged.items()):
-        return "tracks"
-    return "inconclusive"
-
-
-#: the planning assumption of :func:`replicates_needed`: how far from its tolerance a gap is assumed to be, as a
-#: fraction of the tolerance
-PLANNING_MARGIN = 0.1
-PLANNING = ("planning gap: the point estimate of d at every time, held at least tol/10 from its tolerance (a "
-            "true gap within 10 % of the tolerance is not planned for); every s.e. scaled by sqrt(R/R'), Student t "
-            "with R' - 1 degrees of freedom")
-
-
-def _planned(path: GapPath, tol: float, absolute: bool) -> GapPath:
-    """``path`` with every estimate moved away from the tolerance to at least :data:`PLANNING_MARGIN`·tol (same
-    sign, same s.e.): the planning assumption of :func:`replicates_needed`."""
-    est = np.asarray(path.estimate, dtype=np.float64)
-    if absolute:
-        scale = 1.0
-    else:
-        m = np.asarray(path.sde_mean, dtype=np.float64)
-        scale = float(m.max() - m.min())
-    d = np.abs(est) / scale
-    lo, hi = (1.0 - PLANNING_MARGIN) * tol, (1.0 + PLANNING_MARGIN) * tol
-    planned = np.where(d < tol, np.minimum(d, lo), np.maximum(d, hi))
-    sign = np.where(est < 0, -1.0, 1.0)
-    return GapPath(sign * planned * scale, path.se, path.sde_mean, path.sde_se, path.unjudged, path.tails)
-
-
-def _quantile(alpha: float, K: int, R: int, noisy: bool) -> tuple[float, float]:
-    df = float(R - 1) if noisy else math.inf
-    return bonferroni_quantile(alpha, K, df), df
-
-
-@renamed(paths="gaps")
-def replicates_needed(gaps: dict, tol: dict, active: np.ndarray, *, alpha: float, comparisons: int,
-                      replicates: int, absolute: dict, planning: bool = True) -> int | None:
-    """Smallest ``R′ > R`` whose intervals decide under the planning assumption :data:`PLANNING`; ``None`` when none
-    up to :data:`MAX_REPLICATES` does, or when ``R`` itself would (the gap is then within
-    :data:`PLANNING_MARGIN`·tol of the tolerance and resolved to that: no number of replicates is planned for it).
-
-    Why: at the point estimates ``R′`` grows like ``1/(tol − d̂)²`` and jumps with the noise of ``d̂``
-    (127 to 32,326 over six seeds at ``R = 64`` on one setting).  Holding every ``d̂`` at least
-    ``tol/10`` from its tolerance (the usual practice of sample-size planning for an equivalence test: plan for a
-    difference of practical size, not for the estimate) bounds that: ``R′`` then depends on ``d̂`` only where it is
-    already clear of the tolerance, and on the s.e. (stable: ``R·se²`` is a variance estimate) otherwise.  Every
-    s.e. is scaled by ``√(R/R′)``, the ``t`` quantile has ``R′ − 1`` d.f.  ``planning=False`` keeps the point
-    estimates.  ``gaps``: metric → :class:`GapPath` of the judged metrics (old name: ``paths``)."""
-    gaps = {m: _planned(p, tol[m], absolute[m]) for m, p in gaps.items()} if planning else gaps
-
-    def decides(Rp: int) -> bool:
-        q, _ = _quantile(alpha, comparisons, Rp, True)
-        f = math.sqrt(replicates / Rp)
-        judged = {m: _judge(p, q, f, absolute[m]) for m, p in gaps.items()}
-        return _outcome(judged, tol, active) != "inconclusive"
-
-    if decides(replicates):
-        return None if planning else replicates
-    hi = replicates
-    while not decides(hi):
-        if hi >= MAX_REPLICATES:
-            return None
-        hi = min(2 * hi, MAX_REPLICATES)
-    lo = max(replicates, hi // 2)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if decides(mid) else (mid, hi)
-    return hi
 
 
 def validity_verdict(
@@ -308,6 +178,7 @@ def validity_verdict(
     regime: dict | None = None,
     base: str = "FedAvg",
     base_ell: int | None = 1,
+    divergence: dict | None = None,
 ) -> ValidityVerdict:
     """Three-outcome equivalence verdict from the gap paths of the judged metrics (see the module docstring).
 
@@ -332,6 +203,9 @@ def validity_verdict(
         Name of the chain judged (``"FedAvg"`` for ``ℓ = 1``).
     base_ell : int, optional
         Its ``ℓ`` (``worst.ells`` is ``[base_ell, None]``: that chain against ``ℓ → ∞``).
+    divergence : dict, optional
+        What is known of the growth of FedAvg's second moment (:func:`fedsde.validity.heavy.divergence_record`),
+        reported as ``verdict.divergence``.
     """
     times = np.asarray(times, dtype=np.float64)
     active = times > 0
@@ -353,8 +227,8 @@ def validity_verdict(
     noisy = any(np.any(np.asarray(p.se) > 0) or np.any(np.asarray(p.sde_se) > 0) for p in paths.values())
     estimated = sum(bool(np.any(np.asarray(p.sde_se) > 0)) for m, p in paths.items() if not absolute[m])
     K = int(active.sum()) * (len(paths) + estimated)  # the gaps, and the SDE means behind estimated scales
-    q, df = _quantile(alpha, K, replicates, noisy)
-    judged = {m: _judge(p, q, 1.0, absolute[m]) for m, p in paths.items()}
+    q, df = quantile(alpha, K, replicates, noisy)
+    judged = {m: judge(p, q, 1.0, absolute[m]) for m, p in paths.items()}
     ratios = list((regime or {}).get("ratios", []))
     status = (regime or {}).get("status", "not checked")
     T = float(times[-1])
@@ -365,8 +239,11 @@ def validity_verdict(
                                accuracy_tolerance, alpha, q, df, replicates, [], K, skipped, ratios, status, [],
                                regime_note=note, replicates_needed_basis=PLANNING)
     tails = {m: summarise_tails(p.tails, times, active) for m, p in paths.items() if p.tails is not None}
-    heavy = {m for m, tl in tails.items() if tl["heavy"]}
-    outcome = _outcome(judged, tol_of, active, heavy)
+    # heavy tails (fedsde.validity.heavy): FedAvg's exact mean where known, else the divergence test's lower bound
+    judged, heavy = resolve(paths, judged, {m for m, tl in tails.items() if tl["heavy"]}, tails, q=q, alpha=alpha,
+                            comparisons=K, times=times, absolute=absolute, judge=judge)
+    exact_side = sorted(m for m, tl in tails.items() if tl.get("decided_by") == "exact")
+    outcome = decide(judged, tol_of, active, heavy)
     off = reference == "svag" and status == "off"
     if off:
         outcome = "inconclusive"
@@ -375,11 +252,11 @@ def validity_verdict(
     wm = max(judged, key=lambda m: np.max(np.where(active, judged[m][key], -np.inf)) / tol_of[m])
     j, path = judged[wm], paths[wm]
     ti = int(np.argmax(np.where(active, j["gap"], -np.inf))) if active.any() else 0
+    est, se = (path.exact, np.zeros_like(path.exact)) if wm in exact_side else (path.estimate, path.se)
     worst = {"metric": wm, "time": float(times[ti]), "gap": float(j["gap"][ti]),
              "lower": float(np.max(j["lower"][active], initial=0.0)),
              "upper": float(np.max(j["upper"][active], initial=0.0)), "tolerance": tol_of[wm],
-             "estimate": float(path.estimate[ti]), "se": float(path.se[ti]), "scale": j["scale"],
-             "ells": [base_ell, None]}
+             "estimate": float(est[ti]), "se": float(se[ti]), "scale": j["scale"], "ells": [base_ell, None]}
     ok_t = np.all([np.where(active, (judged[m]["upper"] <= tol_of[m]) & (m not in heavy or paths[m].tails["share"]
                                                                           <= tails[m]["threshold"]), True)
                    for m in judged], axis=0)
@@ -389,12 +266,17 @@ def validity_verdict(
         margin = float(min(np.min(1.0 - j2["upper"][active] / tol_of[m], initial=np.inf)
                            for m, j2 in judged.items()))
     needed = None
-    if outcome == "inconclusive" and not off and not heavy:
-        needed = replicates_needed(paths, tol_of, active, alpha=alpha, comparisons=K, replicates=replicates,
-                                   absolute=absolute)
-    reason = _reason(outcome, worst, base, T, replicates, needed, regime if off else None, skipped)
+    if outcome == "inconclusive" and not off:  # heavy tails: from the width the sampled intervals achieved
+        needed = replicates_needed({m: p for m, p in paths.items() if m not in exact_side}, tol_of, active,
+                                   alpha=alpha, comparisons=K, replicates=replicates, absolute=absolute)
+    reason = _reason(outcome, worst, base, T, replicates, needed, regime if off else None, skipped,
+                     exact=wm in exact_side)
     if heavy and outcome == "inconclusive":
-        reason = heavy_reason(heavy, tails, base, T, replicates, reason)
+        reason = heavy_reason(heavy, tails, base, T, replicates, reason, needed)
+    if exact_side:
+        reason += exact_reason(exact_side, tails, replicates, divergence)
+    if outcome == "does not track" and wm in heavy:
+        reason += divergence_reason(wm, worst["lower"], tol_of[wm])
     if status == "not checked" and note.startswith("too few replicates"):
         reason += "; 1/ℓ regime not checked — too few replicates"
     curves = [{"metric": m, "tolerance": tol_of[m], "scale": j2["scale"], "scale_lower": j2["scale_lower"],
@@ -405,13 +287,14 @@ def validity_verdict(
               for m, j2 in judged.items()]
     return ValidityVerdict(outcome, outcome == "tracks", reference, worst, needed, reason, margin, horizon,
                            tolerance, accuracy_tolerance, alpha, q, df, replicates, list(judged), K, skipped,
-                           ratios, status, curves, tails, note, PLANNING)
+                           ratios, status, curves, tails, note, PLANNING + (HEAVY_PLANNING if heavy else ""),
+                           dict(divergence or {}))
 
 
 def _reason(outcome: str, w: dict, base: str, T: float, R: int, needed: int | None, regime: dict | None,
-            skipped: dict) -> str:
+            skipped: dict, *, exact: bool = False) -> str:
     units = "accuracy units" if w["metric"] in ABSOLUTE_METRICS else "of its movement"
-    at = (f"{w['metric']} at t = {w['time']:.4g}: d = {w['gap']:.3g} {units}, " + ("exact" if R is None else
+    at = (f"{w['metric']} at t = {w['time']:.4g}: d = {w['gap']:.3g} {units}, " + ("exact" if R is None or exact else
           f"simultaneous bounds {bounds_text(w['lower'], w['upper'], w['metric'])}") + f" against tolerance "
           f"{w['tolerance']:g}")
     if regime is not None:
@@ -431,20 +314,3 @@ def _reason(outcome: str, w: dict, base: str, T: float, R: int, needed: int | No
         text += "".join(f"; not judged: {', '.join(ms)}{why}" for ms, why in (
             (still, " (does not move)"), (other, " (no value under the SDE's law)")) if ms)
     return text
-
-
-def richardson_weights(ells) -> tuple[float, float]:
-    """Weights ``(w_a, w_b)`` of the two largest ``ℓ_a < ℓ_b``: ``E_∞ ≈ w_a E_a + w_b E_b`` (order 1 in ``1/ℓ``)."""
-    a, b = float(ells[-2]), float(ells[-1])
-    return -a / (b - a), b / (b - a)
-
-
-def richardson_limit(ells: list[int], mean: np.ndarray, se: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Order-1 extrapolation of ``E_ℓ = E_∞ + C/ℓ + o(1/ℓ)`` from the two largest ``ℓ``.
-
-    ``E_∞ ≈ (ℓ_b E_b − ℓ_a E_a)/(ℓ_b − ℓ_a)``; its s.e. from independent runs.  Shapes: mean, se (L, T) → (T,).
-    """
-    wa, wb = richardson_weights(ells)
-    m = wb * np.asarray(mean)[-1] + wa * np.asarray(mean)[-2]
-    s = np.sqrt((wb * np.asarray(se)[-1]) ** 2 + (wa * np.asarray(se)[-2]) ** 2)
-    return m, s

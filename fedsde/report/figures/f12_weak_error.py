@@ -20,7 +20,7 @@ def make(cfg: dict, ctx: RunContext) -> FigureOutput:
     steps = [T / 2 ** (j + 2) for j in range(L)]  # h = T/4, T/8, …: a whole number of rounds
     w0 = np.full(pb.d, 2.0)
     fig, axes = subplots(2, width=5.5, height=4.3)
-    rows, slopes = [], {}
+    rows, slopes, fits = [], {}, {}
     titles = {"fixed": "problem as given: noise per round ∝ s²", "diffusive": "noise per unit time fixed"}
     for ax, scaling in zip(axes, ("fixed", "diffusive"), strict=True):
         first = None
@@ -29,6 +29,7 @@ def make(cfg: dict, ctx: RunContext) -> FigureOutput:
                                        noise_scaling=scaling)
             col, ls = STYLE[variant]
             slopes[f"{variant}/{scaling}"] = curve.slope
+            fits[f"{variant}/{scaling}"] = curve.slope_fit  # exact errors: the interval is the fit's misfit
             ax.plot(curve.steps, curve.errors, ls, color=col, label=f"{variant} (slope {curve.slope:+.2f})")
             rows += [[scaling, variant, float(hh), int(nn), float(e)]
                      for hh, nn, e in zip(curve.steps, curve.rounds, curve.errors, strict=True)]
@@ -50,11 +51,12 @@ def make(cfg: dict, ctx: RunContext) -> FigureOutput:
         f"Exact weak error |E‖w_n − w*‖² − E‖w(t) − w*‖²| at t = {T:g} between the chain (n = t/h rounds, server "
         f"step s = h) and each SDE variant, as h shrinks from {steps[0]:g} to {steps[-1]:g} (η = {eta:g}, E = {E} "
         "fixed). Left, the problem as given: the chain's noise per round vanishes like s², so every SDE with the "
-        f"right drift converges — corrected slope {slopes['corrected/fixed']:+.2f}, printed eq. (4) "
-        f"{slopes['paper/fixed']:+.2f}, but the printed error is larger at every h. Right, gradient noise scaled "
-        "so the noise per unit time is fixed (the chain is Euler–Maruyama of one SDE): the corrected SDE keeps "
-        f"slope {slopes['corrected/diffusive']:+.2f}, while the printed diffusion leaves an error that does not "
-        f"vanish (slope {slopes['paper/diffusive']:+.2f})."
+        f"right drift converges — corrected slope {fits['corrected/fixed'].text('+.2f')}, printed eq. (4) "
+        f"{fits['paper/fixed'].text('+.2f')} (95 % intervals from the fits' residuals), but the printed error is "
+        "larger at every h. Right, gradient noise scaled so the noise per unit time is fixed (the chain is "
+        f"Euler–Maruyama of one SDE): the corrected SDE keeps slope {fits['corrected/diffusive'].text('+.2f')}, "
+        "while the printed diffusion leaves an error that does not vanish (slope "
+        f"{fits['paper/diffusive'].text('+.2f')})."
     )
     return FigureOutput(fig, caption, {"weak_error": (["noise_scaling", "variant", "h", "rounds", "error"], rows)},
-                        {"slopes": slopes})
+                        {"slopes": slopes, "slope_intervals": {k: f.to_dict() for k, f in fits.items()}})

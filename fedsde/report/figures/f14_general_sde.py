@@ -112,10 +112,10 @@ def _make(cfg: dict, ctx: RunContext) -> FigureOutput:
         f"{Z95 * ref['train_loss']['se']:.4f}, test accuracy {ref['test_accuracy']['mean']:.4f} ± "
         f"{Z95 * ref['test_accuracy']['se']:.4f}. Weak error of E F(w_T) (95 % CI, cost relative to one FedAvg run): "
         f"{svag_rows}" + (f"; Monte-Carlo Euler {mc_rows}" if mc_rows else "") + ". Fitted log–log slope of |error| "
-        f"vs step: SVAG {_num(st.slopes['svag']['train_loss'], '+.2f')}, MC Euler "
-        f"{_num(st.slopes['mc-euler']['train_loss'], '+.2f')} (fitted on the steps independent of the reference: SVAG "
-        f"ℓ ∈ {{{', '.join(str(e) for e in st.config['ells'] if e not in ref_ells)}}} and every Monte-Carlo Euler run; "
-        f"the chains ℓ = {', '.join(map(str, ref_ells))} define the reference, so their errors are in ratio "
+        f"vs step (95 % intervals): SVAG {st.slope_fits['svag']['train_loss'].text('+.2f')}, MC Euler "
+        f"{st.slope_fits['mc-euler']['train_loss'].text('+.2f')} (fitted on the steps independent of the reference: "
+        f"SVAG ℓ ∈ {{{', '.join(str(e) for e in st.config['ells'] if e not in ref_ells)}}} and every Monte-Carlo "
+        f"Euler run; the chains ℓ = {', '.join(map(str, ref_ells))} define the reference, so their errors are in ratio "
         f"{ref_ells[1] / ref_ells[0]:g} by construction and are left out; errors within 2 s.e. are not fitted). "
         "Cost: wall time per base round relative to FedAvg's (same paths), each the minimum over 3 one-round runs "
         "after a warm-up. Largest |test-accuracy error| "
@@ -134,6 +134,7 @@ def _make(cfg: dict, ctx: RunContext) -> FigureOutput:
     moments = [[m, who, float(t), float(a), float(b), float(c)] for m, d in st.moments.items() for who, v in d.items()
                for t, a, b, c in zip(st.times, v["mean"], v["se"], v["std"], strict=True)]
     numbers = {"reference": ref, "slopes": st.slopes, "cost_to_half_fedavg_error": costs,
+               "slope_intervals": {s: {m: f.to_dict() for m, f in d.items()} for s, d in st.slope_fits.items()},
                "rows": [{"scheme": r.scheme, "param": r.param, "error": r.error, "error_se": r.error_se,
                          "cost_ratio": r.cost_ratio} for r in st.rows]}
     return FigureOutput(fig, caption, {"weak_error": (header, table),
