@@ -14,6 +14,14 @@ training samples each), E = 5 local steps, minibatches of 16 (the client's whole
 * (c) with ``--device cuda``: client-steps/s of the module MLP at R = 128 and 1024 replicates, the ratio to the
   per-client loop on the same device, and the same for the digits CNN (``examples/models/digits_cnn.py``, 1×8×8
   images, GroupNorm, dropout).  Skipped on the CPU.
+* (d) pytorch/examples' MNIST ``Net`` (``examples/models/mnist_net.toml``: two convolutions, dropout, d = 53,002,
+  Q = 10 clients split by Dirichlet(0.3), minibatches of 16 without replacement), R = 8, E = 2, float32 and
+  float64: fedsde with ``batching = "auto"`` (the choice timed on its first step, then kept: the warm-up run
+  decides), ``"vmap"`` and ``"loop"`` against the per-client ``torch.optim.SGD`` loop (goal: auto >= 1x the loop's
+  client-steps/s); and the share of a ``fedsde simulate`` run (the recorded rounds' metrics on the subsample that
+  the command's budget picks, :func:`fedsde.problems.module.metrics.metric_budget`) spent in its metrics (goal <=
+  1/4).  Ratios of wall time and of the thread's CPU time (one thread: the CPU time leaves out the other processes
+  of a shared machine).
 
 Every contestant runs ``--repeats`` times, interleaved (load changes hit all alike); ratios are formed within each
 repeat and reported as the median with the [min, max] spread.  The loop's rate does not depend on R: it runs one
@@ -22,6 +30,7 @@ replicate at a time (it is timed on ``loop_R`` replicates and fewer rounds).
 (c) also takes ``--float32`` (the simulation in float32; the loop keeps float64) and ``--cuda-only`` (skip (a), (b)).
 
 Usage: python benchmarks/bench_module.py [--threads 1] [--quick] [--device cpu] [--repeats 5] [--float32] [--cuda-only]
+       [--only mlp,conv]
 """
 
 from __future__ import annotations
@@ -92,6 +101,21 @@ def _timed(fn) -> float:
     return time.perf_counter() - t0
 
 
+def race_cpu(runs: dict, repeats: int) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Wall seconds and the calling thread's CPU seconds of every contestant in each of ``repeats`` interleaved
+    rounds (one warm-up round first)."""
+    for fn in runs.values():
+        fn()
+    wall, cpu = {k: [] for k in runs}, {k: [] for k in runs}
+    for _ in range(repeats):
+        for k, fn in runs.items():
+            t0, c0 = time.perf_counter(), time.thread_time()
+            fn()
+            wall[k].append(time.perf_counter() - t0)
+            cpu[k].append(time.thread_time() - c0)
+    return wall, cpu
+
+
 def race(runs: dict, repeats: int) -> dict[str, list[float]]:
     """Seconds of every contestant in each of ``repeats`` interleaved rounds (one warm-up round first)."""
     for fn in runs.values():
@@ -121,10 +145,76 @@ def digits_problems(Q: int, hidden: int, batch: int, l2: float):
     return builtin, module, MLP(hidden=hidden)
 
 
-def _client_tensors(X: np.ndarray, y: np.ndarray, sizes, device: str):
+def _client_tensors(X: np.ndarray, y: np.ndarray, sizes, device: str, dtype=torch.float64):
     cuts = np.cumsum(sizes)[:-1]
-    return [(torch.as_tensor(x, dtype=torch.float64, device=device), torch.as_tensor(t, device=device))
+    return [(torch.as_tensor(x, dtype=dtype, device=device), torch.as_tensor(t, device=device))
             for x, t in zip(np.split(X, cuts), np.split(y, cuts), strict=True)]
+
+
+def conv_net(args) -> dict:
+    """(d): the MNIST ``Net`` in fedsde (auto, vmap, loop) against the per-client loop, and the metrics' share of a
+    simulate run, in float32 and float64; printed, and returned as ``{dtype: {"wall": {...}, "cpu": {...}, "used",
+    "metric_samples", "metric_groups"}}`` with one value per repeat (client-steps/s, ratios, shares)."""
+    from fedsde.problems import load_problem
+
+    pb = load_problem(ROOT / "examples" / "models" / "mnist_net.toml")
+    return {str(dtype).removeprefix("torch."): _conv_net_one(args, pb, dtype) for dtype in (torch.float32,
+                                                                                            torch.float64)}
+
+
+def _conv_net_one(args, pb, dtype) -> dict:
+    from fedsde._cli._metric_budget import training_work
+    from fedsde.problems.metrics import evaluate_metrics_torch
+    from fedsde.problems.module.metrics import metric_budget
+    from fedsde.sim import simulate
+
+    R, E, eta = 8, 2, 0.05
+    rounds, loop_R = (1, 2) if args.quick else (3, 4)
+    w0 = np.asarray(pb.initial_weights())
+    model = load_model_class("mnist_net.py", "Net")(**pb.info["model_options"]).to(dtype)
+    clients = _client_tensors(pb.X, pb.y, pb.sizes, "cpu", dtype)
+    w0t = torch.as_tensor(w0, dtype=dtype)
+    rows, steps = training_work(pb, E, rounds, None)
+    m, groups = metric_budget(pb, train_rows=rows, train_steps=steps, records=rounds + 1)
+    spent = {"wall": [], "cpu": []}
+
+    def sim(batching, record=(rounds,)):
+        return simulate(pb.replace(batching=batching), eta=eta, local_steps=E, rounds=rounds, replicates=R, seed=1,
+                        w0=w0, record=list(record), dtype=dtype)
+
+    def cli_like():  # simulate's default records (every round up to 20) and its metrics on the budget's rows
+        res = sim("auto", range(rounds + 1))
+        t0, c0 = time.perf_counter(), time.thread_time()
+        evaluate_metrics_torch(pb, torch.as_tensor(np.swapaxes(res.weights, 0, 1)).to(dtype), w0, metric_samples=m,
+                               metric_groups=groups)
+        spent["wall"].append(time.perf_counter() - t0)
+        spent["cpu"].append(time.thread_time() - c0)
+
+    runs = {"auto": lambda: sim("auto"), "vmap": lambda: sim("vmap"), "loop": lambda: sim("loop"),
+            "plain": lambda: per_client_loop(model, clients, pb.p.tolist(), eta=eta, local_steps=E, rounds=rounds,
+                                             replicates=loop_R, batch=16, l2=pb.l2, seed=1, w0=w0t),
+            "cli": cli_like}
+    wall, cpu = race_cpu(runs, args.repeats)
+    work = {"auto": rounds * E * pb.Q * R, "vmap": rounds * E * pb.Q * R, "loop": rounds * E * pb.Q * R,
+            "plain": rounds * E * pb.Q * loop_R}
+    out = {}
+    for clock, t in (("wall", wall), ("cpu", cpu)):
+        rate = {k: [work[k] / v for v in t[k]] for k in work}
+        out[clock] = {"rate": rate, "metric_share": [a / b for a, b in zip(spent[clock][1:], t["cli"], strict=True)],
+                      "vs_plain": {k: [a / b for a, b in zip(rate[k], rate["plain"], strict=True)]
+                                   for k in ("auto", "vmap", "loop")}}
+    used = sim("auto").config["batching"]["used"]
+    print(f"(d) MNIST Net (d={pb.d}), Q={pb.Q}, E={E}, batch 16, R={R}, {rounds} round(s), "
+          f"{str(dtype).removeprefix('torch.')}, threads={torch.get_num_threads()}; auto chose {used}; metrics on "
+          f"{m or 'all'} rows ({groups or 1} groups) per record:")
+    for clock in ("wall", "cpu"):
+        r = out[clock]
+        print(f"  {clock:4s} client-steps/s: " + "  ".join(f"{k} {statistics.median(r['rate'][k]):.3g}" for k in work))
+        for k in ("auto", "vmap", "loop"):
+            goal = "   (goal >= 1x)" if k == "auto" else ""
+            print(f"  {clock:4s} {k:4s} / plain loop {spread(r['vs_plain'][k])}{goal}")
+        print(f"  {clock:4s} metrics' share of a simulate run {spread(r['metric_share'])}   (goal <= 0.25)")
+    return out | {"used": used, "metric_samples": m, "metric_groups": groups}
 
 
 def main(argv=None) -> None:
@@ -135,9 +225,15 @@ def main(argv=None) -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--float32", action="store_true", help="(c): simulate in float32")
     ap.add_argument("--cuda-only", action="store_true", help="only (c)")
+    ap.add_argument("--only", default="mlp,conv", help="mlp: (a), (b) and (c); conv: (d)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     from fedsde.sim import simulate
+
+    if "conv" in args.only.split(",") and not args.cuda_only:
+        conv_net(args)
+    if "mlp" not in args.only.split(","):
+        return
 
     Q, E, H, batch, l2, eta, R = 100, 5, 32, 16, 1e-4, 0.05, 16
     rounds, loop_rounds = (2, 1) if args.quick else (5, 1)

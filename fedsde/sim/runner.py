@@ -202,6 +202,8 @@ def _config(plan: SimulationPlan, eta, server_lr) -> dict:
         "aggregator_config": agg.describe(),
         "oracle": getattr(make_oracle, "describe", getattr(make_oracle, "__name__", repr(make_oracle))),
         "chunk_size": plan.chunk_size, "moments_only": plan.moments_only,
+        # what the oracle decided while running (module problems: how the steps were batched)
+        **(make_oracle.run_info() if callable(getattr(make_oracle, "run_info", None)) else {}),
     }
 
 
@@ -275,6 +277,7 @@ def run_chunk(plan: SimulationPlan, start: int, R: int, out_w, out_drift: np.nda
     keep_idx = {int(k): i for i, k in enumerate(plan.record)}
     drift_idx = {int(k): i for i, k in enumerate(plan.drift_rounds)}
     store = _Recorder(out_w, start, R, len(keep_idx), dev)
+    xbuf = None
     if 0 in keep_idx:
         store(keep_idx[0], w[:R])
     for n in range(plan.rounds):
@@ -305,7 +308,9 @@ def run_chunk(plan: SimulationPlan, start: int, R: int, out_w, out_drift: np.nda
             if batch is not None:
                 batch = batch.gather(1, cid)
         slots = Q if cid is None else m  # clients, or participant slots
-        x = wb.expand(nb, slots, block, d).clone()  # (nb, slots, B, d)
+        if xbuf is None or xbuf.shape != (nb, slots, block, d):  # the clients' weights, reused round after round
+            xbuf = torch.empty((nb, slots, block, d), dtype=dtype, device=dev)
+        x = xbuf.copy_(wb.expand(nb, slots, block, d))  # (nb, slots, B, d)
         rec = drift_idx.get(n)
         first_grads = run_local_steps(
             x=x, oracle=oracle, streams=noise, eta=eta, n_steps=n_steps,
@@ -318,7 +323,9 @@ def run_chunk(plan: SimulationPlan, start: int, R: int, out_w, out_drift: np.nda
         )
         if rec is not None and n_steps < out_drift.shape[1]:
             out_drift[rec, n_steps:, start:start + R] = out_drift[rec, n_steps - 1, start:start + R]
-        delta = (x - wb).transpose(1, 2).reshape(Rp, slots, d)  # (Rp, slots, d)
+        # (Rp, slots, d) in one pass (a fresh tensor: a rule may keep it)
+        delta = torch.sub(x.transpose(1, 2), wb.transpose(1, 2), out=x.new_empty((nb, block, slots, d)))
+        delta = delta.view(Rp, slots, d)
         g0 = None if first_grads is None else first_grads.transpose(1, 2).reshape(Rp, slots, d)
         if sparse:  # the rule sees the m participants as its clients (ctx.clients: theirs)
             norms = solver.accumulation_norm(tau_s, eta).to(dtype) if agg.needs_norms else None
