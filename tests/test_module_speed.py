@@ -177,8 +177,25 @@ def test_blocks_grouped_per_call_keep_the_chunk_invariance(tmp_path, monkeypatch
     pb = load_problem(_write(tmp_path, 'batching = "vmap"\n'))
     kw = {"eta": 0.2, "local_steps": 2, "rounds": 2, "replicates": 6, "seed": 9, "block_size": 2}
     single = simulate(pb, **kw).weights
-    monkeypatch.setattr("fedsde.clients.module_oracle.launch_blocks", lambda *a: 2)
+    monkeypatch.setattr("fedsde.clients.module_oracle.launch_blocks", lambda *a: 2)  # (of 3 in the run)
     grouped = simulate(pb, **kw).weights
     assert simulate(pb, chunk_size=2, **kw).weights.tobytes() == grouped.tobytes()
     assert simulate(pb, chunk_size=4, **kw).weights.tobytes() == grouped.tobytes()
     assert np.max(np.abs(grouped - single)) <= 1e-12 * np.max(np.abs(single))
+
+
+@pytest.mark.cuda
+def test_cuda_groups_blocks_per_call_and_agrees_with_the_cpu(tmp_path):
+    """On a GPU: several blocks per call (at most the run's), the auto choice reported, and the same law as the
+    CPU (full batch: the same numbers to rounding)."""
+    from fedsde.clients.module_oracle import launch_blocks
+
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    pb = load_problem(_write(tmp_path, "model_options = { dropout = 0.0 }\n")).replace(batch_size=None)
+    kw = {"eta": 0.2, "local_steps": 2, "rounds": 2, "replicates": 256, "seed": 0, "record": [2]}
+    assert launch_blocks(pb, pb.Q, 128, "cuda", torch.float64) > 1
+    gpu = simulate(pb, device="cuda", **kw)
+    assert gpu.config["batching"]["used"] in ("vmap", "loop")
+    cpu = simulate(pb, **kw)
+    assert np.max(np.abs(gpu.weights - cpu.weights)) <= 1e-10 * np.max(np.abs(cpu.weights))

@@ -161,7 +161,7 @@ def _run_data(args: argparse.Namespace, problem, local_steps, w0, agg) -> int:
                               {k: v.double().cpu().numpy() for k, v in got.se.items()}, got.sampling)
     else:
         values = evaluate_metrics(problem, np.swapaxes(res.weights, 0, 1), start, metric_samples=samples)
-    if values.sampling:
+    if values.sampling and chosen_by != "default":
         values.sampling["chosen_by"] = chosen_by
     metrics = summarise(values, axis=0)
     final = res.weights[-1]

@@ -16,10 +16,11 @@ are fixed by the run's configuration:
 
 Blocks are computed one at a time with the same shapes, so a replicate's numbers do not depend on the chunking
 or on how many replicates run (for one block size), as for every other oracle.  On a GPU :func:`launch_blocks`
-blocks go into one call (a ``vmap`` over several blocks' entries: fewer, larger launches), the chunk's last group
-padded to the same number of blocks, so every call has one shape whatever the chunk.  Whether a call runs through
-``vmap`` or entry by entry is the problem's ``batching`` (:mod:`fedsde.problems.module.batching`: with ``auto``
-timed on the first step); :meth:`ModuleOracle.batching` says which.
+blocks go into one call (a ``vmap`` over several blocks' entries: fewer, larger launches; never more than the run
+has), the chunk's last group padded to the same number of blocks, so every call has one shape whatever the chunk.
+Whether a call runs through ``vmap`` or entry by entry is the problem's ``batching``
+(:mod:`fedsde.problems.module.batching`: with ``auto`` timed on the first step); :meth:`ModuleOracle.batching`
+says which.
 
 The gradient :meth:`ModuleOracle.sample` returns lives in a buffer that the next call overwrites (the local loop
 uses each draw before it draws again): a step allocates nothing of size ``slots·B·d``.
@@ -87,6 +88,8 @@ class ModuleOracle(OracleBase):
             int(self.batch) if self.with_replacement else min(int(self.batch), self.n_max))
         self._out = None  # the gradients' buffer, reused by every step
         self._mask_buffers: dict = {}
+        #: blocks of the whole run (set by the simulator; None: this chunk's), the most one call may group
+        self.run_blocks: int | None = None
 
     def batching(self) -> list:
         """How the steps were batched so far (:class:`~fedsde.problems.module.batching.Choice` of every shape)."""
@@ -180,7 +183,7 @@ class ModuleOracle(OracleBase):
         if self._out is None or self._out.shape != x.shape:
             self._out = torch.empty_like(x)
         out = self._out
-        G = launch_blocks(self.problem, slots, B, self.device, self.dtype)
+        G = min(launch_blocks(self.problem, slots, B, self.device, self.dtype), self.run_blocks or nb)
         M = G * slots * B
         for a in range(0, nb, G):  # G blocks per call, the last group padded: one shape whatever the chunk
             k = min(G, nb - a)

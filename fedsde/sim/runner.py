@@ -265,6 +265,8 @@ def run_chunk(plan: SimulationPlan, start: int, R: int, out_w, out_drift: np.nda
     part = ReplicateStreams(plan.seed, start // block, nb, dev, _PARTICIPATION, block) if plan.sampled else None
     draws = _StepDraws(plan, start, nb)
     oracle = plan.make_oracle(plan.problem, nb, dev, dtype)
+    if hasattr(oracle, "run_blocks"):  # an oracle that groups blocks per call: at most the run's
+        oracle.run_blocks = -(-plan.replicates // block)
     # train only the m participants of each replicate (m slots instead of Q) when the oracle allows it; in the
     # cross-device regime also draw and aggregate only them (plan.sparse)
     takes_clients = getattr(oracle, "participants_only", False)
