@@ -17,7 +17,14 @@ Figures (the keys of ``--json``):
   samples, so a minibatch of 16 is the client's whole training set: both runs are deterministic;
 * ``validity_cli`` — wall time of ``fedsde validity`` on examples/problems/digits_mlp.toml (a subprocess: start-up
   included) with ``--device`` the device and cpu; ``ratio`` = CPU time / device time (target: device <= 5 s and
-  ratio >= 10).
+  ratio >= 10);
+* ``module`` — a user's ``nn.Module`` (``kind = "module"``): the digits MLP of ``examples/models/mlp.py`` (H = 32,
+  Q = 100, E = 5, minibatches of 16, R = 4096: several replicate blocks per call on a GPU,
+  :func:`fedsde.clients.module_oracle.launch_blocks`; target >= 5·10⁶ client-steps/s) and pytorch/examples' MNIST
+  ``Net`` (``examples/models/mnist_net.toml``, d = 53,002, Q = 10, E = 2, R = 64), in float64 and float32:
+  client-steps/s on the device, on the CPU (fewer replicates: a rate) and of the per-client ``torch.optim.SGD`` loop
+  of ``benchmarks/bench_module.py`` on the device; ``ratio`` = device / loop rate (target for the Net: >= 10 on a
+  GPU), ``vs_cpu`` = device / CPU rate, and which path ``batching = "auto"`` chose.
 
 Every hand-fused loop is checked against fedsde's law in the same run and the check is printed (``check``): the two
 means agree within 5 standard errors plus a rounding allowance of 10³ machine epsilons of the dtype (relative).
@@ -49,15 +56,17 @@ from fedsde.sde import quadratic_sde_coefficients, simulate_sde
 from fedsde.sim import simulate
 
 ROOT = Path(__file__).resolve().parents[1]
-FIGURES = ("sde_vs_fused", "sde_vs_cpu", "quadratic_sim", "data_softmax", "data_mlp", "validity_cli")
+FIGURES = ("sde_vs_fused", "sde_vs_cpu", "quadratic_sim", "data_softmax", "data_mlp", "validity_cli", "module")
 #: SDE of the figures: client rate η, local steps E, server step s, time step h (as benchmarks/bench_sde.py)
 SDE_ARGS = {"eta": 0.05, "local_steps": 5, "server_lr": 0.05, "h": 0.01}
 FULL = {"sde_paths": 10**6, "sde_steps": 200, "quad_replicates": 10**5, "quad_rounds": 5, "quad_cpu_rounds": 1,
         "data_replicates": 1024, "data_rounds": 5,
-        "validity": ["--rounds", "10", "--ells", "1,2,4", "--replicates", "128"], "repeats": 3, "budget_s": 20.0}
+        "validity": ["--rounds", "10", "--ells", "1,2,4", "--replicates", "128"], "repeats": 3, "budget_s": 20.0,
+        "module_mlp_replicates": 4096, "module_net_replicates": 64, "module_rounds": 2, "module_cpu_replicates": 64}
 QUICK = {"sde_paths": 10_000, "sde_steps": 40, "quad_replicates": 1000, "quad_rounds": 1, "quad_cpu_rounds": 1,
          "data_replicates": 16, "data_rounds": 1,
-         "validity": ["--rounds", "1", "--ells", "1,2", "--replicates", "4"], "repeats": 2, "budget_s": 2.0}
+         "validity": ["--rounds", "1", "--ells", "1,2", "--replicates", "4"], "repeats": 2, "budget_s": 2.0,
+         "module_mlp_replicates": 8, "module_net_replicates": 2, "module_rounds": 1, "module_cpu_replicates": 2}
 
 
 def _sync(dev: torch.device) -> None:
@@ -292,6 +301,71 @@ def validity_figure(dev: torch.device, dtype: torch.dtype, threads: int, size: d
             "baseline": "the same command on the CPU", "cpu_s": times["cpu"], "ratio": times["cpu"] / times["device"]}
 
 
+# ---------------------------------------------------------------------------------------------- (7): module
+def _bench_module():
+    """``benchmarks/bench_module.py`` (a file, not a package): its per-client loop and model loader."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_bench_module", ROOT / "benchmarks" / "bench_module.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def module_figure(dev: torch.device, cpu: torch.device, size: dict) -> dict:
+    """Client-steps/s of two user modules on the device, on the CPU and of the per-client loop on the device."""
+    from fedsde.problems import load_problem, module_problem
+
+    bench = _bench_module()
+    base = federated_classification("digits", n_clients=100, partition="iid", seed=0)
+    MLP = bench.load_model_class("mlp.py", "MLP")
+    mlp = module_problem(lambda: MLP(hidden=32), base.X, base.y, np.repeat(np.arange(base.Q), base.sizes),
+                         batch_size=16, l2=1e-4, init_seed=0)
+    net = load_problem(ROOT / "examples" / "models" / "mnist_net.toml")
+    Net = bench.load_model_class("mnist_net.py", "Net")
+    cases = {"mlp": (mlp, lambda: MLP(hidden=32), 5, size["module_mlp_replicates"]),
+             "mnist_net": (net, lambda: Net(**net.info["model_options"]), 2, size["module_net_replicates"])}
+    out: dict = {"baseline": "the per-client torch.optim.SGD loop on the device (ratio) and simulate on the CPU "
+                             "(vs_cpu)"}
+    for name, (pb, make, E, R) in cases.items():
+        out[name] = {"sizes": {"d": pb.d, "Q": pb.Q, "local_steps": E, "batch": pb.batch_size, "replicates": R,
+                               "cpu_replicates": min(R, size["module_cpu_replicates"]),
+                               "rounds": size["module_rounds"]}}
+        for dtype in (torch.float64, torch.float32):
+            out[name][str(dtype).replace("torch.", "")] = _module_case(bench, pb, make, E, R, dev, cpu, dtype, size)
+    return out
+
+
+def _module_case(bench, pb, make, E: int, R: int, dev, cpu, dtype, size: dict) -> dict:
+    from fedsde.clients.module_oracle import launch_blocks
+
+    rounds, R_cpu = size["module_rounds"], min(R, size["module_cpu_replicates"])
+    w0 = np.asarray(pb.initial_weights())
+
+    def sim(device, replicates):
+        return simulate(pb, eta=0.05, local_steps=E, rounds=rounds, replicates=replicates, seed=1, w0=w0,
+                        record=[rounds], device=device, dtype=dtype)
+
+    model = make().to(device=dev, dtype=dtype)
+    clients = bench._client_tensors(pb.X, pb.y, pb.sizes, str(dev), dtype)
+    w0t = torch.as_tensor(w0, dtype=dtype, device=dev)
+
+    def loop():
+        return bench.per_client_loop(model, clients, pb.p.tolist(), eta=0.05, local_steps=E, rounds=1, replicates=1,
+                                     batch=pb.batch_size, l2=pb.l2, seed=1, w0=w0t)
+
+    got = race({"device": (lambda: sim(dev, R), lambda: sim(dev, min(R, 16)), dev),
+                "cpu": (lambda: sim(cpu, R_cpu), lambda: sim(cpu, 2), cpu),
+                "loop": (loop, loop, dev)}, repeats=size["repeats"], budget=size["budget_s"])
+    steps = rounds * E * pb.Q
+    rate = {"device": steps * R / got["device"][0], "cpu": steps * R_cpu / got["cpu"][0],
+            "loop": E * pb.Q / got["loop"][0]}
+    return {"device_rate": rate["device"], "cpu_rate": rate["cpu"], "loop_rate": rate["loop"],
+            "ratio": rate["device"] / rate["loop"], "vs_cpu": rate["device"] / rate["cpu"],
+            "batching": got["device"][1].config["batching"]["used"],
+            "launch_blocks": launch_blocks(pb, pb.Q, min(R, 128), dev, dtype)}
+
+
 # ---------------------------------------------------------------------------------------------- report
 def device_name(dev: torch.device) -> str:
     """``torch.cuda.get_device_name`` or the CPU model of /proc/cpuinfo."""
@@ -336,6 +410,15 @@ def _print(report: dict) -> None:
         f = report["validity_cli"]
         print(f"(6) {f['command']}: device {f['device_s']:.2f} s, CPU {f['cpu_s']:.2f} s, CPU/device "
               f"{f['ratio']:.2f}x (target: device <= 5 s, >= 10x)")
+    if "module" in report:
+        for name, target in (("mlp", "device >= 5e6 client-steps/s"), ("mnist_net", "ratio >= 10 on a GPU")):
+            f = report["module"][name]
+            for dt in ("float64", "float32"):
+                r = f[dt]
+                print(f"(7) module {name} {dt} d={f['sizes']['d']} R={f['sizes']['replicates']}: device "
+                      f"{r['device_rate']:.3e}, CPU {r['cpu_rate']:.3e}, per-client loop {r['loop_rate']:.3e} "
+                      f"client-steps/s; device/loop {r['ratio']:.2f}x, device/CPU {r['vs_cpu']:.2f}x ({r['batching']}, "
+                      f"{r['launch_blocks']} block(s) per call; target: {target})")
 
 
 def main(argv=None) -> int:
@@ -366,6 +449,8 @@ def main(argv=None) -> int:
             report[key] = data_figure(model, dev, cpu, size)
     if "validity_cli" in which:
         report["validity_cli"] = validity_figure(dev, dtype, args.threads, size)
+    if "module" in which:
+        report["module"] = module_figure(dev, cpu, size)
     if args.json:
         print(json.dumps(report))
     else:

@@ -10,10 +10,19 @@ training samples each), E = 5 local steps, minibatches of 16 (the client's whole
   of generality (goal: at most 2× slower on the CPU);
 * (b) the same module problem against the per-client loop of FL frameworks (:func:`per_client_loop`: Python loops
   over replicates, rounds and clients, the module loaded with the server weights, ``torch.optim.SGD`` steps with
-  ``weight_decay = l2``, the weights averaged), R = 16 (goal: at least 10× on the CPU);
+  ``weight_decay = l2``, the weights averaged), R = 16 (goal: at least 5× on the CPU); (a) and (b) in float64 and
+  float32, ratios of wall time and of the thread's CPU time;
 * (c) with ``--device cuda``: client-steps/s of the module MLP at R = 128 and 1024 replicates, the ratio to the
   per-client loop on the same device, and the same for the digits CNN (``examples/models/digits_cnn.py``, 1×8×8
   images, GroupNorm, dropout).  Skipped on the CPU.
+* (d) pytorch/examples' MNIST ``Net`` (``examples/models/mnist_net.toml``: two convolutions, dropout, d = 53,002,
+  Q = 10 clients split by Dirichlet(0.3), minibatches of 16 without replacement), R = 8, E = 2, float32 and
+  float64: fedsde with ``batching = "auto"`` (the choice timed on its first step, then kept: the warm-up run
+  decides), ``"vmap"`` and ``"loop"`` against the per-client ``torch.optim.SGD`` loop (goal: auto >= 1x the loop's
+  client-steps/s); and the share of a ``fedsde simulate`` run (the recorded rounds' metrics on the subsample that
+  the command's budget picks, :func:`fedsde.problems.module.metrics.metric_budget`) spent in its metrics (goal <=
+  1/4).  Ratios of wall time and of the thread's CPU time (one thread: the CPU time leaves out the other processes
+  of a shared machine).
 
 Every contestant runs ``--repeats`` times, interleaved (load changes hit all alike); ratios are formed within each
 repeat and reported as the median with the [min, max] spread.  The loop's rate does not depend on R: it runs one
@@ -22,11 +31,13 @@ replicate at a time (it is timed on ``loop_R`` replicates and fewer rounds).
 (c) also takes ``--float32`` (the simulation in float32; the loop keeps float64) and ``--cuda-only`` (skip (a), (b)).
 
 Usage: python benchmarks/bench_module.py [--threads 1] [--quick] [--device cpu] [--repeats 5] [--float32] [--cuda-only]
+       [--only mlp,conv]
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import importlib.util
 import statistics
 import time
@@ -92,6 +103,21 @@ def _timed(fn) -> float:
     return time.perf_counter() - t0
 
 
+def race_cpu(runs: dict, repeats: int) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Wall seconds and the calling thread's CPU seconds of every contestant in each of ``repeats`` interleaved
+    rounds (one warm-up round first)."""
+    for fn in runs.values():
+        fn()
+    wall, cpu = {k: [] for k in runs}, {k: [] for k in runs}
+    for _ in range(repeats):
+        for k, fn in runs.items():
+            t0, c0 = time.perf_counter(), time.thread_time()
+            fn()
+            wall[k].append(time.perf_counter() - t0)
+            cpu[k].append(time.thread_time() - c0)
+    return wall, cpu
+
+
 def race(runs: dict, repeats: int) -> dict[str, list[float]]:
     """Seconds of every contestant in each of ``repeats`` interleaved rounds (one warm-up round first)."""
     for fn in runs.values():
@@ -121,10 +147,76 @@ def digits_problems(Q: int, hidden: int, batch: int, l2: float):
     return builtin, module, MLP(hidden=hidden)
 
 
-def _client_tensors(X: np.ndarray, y: np.ndarray, sizes, device: str):
+def _client_tensors(X: np.ndarray, y: np.ndarray, sizes, device: str, dtype=torch.float64):
     cuts = np.cumsum(sizes)[:-1]
-    return [(torch.as_tensor(x, dtype=torch.float64, device=device), torch.as_tensor(t, device=device))
+    return [(torch.as_tensor(x, dtype=dtype, device=device), torch.as_tensor(t, device=device))
             for x, t in zip(np.split(X, cuts), np.split(y, cuts), strict=True)]
+
+
+def conv_net(args) -> dict:
+    """(d): the MNIST ``Net`` in fedsde (auto, vmap, loop) against the per-client loop, and the metrics' share of a
+    simulate run, in float32 and float64; printed, and returned as ``{dtype: {"wall": {...}, "cpu": {...}, "used",
+    "metric_samples", "metric_groups"}}`` with one value per repeat (client-steps/s, ratios, shares)."""
+    from fedsde.problems import load_problem
+
+    pb = load_problem(ROOT / "examples" / "models" / "mnist_net.toml")
+    return {str(dtype).removeprefix("torch."): _conv_net_one(args, pb, dtype) for dtype in (torch.float32,
+                                                                                            torch.float64)}
+
+
+def _conv_net_one(args, pb, dtype) -> dict:
+    from fedsde._cli._metric_budget import training_work
+    from fedsde.problems.metrics import evaluate_metrics_torch
+    from fedsde.problems.module.metrics import metric_budget
+    from fedsde.sim import simulate
+
+    R, E, eta = 8, 2, 0.05
+    rounds, loop_R = (1, 2) if args.quick else (3, 4)
+    w0 = np.asarray(pb.initial_weights())
+    model = load_model_class("mnist_net.py", "Net")(**pb.info["model_options"]).to(dtype)
+    clients = _client_tensors(pb.X, pb.y, pb.sizes, "cpu", dtype)
+    w0t = torch.as_tensor(w0, dtype=dtype)
+    rows, steps = training_work(pb, E, rounds, None)
+    m, groups = metric_budget(pb, train_rows=rows, train_steps=steps, records=rounds + 1)
+    spent = {"wall": [], "cpu": []}
+
+    def sim(batching, record=(rounds,)):
+        return simulate(pb.replace(batching=batching), eta=eta, local_steps=E, rounds=rounds, replicates=R, seed=1,
+                        w0=w0, record=list(record), dtype=dtype)
+
+    def cli_like():  # simulate's default records (every round up to 20) and its metrics on the budget's rows
+        res = sim("auto", range(rounds + 1))
+        t0, c0 = time.perf_counter(), time.thread_time()
+        evaluate_metrics_torch(pb, torch.as_tensor(np.swapaxes(res.weights, 0, 1)).to(dtype), w0, metric_samples=m,
+                               metric_groups=groups)
+        spent["wall"].append(time.perf_counter() - t0)
+        spent["cpu"].append(time.thread_time() - c0)
+
+    runs = {"auto": lambda: sim("auto"), "vmap": lambda: sim("vmap"), "loop": lambda: sim("loop"),
+            "plain": lambda: per_client_loop(model, clients, pb.p.tolist(), eta=eta, local_steps=E, rounds=rounds,
+                                             replicates=loop_R, batch=16, l2=pb.l2, seed=1, w0=w0t),
+            "cli": cli_like}
+    wall, cpu = race_cpu(runs, args.repeats)
+    work = {"auto": rounds * E * pb.Q * R, "vmap": rounds * E * pb.Q * R, "loop": rounds * E * pb.Q * R,
+            "plain": rounds * E * pb.Q * loop_R}
+    out = {}
+    for clock, t in (("wall", wall), ("cpu", cpu)):
+        rate = {k: [work[k] / v for v in t[k]] for k in work}
+        out[clock] = {"rate": rate, "metric_share": [a / b for a, b in zip(spent[clock][1:], t["cli"], strict=True)],
+                      "vs_plain": {k: [a / b for a, b in zip(rate[k], rate["plain"], strict=True)]
+                                   for k in ("auto", "vmap", "loop")}}
+    used = sim("auto").config["batching"]["used"]
+    print(f"(d) MNIST Net (d={pb.d}), Q={pb.Q}, E={E}, batch 16, R={R}, {rounds} round(s), "
+          f"{str(dtype).removeprefix('torch.')}, threads={torch.get_num_threads()}; auto chose {used}; metrics on "
+          f"{m or 'all'} rows ({groups or 1} groups) per record:")
+    for clock in ("wall", "cpu"):
+        r = out[clock]
+        print(f"  {clock:4s} client-steps/s: " + "  ".join(f"{k} {statistics.median(r['rate'][k]):.3g}" for k in work))
+        for k in ("auto", "vmap", "loop"):
+            goal = "   (goal >= 1x)" if k == "auto" else ""
+            print(f"  {clock:4s} {k:4s} / plain loop {spread(r['vs_plain'][k])}{goal}")
+        print(f"  {clock:4s} metrics' share of a simulate run {spread(r['metric_share'])}   (goal <= 0.25)")
+    return out | {"used": used, "metric_samples": m, "metric_groups": groups}
 
 
 def main(argv=None) -> None:
@@ -135,13 +227,17 @@ def main(argv=None) -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--float32", action="store_true", help="(c): simulate in float32")
     ap.add_argument("--cuda-only", action="store_true", help="only (c)")
+    ap.add_argument("--only", default="mlp,conv", help="mlp: (a), (b) and (c); conv: (d)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    from fedsde.sim import simulate
+    if "conv" in args.only.split(",") and not args.cuda_only:
+        conv_net(args)
+    if "mlp" not in args.only.split(","):
+        return
 
-    Q, E, H, batch, l2, eta, R = 100, 5, 32, 16, 1e-4, 0.05, 16
+    Q, E, H, batch, l2, eta = 100, 5, 32, 16, 1e-4, 0.05
     rounds, loop_rounds = (2, 1) if args.quick else (5, 1)
-    print(f"torch {torch.__version__}, threads={torch.get_num_threads()}, device={args.device}, float64, "
+    print(f"torch {torch.__version__}, threads={torch.get_num_threads()}, device={args.device}, "
           f"repeats={args.repeats} (median [min, max] of the per-repeat ratios)")
     builtin, module, model = digits_problems(Q, H, batch, l2)
     clients = _client_tensors(builtin.X, builtin.y, builtin.sizes, args.device)
@@ -149,29 +245,42 @@ def main(argv=None) -> None:
     if args.cuda_only:
         _cuda(args, module, model, clients, eta, E, l2, batch)
         return
-    w0 = torch.as_tensor(np.asarray(module.initial_weights()), device=args.device)
-
-    def sim(pb, R):
-        return lambda: simulate(pb, eta=eta, local_steps=E, rounds=rounds, replicates=R, seed=1, record=[rounds],
-                                device=args.device)
-
-    runs = {"builtin": sim(builtin, R), "module": sim(module, R),
-            "loop": lambda: per_client_loop(model, clients, builtin.p.tolist(), eta=eta, local_steps=E,
-                                            rounds=loop_rounds, replicates=1, batch=batch, l2=l2, seed=1, w0=w0)}
-    t = race(runs, args.repeats)
-    steps = {"builtin": rounds * E * Q * R, "module": rounds * E * Q * R, "loop": loop_rounds * E * Q}
-    rate = {k: [steps[k] / s for s in v] for k, v in t.items()}
-    print(f"digits MLP (H={H}, d={builtin.d}), Q={Q}, E={E}, batch={batch}, R={R}:")
-    for k in ("builtin", "module", "loop"):
-        print(f"  {k:8s} {statistics.median(rate[k]):10.3g} client-steps/s  [{min(rate[k]):.3g}, {max(rate[k]):.3g}]")
-    print(f"  (a) module / built-in time   {spread([m / b for m, b in zip(t['module'], t['builtin'], strict=True)])}"
-          "   (goal <= 2x)")
-    speedup = [m / lo for m, lo in zip(rate["module"], rate["loop"], strict=True)]
-    print(f"  (b) module / per-client loop {spread(speedup)}   speed-up (goal >= 10x)")
+    for dtype in (torch.float64, torch.float32):
+        _mlp(args, builtin, module, copy.deepcopy(model).to(dtype),
+             _client_tensors(builtin.X, builtin.y, builtin.sizes, args.device, dtype), dtype, rounds, loop_rounds)
     if not args.device.startswith("cuda"):
         print("(c) CUDA figures: skipped (run with --device cuda where a GPU is present)")
         return
     _cuda(args, module, model, clients, eta, E, l2, batch)
+
+
+def _mlp(args, builtin, module, model, clients, dtype, rounds: int, loop_rounds: int) -> dict:
+    """(a), (b) in ``dtype``: wall and CPU-time rates of the built-in MLP, the module MLP and the per-client loop."""
+    from fedsde.sim import simulate
+
+    Q, E, batch, l2, eta, R = builtin.Q, 5, 16, builtin.l2, 0.05, 16
+    w0 = torch.as_tensor(np.asarray(module.initial_weights()), device=args.device, dtype=dtype)
+
+    def sim(pb):
+        return lambda: simulate(pb, eta=eta, local_steps=E, rounds=rounds, replicates=R, seed=1, record=[rounds],
+                                device=args.device, dtype=dtype)
+
+    runs = {"builtin": sim(builtin), "module": sim(module),
+            "loop": lambda: per_client_loop(model, clients, builtin.p.tolist(), eta=eta, local_steps=E,
+                                            rounds=loop_rounds, replicates=1, batch=batch, l2=l2, seed=1, w0=w0)}
+    wall, cpu = race_cpu(runs, args.repeats)
+    steps = {"builtin": rounds * E * Q * R, "module": rounds * E * Q * R, "loop": loop_rounds * E * Q}
+    print(f"digits MLP (d={builtin.d}), Q={Q}, E={E}, batch={batch}, R={R}, {str(dtype).removeprefix('torch.')}:")
+    out = {}
+    for clock, t in (("wall", wall), ("cpu", cpu)):
+        rate = {k: [steps[k] / s for s in v] for k, v in t.items()}
+        print(f"  {clock:4s} client-steps/s: " + "  ".join(f"{k} {statistics.median(rate[k]):.3g}" for k in rate))
+        slower = [m / b for m, b in zip(t["module"], t["builtin"], strict=True)]
+        speedup = [m / lo for m, lo in zip(rate["module"], rate["loop"], strict=True)]
+        print(f"  {clock:4s} (a) module / built-in time   {spread(slower)}   (goal <= 2x)")
+        print(f"  {clock:4s} (b) module / per-client loop {spread(speedup)}   speed-up (goal >= 5x)")
+        out[clock] = {"rate": rate, "module_vs_builtin_time": slower, "module_vs_loop": speedup}
+    return out
 
 
 def _cuda(args, module, model, clients, eta, E, l2, batch) -> None:

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-FIGURES = ("sde_vs_fused", "sde_vs_cpu", "quadratic_sim", "data_softmax", "data_mlp", "validity_cli")
+FIGURES = ("sde_vs_fused", "sde_vs_cpu", "quadratic_sim", "data_softmax", "data_mlp", "validity_cli", "module")
 
 
 def _numbers(node, path=""):
@@ -51,5 +51,10 @@ def test_bench_gpu_cpu_quick_json():
             fig = report[key][dtype]
             assert {"device_rate", "cpu_rate", "fused_rate", "vs_cpu", "ratio"} <= set(fig), (key, dtype)
             assert fig["check"]["agree"], (key, dtype, fig["check"])
+    for name in ("mlp", "mnist_net"):
+        for dtype in ("float64", "float32"):
+            fig = report["module"][name][dtype]
+            assert {"device_rate", "cpu_rate", "loop_rate", "ratio", "vs_cpu", "launch_blocks"} <= set(fig), name
+            assert fig["batching"] in ("vmap", "loop") and fig["launch_blocks"] == 1  # one block per call on a CPU
     for key in ("quadratic_sim", "validity_cli"):
         assert {"ratio", "cpu_rate" if key == "quadratic_sim" else "cpu_s"} <= set(report[key])

@@ -20,6 +20,7 @@ import argparse
 import numpy as np
 
 from fedsde._cli import one_line_help
+from fedsde._cli._metric_budget import add_metric_samples_option, metric_samples_for, sampling_line
 from fedsde._cli._names import AGGREGATOR_NAMES, WEIGHTINGS
 from fedsde._cli.common import (
     add_aggregator_option,
@@ -63,6 +64,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--record-every", type=int, default=None, metavar="m",
                    help="data problems: record the metrics every m rounds (default: about 20 records; the last "
                    "round always)")
+    add_metric_samples_option(p)
     p.add_argument("--participation", type=int, default=None, metavar="m", help="clients sampled per round")
     p.add_argument("--weighting", choices=WEIGHTINGS, default="unbiased",
                    help="how the m clients of --participation are drawn and weighted (no effect without it): "
@@ -104,6 +106,8 @@ def run(args: argparse.Namespace) -> int:
         return _run_data(args, problem, steps, w0, agg)
     if args.record_every is not None:
         raise FedsdeInputError("--record-every: only for data problems (quadratic runs report the final moments)")
+    if args.metric_samples is not None:
+        raise FedsdeInputError("--metric-samples: only for data problems (quadratic runs report the final moments)")
     with options_named(args, *_OPTIONS):
         res = simulate(
             problem, eta=args.eta, local_steps=steps, rounds=args.rounds, replicates=args.replicates,
@@ -134,7 +138,7 @@ def _run_data(args: argparse.Namespace, problem, local_steps, w0, agg) -> int:
     """A data problem: metrics over the recorded rounds and the final mean of the server weights."""
     import torch
 
-    from fedsde.sim import simulate
+    from fedsde.sim import MetricRequest, simulate
 
     n = args.rounds
     every = args.record_every if args.record_every is not None else max(1, -(-n // 20))
@@ -142,12 +146,15 @@ def _run_data(args: argparse.Namespace, problem, local_steps, w0, agg) -> int:
         raise FedsdeInputError(f"--record-every={every}: must be an integer >= 1")
     record = sorted(set(range(0, n + 1, every)) | {n})
     start = problem.initial_weights() if w0 is None else w0
+    samples, groups, chosen_by = metric_samples_for(args, problem, local_steps, len(record))
+    dtype = torch.float32 if args.float32 else torch.float64
     with options_named(args, *_OPTIONS):
         res = simulate(
             problem, eta=args.eta, local_steps=local_steps, rounds=n, replicates=args.replicates, seed=args.seed,
             server_lr=args.server_lr, w0=start, participation=args.participation, weighting=args.weighting,
-            aggregator=agg, record=record, device=args.device,
-            dtype=torch.float32 if args.float32 else torch.float64, progress=show_progress(args), metrics=True,
+            aggregator=agg, record=record, device=args.device, dtype=dtype, progress=show_progress(args),
+            metrics=MetricRequest(samples=samples, groups=groups,
+                                  chosen_by=None if chosen_by == "default" else chosen_by),
         )  # metrics with their progress, and the warnings of a loss that grows or rises (fedsde.sim.health)
     metrics = res.metric_summary()
     final = res.weights[-1]
@@ -159,8 +166,10 @@ def _run_data(args: argparse.Namespace, problem, local_steps, w0, agg) -> int:
         "final": final_law,
         "metrics": metrics,
         "metrics_rounds": record,
-        "metrics_sampling": res.metrics.sampling or None,  # exact, or the subsample (clients, rows, seed)
+        "metrics_sampling": res.metrics.sampling or None,  # exact, or the subsample (clients, rows, seed, why)
         "replicates": res.replicates,
+        **({"batching": _batching(res.config["batching"], problem, args.device, dtype)}
+           if "batching" in res.config else {}),
         "problem": problem.summary() | {"label_counts": None},
         "config": {k: v for k, v in res.config.items() if k != "local_steps"} | {
             "aggregator_options": aggregator_options(args),
@@ -171,4 +180,15 @@ def _run_data(args: argparse.Namespace, problem, local_steps, w0, agg) -> int:
              "round   " + "  ".join(f"{m:>22s}" for m in metrics)]
     for i, r in enumerate(record):
         lines.append(f"{r:<7d} " + "  ".join(f"{v['mean'][i]:>12.6g} ± {v['se'][i]:<7.2g}" for v in metrics.values()))
+    note = sampling_line(res.metrics.sampling)
+    if note:
+        lines.append(note)
     return emit(args, result, "\n".join(lines))
+
+
+def _batching(train: dict, problem, device, dtype) -> dict:
+    """How the local steps (``used``) and the metric passes were batched, with the timings of every choice
+    (:mod:`fedsde.problems.module.batching`)."""
+    metric = [c.describe() for c in problem.metric_choices(device, dtype)] if hasattr(problem, "metric_choices") \
+        else []
+    return train | {"timings": train["timings"] + metric}

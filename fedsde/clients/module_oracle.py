@@ -15,7 +15,15 @@ are fixed by the run's configuration:
   ``keep = u < 1 − p``, drawn after the minibatch.
 
 Blocks are computed one at a time with the same shapes, so a replicate's numbers do not depend on the chunking
-or on how many replicates run (for one block size), as for every other oracle.
+or on how many replicates run (for one block size), as for every other oracle.  On a GPU :func:`launch_blocks`
+blocks go into one call (a ``vmap`` over several blocks' entries: fewer, larger launches; never more than the run
+has), the chunk's last group padded to the same number of blocks, so every call has one shape whatever the chunk.
+Whether a call runs through ``vmap`` or entry by entry is the problem's ``batching``
+(:mod:`fedsde.problems.module.batching`: with ``auto`` timed on the first step); :meth:`ModuleOracle.batching`
+says which.
+
+The gradient :meth:`ModuleOracle.sample` returns lives in a buffer that the next call overwrites (the local loop
+uses each draw before it draws again): a step allocates nothing of size ``slots·B·d``.
 
 A client population (:class:`~fedsde.problems.module.population.ModulePopulationProblem`) is never padded: at the
 start of every round the rows of the clients its slots hold are read through the problem's bounded cache into one
@@ -34,6 +42,11 @@ from fedsde.clients.data_oracles import DENSE_FACTOR, FLOYD_MAX, floyd_sample
 from fedsde.clients.oracles import OracleBase
 from fedsde.clients.streams import ReplicateStreams
 from fedsde.errors import FedsdeInputError
+
+#: most replicate blocks in one call on a GPU (:func:`launch_blocks`)
+LAUNCH_BLOCKS = 8
+#: work space one call on a GPU may take (bytes of :func:`step_bytes`); fewer blocks per call above it
+LAUNCH_BYTES = 1 << 31
 
 
 class ModuleOracle(OracleBase):
@@ -73,6 +86,14 @@ class ModuleOracle(OracleBase):
         self.pos = torch.arange(self.n_max, device=device)
         self.cap = self.n_max if self.batch is None else (
             int(self.batch) if self.with_replacement else min(int(self.batch), self.n_max))
+        self._out = None  # the gradients' buffer, reused by every step
+        self._mask_buffers: dict = {}
+        #: blocks of the whole run (set by the simulator; None: this chunk's), the most one call may group
+        self.run_blocks: int | None = None
+
+    def batching(self) -> list:
+        """How the steps were batched so far (:class:`~fedsde.problems.module.batching.Choice` of every shape)."""
+        return list(self.fm.made.values())
 
     def begin_round(self, batch=None, max_batch=None, clients: torch.Tensor | None = None) -> None:
         """Start a round; ``clients`` (nb, slots, B): the client of every slot (default slot ``k`` = client ``k``)."""
@@ -136,10 +157,14 @@ class ModuleOracle(OracleBase):
         return torch.where(valid, idx, 0), c
 
     def _masks(self, streams: ReplicateStreams, lead: tuple[int, ...]) -> list[torch.Tensor]:
+        """``keep/(1 − p)`` with ``keep = u < 1 − p`` of one uniform per entry, in buffers kept between steps."""
         out = []
-        for (_, mod), shape in zip(self.fm.dropouts, self.fm.mask_shapes, strict=True):
-            u = streams.uniform_(torch.empty((*lead, *shape), dtype=self.dtype, device=self.device))
-            out.append((u < 1.0 - mod.p).to(self.dtype).mul_(1.0 / (1.0 - mod.p)))
+        for i, ((_, mod), shape) in enumerate(zip(self.fm.dropouts, self.fm.mask_shapes, strict=True)):
+            full = (*lead, *shape)
+            buf = self._mask_buffers.get(i)
+            if buf is None or tuple(buf.shape) != full:
+                buf = self._mask_buffers[i] = torch.empty(full, dtype=self.dtype, device=self.device)
+            out.append(streams.uniform_(buf).lt_(1.0 - mod.p).mul_(1.0 / (1.0 - mod.p)))
         return out
 
     def sample(self, x: torch.Tensor, streams: ReplicateStreams) -> torch.Tensor:
@@ -155,16 +180,41 @@ class ModuleOracle(OracleBase):
         else:
             flat = (client.unsqueeze(-1) * self.n_max + idx)  # (nb, slots, B, cap)
             Xf, Yf = self.X.flatten(0, 1), self.Y.flatten(0, 1)
-        out = torch.empty_like(x)
-        M = slots * B
-        for blk in range(nb):  # one block at a time: the same shapes whatever the chunk
-            rows = flat[blk].reshape(-1)
-            xb = Xf.index_select(0, rows).view(M, self.cap, *Xf.shape[1:])
-            yb = Yf.index_select(0, rows).view(M, self.cap, *Yf.shape[1:])
-            mb = [m[blk].reshape(M, self.cap, *m.shape[4:]) for m in masks]
-            g = self.fm.grads(x[blk].reshape(M, d), xb, yb, c[blk].reshape(M, self.cap), mb)
-            out[blk] = g.view(slots, B, d)
+        if self._out is None or self._out.shape != x.shape:
+            self._out = torch.empty_like(x)
+        out = self._out
+        G = min(launch_blocks(self.problem, slots, B, self.device, self.dtype), self.run_blocks or nb)
+        M = G * slots * B
+        for a in range(0, nb, G):  # G blocks per call, the last group padded: one shape whatever the chunk
+            k = min(G, nb - a)
+            rows, cb = flat[a:a + k], c[a:a + k]
+            xw, mb = x[a:a + k], [m[a:a + k] for m in masks]
+            if k < G:
+                rows, cb, xw = (_pad(t, G) for t in (rows, cb, xw))
+                mb = [_pad(m, G) for m in mb]
+            xb = Xf.index_select(0, rows.reshape(-1)).view(M, self.cap, *Xf.shape[1:])
+            yb = Yf.index_select(0, rows.reshape(-1)).view(M, self.cap, *Yf.shape[1:])
+            mb = [m.reshape(M, self.cap, *m.shape[4:]) for m in mb]
+            dest = out[a:a + k].view(k * slots * B, d)
+            g = self.fm.grads(xw.reshape(M, d), xb, yb, cb.reshape(M, self.cap), mb, out=dest if k == G else None)
+            if k < G:
+                dest.copy_(g[:k * slots * B])
         return out.add_(x, alpha=self.l2) if self.l2 else out
+
+
+def _pad(t: torch.Tensor, G: int) -> torch.Tensor:
+    """``t`` (k, …) padded to ``G`` entries along its first axis by repeating its first entry."""
+    return torch.cat([t, t[:1].expand(G - t.shape[0], *t.shape[1:])])
+
+
+def launch_blocks(problem, slots: int, block: int, device, dtype: torch.dtype) -> int:
+    """Replicate blocks per call of the module: 1 on the CPU (where a block's call is already large); on a GPU up to
+    :data:`LAUNCH_BLOCKS`, as many as keep one call's work space (:func:`step_bytes`) within :data:`LAUNCH_BYTES`.
+    A function of the configuration only (never of the free memory), so a run's calls have the same shape on every
+    rerun."""
+    if torch.device(device).type == "cpu":
+        return 1
+    return int(max(1, min(LAUNCH_BLOCKS, LAUNCH_BYTES // max(1, step_bytes(problem, slots, block, dtype)))))
 
 
 def padded_rows(problem) -> tuple[np.ndarray, np.ndarray]:
@@ -192,11 +242,25 @@ def module_oracle():
     """Oracle factory ``(problem, nblocks, device, dtype) -> ModuleOracle``, with its up-front memory check
     (``factory.check_memory(problem, slots=, block=, device=, dtype=, memory_limit=)``)."""
 
+    built: list[ModuleOracle] = []
+
     def factory(problem, nblocks, device, dtype):
-        return ModuleOracle(problem, nblocks, device, dtype)
+        oracle = ModuleOracle(problem, nblocks, device, dtype)
+        built.append(oracle)
+        return oracle
+
+    def run_info() -> dict:
+        """``{"batching": {"requested", "used", "timings"}}`` of the oracles built so far (one per chunk)."""
+        from fedsde.problems.module.batching import report
+
+        made = {}
+        for oracle in built:
+            made |= {(c.purpose, c.entries, c.rows): c for c in oracle.batching()}
+        requested = built[0].problem.batching if built else "auto"
+        return {"batching": report(requested, list(made.values()))}
 
     def check_memory(problem, *, slots: int, block: int, device, dtype, memory_limit=None) -> int:
-        need = step_bytes(problem, slots, block, dtype)
+        need = step_bytes(problem, slots, block, dtype) * launch_blocks(problem, slots, block, device, dtype)
         memory_fits(f"module {type(problem.module).__name__} (d={problem.d}, {slots} client slots × {block} "
                     "replicates per block)", need, available_memory(device, memory_limit),
                     "use a smaller batch_size, fewer clients per round (--participation) or a smaller block_size")
@@ -204,4 +268,5 @@ def module_oracle():
 
     factory.describe = {"oracle": "module"}
     factory.check_memory = check_memory
+    factory.run_info = run_info
     return factory

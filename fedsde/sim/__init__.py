@@ -14,7 +14,7 @@ from fedsde.clients.solvers import SGD, LocalSolver, momentum_solver, prox_solve
 from fedsde.clients.steps import EpochSteps, RandomSteps
 from fedsde.clients.streams import BLOCK, ReplicateStreams, resolve_seed
 from fedsde.sim.participation import WEIGHTINGS
-from fedsde.sim.result import SimulationResult
+from fedsde.sim.result import MetricRequest, SimulationResult
 from fedsde.sim.runner import simulate
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "GaussianQuadraticOracle",
     "GradientOracle",
     "LocalSolver",
+    "MetricRequest",
     "MinibatchOracle",
     "ModuleOracle",
     "RandomSteps",

@@ -12,6 +12,19 @@ from fedsde._samples import ReplicateMoments
 from fedsde.sim.moments import StreamingMoments
 
 
+@dataclass(frozen=True)
+class MetricRequest:
+    """Which metrics of a run to evaluate, and on what: ``names`` (default every metric the problem defines),
+    ``samples`` (rows of the evaluation subsample; ``None``: the problem's own choice) and ``groups`` (the subsample's
+    groups for the standard error of ‖∇F‖², module problems), with ``chosen_by`` saying who chose the subsample
+    (reported in ``sampling``)."""
+
+    names: Sequence[str] | None = None
+    samples: int | str | None = None
+    groups: int | None = None
+    chosen_by: str | None = None
+
+
 @dataclass
 class SimulationResult(ReplicateMoments):
     """Server weights (and optionally client drift and metrics) recorded during a simulation.
@@ -45,21 +58,38 @@ class SimulationResult(ReplicateMoments):
     streamed: StreamingMoments | None = None
     metrics: dict | None = None
 
-    def evaluate(self, problem, names: Sequence[str] | None = None, w0=None, *, progress: bool = False):
+    def evaluate(self, problem, names: Sequence[str] | None = None, w0=None, *, progress: bool = False,
+                 request: MetricRequest | None = None):
         """The metrics of the recorded weights on ``problem`` (:func:`fedsde.problems.metrics.evaluate_metrics`):
         name → values (T, R), with ``se`` and ``sampling``; ``w0`` is the start of ``distance_from_start`` (default the
-        problem's initial weights where it has them, else zero); ``progress``: a bar on stderr."""
+        problem's initial weights where it has them, else zero); ``progress``: a bar on stderr.  ``request``: the
+        evaluation subsample (:class:`MetricRequest`; default the problem's own).  A module problem's metrics run in
+        torch in the run's precision on its device; the others in float64 NumPy."""
         from fedsde._progress import counting
         from fedsde.errors import FedsdeInputError
-        from fedsde.problems.metrics import MetricValues, evaluate_metrics
+        from fedsde.problems.metrics import MetricValues, evaluate_metrics, evaluate_metrics_torch
+        from fedsde.problems.module import is_module_problem
 
         if self.weights is None:
             raise FedsdeInputError("metrics: the run kept moments only (moments_only=True); the metrics need the "
                                    "weights of every replicate")
+        req = request if request is not None else MetricRequest(names)
+        names = req.names if req.names is not None else names
         T, R = self.weights.shape[:2]
+        W = np.swapaxes(self.weights, 0, 1)  # replicate-major (R, T, d), the order `fedsde simulate` evaluates in
         with counting(T * R, "metrics", enabled=progress, unit="model"):
-            # replicate-major (R, T, d), the order `fedsde simulate` has always evaluated in
-            vals = evaluate_metrics(problem, np.swapaxes(self.weights, 0, 1), w0, names)
+            if is_module_problem(problem):  # your own model: in the run's precision, where it ran
+                import torch
+
+                dtype = getattr(torch, str(self.config.get("dtype", "float64")))
+                got = evaluate_metrics_torch(problem, torch.as_tensor(W).to(self.config.get("device", "cpu"), dtype),
+                                             w0, names, metric_samples=req.samples, metric_groups=req.groups)
+                vals = MetricValues({k: v.double().cpu().numpy() for k, v in got.items()},
+                                    {k: v.double().cpu().numpy() for k, v in got.se.items()}, got.sampling)
+            else:
+                vals = evaluate_metrics(problem, W, w0, names, metric_samples=req.samples)
+        if vals.sampling and req.chosen_by is not None:
+            vals.sampling["chosen_by"] = req.chosen_by
         return MetricValues({n: v.T for n, v in vals.items()}, {n: v.T for n, v in vals.se.items()}, vals.sampling)
 
     def metric_summary(self) -> dict[str, dict[str, np.ndarray]]:

@@ -53,7 +53,7 @@ from fedsde.sim.participation import (
     scatter_slots,
 )
 from fedsde.sim.plan import SimulationPlan, make_plan
-from fedsde.sim.result import SimulationResult
+from fedsde.sim.result import MetricRequest, SimulationResult
 from fedsde.sim.workers import SMALL_KERNELS, Stop, diverged, plan_workers, run_chunks
 
 # stream families (independent for the same seed)
@@ -84,7 +84,7 @@ def simulate(
     moments_only: bool = False,
     memory_limit: int | str | None = None,
     workers: int | None = None,
-    metrics: bool | Sequence[str] | None = None,
+    metrics: bool | Sequence[str] | MetricRequest | None = None,
 ) -> SimulationResult:
     """Simulate ``replicates`` independent runs of a federated algorithm on ``problem``.
 
@@ -156,11 +156,12 @@ def simulate(
         and oracles whose ``apply``/``sample`` have no side effects (every rule of :mod:`fedsde.aggregators`); a
         custom rule that records what it sees must run with ``workers=1`` (chunks finish in any order).
 
-    metrics : bool or sequence of str, optional
+    metrics : bool, sequence of str or MetricRequest, optional
         Also evaluate the metrics of the recorded weights (``True``: every metric the problem defines,
-        :func:`fedsde.problems.metrics.metric_names`; or their names), as ``fedsde simulate`` does: the result's
-        ``metrics`` (name → (T, R)) and :meth:`~fedsde.sim.result.SimulationResult.metric_summary`.  Needs the
-        weights (not ``moments_only``); ``progress`` shows a bar for them too.
+        :func:`fedsde.problems.metrics.metric_names`; or their names; or a
+        :class:`~fedsde.sim.result.MetricRequest` naming the evaluation subsample too), as ``fedsde simulate`` does:
+        the result's ``metrics`` (name → (T, R)) and :meth:`~fedsde.sim.result.SimulationResult.metric_summary`.  Needs
+        the weights (not ``moments_only``); ``progress`` shows a bar for them too.
 
     Returns
     -------
@@ -205,7 +206,8 @@ def simulate(
         return SimulationResult(rounds=keep, weights=None, config=config, streamed=out_w)
     res = SimulationResult(rounds=keep, weights=out_w, drift_rounds=drift_keep, drift=out_drift, config=config)
     if metrics is not None and metrics is not False:
-        res.metrics = res.evaluate(problem, None if metrics is True else metrics, plan.w_start, progress=progress)
+        request = metrics if isinstance(metrics, MetricRequest) else MetricRequest(None if metrics is True else metrics)
+        res.metrics = res.evaluate(problem, w0=plan.w_start, progress=progress, request=request)
         if "train_loss" in res.metrics and keep.size > 1:
             loss = res.metrics["train_loss"]
             if growth_warning(keep, loss) is None:
@@ -227,6 +229,8 @@ def _config(plan: SimulationPlan, eta, server_lr) -> dict:
         "aggregator_config": agg.describe(),
         "oracle": getattr(make_oracle, "describe", getattr(make_oracle, "__name__", repr(make_oracle))),
         "chunk_size": plan.chunk_size, "moments_only": plan.moments_only,
+        # what the oracle decided while running (module problems: how the steps were batched)
+        **(make_oracle.run_info() if callable(getattr(make_oracle, "run_info", None)) else {}),
     }
 
 
@@ -288,6 +292,8 @@ def run_chunk(plan: SimulationPlan, start: int, R: int, out_w, out_drift: np.nda
     part = ReplicateStreams(plan.seed, start // block, nb, dev, _PARTICIPATION, block) if plan.sampled else None
     draws = _StepDraws(plan, start, nb)
     oracle = plan.make_oracle(plan.problem, nb, dev, dtype)
+    if hasattr(oracle, "run_blocks"):  # an oracle that groups blocks per call: at most the run's
+        oracle.run_blocks = -(-plan.replicates // block)
     # train only the m participants of each replicate (m slots instead of Q) when the oracle allows it; in the
     # cross-device regime also draw and aggregate only them (plan.sparse)
     takes_clients = getattr(oracle, "participants_only", False)
@@ -301,6 +307,7 @@ def run_chunk(plan: SimulationPlan, start: int, R: int, out_w, out_drift: np.nda
     keep_idx = {int(k): i for i, k in enumerate(plan.record)}
     drift_idx = {int(k): i for i, k in enumerate(plan.drift_rounds)}
     store = _Recorder(out_w, start, R, len(keep_idx), dev)
+    xbuf = None
     if 0 in keep_idx:
         store(keep_idx[0], w[:R])
     for n in range(plan.rounds):
@@ -336,7 +343,9 @@ def run_chunk(plan: SimulationPlan, start: int, R: int, out_w, out_drift: np.nda
             if batch is not None:
                 batch = batch.gather(1, cid)
         slots = Q if cid is None else m  # clients, or participant slots
-        x = wb.expand(nb, slots, block, d).clone()  # (nb, slots, B, d)
+        if xbuf is None or xbuf.shape != (nb, slots, block, d):  # the clients' weights, reused round after round
+            xbuf = torch.empty((nb, slots, block, d), dtype=dtype, device=dev)
+        x = xbuf.copy_(wb.expand(nb, slots, block, d))  # (nb, slots, B, d)
         rec = drift_idx.get(n)
         first_grads = run_local_steps(
             x=x, oracle=oracle, streams=noise, eta=eta, n_steps=n_steps,
@@ -349,7 +358,9 @@ def run_chunk(plan: SimulationPlan, start: int, R: int, out_w, out_drift: np.nda
         )
         if rec is not None and n_steps < out_drift.shape[1]:
             out_drift[rec, n_steps:, start:start + R] = out_drift[rec, n_steps - 1, start:start + R]
-        delta = (x - wb).transpose(1, 2).reshape(Rp, slots, d)  # (Rp, slots, d)
+        # (Rp, slots, d) in one pass (a fresh tensor: a rule may keep it)
+        delta = torch.sub(x.transpose(1, 2), wb.transpose(1, 2), out=x.new_empty((nb, block, slots, d)))
+        delta = delta.view(Rp, slots, d)
         g0 = None if first_grads is None else first_grads.transpose(1, 2).reshape(Rp, slots, d)
         if sparse:  # the rule sees the m participants as its clients (ctx.clients: theirs)
             norms = solver.accumulation_norm(tau_s, eta).to(dtype) if agg.needs_norms else None

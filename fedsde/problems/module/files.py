@@ -29,7 +29,8 @@ for 1×8×8 inputs, and the ``partition`` keys).  Keys (every other key is an er
 | ``l2`` | ridge ``λ >= 0`` (0) |
 | ``p`` | client weights: a list (clients in order of first appearance) or a table ``{client = weight}`` (``∝ N_k``) |
 | ``init_seed`` | ``torch.manual_seed`` before the model is built (0) |
-| ``batching`` | ``auto``, ``vmap`` or ``loop`` (``auto``: vmap, a loop where vmap cannot batch) |
+| ``batching`` | ``auto``, ``vmap`` or ``loop`` (``auto``: the faster, timed on the first steps of a run) |
+| ``metric_samples`` | rows the metrics are estimated on, exact up to this many (>= 32; default: see below) |
 | ``name`` | free text |
 | ``seed``, ``clients``, ``partition`` | digits: as in ``kind = "classification"`` files (``seed`` required) |
 | ``alpha``, ``min_size``, ``shards_per_client`` | digits: the partition's keys, as there |
@@ -39,6 +40,8 @@ for 1×8×8 inputs, and the ``partition`` keys).  Keys (every other key is an er
 | ``alpha``, ``beta``, ``iid``, ``dim`` | synthetic (``dataset = "synthetic"``): as in classification files |
 | ``n_classes``, ``max_samples`` | synthetic: likewise (10, none), with ``seed``, ``clients`` (30), ``test_fraction`` |
 
+Without ``metric_samples``, ``simulate`` estimates the metrics on a subsample sized to cost at most a quarter of the
+run (:func:`fedsde.problems.module.metrics.metric_budget`) and other commands evaluate up to 65536 rows exactly.
 ``population = true`` (synthetic: the default from 10⁴ clients) makes the clients a population: ``simulate`` reads
 only the participants' rows and estimates the metrics on a subsample; an npz is then read from each client's slice
 of the memory-mapped file (saved with ``np.savez``, not compressed); other commands get the problem materialised.
@@ -58,7 +61,7 @@ from fedsde.problems.module.functional import LOSSES
 from fedsde.problems.module.problem import BATCHINGS, SAMPLINGS, ModuleProblem, client_order, module_problem
 
 _COMMON = ("kind", "model", "model_options", "loss", "batch_size", "sampling", "l2", "p", "init_seed", "batching",
-           "name")
+           "metric_samples", "name")
 _DIGITS = ("dataset", "shape", "seed", "clients", "partition", "alpha", "min_size", "shards_per_client",
            "quantity_beta", "n_biased", "n_uniform", "test_fraction", "standardise")
 _SYNTHETIC = ("dataset", "seed", "clients", "population", "alpha", "beta", "iid", "dim", "n_classes", "max_samples",
@@ -104,6 +107,7 @@ def module_problem_from_dict(data: dict, *, source: str = "problem", base_dir=No
     base = Path(base_dir) if base_dir is not None else Path.cwd()
     factory = _model_factory(k, base, options)
     settings = dict(loss=loss, batch_size=batch, sampling=sampling, l2=l2, init_seed=init_seed, batching=batching,
+                    metric_samples=k.integer("metric_samples", None, minimum=32),
                     name=str(data.get("name", Path(str(data["model"]).partition(":")[0]).stem)))
     pop = _population(k, base)
     if pop is not None:

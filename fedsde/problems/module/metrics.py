@@ -7,8 +7,15 @@ training (and test) row while there are at most ``metric_samples`` (exact, stand
 subsample drawn with probability ``p_k/N_k`` per row, in ``GROUPS`` groups: ``train_loss`` the mean row loss plus
 the ridge (standard error ``sd/√m``), ``grad_norm_sq`` the unbiased U-statistic of the groups' mean gradients with
 its jackknife standard error (:func:`fedsde.problems.metrics.grouped_norm_sq`), ``test_accuracy`` the fraction of
-correct predictions (``sd/√m`` when subsampled).  One forward (and backward) pass per weight vector, over chunks of
-rows that fit :data:`fedsde.problems.module.problem.METRIC_BYTES`.
+correct predictions (``sd/√m`` when subsampled).
+
+One forward and backward pass per weight vector gives both training metrics: the rows are cut into pieces of equal
+length (within :data:`METRIC_BYTES`; the last piece of a group padded with rows of
+weight 0), and :meth:`~fedsde.problems.module.functional.FunctionalModule.grads_and_losses` returns every piece's
+gradient and row losses for a chunk of weight vectors at once — batched over vectors and pieces by ``vmap`` or one
+piece after the other, whichever the problem's ``batching`` chooses (:mod:`fedsde.problems.module.batching`).
+``test_accuracy`` is a forward pass per vector.  What a run may spend on its metrics is set by
+:func:`metric_budget`.
 """
 
 from __future__ import annotations
@@ -20,14 +27,19 @@ import torch
 
 from fedsde._progress import advance
 
+#: work space of one metric pass (bytes); the rows and weight vectors per pass shrink to fit
+METRIC_BYTES = 1 << 27
+#: the share of a run's local-training work its metrics may take (a fifth of the run, a margin under the quarter)
+METRIC_SHARE = 0.25
+
 
 def _rows(problem, plan: dict | None, device, dtype) -> dict:
     """The plan's training and test rows on ``device`` (cached on the problem)."""
     _, data = problem._shared(device, dtype)
     if plan is None or (plan["rows"] is None and plan["test_rows"] is None):
         return data
-    key = ("module_metric_rows", plan["describe"]["metric_samples"], plan["describe"]["seed"], str(device),
-           str(dtype))
+    key = ("module_metric_rows", plan["describe"]["metric_samples"], plan["describe"]["seed"], plan["groups"],
+           str(device), str(dtype))
     if key not in problem._cache:
         out = dict(data)
         if plan["rows"] is not None:
@@ -40,66 +52,143 @@ def _rows(problem, plan: dict | None, device, dtype) -> dict:
     return problem._cache[key]
 
 
+def _pieces(X, y, weights, groups: int, step: int):
+    """Rows ``X`` (n, …) cut into ``groups`` equal groups, each into pieces of at most ``step`` rows padded to one
+    length (padding: row 0 with weight 0).  Returns the pieces' rows (K, r, …), targets, weights (K, r), the mask of
+    real rows (K, r) and the pieces per group."""
+    n = X.shape[0]
+    per = n // groups
+    r = max(1, min(per, step))
+    P = -(-per // r)
+    pos = torch.arange(P * r, device=X.device)
+    base = (torch.arange(groups, device=X.device) * per)[:, None]
+    real = (pos < per).expand(groups, P * r)
+    idx = torch.where(real, base + pos, 0).reshape(groups * P, r)
+    real = real.reshape(groups * P, r)
+    return X[idx], y[idx], torch.where(real, weights[idx], 0.0), real, P
+
+
 def module_metrics(problem, W: torch.Tensor, need: list[str], plan: dict | None = None) -> tuple[dict, dict]:
     """``(values, standard errors)`` of the metrics ``need`` for weights ``W`` (m, d): name -> Tensor (m,)."""
-    from fedsde.problems.metrics import grouped_norm_sq
 
     fm, _ = problem._shared(W.device, W.dtype)
     data = _rows(problem, plan, W.device, W.dtype)
     X, y, s = data["X"], data["y"], data["s"]
     sampled = s is None
-    n = X.shape[0]
+    n, m = X.shape[0], W.shape[0]
     step = problem._rows_per_pass(W)
-    cuts = [(a, min(a + step, n)) for a in range(0, n, step)]
     G = plan["groups"] if sampled else 1
-    nb = n // G
-    groups = [(b * nb, (b + 1) * nb) for b in range(G)]
     vals: dict[str, list] = {k: [] for k in need}
     errs: dict[str, list] = {k: [] for k in need}
-    zero = W.new_zeros(())
+    train = [k for k in ("train_loss", "grad_norm_sq") if k in need]
     with fm.lock:
-        for w in W:
-            ridge = 0.5 * problem.l2 * torch.sum(w * w)
-            if "train_loss" in need and (sampled or "grad_norm_sq" not in need):
-                with torch.no_grad():
-                    ell = torch.cat([fm.row_losses(w, X[a:b], y[a:b]) for a, b in cuts])
-                if sampled:
-                    vals["train_loss"].append(ell.mean() + ridge)
-                    errs["train_loss"].append(ell.std() / math.sqrt(n))
+        if train:
+            weights = X.new_full((n,), 1.0 / (n // G)) if sampled else s
+            Xp, yp, cp, real, P = _pieces(X, y, weights, G, step)
+            K, r = real.shape
+            grad_bytes = K * problem.d * W.element_size()
+            vc = int(max(1, min(m, step // (K * r), METRIC_BYTES // grad_bytes)))
+            keep = real.reshape(-1)
+            for a in range(0, m, vc):
+                Wc = W[a:a + vc]
+                ridge = 0.5 * problem.l2 * torch.sum(Wc * Wc, dim=-1)
+                if "grad_norm_sq" in need:
+                    gk, ell = fm.grads_and_losses(Wc, Xp, yp, cp, nominal=vc)  # (c, K, d), (c, K, r)
                 else:
-                    vals["train_loss"].append(torch.sum(ell * s) + ridge)
-                    errs["train_loss"].append(zero)
-            if "grad_norm_sq" in need and sampled:
-                gb = []
-                for a, b in groups:
-                    c = W.new_full((b - a,), 1.0 / nb)
-                    gb.append(sum(fm.grad_and_value(w, X[lo:hi], y[lo:hi], c[lo - a:hi - a])[0]
-                                  for lo, hi in _within(a, b, step)) + problem.l2 * w)
-                U, se = grouped_norm_sq(torch.stack(gb))
-                vals["grad_norm_sq"].append(U)
-                errs["grad_norm_sq"].append(se)
-            elif "grad_norm_sq" in need:
-                g, f = w.new_zeros(w.shape), w.new_zeros(())
-                for a, b in cuts:
-                    ga, fa = fm.grad_and_value(w, X[a:b], y[a:b], s[a:b])
-                    g, f = g + ga, f + fa
-                g = g + problem.l2 * w
-                vals["grad_norm_sq"].append(torch.sum(g * g))
-                errs["grad_norm_sq"].append(zero)
-                if "train_loss" in need:
-                    vals["train_loss"].append(f + ridge)
-                    errs["train_loss"].append(zero)
-            if "test_accuracy" in need:
-                Xt, yt = data["Xt"], data["yt"]
-                with torch.no_grad():
-                    hits = torch.cat([torch.argmax(fm.outputs(w, Xt[a:a + step]).reshape(-1, problem._logits), -1)
-                                      == yt[a:a + step] for a in range(0, Xt.shape[0], step)]).to(W.dtype)
-                vals["test_accuracy"].append(hits.mean())
-                test_sampled = plan is not None and plan["test_rows"] is not None
-                errs["test_accuracy"].append(hits.std() / math.sqrt(hits.numel()) if test_sampled else zero)
-            advance()  # a progress bar the caller installed (fedsde._progress.counting), if any
-    return ({k: torch.stack(v) for k, v in vals.items()}, {k: torch.stack(v) for k, v in errs.items()})
+                    ell = torch.stack([torch.stack([_losses(fm, w, Xp[k], yp[k]) for k in range(K)]) for w in Wc])
+                ell = ell.reshape(ell.shape[0], -1)[:, keep]  # (c, n): the real rows in order
+                if "train_loss" in need and sampled:
+                    vals["train_loss"].append(ell.mean(-1) + ridge)
+                    errs["train_loss"].append(ell.std(-1) / math.sqrt(n))
+                elif "train_loss" in need:
+                    vals["train_loss"].append(ell @ s + ridge)
+                    errs["train_loss"].append(torch.zeros_like(ridge))
+                if "grad_norm_sq" in need:
+                    gb = gk if P == 1 else gk.view(gk.shape[0], G, P, -1).sum(2)  # (c, G, d)
+                    if problem.l2:
+                        gb.add_(Wc[:, None, :], alpha=problem.l2)
+                    if sampled:
+                        U, se = gram_norm_sq(torch.bmm(gb, gb.transpose(1, 2)))
+                    else:
+                        U = torch.sum(gb[:, 0] * gb[:, 0], dim=-1)
+                        se = torch.zeros_like(U)
+                    vals["grad_norm_sq"].append(U)
+                    errs["grad_norm_sq"].append(se)
+                advance(Wc.shape[0] if "test_accuracy" not in need else Wc.shape[0] / 2)  # a bar the caller installed
+        if "test_accuracy" in need:
+            Xt, yt = data["Xt"], data["yt"]
+            test_sampled = plan is not None and plan["test_rows"] is not None
+            for w in W:
+                hits = torch.cat([torch.argmax(fm.forward_loaded(w, Xt[a:a + step]).reshape(-1, problem._logits), -1)
+                                  == yt[a:a + step] for a in range(0, Xt.shape[0], step)]).to(W.dtype)
+                vals["test_accuracy"].append(hits.mean()[None])
+                errs["test_accuracy"].append((hits.std() / math.sqrt(hits.numel()) if test_sampled
+                                              else W.new_zeros(()))[None])
+                advance(1 if not train else 0.5)
+    return ({k: torch.cat(v) for k, v in vals.items()}, {k: torch.cat(v) for k, v in errs.items()})
 
 
-def _within(a: int, b: int, step: int) -> list[tuple[int, int]]:
-    return [(lo, min(lo + step, b)) for lo in range(a, b, step)]
+def _losses(fm, w, x, y):
+    from fedsde.problems.module.functional import row_loss
+
+    return row_loss(fm.loss, fm.forward_loaded(w, x), y)
+
+
+def gram_norm_sq(gram):
+    """:func:`fedsde.problems.metrics.grouped_norm_sq` (the unbiased ``‖∇F‖²`` of ``G`` groups and its jackknife
+    standard error) from the Gram matrix ``Γ_bc = g_b·g_c`` (..., G, G) of the groups' estimates, one batched
+    product instead of passes over the (G, …, d) estimates: ``‖S‖² = Σ_bc Γ_bc``, ``Σ_b ‖g_b‖² = tr Γ``,
+    ``g_b·S = Σ_c Γ_bc``.  The jackknife errs on the large side, the more so with few groups (1.3–2× at 3 groups,
+    1.05–1.45× at 16, by the gradient's size against its noise; ``tests/test_module_speed.py``).  Returns (U, se),
+    each of shape (...)."""
+    G = gram.shape[-1]
+    sq = torch.diagonal(gram, dim1=-2, dim2=-1)  # (..., G)
+    rows = gram.sum(-1)  # g_b·S
+    SS, T = rows.sum(-1), sq.sum(-1)
+    U = (SS - T) / (G * (G - 1))
+    Ub = (SS[..., None] - 2 * rows + 2 * sq - T[..., None]) / ((G - 1) * (G - 2))
+    se = torch.sqrt((G - 1) / G * torch.sum((Ub - Ub.mean(-1, keepdim=True)) ** 2, dim=-1))
+    return U, se
+
+
+def metric_budget(problem, *, train_rows: float, train_steps: float, records: int,
+                  share: float = METRIC_SHARE) -> tuple[int | None, int | None]:
+    """``(metric_samples, metric_groups)`` that keep a run's metrics within ``share`` of its local training
+    (``(None, None)``: every row fits, evaluate exactly).
+
+    Cost model.  Local training, per replicate: ``train_steps`` client steps, each a pass of its minibatch's rows
+    and one gradient (``train_rows`` rows in all).  Metrics, per replicate and recorded round: ``m`` training rows
+    (one forward and backward pass gives ``train_loss`` and ``grad_norm_sq``), ``m/2`` for the test rows (forward
+    only), and one gradient per group of the unbiased ``‖∇F‖²`` (``G`` groups; one when exact).  Rows and gradients
+    are budgeted separately (a model may be dominated by either: a small convolution net on few rows by its
+    gradients' size, a large one on many rows by its rows), each within ``share`` of training:
+
+    * exact when ``records·(N + M/2) <= share·train_rows`` (``N`` training, ``M`` test rows);
+    * else ``G = ⌊share·train_steps/records⌋`` clipped to [3, :data:`~fedsde.problems.metrics.GROUPS`] and ``m =
+      ⌊share·train_rows/(1.5·records)⌋`` rounded down to a multiple of ``G``, at least 32 (rounded up to a
+      multiple of ``G``) and ``2G``.
+
+    The floors (3 groups, 32 rows) can exceed the share in runs of one or two short rounds.  A metric row is
+    counted as dear as a training row, which overstates it: a metric pass runs many rows at once, a local step a
+    minibatch.
+
+    Parameters
+    ----------
+    problem : ModuleProblem
+    train_rows, train_steps : float
+        Rows and client steps one replicate runs over the run (``Σ_rounds Σ_k τ_k b_k`` and ``Σ_rounds Σ_k τ_k``,
+        the participants' only).
+    records : int
+        Rounds at which the metrics are evaluated.
+    share : float
+    """
+    from fedsde.problems.metrics import GROUPS
+
+    records = max(1, int(records))
+    rows = int(problem.sizes.sum())
+    test = int(problem.y_test.shape[0]) if "test_accuracy" in problem.metric_names() else 0
+    if (rows + 0.5 * test) * records <= share * train_rows:
+        return None, None
+    G = int(min(GROUPS, max(3, share * train_steps // records)))
+    m = int(share * train_rows / (1.5 * records))
+    return G * max(-(-32 // G), 2, m // G), G

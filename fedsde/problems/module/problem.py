@@ -32,12 +32,11 @@ from fedsde._validate import choice, client_weights, positive_float, positive_in
 from fedsde.errors import FedsdeInputError
 from fedsde.problems.classification.models import segment_starts
 from fedsde.problems.module.functional import LOSSES, FunctionalModule, refuse_running_stats
+from fedsde.problems.module.metrics import METRIC_BYTES, module_metrics
 from fedsde.problems.module.views import ModuleViews
 
 SAMPLINGS = ("without-replacement", "with-replacement")
 BATCHINGS = ("auto", "vmap", "loop")
-#: work space of one metric pass (bytes); the weight vectors per pass shrink to fit
-METRIC_BYTES = 1 << 27
 
 _LOCK = threading.Lock()
 
@@ -70,7 +69,11 @@ class ModuleProblem(ModuleViews):
     init_seed : int
     client_names : tuple of str
     batching : {"auto", "vmap", "loop"}
-        How the batch of (replicate, client) entries is evaluated (``auto``: vmap, else a loop, with a warning).
+        How a batch of (replicate, client) entries is evaluated (``auto``: the faster of the two, timed on the first
+        call of every shape, :mod:`fedsde.problems.module.batching`; the loop where vmap cannot batch the module).
+    metric_samples : int or None
+        Rows the metrics are estimated on (:func:`fedsde.problems.metrics.metric_sample`: exact up to this many;
+        default None: :data:`~fedsde.problems.metrics.METRIC_SAMPLES`, or what a command's metric budget sets).
     name : str
     info : dict
     factory : callable or None
@@ -91,6 +94,7 @@ class ModuleProblem(ModuleViews):
     init_seed: int = 0
     client_names: tuple = ()
     batching: str = "auto"
+    metric_samples: int | None = None
     name: str = ""
     info: dict = field(default_factory=dict)
     factory: Callable | None = None
@@ -184,9 +188,13 @@ class ModuleProblem(ModuleViews):
         ``test_accuracy`` (cross-entropy) for weights ``W`` (m, d), eval mode, on ``W``'s device and in its dtype,
         on the rows of ``plan`` (:func:`fedsde.problems.metrics.metric_sample`; ``None``: all rows, exact); see
         :mod:`fedsde.problems.module.metrics`."""
-        from fedsde.problems.module.metrics import module_metrics
-
         return module_metrics(self, W, need, plan)
+
+    def metric_choices(self, device="cpu", dtype=torch.float64) -> list:
+        """How the metric passes on ``device`` in ``dtype`` were batched so far
+        (:class:`~fedsde.problems.module.batching.Choice` of every shape)."""
+        key = ("module_metric", str(device), str(dtype))
+        return list(self._cache[key][0].made.values()) if key in self._cache else []
 
     def metric_names(self) -> tuple[str, ...]:
         """The metrics this problem defines (``test_accuracy`` needs cross-entropy and a test set)."""
@@ -214,7 +222,7 @@ class ModuleProblem(ModuleViews):
 
 # ---------------------------------------------------------------------------------------------- construction
 def _build(*, module, X, y, sizes, X_test, y_test, p, loss_name, l2, batch_size, sampling, init_seed, client_names,
-           batching, name, info, factory) -> ModuleProblem:
+           batching, name, info, factory, metric_samples=None) -> ModuleProblem:
     """Validated :class:`ModuleProblem` (the module built from ``factory`` after ``torch.manual_seed(init_seed)``
     when ``module`` is None)."""
     choice("loss", loss_name, LOSSES)
@@ -224,6 +232,8 @@ def _build(*, module, X, y, sizes, X_test, y_test, p, loss_name, l2, batch_size,
     init_seed = positive_int("init_seed", init_seed, minimum=0)
     if batch_size is not None:
         batch_size = positive_int("batch_size", batch_size)
+    if metric_samples is not None:
+        metric_samples = positive_int("metric_samples", metric_samples, minimum=32)  # 2·metrics.GROUPS
     if module is None:
         module = _instantiate(factory, init_seed)
     module = module.to(dtype=torch.float64)
@@ -235,8 +245,8 @@ def _build(*, module, X, y, sizes, X_test, y_test, p, loss_name, l2, batch_size,
     p = sizes / sizes.sum() if p is None else client_weights("p", p, sizes.size)
     pb = ModuleProblem(module=module, X=X, y=y, sizes=sizes, X_test=X_test, y_test=y_test, p=p, loss_name=loss_name,
                        l2=l2, batch_size=batch_size, sampling=sampling, init_seed=init_seed,
-                       client_names=tuple(client_names), batching=batching, name=name, info=dict(info),
-                       factory=factory)
+                       client_names=tuple(client_names), batching=batching, metric_samples=metric_samples, name=name,
+                       info=dict(info), factory=factory)
     pb._cache["d"] = int(w0.size)
     pb._cache["w0"] = w0
     pb._cache["act_floats"] = _activation_floats(module, pb.row_shape)
@@ -314,8 +324,8 @@ def client_order(client) -> tuple[np.ndarray, list]:
 
 def module_problem(module_or_factory, x, y, client, *, x_test=None, y_test=None, loss: str = "cross-entropy",
                    batch_size: int | str | None = "full", sampling: str = "without-replacement", l2: float = 0.0,
-                   p=None, init_seed: int = 0, batching: str = "auto", name: str = "",
-                   info: dict | None = None) -> ModuleProblem:
+                   p=None, init_seed: int = 0, batching: str = "auto", metric_samples: int | None = None,
+                   name: str = "", info: dict | None = None) -> ModuleProblem:
     """A :class:`ModuleProblem` (what :func:`fedsde.problems.load_problem` returns for ``kind = "module"``).
 
     Parameters
@@ -341,6 +351,8 @@ def module_problem(module_or_factory, x, y, client, *, x_test=None, y_test=None,
         Client weights (normalised; default ``∝ N_k``).
     init_seed : int
     batching : {"auto", "vmap", "loop"}
+    metric_samples : int, optional
+        Rows the metrics are estimated on (exact up to this many; at least 32).
     name : str
     info : dict, optional
     """
@@ -374,8 +386,8 @@ def module_problem(module_or_factory, x, y, client, *, x_test=None, y_test=None,
     module = None if factory is not None else _copy_module(module_or_factory)
     return _build(module=module, X=X[order], y=Y[order], sizes=sizes, X_test=Xt, y_test=Yt, p=p, loss_name=loss,
                   l2=l2, batch_size=batch_size, sampling=sampling, init_seed=init_seed,
-                  client_names=tuple(str(n) for n in names), batching=batching, name=name or "module",
-                  info=info or {}, factory=factory)
+                  client_names=tuple(str(n) for n in names), batching=batching, metric_samples=metric_samples,
+                  name=name or "module", info=info or {}, factory=factory)
 
 
 def _copy_module(module):
