@@ -165,10 +165,10 @@ def conv_net(args) -> dict:
 
 
 def _conv_net_one(args, pb, dtype) -> dict:
-    from fedsde._cli._metric_budget import training_work
     from fedsde.problems.metrics import evaluate_metrics_torch
     from fedsde.problems.module.metrics import metric_budget
     from fedsde.sim import simulate
+    from fedsde.sim.metric_budget import training_work
 
     R, E, eta = 8, 2, 0.05
     rounds, loop_R = (1, 2) if args.quick else (3, 4)

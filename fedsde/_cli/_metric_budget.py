@@ -33,36 +33,10 @@ def parse_metric_samples(value: str | None) -> int | str | None:
     return m
 
 
-def training_work(problem, local_steps, rounds: int, participation: int | None) -> tuple[float, float]:
-    """Rows and client steps one replicate runs through the model in local steps over ``rounds`` (expected, for the
-    cost model of :func:`fedsde.problems.module.metrics.metric_budget`): ``Σ_k τ_k b_k`` and ``Σ_k τ_k`` per round
-    (``b_k``: the batch, at most ``N_k`` without replacement, ``N_k`` for full batches), times ``m/Q`` with ``m``
-    participants."""
-    from fedsde.clients.steps import EpochSteps, RandomSteps
-
-    sizes = np.asarray(problem.sizes, dtype=np.float64)
-    b = getattr(problem, "batch_size", None)
-    if b is None:
-        batch = sizes
-    elif getattr(problem, "sampling", "") == "with-replacement":
-        batch = np.full_like(sizes, float(b))
-    else:
-        batch = np.minimum(sizes, float(b))
-    if isinstance(local_steps, EpochSteps):
-        steps, batch = (np.asarray(v, dtype=np.float64) for v in local_steps.fixed())
-    elif isinstance(local_steps, RandomSteps):
-        steps = 0.5 * (local_steps.low + local_steps.high) * np.broadcast_to(
-            np.asarray(local_steps.multiplier, dtype=np.float64), sizes.shape)
-    else:
-        steps = np.broadcast_to(np.asarray(local_steps, dtype=np.float64), sizes.shape)
-    share = 1.0 if participation is None else min(1.0, participation / sizes.size)
-    return float(rounds * share * np.sum(steps * batch)), float(rounds * share * np.sum(steps))
-
-
 def metric_samples_for(args, problem, local_steps, records: int) -> tuple[int | None, int | None, str]:
     """``(metric_samples, metric_groups, why)`` for ``evaluate_metrics``: the option, the problem file's, or
     (module problems) the budget of :func:`fedsde.problems.module.metrics.metric_budget`."""
-    from fedsde.problems.module import is_module_problem
+    from fedsde.sim.metric_budget import default_metric_request
 
     given = parse_metric_samples(getattr(args, "metric_samples", None))
     if given == "all":
@@ -73,13 +47,8 @@ def metric_samples_for(args, problem, local_steps, records: int) -> tuple[int | 
         return int(given), None, "--metric-samples"
     if getattr(problem, "metric_samples", None) is not None:
         return None, None, "the problem's metric_samples"
-    if is_module_problem(problem) and not hasattr(problem, "population"):
-        from fedsde.problems.module.metrics import metric_budget
-
-        rows, steps = training_work(problem, local_steps, args.rounds, args.participation)
-        m, groups = metric_budget(problem, train_rows=rows, train_steps=steps, records=records)
-        return m, groups, "sized to cost at most a quarter of the run (--metric-samples all: every row)"
-    return None, None, "default"
+    req = default_metric_request(problem, local_steps, args.rounds, args.participation, records)
+    return req.samples, req.groups, req.chosen_by or "default"
 
 
 def sampling_line(sampling: dict) -> str | None:

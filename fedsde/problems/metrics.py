@@ -56,6 +56,7 @@ from fedsde._validate import positive_int
 from fedsde.errors import FedsdeInputError
 from fedsde.problems.classification.models import segment_starts
 from fedsde.problems.classification.problem import ClassificationProblem
+from fedsde.problems.estimates import grouped_norm_sq, t_factor  # noqa: F401 — t_factor re-exported
 from fedsde.problems.quadratic.problem import QuadraticProblem
 
 METRICS = ("train_loss", "grad_norm_sq", "test_accuracy", "distance_from_start")
@@ -375,30 +376,6 @@ def _train_chunk(problem, model, Wc, data: dict, plan: dict, need: list[str]) ->
             gb = torch.stack([model.backward(Wc, X[c], None if A is None else A[:, c], E[:, c]) for c in cut]) + reg
             out["grad_norm_sq"] = grouped_norm_sq(gb)
     return out
-
-
-def grouped_norm_sq(gb):
-    """Unbiased ``‖μ‖²`` from ``G`` independent unbiased estimates ``gb`` (G, ..., d) of ``μ`` and its standard
-    error: ``U = Σ_{b≠c} g_b·g_c / (G(G − 1)) = (‖S‖² − Σ_b ‖g_b‖²)/(G(G − 1))`` with ``S = Σ_b g_b`` (Hoeffding
-    1948), ``U_(b)`` the same without group ``b``, the delete-one jackknife ``se_J² = (G−1)/G Σ_b (U_(b) − Ū)²``
-    (Efron & Tibshirani 1993, eq. 11.5), and ``se = se_J·√((G − 1)/(G − 3))``.
-
-    The factor: ``(U − ‖μ‖²)/se_J`` has ``G − 1`` degrees of freedom (a Student ``t`` for Gaussian group means), whose
-    variance is ``(G − 1)/(G − 3)``; so ``±1.96·se`` covers like a normal interval (with ``G = 16`` and Gaussian
-    groups: 0.949 where ``±1.96·se_J`` gave 0.934, ``tests/test_device_metrics.py``).  Heavy-tailed draws (a few
-    clients with large gradients) leave ``U`` skewed and its symmetric interval short on the low side: on the
-    synthetic(1, 1) population of ``tests/test_population.py`` 0.921 over 1000 subsamples (0.910 without it).
-    Returns (U, se), each of shape (...)."""
-    import torch
-
-    G = gb.shape[0]
-    S = gb.sum(0)
-    sq = torch.sum(gb * gb, dim=-1)  # (G, ...)
-    SS, T = torch.sum(S * S, dim=-1), sq.sum(0)
-    U = (SS - T) / (G * (G - 1))
-    Ub = (SS - 2 * torch.sum(gb * S, dim=-1) + 2 * sq - T) / ((G - 1) * (G - 2))
-    se = torch.sqrt((G - 1) / G * torch.sum((Ub - Ub.mean(0)) ** 2, dim=0) * ((G - 1) / max(G - 3, 1)))
-    return U, se
 
 
 def _accuracy_chunk(model, Wc, data: dict):

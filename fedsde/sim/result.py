@@ -4,7 +4,7 @@ metrics of the recorded weights."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -44,6 +44,8 @@ class SimulationResult(ReplicateMoments):
         The arguments of the run (for records).
     streamed : StreamingMoments or None
         With ``moments_only=True``: the moments accumulated over chunks (``weights`` is then None).
+    metric_request : MetricRequest or None
+        The metrics and the evaluation subsample that ``simulate(…, metrics=…)`` used (:meth:`evaluate`'s default).
     metrics : MetricValues or None
         With ``simulate(…, metrics=…)``: name → values of shape (T, R) at the recorded rounds, with ``se`` and
         ``sampling`` (:class:`fedsde.problems.metrics.MetricValues`); :meth:`metric_summary` gives their means and
@@ -57,13 +59,15 @@ class SimulationResult(ReplicateMoments):
     config: dict = field(default_factory=dict)
     streamed: StreamingMoments | None = None
     metrics: dict | None = None
+    metric_request: MetricRequest | None = None
 
     def evaluate(self, problem, names: Sequence[str] | None = None, w0=None, *, progress: bool = False,
                  request: MetricRequest | None = None):
         """The metrics of the recorded weights on ``problem`` (:func:`fedsde.problems.metrics.evaluate_metrics`):
         name → values (T, R), with ``se`` and ``sampling``; ``w0`` is the start of ``distance_from_start`` (default the
         problem's initial weights where it has them, else zero); ``progress``: a bar on stderr.  ``request``: the
-        evaluation subsample (:class:`MetricRequest`; default the problem's own).  A module problem's metrics run in
+        evaluation subsample (:class:`MetricRequest`; default the run's own, :attr:`metric_request`, else the
+        problem's).  A module problem's metrics run in
         torch in the run's precision on its device; the others in float64 NumPy."""
         from fedsde._progress import counting
         from fedsde.errors import FedsdeInputError
@@ -73,8 +77,10 @@ class SimulationResult(ReplicateMoments):
         if self.weights is None:
             raise FedsdeInputError("metrics: the run kept moments only (moments_only=True); the metrics need the "
                                    "weights of every replicate")
-        req = request if request is not None else MetricRequest(names)
-        names = req.names if req.names is not None else names
+        if request is None:
+            request = MetricRequest() if self.metric_request is None else self.metric_request
+        req = request if names is None else replace(request, names=list(names))
+        names = req.names
         T, R = self.weights.shape[:2]
         W = np.swapaxes(self.weights, 0, 1)  # replicate-major (R, T, d), the order `fedsde simulate` evaluates in
         with counting(T * R, "metrics", enabled=progress, unit="model"):

@@ -43,6 +43,7 @@ from fedsde.clients.streams import ReplicateStreams
 from fedsde.errors import FedsdeInputError, SimulationDivergedError
 from fedsde.problems.quadratic.problem import QuadraticProblem
 from fedsde.sim.health import growth_warning, rise_warning, weights_warning
+from fedsde.sim.metric_budget import default_metric_request
 from fedsde.sim.moments import StreamingMoments
 from fedsde.sim.participation import (
     draw_participation,
@@ -206,8 +207,10 @@ def simulate(
         return SimulationResult(rounds=keep, weights=None, config=config, streamed=out_w)
     res = SimulationResult(rounds=keep, weights=out_w, drift_rounds=drift_keep, drift=out_drift, config=config)
     if metrics is not None and metrics is not False:
-        request = metrics if isinstance(metrics, MetricRequest) else MetricRequest(None if metrics is True else metrics)
-        res.metrics = res.evaluate(problem, w0=plan.w_start, progress=progress, request=request)
+        request = metrics if isinstance(metrics, MetricRequest) else default_metric_request(
+            problem, local_steps, rounds, participation, keep.size, None if metrics is True else metrics)
+        res.metric_request = request
+        res.metrics = res.evaluate(problem, w0=plan.w_start, progress=progress)
         if "train_loss" in res.metrics and keep.size > 1:
             loss = res.metrics["train_loss"]
             if growth_warning(keep, loss) is None:

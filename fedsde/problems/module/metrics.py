@@ -6,7 +6,7 @@ The rows are those of :func:`fedsde.problems.metrics.metric_sample`, as for the 
 training (and test) row while there are at most ``metric_samples`` (exact, standard error 0), else a seeded i.i.d.
 subsample drawn with probability ``p_k/N_k`` per row, in ``GROUPS`` groups: ``train_loss`` the mean row loss plus
 the ridge (standard error ``sd/√m``), ``grad_norm_sq`` the unbiased U-statistic of the groups' mean gradients with
-its jackknife standard error (:func:`fedsde.problems.metrics.grouped_norm_sq`), ``test_accuracy`` the fraction of
+its jackknife standard error (:func:`fedsde.problems.estimates.grouped_norm_sq`), ``test_accuracy`` the fraction of
 correct predictions (``sd/√m`` when subsampled).
 
 One forward and backward pass per weight vector gives both training metrics: the rows are cut into pieces of equal
@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from fedsde._progress import advance
+from fedsde.problems.estimates import t_factor
 
 #: work space of one metric pass (bytes); the rows and weight vectors per pass shrink to fit
 METRIC_BYTES = 1 << 27
@@ -135,11 +136,13 @@ def _losses(fm, w, x, y):
 
 
 def gram_norm_sq(gram):
-    """:func:`fedsde.problems.metrics.grouped_norm_sq` (the unbiased ``‖∇F‖²`` of ``G`` groups and its jackknife
+    """:func:`fedsde.problems.estimates.grouped_norm_sq` (the unbiased ``‖∇F‖²`` of ``G`` groups and its jackknife
     standard error) from the Gram matrix ``Γ_bc = g_b·g_c`` (..., G, G) of the groups' estimates, one batched
     product instead of passes over the (G, …, d) estimates: ``‖S‖² = Σ_bc Γ_bc``, ``Σ_b ‖g_b‖² = tr Γ``,
-    ``g_b·S = Σ_c Γ_bc``.  The jackknife errs on the large side, the more so with few groups (1.3–2× at 3 groups,
-    1.05–1.45× at 16, by the gradient's size against its noise; ``tests/test_module_speed.py``).  Returns (U, se),
+    ``g_b·S = Σ_c Γ_bc``, with the same Student-``t`` widening (:func:`~fedsde.problems.estimates.t_factor`).  The
+    jackknife alone errs on the large side in root mean square, the more so with few groups (1.3–2× at 3 groups,
+    1.05–1.45× at 16, by the gradient's size against its noise; ``tests/test_module_speed.py``), yet its ±1.96
+    interval covers less than 95 % (its ratio has Student tails): the widening is for coverage.  Returns (U, se),
     each of shape (...)."""
     G = gram.shape[-1]
     sq = torch.diagonal(gram, dim1=-2, dim2=-1)  # (..., G)
@@ -147,7 +150,7 @@ def gram_norm_sq(gram):
     SS, T = rows.sum(-1), sq.sum(-1)
     U = (SS - T) / (G * (G - 1))
     Ub = (SS[..., None] - 2 * rows + 2 * sq - T[..., None]) / ((G - 1) * (G - 2))
-    se = torch.sqrt((G - 1) / G * torch.sum((Ub - Ub.mean(-1, keepdim=True)) ** 2, dim=-1))
+    se = torch.sqrt((G - 1) / G * torch.sum((Ub - Ub.mean(-1, keepdim=True)) ** 2, dim=-1)) * t_factor(G)
     return U, se
 
 

@@ -13,7 +13,7 @@ and a block of its rows, so that only the drawn blocks are produced (a client's 
 * ``train_loss``: ``F̂ = (1/c) Σ_j L_j + (λ/2)‖w‖²``, standard error ``sd(L_j)/√c``;
 * ``grad_norm_sq``: the draws form :data:`~fedsde.problems.metrics.GROUPS` groups whose mean gradients ``ĝ_b``
   (with ``λw``) are independent and unbiased for ``∇F``; the U-statistic and its jackknife standard error of
-  :func:`~fedsde.problems.metrics.grouped_norm_sq`;
+  :func:`~fedsde.problems.estimates.grouped_norm_sq`;
 * ``test_accuracy``: draws of a client with probability ``M_k/M`` (its test rows) and a block of its test rows;
   the mean of the blocks' hit rates, standard error ``sd/√c``.
 
