@@ -3,7 +3,9 @@
 What every command uses:
 
 * :func:`add_json_flag` adds ``--json`` and ``--strict`` (do not add ``--strict`` yourself);
-* :func:`emit` prints the result (one JSON object under ``--json``) with the key ``warnings`` always present: the
+* :func:`emit` prints the result (one JSON object under ``--json``, on the stdout the command started with: what
+  other code prints meanwhile, e.g. a user's model, goes to stderr, :mod:`fedsde._output`) with the key
+  ``warnings`` always present: the
   one-line messages of every warning raised while the command ran (:func:`warn`, :class:`fedsde.errors.
   DivergenceWarning` from the simulator or the SDE integrator, numpy/torch runtime warnings), each also printed on
   stderr as ``warning: …``.  Under ``--strict`` a warning is an error instead: nothing on stdout,
@@ -72,6 +74,53 @@ def add_problem_args(p: argparse.ArgumentParser, *, local_steps: bool = True, da
         )
     p.add_argument("--server-lr", type=float, default=1.0, metavar="s",
                    help="actual server step s = h·η₀ (default 1: plain FedAvg)")
+    if data:
+        add_data_overrides(p)
+
+
+def add_data_overrides(p: argparse.ArgumentParser) -> None:
+    """``--batch-size b|full`` and ``--l2 λ``: a data problem's minibatch size and ridge coefficient, over the
+    problem file's (refused for quadratic clients); read by :func:`problem_from_args`."""
+    p.add_argument("--batch-size", default=None, metavar="b",
+                   help="data problems: rows per local step, an integer >= 1 (or 'full' for a module problem's whole "
+                   "client), overriding the problem file's batch_size")
+    p.add_argument("--l2", default=None, type=float, metavar="λ",
+                   help="data problems: ridge coefficient λ >= 0, overriding the problem file's l2")
+
+
+def data_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """``--batch-size`` and ``--l2`` as problem-file keys (checked: an integer >= 1 or ``full``; a finite λ >= 0)."""
+    out: dict[str, Any] = {}
+    b = getattr(args, "batch_size", None)
+    if b is not None:
+        text = str(b).strip()
+        if text == "full":
+            out["batch_size"] = "full"
+        else:
+            try:
+                out["batch_size"] = int(text)
+            except ValueError:
+                out["batch_size"] = None
+            if out["batch_size"] is None or out["batch_size"] < 1:
+                raise FedsdeInputError(f"--batch-size={b!r}: must be an integer >= 1 or 'full'")
+    lam = getattr(args, "l2", None)
+    if lam is not None:
+        if not (math.isfinite(lam) and lam >= 0):
+            raise FedsdeInputError(f"--l2={lam!r}: must be a finite number >= 0")
+        out["l2"] = float(lam)
+    return out
+
+
+def problem_from_args(args: argparse.Namespace, *, population: bool = False):
+    """``load_problem(--problem, population=…)`` with ``--batch-size``/``--l2`` over the file's keys (messages name
+    the flags)."""
+    from fedsde.problems import load_problem
+
+    overrides = data_overrides(args)
+    if not overrides:
+        return load_problem(args.problem, population=population)
+    with options_named(args, "batch_size", "l2"):
+        return load_problem(args.problem, population=population, overrides=overrides)
 
 
 class _RenamedFlag(argparse.Action):
@@ -360,8 +409,10 @@ def emit(args: argparse.Namespace, result: dict, human: str) -> int:
     for m in msgs:
         sys.stderr.write(f"warning: {m}\n")
     result = {**result, "warnings": msgs}
-    if getattr(args, "json", False):
-        sys.stdout.write(json.dumps(to_jsonable(result), allow_nan=False) + "\n")
+    from fedsde._output import result_stream
+
+    if getattr(args, "json", False):  # the stdout the command started with (user code's prints go to stderr)
+        result_stream().write(json.dumps(to_jsonable(result), allow_nan=False) + "\n")
     else:
         sys.stdout.write(human.rstrip("\n") + "\n")
     return 0

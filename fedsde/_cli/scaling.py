@@ -19,11 +19,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Map (η, E, s, n[, Q, b]) along a scaling rule that keeps the first-order SDE (temperature "
         "s·η·Σ p_k²Σ_k and horizon τ = n·s·η·E) and measure the discrepancy between the two ends: exactly on "
         "quadratic and least-squares regression problems, by simulation (metric curves vs τ with standard errors) on "
-        "classification problems. "
+        "classification and module problems (your own nn.Module). "
         f"Rules: {', '.join(f'{r.name} ({r.change})' for r in RULES.values())}.",
     )
     p.add_argument("--problem", required=True, metavar="FILE",
-                   help="quadratic, regression or classification problem (.toml or .json)")
+                   help="problem file (.toml or .json): quadratic, regression, classification or module (kind = "
+                   "\"module\": your own nn.Module on your data, see docs/own_model.md); classification and module "
+                   "problems are the sampled problems below (compared by simulation)")
     p.add_argument("--eta", required=True, type=float, metavar="η", help="client learning rate")
     p.add_argument("--local-steps", required=True, type=int, metavar="E", help="local SGD steps per round")
     p.add_argument("--server-lr", type=float, default=1.0, metavar="s", help="actual server step (default 1)")
@@ -41,26 +43,27 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="regression problems, rules clients and client-lr: the κQ clients are κ copies of each "
                    "client with weight p_k/κ (copy, default: the temperature is kept exactly) or each client's rows "
                    "split at random (--seed) into κ clients (split: the minibatch noise changes)")
-    p.add_argument("--replicates", type=int, default=16, metavar="R", help="classification problems: runs per end "
+    p.add_argument("--replicates", type=int, default=16, metavar="R", help="sampled problems: runs per end "
                    "(default 16)")
     p.add_argument("--device", default="cpu", metavar="DEVICE",
-                   help="classification problems: torch device of the simulations (cpu, cuda, cuda:1, …; default cpu)")
+                   help="sampled problems: torch device of the simulations (cpu, cuda, cuda:1, …; default cpu)")
     p.add_argument("--seed", type=int, default=0,
-                   help="classification problems: simulation seed; regression problems with --new-clients split: seed "
+                   help="sampled problems: simulation seed; regression problems with --new-clients split: seed "
                    "of the split (default 0)")
     p.add_argument("--points", type=int, default=20, metavar="K",
-                   help="classification problems: at most this many τ points on each metric curve (default 20)")
+                   help="sampled problems: at most this many τ points on each metric curve (default 20)")
     p.add_argument("--workers", type=int, default=1, metavar="N",
-                   help="classification problems with a κ list: the κ cells run as a fedsde sweep on N worker "
+                   help="sampled problems with a κ list: the κ cells run as a fedsde sweep on N worker "
                    "processes (default 1; at most the machine's CPU cores)")
     p.add_argument("--sweep-out", default=None, metavar="DIR",
-                   help="classification problems with a κ list: keep the sweep folder here (resumed if it exists; "
+                   help="sampled problems with a κ list: keep the sweep folder here (resumed if it exists; "
                    "default: a temporary folder)")
     p.add_argument("--z", type=float, default=3.5,
-                   help="classification problems: curves separate where they differ by more than z standard "
+                   help="sampled problems: curves separate where they differ by more than z standard "
                    "errors (3.5)")
-    from fedsde._cli.common import add_rule_sde_args
+    from fedsde._cli.common import add_data_overrides, add_rule_sde_args
 
+    add_data_overrides(p)
     add_rule_sde_args(p, "the scaling rule maps (--rule sqrt: an adaptive rule; the first-order rules: fedavg)")
     add_json_flag(p)
     p.set_defaults(func=run)
@@ -82,7 +85,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from fedsde.problems import load_problem
 
     if args.workers < 1:
         raise FedsdeInputError(f"--workers={args.workers}: must be an integer >= 1")
@@ -92,7 +94,9 @@ def _run(args: argparse.Namespace) -> int:
     if args.rule == "sqrt":
         return _run_rule(args, kappas)
     rule = get_rule(args.rule)
-    problem = load_problem(args.problem)
+    from fedsde._cli.common import problem_from_args
+
+    problem = problem_from_args(args)
     from fedsde._cli.common import rule_from_args
 
     agg = rule_from_args(args)
@@ -355,6 +359,9 @@ def _sweep_kappas(args, kappas: list[float], workers: int) -> list[dict]:
             "replicates": args.replicates, "points": args.points, "z": args.z, "device": args.device}
     if args.w0 is not None:
         base["w0"] = args.w0
+    from fedsde._cli.common import data_overrides
+
+    base |= {k.replace("_", "-"): v for k, v in data_overrides(args).items()}  # the cells read the file as this run
     # every κ runs with --seed itself (shared seeds): the same base run and client split in every cell, and each
     # cell equal to `fedsde scaling --kappa κ` alone
     spec = {"run": {"command": "scaling", "seed": args.seed, "seeds": "shared"}, "base": base,
@@ -400,14 +407,16 @@ def _run_rule(args: argparse.Namespace, kappas: list[float]) -> int:
     """``--rule sqrt --aggregator fedadam|fedyogi``: the square-root rule mapped and checked on quadratic clients
     (:mod:`fedsde.scaling.sqrt_rule`)."""
     from fedsde._cli.common import rule_from_args
-    from fedsde.problems import QuadraticProblem, load_problem
+    from fedsde.problems import QuadraticProblem
     from fedsde.scaling.sqrt_rule import SOURCE, sqrt_scaling_check
 
     agg = rule_from_args(args)
     if agg is None:
         raise FedsdeInputError("--rule sqrt: needs --aggregator fedadam or fedyogi (the rule scales the server's β's "
                                "and τ)")
-    problem = load_problem(args.problem)
+    from fedsde._cli.common import problem_from_args
+
+    problem = problem_from_args(args)
     if not isinstance(problem, QuadraticProblem):
         raise FedsdeInputError("--rule sqrt: checked on quadratic clients (the adaptive SDE is built on their exact "
                                "round law)")

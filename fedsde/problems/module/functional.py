@@ -22,8 +22,10 @@ Conventions (a contract):
   operator without a batching rule) is run in a loop over the batch, one ``grad`` call per entry: the same
   formulas, entry by entry; a :class:`ModuleLoopWarning` says so once per module.
 
-Losses ``ℓ`` per row: ``cross-entropy`` (``torch.nn.functional.cross_entropy`` of logits (C,) and an integer label)
-and ``mse`` (the mean over the output's entries of ``(f_w(x) − y)²``, ``torch.nn.functional.mse_loss``'s row term).
+Losses ``ℓ`` per row: ``cross-entropy`` (``torch.nn.functional.cross_entropy`` of logits (C,) and an integer label),
+``nll`` (``torch.nn.functional.nll_loss`` of log-probabilities, a model that ends in ``log_softmax``: the same value
+as the cross-entropy of those outputs, since ``log_softmax`` leaves log-probabilities unchanged) and ``mse`` (the
+mean over the output's entries of ``(f_w(x) − y)²``, ``torch.nn.functional.mse_loss``'s row term).
 """
 
 from __future__ import annotations
@@ -37,7 +39,9 @@ from torch import nn
 
 from fedsde.errors import FedsdeInputError
 
-LOSSES = ("cross-entropy", "mse")
+LOSSES = ("cross-entropy", "nll", "mse")
+#: losses of integer class labels (their targets are labels, their metrics include the accuracy)
+LABEL_LOSSES = ("cross-entropy", "nll")
 _DROPOUTS = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d)
 _CHANNEL_DROPOUTS = (nn.Dropout1d, nn.Dropout2d, nn.Dropout3d)
 
@@ -104,10 +108,20 @@ def _replace_dropouts(module: nn.Module) -> list[tuple[str, MaskedDropout]]:
 
 
 def row_loss(loss: str, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """``ℓ`` of every row, shape (b,), for outputs ``out`` (b, …) and targets ``y`` (b,) or (b, …)."""
+    """``ℓ`` of every row, shape (b,), for outputs ``out`` (b, …) and targets ``y`` (b,) or (b, …); outputs whose
+    first dimension is not the rows', or (mse) whose entries do not match the targets', are refused (never
+    broadcast)."""
+    if out.ndim == 0 or out.shape[0] != y.shape[0]:
+        raise FedsdeInputError(f"model: forward returns shape {tuple(out.shape)} for {y.shape[0]} rows; its first "
+                               "dimension must be the batch, one output per row")
     if loss == "cross-entropy":
         return torch.nn.functional.cross_entropy(out.reshape(out.shape[0], -1), y, reduction="none")
-    diff = out.reshape(y.shape) - y if out.numel() == y.numel() else out - y
+    if loss == "nll":  # log-probabilities (checked when the problem is built)
+        return torch.nn.functional.nll_loss(out.reshape(out.shape[0], -1), y, reduction="none")
+    if out.numel() != y.numel():
+        raise FedsdeInputError(f"model: forward returns shape {tuple(out.shape)}, the targets have shape "
+                               f"{tuple(y.shape)} (mse needs one output per target entry)")
+    diff = out.reshape(y.shape) - y
     return diff.square().reshape(diff.shape[0], -1).mean(-1)
 
 
@@ -118,7 +132,7 @@ class FunctionalModule:
     ----------
     module : nn.Module
         The template (not modified).
-    loss : {"cross-entropy", "mse"}
+    loss : {"cross-entropy", "nll", "mse"}
     device, dtype
     row_shape : tuple of int
         Shape of one input row (to find the dropout masks' shapes).
