@@ -384,7 +384,9 @@ def _human_data(out: dict) -> str:
     for end in ("base", "scaled"):
         e = out[end]
         lines.append(f"{end:7s} {_cfg_line(e)}  Tr temperature={e['temperature_trace']:.4g}")
-    lines.append(f"temperature rel. change {out['invariants']['temperature_rel_change']:.3g}")
+    change = out["invariants"]["temperature_rel_change"]
+    lines.append("temperature rel. change " + ("undefined (the base run has no gradient noise: temperature 0)"
+                                               if change is None else f"{change:.3g}"))
     for name, d in out["discrepancy"].items():
         sep = out["separation"][name]
         lines.append(f"{name:20s} final diff {d['final_diff']:+.4g} ± {d['final_se']:.2g}  max z {d['max_z']:.2f}  "

@@ -15,7 +15,8 @@ naming the model or the array, the value and the constraint.
   ``self.l(x)[:1]`` or ``.mean(0)`` is refused, where cross-entropy gave a traceback and ``mse`` silently
   broadcast), finite (the model's own output, not the step size, is what is wrong when it is not), with one logit
   per class (cross-entropy), log-probabilities (``loss = "nll"``: every row's ``logsumexp`` is 0) or one output per
-  target entry (mse).
+  target entry (mse); and one gradient of their loss, taken as the runs take it (``torch.func.grad`` of the
+  functional call, :func:`check_gradient`), exists (no ``.numpy()`` in the forward pass) and is finite.
 * **Batches** (:func:`warn_small_clients`): a ``batch_size`` larger than some clients' rows, sampled without
   replacement, is *warned* (:class:`BatchSizeWarning`), not refused: such a client's step uses all its rows (its
   exact gradient, no minibatch noise), which is well defined and common with natural clients of unequal sizes; the
@@ -197,3 +198,28 @@ def check_outputs(pb) -> None:
     elif per_row != int(np.prod(pb.y.shape[1:], dtype=np.int64)):
         raise FedsdeInputError(f"model: gives outputs of shape {tuple(out2.shape[1:])} per row, the targets have "
                                f"shape {tuple(pb.y.shape[1:])} (mse needs one output per target entry)")
+    check_gradient(pb, fm, data, two, w0)
+
+
+def check_gradient(pb, fm, data, rows, w0) -> None:
+    """One gradient of the loss of the first rows at the initial weights, as the runs take it (``torch.func.grad``
+    of the functional call): a forward pass that cannot be differentiated so (``.numpy()``, …) is refused before
+    any run, and so is a gradient that is not finite at the start."""
+    from fedsde.problems.module.functional import NOT_FUNCTIONAL
+
+    name = type(pb.module).__name__
+    y = data["y"][:2] if data["y"].shape[0] >= 2 else data["y"][:1].expand(2, *data["y"].shape[1:])
+    c = torch.full((2,), 0.5, dtype=torch.float64)
+    try:
+        g, _ = fm.grad_and_value(w0, rows, y, c)
+    except FedsdeInputError:
+        raise
+    except (Exception, SystemExit) as exc:
+        if "out of memory" in str(exc):
+            raise
+        raise FedsdeInputError(f"model: torch.func.grad cannot differentiate {name} ({first_line(exc)}); "
+                               f"{NOT_FUNCTIONAL}") from None
+    if not bool(torch.isfinite(g).all()):
+        raise FedsdeInputError(f"model: the gradient of {name}'s loss is not finite (NaN or inf) at its initial "
+                               "weights on the first rows of the data, before any training step; check the forward "
+                               "pass (e.g. a sqrt or a log at 0), not the step sizes")

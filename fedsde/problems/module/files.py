@@ -154,7 +154,7 @@ def _model_factory(k: _Keys, base: Path, options: dict):
     mod = _import_model_file(k, spec_text, rel, path)
     obj = getattr(mod, name, None)
     if obj is None:
-        raise k.fail(f"model={spec_text!r}: {str(path)!r} has no class or function {name!r}{_did_you_mean(mod, name)}")
+        raise k.fail(f"model={spec_text!r}: {rel!r} has no class or function {name!r}{_did_you_mean(mod, name)}")
     if not callable(obj):
         raise k.fail(f"model={spec_text!r}: {name!r} in {rel!r} is a {type(obj).__name__}, not a class or function "
                      "returning an nn.Module")

@@ -75,7 +75,7 @@ class MaskedDropout(nn.Module):
 def refuse_running_stats(module: nn.Module, where: str = "model") -> None:
     """One-line refusal of BatchNorm and any other module with running statistics (buffers)."""
     for name, sub in module.named_modules():
-        label = name or type(sub).__name__
+        label = name or "the model"
         if isinstance(sub, nn.modules.batchnorm._BatchNorm):  # with track_running_stats=False too
             raise FedsdeInputError(
                 f"{where}: {label} ({type(sub).__name__}) normalises by batch statistics, which couple the rows of a "
@@ -242,7 +242,13 @@ class FunctionalModule:
                                   f"({_first_line(exc)}); running a loop over the (replicate, client) entries "
                                   "instead (same formulas, slower)", ModuleLoopWarning, stacklevel=3)
         g = torch.func.grad(self._weighted)
-        return torch.stack([g(w[i], x[i], y[i], c[i], [m[i] for m in masks]) for i in range(w.shape[0])])
+        try:
+            return torch.stack([g(w[i], x[i], y[i], c[i], [m[i] for m in masks]) for i in range(w.shape[0])])
+        except (RuntimeError, ValueError, NotImplementedError, TypeError) as exc:
+            if "out of memory" in str(exc):
+                raise
+            raise FedsdeInputError(f"model: torch.func.grad cannot differentiate {type(self.module).__name__} "
+                                   f"({_first_line(exc)}); {NOT_FUNCTIONAL}") from None
 
     def grad_and_value(self, w: torch.Tensor, x: torch.Tensor, y: torch.Tensor, c: torch.Tensor):
         """Eval mode: ``(∇_w Σ_i c_i ℓ_i, Σ_i c_i ℓ_i)`` for one ``w`` (d,) and rows ``x`` (n, …) (no vmap)."""
@@ -257,6 +263,12 @@ class FunctionalModule:
         self.module.eval()
         masks = [torch.empty(0, dtype=w.dtype, device=w.device) for _ in self.dropouts]
         return torch.func.jvp(lambda u: torch.func.grad(self._weighted)(u, x, y, c, masks), (w,), (v,))[1]
+
+
+#: what a forward pass must not do to be differentiated functionally (the refusal's advice)
+NOT_FUNCTIONAL = ("fedsde differentiates the forward pass with torch.func (functional_call and grad): keep it in torch "
+                  "operations on its input and parameters (no .numpy(), no tensors built from Python numbers of the "
+                  "weights, no in-place changes of the parameters)")
 
 
 def _first_line(exc: BaseException) -> str:
