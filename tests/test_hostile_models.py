@@ -87,6 +87,17 @@ class Exits(TinyMLP):
         sys.exit(3)
 
 
+class Numpy(TinyMLP):
+    def forward(self, x):
+        return torch.as_tensor(self.l(x).detach().numpy())
+
+
+class SqrtZero(TinyMLP):
+    def forward(self, x):
+        h = self.l(x)
+        return torch.sqrt(h - h)
+
+
 class Huge(nn.Module):
     def __init__(self):
         super().__init__()
@@ -207,6 +218,24 @@ def test_a_module_level_argparse_with_defaults_reads_an_empty_command_line(files
     code, out, err = run(["simulate", "--problem", files("m.py:M"), *SIM, "--json"])
     assert code == 0, err
     assert json.loads(out)["problem"]["d"] == 15
+
+
+@pytest.mark.parametrize(("model", "needle"), [("Numpy", "torch.func.grad cannot differentiate Numpy"),
+                                               ("SqrtZero", "the gradient of SqrtZero's loss is not finite")])
+def test_a_forward_pass_without_a_finite_functional_gradient(files, model, needle):
+    """A forward pass through NumPy gave a traceback in the first local step (found by the fuzz tests); a gradient
+    that is NaN at the start is the model's, not the step size's."""
+    err = refused(["simulate", "--problem", files(model), *SIM])
+    assert needle in err and "reduce eta" not in err, err
+
+
+def test_scaling_reads_a_run_without_gradient_noise(files):
+    """A batch larger than every client: full batches, temperature 0; the text view formatted a None (found by the
+    fuzz tests)."""
+    code, out, err = run(["scaling", "--problem", files(batch_size="100"), "--eta", "0.05", "--local-steps", "1",
+                          "--rounds", "2", "--rule", "local-steps", "--kappa", "2", "--replicates", "2"])
+    assert code == 0, err
+    assert "temperature rel. change undefined (the base run has no gradient noise" in out
 
 
 def test_a_constructor_that_exits(files):
