@@ -397,5 +397,6 @@ def test_fuzz_aggregators_on_every_command_and_kind(tmp_path_factory, command, k
                          [(c, k, n, g) for c, k, n in itertools.product(AGGREGATOR_COMMANDS, KINDS,
                                                                          _aggregator_names())
                           for g in ((False, True) if c == "sde" and k in ("classification", "module") else (False,))])
-def test_every_aggregator_on_every_command_and_kind(tmp_path, command, kind, name, general):
+def test_every_aggregator_on_every_command_and_kind(tmp_path, monkeypatch, command, kind, name, general):
+    monkeypatch.setattr("tests.test_fuzz.event", lambda *a: None)  # hypothesis' event() outside a given test
     check_cli(aggregator_argv(command, kind, name, tmp_path, general))

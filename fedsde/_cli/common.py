@@ -75,52 +75,9 @@ def add_problem_args(p: argparse.ArgumentParser, *, local_steps: bool = True, da
     p.add_argument("--server-lr", type=float, default=1.0, metavar="s",
                    help="actual server step s = h·η₀ (default 1: plain FedAvg)")
     if data:
+        from fedsde._cli._data_flags import add_data_overrides
+
         add_data_overrides(p)
-
-
-def add_data_overrides(p: argparse.ArgumentParser) -> None:
-    """``--batch-size b|full`` and ``--l2 λ``: a data problem's minibatch size and ridge coefficient, over the
-    problem file's (refused for quadratic clients); read by :func:`problem_from_args`."""
-    p.add_argument("--batch-size", default=None, metavar="b",
-                   help="data problems: rows per local step, an integer >= 1 (or 'full' for a module problem's whole "
-                   "client), overriding the problem file's batch_size")
-    p.add_argument("--l2", default=None, type=float, metavar="λ",
-                   help="data problems: ridge coefficient λ >= 0, overriding the problem file's l2")
-
-
-def data_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    """``--batch-size`` and ``--l2`` as problem-file keys (checked: an integer >= 1 or ``full``; a finite λ >= 0)."""
-    out: dict[str, Any] = {}
-    b = getattr(args, "batch_size", None)
-    if b is not None:
-        text = str(b).strip()
-        if text == "full":
-            out["batch_size"] = "full"
-        else:
-            try:
-                out["batch_size"] = int(text)
-            except ValueError:
-                out["batch_size"] = None
-            if out["batch_size"] is None or out["batch_size"] < 1:
-                raise FedsdeInputError(f"--batch-size={b!r}: must be an integer >= 1 or 'full'")
-    lam = getattr(args, "l2", None)
-    if lam is not None:
-        if not (math.isfinite(lam) and lam >= 0):
-            raise FedsdeInputError(f"--l2={lam!r}: must be a finite number >= 0")
-        out["l2"] = float(lam)
-    return out
-
-
-def problem_from_args(args: argparse.Namespace, *, population: bool = False):
-    """``load_problem(--problem, population=…)`` with ``--batch-size``/``--l2`` over the file's keys (messages name
-    the flags)."""
-    from fedsde.problems import load_problem
-
-    overrides = data_overrides(args)
-    if not overrides:
-        return load_problem(args.problem, population=population)
-    with options_named(args, "batch_size", "l2"):
-        return load_problem(args.problem, population=population, overrides=overrides)
 
 
 class _RenamedFlag(argparse.Action):

@@ -100,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     from fedsde.problems import QuadraticProblem
 
     check_device(args.device)
-    from fedsde._cli.common import problem_from_args
+    from fedsde._cli._data_flags import problem_from_args
 
     problem = problem_from_args(args)
     steps = local_steps_from_args(args, problem.Q)

@@ -113,7 +113,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="torch device of the simulations (cpu, cuda, cuda:1, …; default cpu); the metrics are "
                    "evaluated on the host")
     p.add_argument("--no-plot", action="store_true", help="skip the figure")
-    from fedsde._cli.common import add_data_overrides
+    from fedsde._cli._data_flags import add_data_overrides
 
     add_data_overrides(p)  # the digits settings' B and λ, or the --problem file's batch_size and l2
     add_json_flag(p)
@@ -167,7 +167,7 @@ def _configure(args: argparse.Namespace) -> ComparisonConfig:
         raise FedsdeInputError(f"--participation={cfg.participation}: cannot exceed --clients={cfg.n_clients}")
     cfg.seed, cfg.data_seed = args.seed, args.data_seed
     cfg.device = str(_device(args.device))
-    from fedsde._cli.common import data_overrides
+    from fedsde._cli._data_flags import data_overrides
 
     overrides = data_overrides(args)
     if getattr(args, "problem", None) is not None:

@@ -57,7 +57,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fedsde._cli.common import problem_from_args
+    from fedsde._cli._data_flags import problem_from_args
     from fedsde.errors import NoStationaryLawError
     from fedsde.exact import aggregator_round_weights, round_law, stationary_law, transient_moments
     from fedsde.exact.stability import known_divergence

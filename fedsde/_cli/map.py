@@ -6,7 +6,8 @@ import argparse
 import math
 
 from fedsde._cli import one_line_help
-from fedsde._cli.common import add_data_overrides, add_json_flag, emit, writable_folder
+from fedsde._cli._data_flags import add_data_overrides
+from fedsde._cli.common import add_json_flag, emit, writable_folder
 
 REFERENCES = ("exact", "svag")
 #: choices of ``--fedavg`` (as :data:`fedsde.validity.exact_fedavg.FEDAVG_MODES`)
@@ -166,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
                "metrics": _names("--metrics", args.metrics),
                "verdict_metrics": _names("--verdict-metrics", args.verdict_metrics),
                "record_every": args.record_every, "device": args.device}
-    from fedsde._cli.common import data_overrides, problem_from_args
+    from fedsde._cli._data_flags import data_overrides, problem_from_args
     from fedsde.report.map_report import write_outputs
 
     problem = problem_from_args(args)

@@ -61,7 +61,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--z", type=float, default=3.5,
                    help="sampled problems: curves separate where they differ by more than z standard "
                    "errors (3.5)")
-    from fedsde._cli.common import add_data_overrides, add_rule_sde_args
+    from fedsde._cli._data_flags import add_data_overrides
+    from fedsde._cli.common import add_rule_sde_args
 
     add_data_overrides(p)
     add_rule_sde_args(p, "the scaling rule maps (--rule sqrt: an adaptive rule; the first-order rules: fedavg)")
@@ -94,7 +95,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.rule == "sqrt":
         return _run_rule(args, kappas)
     rule = get_rule(args.rule)
-    from fedsde._cli.common import problem_from_args
+    from fedsde._cli._data_flags import problem_from_args
 
     problem = problem_from_args(args)
     from fedsde._cli.common import rule_from_args
@@ -359,7 +360,7 @@ def _sweep_kappas(args, kappas: list[float], workers: int) -> list[dict]:
             "replicates": args.replicates, "points": args.points, "z": args.z, "device": args.device}
     if args.w0 is not None:
         base["w0"] = args.w0
-    from fedsde._cli.common import data_overrides
+    from fedsde._cli._data_flags import data_overrides
 
     base |= {k.replace("_", "-"): v for k, v in data_overrides(args).items()}  # the cells read the file as this run
     # every κ runs with --seed itself (shared seeds): the same base run and client split in every cell, and each
@@ -416,7 +417,7 @@ def _run_rule(args: argparse.Namespace, kappas: list[float]) -> int:
     if agg is None:
         raise FedsdeInputError("--rule sqrt: needs --aggregator fedadam or fedyogi (the rule scales the server's β's "
                                "and τ)")
-    from fedsde._cli.common import problem_from_args
+    from fedsde._cli._data_flags import problem_from_args
 
     problem = problem_from_args(args)
     if not isinstance(problem, QuadraticProblem):

@@ -71,7 +71,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from fedsde._cli.common import problem_from_args
+    from fedsde._cli._data_flags import problem_from_args
     from fedsde.errors import FedsdeInputError
     from fedsde.problems import require_quadratic
     from fedsde.sde import quadratic_sde_coefficients

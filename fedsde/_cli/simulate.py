@@ -81,7 +81,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from fedsde._cli.common import problem_from_args
+    from fedsde._cli._data_flags import problem_from_args
     from fedsde.problems import is_data_problem
     from fedsde.sim import simulate
 

@@ -137,7 +137,7 @@ def _ells(text: str | None, reference: str) -> list[int] | None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from fedsde._cli.common import problem_from_args
+    from fedsde._cli._data_flags import problem_from_args
     from fedsde._validate import positive_float
     from fedsde.errors import FedsdeInputError
     from fedsde.validity import validity_test
