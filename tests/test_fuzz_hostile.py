@@ -15,8 +15,9 @@ on stdout and one line on stderr; no traceback, no hang, nothing left as if comp
   classification, module): only the contract is asserted here, not what each combination answers.
 
 The default run draws a few dozen cases (seconds); the ``slow`` tests draw about 10⁴ cases (4000 model files, 4500
-npz files, 1000 populations, 300 maps) and run the aggregator product exhaustively (another 360).  What a model file
-prints passes through to stderr by design; the cases' own prints start with ``user: `` and are set apart.  Both are derandomised (profiles of ``tests/test_fuzz.py``).
+npz files, 1000 populations, 300 maps) and run the aggregator product exhaustively (another 360).  Both are
+derandomised (profiles of ``tests/test_fuzz.py``).  What a model file prints passes through to stderr by design;
+the cases' own prints start with ``user: `` and are set apart.
 """
 
 from __future__ import annotations
