@@ -20,6 +20,7 @@ and in the JSON ``warnings`` list, and become such an error under ``--strict`` (
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from collections.abc import Sequence
 
@@ -79,7 +80,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         # warnings are recorded and reported by emit (stderr, JSON "warnings"; errors under --strict)
-        with capture_warnings():
+        from fedsde._output import stdout_to_stderr
+
+        # under --json, stdout is the one JSON object: what user code prints meanwhile goes to stderr
+        with capture_warnings(), (stdout_to_stderr() if getattr(args, "json", False) else contextlib.nullcontext()):
             return int(args.func(args) or 0)
     except (FedsdeInputError, SimulationDivergedError, OSError) as exc:
         _error(args.command, str(exc))

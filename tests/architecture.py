@@ -19,7 +19,7 @@ PACKAGE = ROOT / "fedsde"
 #: lower floor into one on a higher floor runs back up.  Rooms on one floor may import each other (no circle).
 FLOORS: list[set[str]] = [
     {"fedsde", "errors", "_atomic", "_tolerances", "_stats", "_memory", "_validate", "_samples", "_io", "_compat",
-     "_threads", "_progress"},
+     "_threads", "_progress", "_output"},
     {"problems"},
     {"clients"},
     {"aggregators"},

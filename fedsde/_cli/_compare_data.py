@@ -22,9 +22,10 @@ def _ints(option: str, text: str, *, minimum: int) -> list[int]:
 
 def run_data(args: argparse.Namespace, problem, local_steps, w0) -> int:
     """FedAvg vs SDE (2) on ``problem`` (see :func:`fedsde.validity.general.general_sde_study`)."""
+    from fedsde._cli.common import options_named
+    from fedsde._cli.validity import _names
     from fedsde.errors import FedsdeInputError
-    from fedsde.validity.general import Z95, general_sde_study
-    from fedsde.validity.text import bounded_value
+    from fedsde.validity.general import general_sde_study
 
     if args.replicates is None or args.replicates < 2:
         raise FedsdeInputError(f"{flag(args, 'replicates')}={args.replicates}: a data problem is compared by "
@@ -39,11 +40,21 @@ def run_data(args: argparse.Namespace, problem, local_steps, w0) -> int:
     every = args.record_every if args.record_every is not None else max(1, args.rounds // 20)
     if every < 1:
         raise FedsdeInputError(f"--record-every={every}: must be an integer >= 1")
-    st = general_sde_study(problem, eta=args.eta, local_steps=local_steps, rounds=args.rounds,
-                           replicates=args.replicates, seed=args.seed, server_lr=args.server_lr, h=args.h, ells=ells,
-                           mc_substeps=subs, inner_samples=args.inner_samples, record_every=every, w0=w0,
-                           device=args.device, progress=show_progress(args))
+    metrics = _names("--metrics", args.metrics)
+    with options_named(args, "metrics"):  # a name the problem does not define: the error names --metrics
+        st = general_sde_study(problem, eta=args.eta, local_steps=local_steps, rounds=args.rounds,
+                               replicates=args.replicates, seed=args.seed, server_lr=args.server_lr, h=args.h,
+                               ells=ells, mc_substeps=subs, inner_samples=args.inner_samples, record_every=every,
+                               w0=w0, device=args.device, metrics=metrics, progress=show_progress(args))
     result = {"kind": "data", "sde": "general (eq. (2))", **st.to_dict()}
+    return emit(args, result, _data_text(args, problem, st))
+
+
+def _data_text(args: argparse.Namespace, problem, st) -> str:
+    """The readable view of a :class:`fedsde.validity.general.GeneralSDEStudy`."""
+    from fedsde.validity.general import Z95
+    from fedsde.validity.text import bounded_value
+
     T = st.times[-1]
     shown = {m: bounded_value(m, v["mean"]) for m, v in st.reference.items()}  # an accuracy beyond [0, 1]: clipped
     lines = [f"problem: Q={problem.Q}, d={problem.d}  eta={args.eta}  server_lr={args.server_lr}  "
@@ -61,7 +72,7 @@ def run_data(args: argparse.Namespace, problem, local_steps, w0) -> int:
         lines.append(f"{name:10s}{r.step:10.4g}{r.cost_ratio:8.1f}  {cells}")
     lines.append("slopes of |error| vs step (95 % intervals): " + "; ".join(
         f"{s}: " + ", ".join(f"{m} {st.slope_fits[s][m].text('+.2f')}" for m in d) for s, d in st.slopes.items()))
-    return emit(args, result, "\n".join(lines))
+    return "\n".join(lines)
 
 
 def run_regression(args: argparse.Namespace, problem, local_steps, w0) -> int:

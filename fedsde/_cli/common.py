@@ -5,7 +5,9 @@ What every command uses:
 * :func:`add_json_flag` adds ``--json``, ``--strict`` (do not add ``--strict`` yourself) and ``--quiet``;
   :func:`show_progress` says whether the command shows progress bars (on stderr, also under ``--json``; never with
   ``--quiet``; see :func:`fedsde._progress.progress_wanted`);
-* :func:`emit` prints the result (one JSON object under ``--json``) with the key ``warnings`` always present: the
+* :func:`emit` prints the result (one JSON object under ``--json``, on the stdout the command started with: what
+  other code prints meanwhile, e.g. a user's model, goes to stderr, :mod:`fedsde._output`) with the key
+  ``warnings`` always present: the
   one-line messages of every warning raised while the command ran (:func:`warn`, :class:`fedsde.errors.
   DivergenceWarning` from the simulator or the SDE integrator, numpy/torch runtime warnings), each also printed on
   stderr as ``warning: …``.  Under ``--strict`` a warning is an error instead: nothing on stdout,
@@ -86,6 +88,10 @@ def add_problem_args(p: argparse.ArgumentParser, *, local_steps: bool = True, da
         )
     p.add_argument("--server-lr", type=float, default=1.0, metavar="s",
                    help="actual server step s = h·η₀ (default 1: plain FedAvg)")
+    if data:
+        from fedsde._cli._data_flags import add_data_overrides
+
+        add_data_overrides(p)
 
 
 class _RenamedFlag(argparse.Action):
@@ -374,8 +380,10 @@ def emit(args: argparse.Namespace, result: dict, human: str) -> int:
     for m in msgs:
         sys.stderr.write(f"warning: {m}\n")
     result = {**result, "warnings": msgs}
-    if getattr(args, "json", False):
-        sys.stdout.write(json.dumps(to_jsonable(result), allow_nan=False) + "\n")
+    from fedsde._output import result_stream
+
+    if getattr(args, "json", False):  # the stdout the command started with (user code's prints go to stderr)
+        result_stream().write(json.dumps(to_jsonable(result), allow_nan=False) + "\n")
     else:
         sys.stdout.write(human.rstrip("\n") + "\n")
     return 0

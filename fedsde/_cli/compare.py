@@ -33,13 +33,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "error |E φ(w_n) − E φ(w(n·h))| for φ = ‖w − w*‖² and φ = F(w), and the weak error against the step h at "
         "fixed t and η₀ = s/h with its fitted log–log slope. With --replicates, also Monte-Carlo: SDE paths vs the "
         "chain's law (per-coordinate KS, weak errors with confidence intervals). For a data problem "
-        "(kind = \"classification\"): discrete FedAvg against the general SDE (2) sampled by the SVAG chain "
-        "(--ells) and by Monte-Carlo-coefficient Euler (--mc-substeps), with --replicates paths each: moments of the "
-        "train loss over time, weak error of E F(w_T) and of the test accuracy vs step with 95 % intervals, cost. "
-        "For a least-squares regression file (kind = \"regression\"): exactly, no sampling — the chain's exact "
-        "moments against those of its SDE (eq. (2) with the exact round moments, diffusion quadratic in w), weak "
-        "error over time and against the step at fixed t and η₀ = s/h (the data's minibatch noise as it is) with "
-        "its fitted slope, and both stationary laws.",
+        "(kind = \"classification\" or \"module\", your own nn.Module): discrete FedAvg against the general SDE (2) "
+        "sampled by the SVAG chain (--ells) and by Monte-Carlo-coefficient Euler (--mc-substeps), with --replicates "
+        "paths each: moments of the train loss over time, weak error of E F(w_T) and of the test accuracy (the "
+        "--metrics) vs step with 95 % intervals, cost. For a least-squares regression file "
+        "(kind = \"regression\"): exactly, no sampling — the chain's exact moments against those of its SDE "
+        "(eq. (2) with the exact round moments, diffusion quadratic in w), weak error over time and against the "
+        "step at fixed t and η₀ = s/h (the data's minibatch noise as it is) with its fitted slope, and both "
+        "stationary laws.",
     )
     add_problem_args(p)
     p.add_argument("--variant", choices=SDE_VARIANTS, default="corrected", help="SDE variant (default corrected)")
@@ -72,6 +73,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="data problems: substeps of the Monte-Carlo-coefficient Euler runs ('0': none; default 1)")
     p.add_argument("--inner-samples", type=int, default=8, metavar="K",
                    help="data problems: Monte-Carlo rollouts per path and step of the Euler runs (default 8)")
+    p.add_argument("--metrics", default=None, metavar="m1,m2,…",
+                   help="data problems compared by sampling (classification, module): the metrics compared, of "
+                   "train_loss, grad_norm_sq, test_accuracy (with a test set), distance_from_start (default "
+                   "train_loss, and test_accuracy where the problem has a test set)")
     add_rule_sde_args(p, "compare measures the chain against (quadratic clients: exact moments and the exact weak "
                       "error vs h with its slope)")
     add_json_flag(p)
@@ -93,16 +98,23 @@ def _refinement_steps(text: str | None, args: argparse.Namespace) -> np.ndarray 
 def run(args: argparse.Namespace) -> int:
     from fedsde.compare import quadratic_sde_study
     from fedsde.errors import FedsdeInputError
-    from fedsde.problems import QuadraticProblem, load_problem
+    from fedsde.problems import QuadraticProblem
 
     check_device(args.device)
-    problem = load_problem(args.problem)
+    from fedsde._cli._data_flags import problem_from_args
+
+    problem = problem_from_args(args)
     steps = local_steps_from_args(args, problem.Q)
     w0 = parse_vector("--w0", args.w0, problem.d)
     check_start(problem, w0)
     n = args.rounds
     if n is None or n < 1:
         raise FedsdeInputError(f"--rounds={n}: must be an integer >= 1")
+    if args.metrics is not None and (isinstance(problem, QuadraticProblem)
+                                     or getattr(problem, "model", None) == "least-squares"):
+        raise FedsdeInputError(f"--metrics={args.metrics!r}: compares the metrics of data problems compared by "
+                               "sampling (classification, module); quadratic and least-squares clients are compared "
+                               "exactly, by their moments (leave --metrics out)")
     if getattr(problem, "model", None) == "least-squares":  # exact moments of the chain and of its SDE
         from fedsde._cli._compare_data import run_regression
 

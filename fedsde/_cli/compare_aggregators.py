@@ -113,6 +113,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="torch device of the simulations (cpu, cuda, cuda:1, …; default cpu); the metrics are "
                    "evaluated on the host")
     p.add_argument("--no-plot", action="store_true", help="skip the figure")
+    from fedsde._cli._data_flags import add_data_overrides
+
+    add_data_overrides(p)  # the digits settings' B and λ, or the --problem file's batch_size and l2
     add_json_flag(p)
     p.set_defaults(func=run)
 
@@ -164,8 +167,17 @@ def _configure(args: argparse.Namespace) -> ComparisonConfig:
         raise FedsdeInputError(f"--participation={cfg.participation}: cannot exceed --clients={cfg.n_clients}")
     cfg.seed, cfg.data_seed = args.seed, args.data_seed
     cfg.device = str(_device(args.device))
+    from fedsde._cli._data_flags import data_overrides
+
+    overrides = data_overrides(args)
     if getattr(args, "problem", None) is not None:
+        cfg.problem_overrides = overrides
         return _configure_file(args, cfg)
+    if overrides.get("batch_size") == "full":
+        raise FedsdeInputError("--batch-size='full': the digits settings run epochs of minibatches; give an integer "
+                               "(or a --problem module file)")
+    cfg.batch_size = overrides.get("batch_size", cfg.batch_size)
+    cfg.l2 = overrides.get("l2", cfg.l2)
     cfg.settings = _names("--settings", args.settings, SETTINGS)
     cfg.aggregators = _names("--aggregators", args.aggregators, tuple(sorted(AGGREGATORS)), lower=True)
     return cfg
@@ -193,7 +205,13 @@ def _configure_file(args: argparse.Namespace, cfg: ComparisonConfig) -> Comparis
         if given:
             raise FedsdeInputError(f"{opt}: not used with --problem (the file fixes the data, its partition and "
                                    "its seed)")
-    problem = load_data_problem(args.problem)
+    from fedsde._cli.common import options_named
+
+    with options_named(args, "batch_size", "l2"):
+        problem = load_data_problem(args.problem, cfg.problem_overrides)
+    if problem.batch_size is None:
+        raise FedsdeInputError(f"--problem={args.problem!r}: batch_size = \"full\": compare-aggregators runs local "
+                               "epochs of minibatches; give an integer batch_size (in the file, or --batch-size b)")
     if is_regression(problem) and args.epochs is None:
         cfg.epochs = 1  # local epochs of a regression file's few rows each: one by default
     if args.participation is None:

@@ -57,12 +57,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from fedsde._cli._data_flags import problem_from_args
     from fedsde.errors import NoStationaryLawError
     from fedsde.exact import aggregator_round_weights, round_law, stationary_law, transient_moments
     from fedsde.exact.stability import known_divergence
-    from fedsde.problems import load_problem, require_quadratic
+    from fedsde.problems import require_quadratic
 
-    problem = load_problem(args.problem)
+    problem = problem_from_args(args)
     if getattr(problem, "model", None) == "least-squares":
         from fedsde._cli._exact_regression import run_regression
 

@@ -6,6 +6,7 @@ import argparse
 import math
 
 from fedsde._cli import one_line_help
+from fedsde._cli._data_flags import add_data_overrides
 from fedsde._cli.common import add_json_flag, emit, show_progress, writable_folder
 
 REFERENCES = ("exact", "svag")
@@ -28,7 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "family level α split over the two looks (Bonferroni), so the map's error level stays α.",
     )
     p.add_argument("--problem", required=True, metavar="FILE",
-                   help="problem file (.toml/.json): quadratic clients or a data problem (classification, regression)")
+                   help="problem file (.toml/.json): quadratic clients or a data problem (kind = \"classification\", "
+                   "\"regression\" or \"module\": your own nn.Module on your data, see docs/own_model.md)")
     p.add_argument("--eta", required=True, metavar="η1,η2,…", help="client steps η (the map's columns)")
     p.add_argument("--local-steps", required=True, metavar="E1,E2,…", help="local steps E (the map's rows)")
     p.add_argument("--server-lr", default="1", metavar="s1,s2,…",
@@ -60,6 +62,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="metrics the verdict judges (default all recorded)")
     p.add_argument("--record-every", type=int, default=1, metavar="m", help="grid spacing in base rounds")
     p.add_argument("--device", default="cpu", help="torch device of every cell (cpu, cuda, …)")
+    add_data_overrides(p)
     p.add_argument("--refine", type=int, default=None, metavar="BUDGET",
                    help="replicates per chain (summed over cells) for a second look at the inconclusive cells, on "
                    "fresh replicates, cheapest first; both looks at level α/2 (see docs/map.md)")
@@ -164,10 +167,11 @@ def run(args: argparse.Namespace) -> int:
                "metrics": _names("--metrics", args.metrics),
                "verdict_metrics": _names("--verdict-metrics", args.verdict_metrics),
                "record_every": args.record_every, "device": args.device}
-    from fedsde.problems import load_problem
+    from fedsde._cli._data_flags import data_overrides, problem_from_args
     from fedsde.report.map_report import write_outputs
 
-    problem = load_problem(args.problem)
+    problem = problem_from_args(args)
+    options |= data_overrides(args)  # every cell reads the file with the same --batch-size/--l2
     try:
         record = run_map(args.problem, grid, rounds=args.rounds, replicates=args.replicates, seed=args.seed, out=out,
                          options=options, refine=args.refine, workers=args.workers, scheduler=args.scheduler,

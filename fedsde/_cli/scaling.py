@@ -6,7 +6,8 @@ import argparse
 
 import numpy as np
 
-from fedsde._cli import cell_commands, one_line_help
+from fedsde._cli import one_line_help
+from fedsde._cli._scaling_data import _batch_factor, _cfg_line, _run_data
 from fedsde._cli.common import add_json_flag, capture_warnings, check_device, emit, fmt_array, parse_vector, warn
 from fedsde.errors import FedsdeInputError
 from fedsde.scaling.rules import ALL_RULES, FedAvgConfig, get_rule
@@ -19,11 +20,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Map (η, E, s, n[, Q, b]) along a scaling rule that keeps the first-order SDE (temperature "
         "s·η·Σ p_k²Σ_k and horizon τ = n·s·η·E) and measure the discrepancy between the two ends: exactly on "
         "quadratic and least-squares regression problems, by simulation (metric curves vs τ with standard errors) on "
-        "classification problems. "
+        "classification and module problems (your own nn.Module). "
         f"Rules: {', '.join(f'{r.name} ({r.change})' for r in ALL_RULES.values())}.",
     )
     p.add_argument("--problem", required=True, metavar="FILE",
-                   help="quadratic, regression or classification problem (.toml or .json)")
+                   help="problem file (.toml or .json): quadratic, regression, classification or module (kind = "
+                   "\"module\": your own nn.Module on your data, see docs/own_model.md); classification and module "
+                   "problems are the sampled problems below (compared by simulation)")
     p.add_argument("--eta", required=True, type=float, metavar="η", help="client learning rate")
     p.add_argument("--local-steps", required=True, type=int, metavar="E", help="local SGD steps per round")
     p.add_argument("--server-lr", type=float, default=1.0, metavar="s", help="actual server step (default 1)")
@@ -43,26 +46,28 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="regression problems, rules clients and client-lr: the κQ clients are κ copies of each "
                    "client with weight p_k/κ (copy, default: the temperature is kept exactly) or each client's rows "
                    "split at random (--seed) into κ clients (split: the minibatch noise changes)")
-    p.add_argument("--replicates", type=int, default=16, metavar="R", help="classification problems: runs per end "
+    p.add_argument("--replicates", type=int, default=16, metavar="R", help="sampled problems: runs per end "
                    "(default 16)")
     p.add_argument("--device", default="cpu", metavar="DEVICE",
-                   help="classification problems: torch device of the simulations (cpu, cuda, cuda:1, …; default cpu)")
+                   help="sampled problems: torch device of the simulations (cpu, cuda, cuda:1, …; default cpu)")
     p.add_argument("--seed", type=int, default=0,
-                   help="classification problems: simulation seed; regression problems with --new-clients split: seed "
+                   help="sampled problems: simulation seed; regression problems with --new-clients split: seed "
                    "of the split (default 0)")
     p.add_argument("--points", type=int, default=20, metavar="K",
-                   help="classification problems: at most this many τ points on each metric curve (default 20)")
+                   help="sampled problems: at most this many τ points on each metric curve (default 20)")
     p.add_argument("--workers", type=int, default=1, metavar="N",
-                   help="classification problems with a κ list: the κ cells run as a fedsde sweep on N worker "
+                   help="sampled problems with a κ list: the κ cells run as a fedsde sweep on N worker "
                    "processes (default 1; at most the machine's CPU cores)")
     p.add_argument("--sweep-out", default=None, metavar="DIR",
-                   help="classification problems with a κ list: keep the sweep folder here (resumed if it exists; "
+                   help="sampled problems with a κ list: keep the sweep folder here (resumed if it exists; "
                    "default: a temporary folder)")
     p.add_argument("--z", type=float, default=3.5,
-                   help="classification problems: curves separate where they differ by more than z standard "
+                   help="sampled problems: curves separate where they differ by more than z standard "
                    "errors (3.5)")
+    from fedsde._cli._data_flags import add_data_overrides
     from fedsde._cli.common import add_rule_sde_args
 
+    add_data_overrides(p)
     add_rule_sde_args(p, "the scaling rule maps (--rule sqrt: an adaptive rule; the first-order rules: fedavg)")
     add_json_flag(p)
     p.set_defaults(func=run)
@@ -84,7 +89,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from fedsde.problems import load_problem
 
     if args.workers < 1:
         raise FedsdeInputError(f"--workers={args.workers}: must be an integer >= 1")
@@ -94,7 +98,9 @@ def _run(args: argparse.Namespace) -> int:
     if args.rule == "sqrt":
         return _run_rule(args, kappas)
     rule = get_rule(args.rule)
-    problem = load_problem(args.problem)
+    from fedsde._cli._data_flags import problem_from_args
+
+    problem = problem_from_args(args)
     from fedsde._cli.common import rule_from_args
 
     agg = rule_from_args(args)
@@ -182,11 +188,6 @@ def _invariants(base, scaled) -> dict:
             "horizon_rel_change": abs(scaled.config.horizon - base.config.horizon) / base.config.horizon}
 
 
-def _cfg_line(d: dict) -> str:
-    extra = "".join(f"  {k}={d[k]}" for k in ("clients", "batch_size") if k in d)
-    return (f"eta={d['eta']:g}  E={d['local_steps']}  s={d['server_lr']:g}  rounds={d['rounds']}{extra}  "
-            f"tau horizon={d['horizon']:.6g}")
-
 
 def _human_single(out: dict) -> str:
     disc = out["discrepancy"]
@@ -256,11 +257,6 @@ def _run_regression(args, problem, rule, kappas: list[float], single: bool) -> i
     return emit(args, out, f"{_LS_MODEL}\n{_human_list(out)}{_notes_text(out['notes'])}")
 
 
-def _batch_factor(batch, rounds: int, keep: str = "temperature") -> dict:
-    """``{"batch_factor": …}`` for the ``batch`` rule (:meth:`fedsde.scaling.batch_rule.BatchFactor.to_dict`: ``g``
-    on the server step, whether it is corrected for sampling without replacement, ``exact``), else ``{}``."""
-    return {} if batch is None else {"batch_factor": batch.to_dict(rounds, keep)}
-
 
 def _ls_end(end, keep: tuple[str, ...]) -> dict:
     return _end(end, keep) | {"second_moment_radius": end.second_moment_radius}
@@ -271,160 +267,20 @@ def _notes_text(notes: list[str]) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- data problems
-def _curves(c) -> dict:
-    out = {"tau": c.tau, "rounds": c.rounds}
-    for name in c.mean:
-        out[name] = {"mean": c.mean[name], "se": c.se[name]}
-    return out
-
-
-def _data_end(c, keep: tuple[str, ...]) -> dict:
-    d = c.config.as_dict(keep=keep)
-    return d | {"temperature_trace": c.temperature_trace, "horizon": c.config.horizon,
-                "tau_per_round": c.config.tau_per_round, "curves": _curves(c), "notes": c.notes}
-
-
-def _data_single(res, keep) -> dict:
-    from fedsde.scaling.data import paired_difference
-
-    taus = [t for t in res.separation.values() if t is not None]
-    disc = {}
-    _, diffs, ses = paired_difference(res.base, res.scaled)  # paired replicates (common random numbers)
-    for name in res.base.mean:
-        diff, se = diffs[name], ses[name]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            zs = np.where(se > 0, np.abs(diff) / se, 0.0)
-        disc[name] = {"max_abs_diff": float(np.max(np.abs(diff))), "max_z": float(np.max(zs)),
-                      "final_diff": float(diff[-1]), "final_se": float(se[-1])}
-    Tb, Ts = res.base.temperature_trace, res.scaled.temperature_trace
-    return {"rule": res.rule.name, "kappa": res.kappa, "change": res.rule.change, "keeps": list(res.rule.keeps),
-            "base": _data_end(res.base, keep), "scaled": _data_end(res.scaled, keep),
-            "invariants": {"temperature_rel_change": abs(Ts - Tb) / Tb if Tb > 0 else None,
-                           "horizon_rel_change": abs(res.scaled.config.horizon - res.base.config.horizon)
-                           / res.base.config.horizon},
-            "separation": res.separation, "first_separation_tau": min(taus) if taus else None, "z": res.z,
-            "discrepancy": disc, "notes": list(res.notes)} | _batch_factor(res.batch, res.base.config.rounds,
-                                                                             "horizon")
-
-
-def _run_data(args, problem, rule, kappas: list[float], single: bool) -> int:
-    from fedsde.scaling import compare_data
-    from fedsde.scaling.data import check_memory, map_end, memory_need
-
-    w0 = parse_vector("--w0", args.w0, problem.d)
-    config = FedAvgConfig(eta=args.eta, local_steps=args.local_steps, server_lr=args.server_lr, rounds=args.rounds)
-    keep = tuple(k for k in ("clients", "batch_size") if k in rule.changes)
-    if single:
-        res = compare_data(problem, config, rule, kappas[0], replicates=args.replicates, seed=args.seed, w0=w0,
-                           points=args.points, z=args.z, device=args.device, progress=_progress(args))
-        out = _data_single(res, keep)
-        return emit(args, out, _human_data(out))
-    workers = _workers(args.workers)
-    # every κ must apply, and the cells that run at once must fit in memory, before any simulation starts
-    ends = [map_end(problem, config, rule, k) for k in kappas]
-    needs = [memory_need(problem, b, s, replicates=args.replicates, points=args.points) for b, s in ends]
-    check_memory(problem, *ends[int(np.argmax(needs))], replicates=args.replicates, points=args.points,
-                 concurrent=min(workers, len(kappas)))
-    cells = _sweep_kappas(args, kappas, workers)
-    curve = {"kappa": kappas, "first_separation_tau": [c["first_separation_tau"] for c in cells]}
-    for name in cells[0]["discrepancy"]:
-        curve[f"{name}_max_z"] = [c["discrepancy"][name]["max_z"] for c in cells]
-        curve[f"{name}_final_diff"] = [c["discrepancy"][name]["final_diff"] for c in cells]
-    out = {"rule": rule.name, "change": rule.change, "keeps": list(rule.keeps), "base": cells[0]["base"],
-           "cells": [{"kappa": c["kappa"], "scaled": c["scaled"], "invariants": c["invariants"],
-                      "separation": c["separation"], "first_separation_tau": c["first_separation_tau"],
-                      "discrepancy": c["discrepancy"], "notes": c.get("notes", []),
-                      "warnings": list(c.get("warnings") or [])} | {k: c[k] for k in ("batch_factor",) if k in c}
-                     for c in cells],
-           "discrepancy_vs_kappa": curve}
-    # each cell ran with its own record of warnings (in this process or on a worker): report every one, with its κ
-    out["warnings"] = [f"kappa={c['kappa']:g}: {m}" for c in cells for m in c.get("warnings") or []]
-    return emit(args, out, _human_data_list(out))
-
-
-def _progress(args) -> bool:
-    from fedsde._cli.common import show_progress
-
-    return show_progress(args)
-
-
-def _workers(requested: int) -> int:
-    """``--workers``, capped (with a warning) at the machine's CPU cores."""
-    import os
-
-    cores = os.cpu_count() or 1
-    if requested > cores:
-        warn(f"--workers={requested}: more than the {cores} CPU cores of this machine; running {cores} workers")
-        return cores
-    return requested
-
-
-def _sweep_kappas(args, kappas: list[float], workers: int) -> list[dict]:
-    """One ``fedsde scaling`` cell per κ through :func:`fedsde.sweep.run`; the cells' results in κ order."""
-    import tempfile
-    from pathlib import Path
-
-    from fedsde import sweep
-    from fedsde.sweep.store import read_cells
-
-    base = {"problem": str(Path(args.problem).resolve()), "eta": args.eta, "local-steps": args.local_steps,
-            "server-lr": args.server_lr, "rounds": args.rounds, "rule": args.rule,
-            "replicates": args.replicates, "points": args.points, "z": args.z, "device": args.device}
-    if args.w0 is not None:
-        base["w0"] = args.w0
-    # every κ runs with --seed itself (shared seeds): the same base run and client split in every cell, and each
-    # cell equal to `fedsde scaling --kappa κ` alone
-    spec = {"run": {"command": "scaling", "seed": args.seed, "seeds": "shared"}, "base": base,
-            "grid": {"kappa": kappas}}
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(args.sweep_out) if args.sweep_out else Path(tmp) / "sweep"
-        resume = bool(args.sweep_out) and out.exists()
-        sweep.run(spec, out, workers=workers, resume=resume, progress=_progress(args), commands=cell_commands())
-        recs = read_cells(out)
-    by_kappa = {}
-    for rec in recs.values():
-        if rec.get("status") != "done":
-            raise FedsdeInputError(f"--kappa={rec['coords'].get('kappa')}: {rec.get('error', 'cell failed')}")
-        by_kappa[float(rec["coords"]["kappa"])] = rec["result"]
-    return [by_kappa[float(k)] for k in kappas]
-
-
-def _human_data(out: dict) -> str:
-    lines = [f"rule {out['rule']} (κ = {out['kappa']:g}): {out['change']}"]
-    for end in ("base", "scaled"):
-        e = out[end]
-        lines.append(f"{end:7s} {_cfg_line(e)}  Tr temperature={e['temperature_trace']:.4g}")
-    lines.append(f"temperature rel. change {out['invariants']['temperature_rel_change']:.3g}")
-    for name, d in out["discrepancy"].items():
-        sep = out["separation"][name]
-        lines.append(f"{name:20s} final diff {d['final_diff']:+.4g} ± {d['final_se']:.2g}  max z {d['max_z']:.2f}  "
-                     f"separates at tau={'never' if sep is None else f'{sep:.4g}'}")
-    lines += [f"note: {n}" for n in out.get("notes", [])]
-    return "\n".join(lines)
-
-
-def _human_data_list(out: dict) -> str:
-    c = out["discrepancy_vs_kappa"]
-    lines = [f"rule {out['rule']}: {out['change']}", f"base    {_cfg_line(out['base'])}",
-             f"{'kappa':>8s} {'first separation tau':>22s}"]
-    for k, t in zip(c["kappa"], c["first_separation_tau"], strict=True):
-        lines.append(f"{k:8.4g} {'never' if t is None else f'{t:.4g}':>22s}")
-    lines += [f"note (κ = {c['kappa']:g}): {n}" for c in out["cells"] for n in c.get("notes", [])]
-    return "\n".join(lines)
-
-
 def _run_rule(args: argparse.Namespace, kappas: list[float]) -> int:
     """``--rule sqrt --aggregator fedadam|fedyogi``: the square-root rule mapped and checked on quadratic clients
     (:mod:`fedsde.scaling.sqrt_rule`)."""
     from fedsde._cli.common import rule_from_args
-    from fedsde.problems import QuadraticProblem, load_problem
+    from fedsde.problems import QuadraticProblem
     from fedsde.scaling.sqrt_rule import SOURCE, sqrt_scaling_check
 
     agg = rule_from_args(args)
     if agg is None:
         raise FedsdeInputError("--rule sqrt: needs --aggregator fedadam or fedyogi (the rule scales the server's β's "
                                "and τ)")
-    problem = load_problem(args.problem)
+    from fedsde._cli._data_flags import problem_from_args
+
+    problem = problem_from_args(args)
     if not isinstance(problem, QuadraticProblem):
         raise FedsdeInputError("--rule sqrt: checked on quadratic clients (the adaptive SDE is built on their exact "
                                "round law)")

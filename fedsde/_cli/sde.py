@@ -72,12 +72,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
+    from fedsde._cli._data_flags import problem_from_args
     from fedsde.errors import FedsdeInputError
-    from fedsde.problems import load_problem, require_quadratic
+    from fedsde.problems import require_quadratic
     from fedsde.sde import quadratic_sde_coefficients
     from fedsde.sde.integrate import simulate_sde
 
-    problem = load_problem(args.problem)
+    problem = problem_from_args(args)
     if args.variant != "general":
         refuse_least_squares(problem, f"--variant={args.variant}")
         require_quadratic(problem, f"--variant={args.variant}", "the linear SDE variants have closed-form drift and "

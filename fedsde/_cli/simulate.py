@@ -85,10 +85,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from fedsde.problems import is_data_problem, load_problem
+    from fedsde._cli._data_flags import problem_from_args
+    from fedsde.problems import is_data_problem
     from fedsde.sim import simulate
 
-    problem = load_problem(args.problem, population=True)  # clients on demand where the file asks for them
+    problem = problem_from_args(args, population=True)  # clients on demand where the file asks for them
     steps = local_steps_from_args(args, problem.Q)
     w0 = parse_vector("--w0", args.w0, problem.d)
     check_start(problem, w0)

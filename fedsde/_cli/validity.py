@@ -138,15 +138,15 @@ def _ells(text: str | None, reference: str) -> list[int] | None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
+    from fedsde._cli._data_flags import problem_from_args
     from fedsde._validate import positive_float
     from fedsde.errors import FedsdeInputError
-    from fedsde.problems import load_problem
     from fedsde.validity import validity_test
     from fedsde.validity.core import DEFAULT_ELLS
     from fedsde.validity.exact_fedavg import resolve_fedavg
     from fedsde.validity.reference import resolve_reference
 
-    problem = load_problem(args.problem)
+    problem = problem_from_args(args)
     steps = local_steps_from_args(args, problem.Q)
     w0 = parse_vector("--w0", args.w0, problem.d)
     check_start(problem, w0)

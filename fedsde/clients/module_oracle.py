@@ -71,7 +71,7 @@ class ModuleOracle(OracleBase):
         self.Q = problem.Q
         self.sizes = torch.as_tensor(problem.sizes, device=device)
         self.n_max = int(problem.sizes.max())
-        self.ydt = torch.int64 if problem.loss_name == "cross-entropy" else dtype
+        self.ydt = torch.int64 if problem.uses_labels else dtype
         self.population = hasattr(problem, "population")
         if self.population:  # the participants' rows, read round by round (begin_round)
             self.X = self.Y = self.starts = None

@@ -53,16 +53,16 @@ def known_divergence(problem, eta: float, local_steps, server_lr: float = 1.0, *
         lam = problem.max_curvature()
     except np.linalg.LinAlgError:  # non-finite curvatures: left to the command's own checks
         return []
-    rho = np.array([_local_step_radius(eta, float(lk), beta, mu, in_buffer) for lk in lam])
-    bad = np.flatnonzero(rho >= 1.0)
+    bad = np.flatnonzero([_local_step_expands(eta, float(lk), beta, mu, in_buffer) for lk in lam])
     if bad.size:
         k = int(bad[np.argmax(lam[bad])])
         if beta == 0.0 and mu == 0.0:
             what = (f"eta*max_eig(U_k) = {eta * lam[k]:.6g} >= 2 for client(s) {bad.tolist()} (eta={eta:g}, "
                     f"max_eig(U_{k}) = {lam[k]:.6g}): local SGD diverges; need eta < {2.0 / lam[k]:.6g}")
         else:
+            rho = _local_step_radius(eta, float(lam[k]), beta, mu, in_buffer)
             what = (f"one local step (momentum {beta:g}, prox {mu:g}) expands on client(s) {bad.tolist()}: spectral "
-                    f"radius {rho[k]:.6g} >= 1 at max_eig(U_{k}) = {lam[k]:.6g} with eta={eta:g}: local training "
+                    f"radius {rho:.6g} >= 1 at max_eig(U_{k}) = {lam[k]:.6g} with eta={eta:g}: local training "
                     "diverges")
         return [what]
     if agg is None or not (np.isfinite(server_lr) and server_lr > 0) or not agg.local_solver.plain:
@@ -93,6 +93,24 @@ def _server_divergence(problem, eta: float, local_steps, s: float, agg, particip
         return [f"server_lr={s:g}: {rec.description} has spectral radius {radius} > 1 (eta={eta:g}): the chain "
                 f"diverges{need}"]
     return []
+
+
+def _local_step_expands(eta: float, lam: float, beta: float, mu: float, in_buffer: bool) -> bool:
+    """Whether one local step does not contract on a curvature-``lam`` direction (spectral radius >= 1 of the map
+    of :func:`_local_step_radius`), decided by the Schur–Cohn (Jury) conditions of its characteristic polynomial
+    ``z² − Tz + D`` written without cancellation, so that a tiny ``η`` is not lost to rounding (``1 − ηλ`` rounds
+    to 1 at ``η = 1e-20``, and a radius computed from the matrix would read as 1).
+
+    With ``λ, μ >= 0`` and ``0 <= β < 1``: ``p(1) = 1 − T + D >= 0`` always (a flat direction, ``λ = μ = 0``, has
+    the root 1 and is not expanding), so the map expands iff ``|D| >= 1`` or ``p(−1) = 1 + T + D <= 0``:
+    ``η(λ + μ) >= 2(1 + β)`` (prox in the buffer) or ``η(λ + μ(1 + β)) >= 2(1 + β)`` (prox outside; the classical
+    heavy-ball bound ``ηλ < 2(1 + β)`` at ``μ = 0``), and ``ηλ >= 2`` for plain SGD.
+    """
+    if in_buffer:
+        D, a2 = beta, lam + mu
+    else:
+        D, a2 = beta * (1.0 - eta * mu), lam + mu * (1.0 + beta)
+    return bool(abs(D) >= 1.0 or eta * a2 >= 2.0 * (1.0 + beta))
 
 
 def _local_step_radius(eta: float, lam: float, beta: float, mu: float, in_buffer: bool) -> float:

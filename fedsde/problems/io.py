@@ -82,12 +82,18 @@ def problem_from_dict(data: dict, *, source: str = "problem", base_dir=None,
     )
 
 
-def load_problem(path: str | os.PathLike, *,
-                 population: bool = False) -> QuadraticProblem | ClassificationProblem | RegressionProblem:
+#: keys of data-problem files that a caller may set over the file's (the command line's --batch-size, --l2)
+OVERRIDABLE = ("batch_size", "l2")
+
+
+def load_problem(path: str | os.PathLike, *, population: bool = False,
+                 overrides: dict | None = None) -> QuadraticProblem | ClassificationProblem | RegressionProblem:
     """Read a problem from a ``.toml`` or ``.json`` file (format chosen by the suffix): quadratic clients, or a
     data problem when the file has ``kind = "classification"`` (:mod:`fedsde.problems.data_files`) or
     ``kind = "regression"`` (:mod:`fedsde.problems.regression.files`; its ``data`` path is relative to the file).
-    ``population``: as :func:`problem_from_dict` (commands that sample participants pass True)."""
+    ``population``: as :func:`problem_from_dict` (commands that sample participants pass True).  ``overrides``:
+    values of :data:`OVERRIDABLE` keys that replace the file's (checked as the file's are); refused in one line for
+    quadratic clients, which have neither minibatches nor a ridge term."""
     p = Path(path)
     if not p.is_file():
         raise FedsdeInputError(f"problem file {str(p)!r}: does not exist or is not a file")
@@ -99,6 +105,17 @@ def load_problem(path: str | os.PathLike, *,
         data = tomllib.loads(text) if suffix == ".toml" else json.loads(text)
     except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
         raise FedsdeInputError(f"problem file {str(p)!r}: cannot be parsed ({exc})") from None
+    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+    if overrides:
+        bad = sorted(set(overrides) - set(OVERRIDABLE))
+        if bad:
+            raise FedsdeInputError(f"overrides: unknown key(s) {', '.join(bad)} (allowed: {', '.join(OVERRIDABLE)})")
+        given = ", ".join(f"{k}={v!r}" for k, v in overrides.items())
+        if not isinstance(data, dict) or data.get("kind", "quadratic") == "quadratic":
+            raise FedsdeInputError(f"{given}: problem file {str(p)!r} holds quadratic clients, which have no "
+                                   "minibatches and no ridge term (their gradient noise is Sigma_k); these apply to "
+                                   "data problems (kind = \"classification\", \"regression\", \"module\")")
+        data = {**data, **overrides}
     return problem_from_dict(data, source=f"problem file {str(p)!r}", base_dir=p.parent, population=population)
 
 

@@ -60,6 +60,8 @@ class ComparisonConfig:
     test_fraction: float = 0.25
     server_lr: dict = field(default_factory=lambda: {"fedadam": 0.03})
     problem_file: str | None = None
+    #: problem-file keys set over the file's (``--batch-size``, ``--l2``; :data:`fedsde.problems.io.OVERRIDABLE`)
+    problem_overrides: dict = field(default_factory=dict)
     partition: dict | None = None
     device: str = "cpu"
     params: dict = field(default_factory=lambda: {
@@ -100,7 +102,7 @@ def _problem(setting: str, cfg: ComparisonConfig):
     from fedsde.problems import federated_classification
 
     if cfg.problem_file is not None:
-        return load_data_problem(cfg.problem_file)
+        return load_data_problem(cfg.problem_file, cfg.problem_overrides)
     if setting == "statistical":
         return federated_classification(
             "digits", n_clients=cfg.n_clients, partition="shards", shards_per_client=cfg.shards_per_client,
@@ -120,19 +122,20 @@ def _steps(setting: str, problem, cfg: ComparisonConfig):
     return EpochSteps(tuple(problem.sizes), cfg.epochs, cfg.batch_size)
 
 
-def load_data_problem(path: str):
-    """The data problem of ``--problem FILE``; a one-line error for a quadratic file or a classification problem
-    without a test set."""
+def load_data_problem(path: str, overrides: dict | None = None):
+    """The data problem of ``--problem FILE`` (with ``overrides`` of its keys, as
+    :func:`fedsde.problems.load_problem`); a one-line error for a quadratic file or a classification problem without a
+    test set."""
     from fedsde.problems import is_data_problem, load_problem
 
-    problem = load_problem(path)
+    problem = load_problem(path, overrides=overrides)
     if not is_data_problem(problem):
         raise FedsdeInputError(f"--problem={path!r}: compare-aggregators needs a data problem (kind = "
                                "\"classification\": it reports test accuracy; or kind = \"regression\": the "
                                "training objective)")
     if is_regression(problem):
         return problem
-    if getattr(problem, "loss_name", "cross-entropy") != "cross-entropy":  # a module problem with mse: no accuracy
+    if not getattr(problem, "uses_labels", True):  # a module problem with mse: no accuracy
         raise FedsdeInputError(f"--problem={path!r}: compare-aggregators reports test accuracy, which needs "
                                "loss = \"cross-entropy\"")
     if len(problem.y_test) == 0:
@@ -158,6 +161,7 @@ def _config_record(cfg: ComparisonConfig) -> dict:
     rec = asdict(cfg)
     if cfg.problem_file is None:
         rec.pop("partition")
+        rec.pop("problem_overrides")
     else:
         for key in ("dirichlet_alpha", "shards_per_client", "epochs_range"):
             rec.pop(key)

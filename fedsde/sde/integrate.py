@@ -284,8 +284,10 @@ def _check_euler_stability(problem, variant, eta, local_steps, server_lr, h, sub
     lin = quadratic_sde_coefficients(problem, float(eta), local_steps, float(server_lr), h=h, variant=variant)
     dt = lin.h / substeps
     lam = np.linalg.eigvals(lin.A)
-    rho = float(np.max(np.abs(1.0 - dt * lam)))
-    if rho >= 1.0:
+    z = dt * lam
+    # |1 − z| >= 1 ⟺ |z|² >= 2·Re z: the test without the cancellation of 1 − z, which rounds to 1 at a tiny dt
+    if np.any(np.abs(z) ** 2 >= 2.0 * z.real):
+        rho = float(np.max(np.abs(1.0 - z)))
         need = int(np.ceil(lin.h * float(np.max(lam.real)) / 2.0)) + 1
         raise FedsdeInputError(
             f"substeps={substeps}: Euler–Maruyama with dt = h/substeps = {dt:.4g} is unstable for this SDE "

@@ -205,7 +205,7 @@ def run_command(command: str, argv: list[str], commands: Mapping[str, Register] 
 
 def _run_command(command: str, argv: list[str], commands: Mapping[str, Register] | None) -> dict[str, Any]:
     t0 = time.perf_counter()
-    out, err = io.StringIO(), io.StringIO()
+    out, err, stray = io.StringIO(), io.StringIO(), io.StringIO()
     outcome: dict[str, Any]
     try:
         info = command_info(command, commands)
@@ -213,7 +213,13 @@ def _run_command(command: str, argv: list[str], commands: Mapping[str, Register]
             warnings.simplefilter("default")
             quiet = ["--quiet"] if "--quiet" in info.parser._option_string_actions else []  # no bars in a cell
             args = parse_cell_args(info, [*argv, "--json", *quiet])
-            rc = int(args.func(args) or 0)
+            from fedsde._output import stdout_to_stderr
+
+            with stdout_to_stderr(stray):  # the result on `out`; what other code prints (a user's model) apart
+                rc = int(args.func(args) or 0)
+        if not out.getvalue():  # a command of one's own that prints its JSON object itself
+            out, stray = stray, io.StringIO()
+        err.write(stray.getvalue())
         if rc != 0:
             lines = err.getvalue().strip().splitlines()
             outcome = {"status": "failed", "error": lines[-1] if lines else f"fedsde {info.name}: exit status {rc}"}

@@ -165,7 +165,7 @@ def general_sde_study(
     ells: Sequence[int] = (1, 2, 4, 8),
     mc_substeps: Sequence[int] = (1, 2),
     inner_samples: int = 16,
-    metrics: Sequence[str] = ("train_loss", "test_accuracy"),
+    metrics: Sequence[str] | None = None,
     record_every: int = 1,
     w0=None,
     oracle_factory: Callable | None = None,
@@ -176,8 +176,10 @@ def general_sde_study(
     """Weak error of ``E φ(w_T)`` and cost of both samplers of SDE (2), against FedAvg (see the module docstring).
 
     ``ells`` must include 1 (FedAvg) and at least two more values (the two largest give the reference);
-    ``mc_substeps`` may be empty.  Every scheme uses ``replicates`` paths and its own random streams.
-    ``progress``: one bar on stderr over the timing runs and every scheme's run (in SVAG steps and Euler rounds).
+    ``mc_substeps`` may be empty.  Every scheme uses ``replicates`` paths and its own random streams.  ``metrics``:
+    names of :func:`fedsde.problems.metrics.metric_names` (default ``train_loss`` and, where the problem has a test
+    set, ``test_accuracy``); a name the problem does not define is refused in one line.  ``progress``: one bar on
+    stderr over the timing runs and every scheme's run (in SVAG steps and Euler rounds).
     """
     from fedsde.sde.integrate import simulate_sde
 
@@ -195,7 +197,7 @@ def general_sde_study(
     start = default_start(problem, w0)
     w0_arr = start_point(start, problem.d)
     grid = np.unique(np.r_[np.arange(0, rounds + 1, every), rounds])
-    names = list(metrics)
+    names = _study_metrics(problem, metrics)
     common = dict(eta=eta, local_steps=local_steps, rounds=rounds, server_lr=server_lr, h=h, w0=start,
                   oracle_factory=oracle_factory, device=device, dtype=dtype)
 
@@ -279,6 +281,23 @@ def general_sde_study(
               "timing": TIMING, "slope_points": SLOPE_POINTS}
     return GeneralSDEStudy(rows=rows, reference=reference, slopes=slopes, times=grid * hh, moments=moments,
                            config=config, slope_fits=fits)
+
+
+def _study_metrics(problem, metrics) -> list[str]:
+    """The metrics of :func:`general_sde_study`, checked against those the problem defines."""
+    from fedsde.problems.metrics import metric_names
+
+    have = metric_names(problem)
+    if metrics is None:
+        return [m for m in ("train_loss", "test_accuracy") if m in have]
+    names = list(dict.fromkeys(str(m) for m in metrics))
+    bad = [m for m in names if m not in have]
+    if bad or not names:
+        from fedsde.errors import FedsdeInputError
+
+        raise FedsdeInputError(f"metrics={names}: {'not defined for this problem' if bad else 'name at least one'} "
+                               f"(available: {', '.join(have)})")
+    return names
 
 
 def _device_metrics(problem, weights: np.ndarray, w0: np.ndarray, names, device, dtype) -> dict[str, np.ndarray]:

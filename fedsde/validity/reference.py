@@ -109,17 +109,20 @@ def gaussian_norm_mean(mean: np.ndarray, cov: np.ndarray) -> float:
     second = float(nu2.sum() + lam.sum())  # E‖X‖²
     if second == 0.0:
         return 0.0
+    # E‖X‖ = √E‖X‖² · E‖X/√E‖X‖²‖: the quadrature runs on the standardised law (E‖·‖² = 1), whose integrand changes
+    # over x ~ 1 whatever the scale (a law of size 1e-20, as at a tiny η, would otherwise hand QUADPACK values near
+    # its underflow guards)
+    lam, nu2 = lam / second, nu2 / second
 
     def integrand(x: float) -> float:
         s = x * x
         den = 1.0 + 2.0 * s * lam
         log_mgf = -0.5 * np.sum(np.log(den)) - s * np.sum(nu2 / den)
-        return -math.expm1(log_mgf) / s if s > 0 else second
+        return -math.expm1(log_mgf) / s if s > 0 else 1.0
 
-    scale = 1.0 / math.sqrt(second)  # the integrand changes over x ~ 1/√E‖X‖²
-    val = sum(scipy.integrate.quad(integrand, a * scale, b * scale, limit=200, epsabs=0.0, epsrel=1e-11)[0]
+    val = sum(scipy.integrate.quad(integrand, a, b, limit=200, epsabs=0.0, epsrel=1e-11)[0]
               for a, b in ((0.0, 1.0), (1.0, 10.0), (10.0, np.inf)))
-    return float(val / math.sqrt(math.pi))
+    return float(math.sqrt(second) * val / math.sqrt(math.pi))
 
 
 def gaussian_metric_means(problem, mean: np.ndarray, cov: np.ndarray, w0: np.ndarray, names) -> dict:

@@ -11,6 +11,12 @@ not comparable across problems: it ignores the contraction's saturation at ``ηU
 For a data problem the analogue linearises the round at the optimum: ``H_k = ∇²F_k(w*)`` in place of ``U_k``.
 ``λ_max`` is found by Lanczos (``scipy.sparse.linalg.eigsh``) on ``v ↦ Σ_k p_k [v − (I − ηH_k)^{τ_k} v]`` (matrix
 powers are never formed).
+
+Every path evaluates ``B`` as ``η·Σ_k p_k Σ_{j<τ_k} (I − ηU_k)^j U_k`` (the telescoped difference
+``I − (I − ηU)^τ = Σ_{j<τ} (I − ηU)^j ηU``) and takes ``λ_max`` of the sum, then multiplies by ``η``: the same
+number without the cancellation of ``I − (I − ηU)^τ``, which rounds to exactly zero at a tiny ``η``
+(``η = 1e-17`` on Grunfeld), where Lanczos would be handed the zero operator.  There ``κ`` is its first-order value
+``s·η·λ_max(Σ_k p_k τ_k U_k)``, to rounding.
 """
 
 from __future__ import annotations
@@ -42,15 +48,13 @@ def round_contraction(problem, *, eta: float, local_steps, server_lr: float = 1.
     eta = positive_float("eta", eta)
     s = positive_float("server_lr", server_lr)
     if isinstance(problem, QuadraticProblem):
-        from fedsde.exact.round_law import round_law
-
-        B = round_law(problem, eta, local_steps, s, warn=False).B
-        return s * float(np.linalg.eigvalsh(0.5 * (B + B.T))[-1])
+        steps = client_steps("local_steps", local_steps, problem.Q)
+        Bn = _dense_series(problem.U, problem.p, eta, steps)
+        return s * eta * float(np.linalg.eigvalsh(0.5 * (Bn + Bn.T))[-1])
     if hasattr(problem, "client_hvp"):  # a module problem: Hessian-vector products, no (Q, d, d) Hessians
-        return s * _lanczos_top(problem, eta, client_steps("local_steps", local_steps, problem.Q), at)
+        return s * eta * _lanczos_top(problem, eta, client_steps("local_steps", local_steps, problem.Q), at)
     if not hasattr(problem, "client_hessian"):
         raise FedsdeInputError(f"problem: a {type(problem).__name__} has no client Hessians to linearise")
-    import scipy.sparse.linalg as sla
 
     steps = client_steps("local_steps", local_steps, problem.Q)
     cache = getattr(problem, "_cache", None) if at is None else None
@@ -67,38 +71,59 @@ def round_contraction(problem, *, eta: float, local_steps, server_lr: float = 1.
         v = np.asarray(v, dtype=np.float64).reshape(d)
         out = np.zeros(d)
         for k in range(problem.Q):
-            u = v.copy()
+            u, acc = v.copy(), np.zeros(d)
             for _ in range(int(steps[k])):
-                u = u - eta * (H[k] @ u)
-            out += problem.p[k] * (v - u)
+                Hu = H[k] @ u
+                acc += Hu
+                u = u - eta * Hu
+            out += problem.p[k] * acc
         return out
 
-    op = sla.LinearOperator((d, d), matvec=matvec, dtype=np.float64)
-    # a fixed start vector: ARPACK's default draws one at random, which moves λ in its last bits from run to run
+    return s * eta * _top_eigenvalue(matvec, d)
+
+
+def _dense_series(U: np.ndarray, p: np.ndarray, eta: float, steps: np.ndarray) -> np.ndarray:
+    """``B/η = Σ_k p_k Σ_{j<τ_k} (I − ηU_k)^j U_k`` of dense client Hessians ``U`` (Q, d, d), shape (d, d)."""
+    out = np.zeros(U.shape[1:])
+    for k in range(U.shape[0]):
+        term, acc = U[k].copy(), np.zeros(U.shape[1:])
+        for _ in range(int(steps[k])):
+            acc += term
+            term = term - eta * (U[k] @ term)
+        out += p[k] * acc
+    return out
+
+
+def _top_eigenvalue(matvec, d: int) -> float:
+    """``λ_max`` of the symmetric operator ``matvec`` on R^d by Lanczos from a fixed start (ARPACK's default draws
+    one at random, which moves λ in its last bits from run to run); 0 for the zero operator (ARPACK refuses it)."""
+    import scipy.sparse.linalg as sla
+
     v0 = np.random.default_rng(0).standard_normal(d)
-    lam = sla.eigsh(op, k=1, which="LA", return_eigenvectors=False, tol=LANCZOS_RTOL, v0=v0)[0]
-    return s * float(lam)
+    if not np.any(matvec(v0)):
+        return 0.0
+    op = sla.LinearOperator((d, d), matvec=matvec, dtype=np.float64)
+    return float(sla.eigsh(op, k=1, which="LA", return_eigenvectors=False, tol=LANCZOS_RTOL, v0=v0)[0])
 
 
 def _lanczos_top(problem, eta: float, steps: np.ndarray, at) -> float:
-    """``λ_max(B)`` by Lanczos with ``H_k v_k`` from ``problem.client_hvp(w, V)`` (V, result (Q, d); ``torch.func``
-    forward-over-reverse products for module problems): ``(I − ηH_k)^{τ_k} v`` is ``τ_k`` products per client."""
-    import scipy.sparse.linalg as sla
-
+    """``λ_max(B)/η`` by Lanczos with ``H_k v_k`` from ``problem.client_hvp(w, V)`` (V, result (Q, d); ``torch.func``
+    forward-over-reverse products for module problems): ``Σ_{j<τ_k} (I − ηH_k)^j H_k v`` is ``τ_k`` products per
+    client."""
     w = approximate_optimum(problem) if at is None else np.asarray(at, dtype=np.float64).reshape(problem.d)
     d, Q = problem.d, problem.Q
 
     def matvec(v):
         v = np.asarray(v, dtype=np.float64).reshape(d)
-        U = np.broadcast_to(v, (Q, d)).copy()
+        U, acc = np.broadcast_to(v, (Q, d)).copy(), np.zeros((Q, d))
         for i in range(int(steps.max())):
             HU = problem.client_hvp(w, U)
-            U = np.where((steps > i)[:, None], U - eta * HU, U)
-        return problem.p @ (v[None, :] - U)
+            live = (steps > i)[:, None]
+            acc = np.where(live, acc + HU, acc)
+            U = np.where(live, U - eta * HU, U)
+        return problem.p @ acc
 
-    op = sla.LinearOperator((d, d), matvec=matvec, dtype=np.float64)
-    v0 = np.random.default_rng(0).standard_normal(d)
-    return float(sla.eigsh(op, k=1, which="LA", return_eigenvectors=False, tol=LANCZOS_RTOL, v0=v0)[0])
+    return _top_eigenvalue(matvec, d)
 
 
 def approximate_optimum(problem) -> np.ndarray:

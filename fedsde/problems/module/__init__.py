@@ -1,7 +1,8 @@
 """A user's own PyTorch model as the clients' model: :class:`ModuleProblem` (any ``nn.Module`` on a user's rows),
 :func:`module_problem` (its constructor), the problem files of ``kind = "module"`` (:mod:`.files`) and the
 functional, batched calls behind it (:mod:`.functional`, ``torch.func``); the module trained by a client population
-(:mod:`.population`, npz files read client by client: :mod:`.npz`).  The simulator reaches it through
+(:mod:`.population`, npz files read client by client: :mod:`.npz`); what a model and its rows must satisfy, checked
+once when a problem is built (:mod:`.checks`).  The simulator reaches it through
 :class:`fedsde.clients.module_oracle.ModuleOracle`.
 
 Names are imported on first use (torch is loaded only by what needs it).
@@ -14,7 +15,8 @@ import importlib
 _NAMES = {"LOSSES": "functional", "MaskedDropout": "functional", "ModuleLoopWarning": "functional",
           "SAMPLINGS": "problem", "ModuleProblem": "problem", "module_problem": "problem",
           "module_problem_from_dict": "files", "ModulePopulationProblem": "population",
-          "module_population_problem": "population", "NpzPopulation": "npz"}
+          "module_population_problem": "population", "NpzPopulation": "npz", "LABEL_LOSSES": "functional",
+          "BatchSizeWarning": "checks"}
 
 __all__ = sorted(_NAMES)
 

@@ -23,7 +23,7 @@ for 1×8×8 inputs, and the ``partition`` keys).  Keys (every other key is an er
 | ``data`` | an ``.npz`` file relative to the problem file: ``x``, ``y``, ``client`` [, ``x_test``, ``y_test``] |
 | ``dataset`` | ``digits`` (instead of ``data``) |
 | ``shape`` | digits: ``flat`` (64 features) or ``image`` (1×8×8) (``flat``) |
-| ``loss`` | ``cross-entropy`` (integer labels) or ``mse`` (``cross-entropy``) |
+| ``loss`` | ``cross-entropy`` (integer labels), ``nll`` (a model ending in ``log_softmax``) or ``mse`` |
 | ``batch_size`` | rows per local step, or ``"full"`` (required) |
 | ``sampling`` | ``without-replacement`` or ``with-replacement`` (``without-replacement``) |
 | ``l2`` | ridge ``λ >= 0`` (0) |
@@ -49,7 +49,10 @@ of the memory-mapped file (saved with ``np.savez``, not compressed); other comma
 
 from __future__ import annotations
 
+import contextlib
+import difflib
 import importlib.util
+import io
 import sys
 from pathlib import Path
 
@@ -57,6 +60,7 @@ import numpy as np
 
 from fedsde.errors import FedsdeInputError
 from fedsde.problems._file_keys import _Keys
+from fedsde.problems.module.checks import check_numeric, first_line
 from fedsde.problems.module.functional import LOSSES
 from fedsde.problems.module.problem import BATCHINGS, SAMPLINGS, ModuleProblem, client_order, module_problem
 
@@ -151,30 +155,63 @@ def _model_factory(k: _Keys, base: Path, options: dict):
     path = Path(rel) if Path(rel).is_absolute() else base / rel
     if path.suffix != ".py" or not path.is_file():
         raise k.fail(f"model={spec_text!r}: no Python file {str(path)!r}")
-    mod_name = f"fedsde_user_model_{abs(hash(str(path.resolve())))}"
-    try:
-        spec = importlib.util.spec_from_file_location(mod_name, path)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[mod_name] = mod  # dataclasses and pickling look a class's module up here
-        spec.loader.exec_module(mod)
-    except Exception as exc:
-        sys.modules.pop(mod_name, None)
-        raise k.fail(f"model={spec_text!r}: importing {str(path)!r} fails ({type(exc).__name__}: "
-                     f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
+    mod = _import_model_file(k, spec_text, rel, path)
     obj = getattr(mod, name, None)
-    if obj is None or not callable(obj):
-        raise k.fail(f"model={spec_text!r}: {str(path)!r} has no class or function {name!r}")
+    if obj is None:
+        raise k.fail(f"model={spec_text!r}: {rel!r} has no class or function {name!r}{_did_you_mean(mod, name)}")
+    if not callable(obj):
+        raise k.fail(f"model={spec_text!r}: {name!r} in {rel!r} is a {type(obj).__name__}, not a class or function "
+                     "returning an nn.Module")
 
     def factory():
         try:
             return obj(**options)
-        except Exception as exc:  # the user's constructor: any failure is a problem-file mistake, in one line
-            msg = str(exc).splitlines()[0] if str(exc) else ""
-            raise k.fail(f"model_options={options!r}: {name}(**model_options) fails ({type(exc).__name__}: "
-                         f"{msg})") from None
+        except (Exception, SystemExit) as exc:  # the user's constructor: any failure is a file mistake, in one line
+            raise k.fail(f"model_options={options!r}: {name}(**model_options) fails ({first_line(exc)})") from None
 
     factory.__name__ = name
     return factory
+
+
+def _import_model_file(k: _Keys, spec_text: str, rel: str, path: Path):
+    """The model file imported as a module of its own.  Its top-level code runs with ``sys.argv`` = [the file] (a
+    script's module-level ``argparse`` reads an empty command line, not fedsde's) and its output captured: replayed
+    after a successful import (on stderr under ``--json``, :mod:`fedsde.cli`), quoted in the one-line error when the
+    import fails, ``SystemExit`` included (``sys.exit`` or an ``argparse`` error at import)."""
+    mod_name = f"fedsde_user_model_{abs(hash(str(path.resolve())))}"
+    out, err, argv = io.StringIO(), io.StringIO(), sys.argv
+    try:
+        spec = importlib.util.spec_from_file_location(mod_name, path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[mod_name] = mod  # dataclasses and pickling look a class's module up here
+        sys.argv = [str(path)]
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            spec.loader.exec_module(mod)
+    except (Exception, SystemExit) as exc:
+        sys.modules.pop(mod_name, None)
+        said = [line.strip() for line in (err.getvalue() + out.getvalue()).splitlines() if line.strip()]
+        quote = f"; it printed {said[-1][:200]!r}" if said else ""
+        hint = ("; a model file is imported, so its top-level code runs: keep a script's own code (argparse, "
+                "sys.exit, training) under `if __name__ == \"__main__\":`" if isinstance(exc, SystemExit) else "")
+        raise k.fail(f"model={spec_text!r}: importing {rel!r} fails ({first_line(exc)}){quote}{hint}") from None
+    finally:
+        sys.argv = argv
+    sys.stdout.write(out.getvalue())
+    sys.stderr.write(err.getvalue())
+    return mod
+
+
+def _did_you_mean(mod, name: str) -> str:
+    """``; did you mean 'X'?`` for the closest public class or function of the model file (difflib), else the
+    classes and functions it defines."""
+    public = {n: v for n, v in vars(mod).items() if not n.startswith("_") and callable(v)}
+    close = difflib.get_close_matches(name, list(public), n=1, cutoff=0.6)
+    if not close:
+        close = [n for n in public if n.lower() == name.lower()]
+    if close:
+        return f"; did you mean {close[0]!r}?"
+    own = sorted(n for n, v in public.items() if getattr(v, "__module__", None) == mod.__name__)
+    return f" (it defines {', '.join(own[:12])}{', …' if len(own) > 12 else ''})" if own else ""
 
 
 def _npz_path(k: _Keys, base: Path) -> tuple[str, Path]:
@@ -192,7 +229,9 @@ def _npz(k: _Keys, base: Path):
     rel, path = _npz_path(k, base)
     try:
         with np.load(path, allow_pickle=False) as z:
-            arrays = {name: z[name] for name in z.files}
+            arrays = {name: _member(k, rel, z, name) for name in z.files}
+    except FedsdeInputError:
+        raise
     except Exception as exc:
         raise k.fail(f"data={rel!r}: cannot be read as an .npz of plain arrays ({type(exc).__name__})") from None
     missing = [a for a in ("x", "y", "client") if a not in arrays]
@@ -208,7 +247,25 @@ def _npz(k: _Keys, base: Path):
     if x.ndim < 2 or y.shape[:1] != x.shape[:1] or client.shape != x.shape[:1]:
         raise k.fail(f"data={rel!r}: shapes x {x.shape}, y {y.shape}, client {client.shape} must be (n, …), (n,) "
                      "and (n,)")
+    for name in ("x", "y", "x_test", "y_test"):
+        if name in arrays:
+            try:
+                check_numeric(name, arrays[name])
+            except FedsdeInputError as exc:
+                raise k.fail(f"data={rel!r}: {exc}") from None
     return (x, y, client, arrays.get("x_test"), arrays.get("y_test")), {}
+
+
+def _member(k: _Keys, rel: str, z, name: str) -> np.ndarray:
+    """One array of an npz; an array of Python objects (refused unread: unpickling can run code) named."""
+    try:
+        return z[name]
+    except ValueError as exc:
+        if "allow_pickle" not in str(exc):
+            raise
+        raise k.fail(f"data={rel!r}: array {name!r} holds Python objects (dtype=object), which are not read "
+                     "(unpickling can run code); save plain numeric arrays (e.g. np.asarray(x, dtype=np.float64), "
+                     "labels as integers; client ids may be strings)") from None
 
 
 def _digits(k: _Keys):

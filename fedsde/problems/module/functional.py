@@ -24,12 +24,15 @@ Conventions (a contract):
   operator without a batching rule) is run in a loop over the batch, one forward and backward pass per entry: the same
   formulas, entry by entry; a :class:`ModuleLoopWarning` says so once per module.
 
-Losses ``ℓ`` per row: ``cross-entropy`` (``torch.nn.functional.cross_entropy`` of logits (C,) and an integer label)
-and ``mse`` (the mean over the output's entries of ``(f_w(x) − y)²``, ``torch.nn.functional.mse_loss``'s row term).
+Losses ``ℓ`` per row: ``cross-entropy`` (``torch.nn.functional.cross_entropy`` of logits (C,) and an integer label),
+``nll`` (``torch.nn.functional.nll_loss`` of log-probabilities, a model that ends in ``log_softmax``: the same value
+as the cross-entropy of those outputs, since ``log_softmax`` leaves log-probabilities unchanged) and ``mse`` (the
+mean over the output's entries of ``(f_w(x) − y)²``, ``torch.nn.functional.mse_loss``'s row term).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import threading
 import warnings
@@ -39,7 +42,9 @@ from torch import nn
 
 from fedsde.errors import FedsdeInputError
 
-LOSSES = ("cross-entropy", "mse")
+LOSSES = ("cross-entropy", "nll", "mse")
+#: losses of integer class labels (their targets are labels, their metrics include the accuracy)
+LABEL_LOSSES = ("cross-entropy", "nll")
 _DROPOUTS = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d)
 _CHANNEL_DROPOUTS = (nn.Dropout1d, nn.Dropout2d, nn.Dropout3d)
 
@@ -73,7 +78,7 @@ class MaskedDropout(nn.Module):
 def refuse_running_stats(module: nn.Module, where: str = "model") -> None:
     """One-line refusal of BatchNorm and any other module with running statistics (buffers)."""
     for name, sub in module.named_modules():
-        label = name or type(sub).__name__
+        label = name or "the model"
         if isinstance(sub, nn.modules.batchnorm._BatchNorm):  # with track_running_stats=False too
             raise FedsdeInputError(
                 f"{where}: {label} ({type(sub).__name__}) normalises by batch statistics, which couple the rows of a "
@@ -106,10 +111,20 @@ def _replace_dropouts(module: nn.Module) -> list[tuple[str, MaskedDropout]]:
 
 
 def row_loss(loss: str, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """``ℓ`` of every row, shape (b,), for outputs ``out`` (b, …) and targets ``y`` (b,) or (b, …)."""
+    """``ℓ`` of every row, shape (b,), for outputs ``out`` (b, …) and targets ``y`` (b,) or (b, …); outputs whose
+    first dimension is not the rows', or (mse) whose entries do not match the targets', are refused (never
+    broadcast)."""
+    if out.ndim == 0 or out.shape[0] != y.shape[0]:
+        raise FedsdeInputError(f"model: forward returns shape {tuple(out.shape)} for {y.shape[0]} rows; its first "
+                               "dimension must be the batch, one output per row")
     if loss == "cross-entropy":
         return torch.nn.functional.cross_entropy(out.reshape(out.shape[0], -1), y, reduction="none")
-    diff = out.reshape(y.shape) - y if out.numel() == y.numel() else out - y
+    if loss == "nll":  # log-probabilities (checked when the problem is built)
+        return torch.nn.functional.nll_loss(out.reshape(out.shape[0], -1), y, reduction="none")
+    if out.numel() != y.numel():
+        raise FedsdeInputError(f"model: forward returns shape {tuple(out.shape)}, the targets have shape "
+                               f"{tuple(y.shape)} (mse needs one output per target entry)")
+    diff = out.reshape(y.shape) - y
     return diff.square().reshape(diff.shape[0], -1).mean(-1)
 
 
@@ -124,7 +139,7 @@ class FunctionalModule:
     ----------
     module : nn.Module
         The template (not modified).
-    loss : {"cross-entropy", "mse"}
+    loss : {"cross-entropy", "nll", "mse"}
     device, dtype
     row_shape : tuple of int
         Shape of one input row (to find the dropout masks' shapes).
@@ -266,9 +281,10 @@ class FunctionalModule:
         def run_loop(a, z):
             self.module.train(train)
             dest = w.new_empty((z - a, self.d)) if out is None or (a, z) != (0, M) else out
-            for i in range(a, z):
-                grads, _ = self._loaded_pass(w[i], x[i], y[i], c[i], masks, i)
-                torch.cat([g.reshape(-1) for g in grads], out=dest[i - a])
+            with _differentiable(self.module):
+                for i in range(a, z):
+                    grads, _ = self._loaded_pass(w[i], x[i], y[i], c[i], masks, i)
+                    torch.cat([g.reshape(-1) for g in grads], out=dest[i - a])
             return dest
 
         def combine(head, tail):
@@ -383,6 +399,25 @@ class FunctionalModule:
         self.module.eval()
         masks = [torch.empty(0, dtype=w.dtype, device=w.device) for _ in self.dropouts]
         return torch.func.jvp(lambda u: torch.func.grad(self._weighted)(u, x, y, c, masks), (w,), (v,))[1]
+
+
+@contextlib.contextmanager
+def _differentiable(module: nn.Module):
+    """Refuse in one line a forward pass that cannot be differentiated entry by entry (a ``.numpy()`` call, tensors
+    built from Python numbers of the weights, in-place changes of the parameters); out of memory passes through."""
+    try:
+        yield
+    except (RuntimeError, ValueError, NotImplementedError, TypeError) as exc:
+        if "out of memory" in str(exc):
+            raise
+        raise FedsdeInputError(f"model: torch cannot differentiate {type(module).__name__} "
+                               f"({_first_line(exc)}); {NOT_FUNCTIONAL}") from None
+
+
+#: what a forward pass must not do to be differentiated functionally (the refusal's advice)
+NOT_FUNCTIONAL = ("fedsde differentiates the forward pass with torch.func (functional_call and grad): keep it in torch "
+                  "operations on its input and parameters (no .numpy(), no tensors built from Python numbers of the "
+                  "weights, no in-place changes of the parameters)")
 
 
 def _first_line(exc: BaseException) -> str:

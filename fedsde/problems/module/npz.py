@@ -24,6 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from fedsde.errors import FedsdeInputError
+from fedsde.problems.module.checks import check_numeric
+from fedsde.problems.module.functional import LABEL_LOSSES
 from fedsde.problems.module.problem import client_order
 
 _MEMBERS = ("x", "y", "client", "x_test", "y_test")
@@ -89,6 +91,15 @@ class NpzPopulation:
         if self.x.ndim < 2 or self.y.shape != self.x.shape[:1] or client.shape != self.x.shape[:1]:
             raise FedsdeInputError(f"data={label!r}: shapes x {self.x.shape}, y {self.y.shape}, client "
                                    f"{client.shape} must be (n, …), (n,) and (n,)")
+        if self.x.shape[0] == 0:
+            raise FedsdeInputError(f"data={label!r}: x has no rows (shape {self.x.shape}); a population needs at "
+                                   "least one client with one row")
+        for name in ("x", "y", "x_test", "y_test"):  # the dtypes, from the headers (no row is read)
+            if name in arrays:
+                try:
+                    check_numeric(name, np.empty(0, dtype=arrays[name].dtype))
+                except FedsdeInputError as exc:
+                    raise FedsdeInputError(f"data={label!r}: {exc}") from None
         ids, names = client_order(client)
         self.client_names = tuple(str(v) for v in names)
         self.Q = len(names)
@@ -111,7 +122,7 @@ class NpzPopulation:
 
     def check_rows(self, loss: str) -> None:
         """Check every row as :func:`~fedsde.problems.module.module_problem` checks an npz it holds (``x`` finite;
-        cross-entropy labels integers >= 0, else finite targets; the same messages), streaming the mapped arrays in
+        class labels integers >= 0, else finite targets; the same messages), streaming the mapped arrays in
         blocks of :data:`CHECK_ROWS` rows (memory of a block, not of the file), and set ``n_classes`` (``1 +`` the
         largest label).  Called once per loss by :func:`~fedsde.problems.module.population.module_population_problem`
         before any row is used."""
@@ -130,7 +141,7 @@ class NpzPopulation:
                     yb = checked_targets(yname, np.asarray(Y[a:a + CHECK_ROWS]), xb.shape[0], loss)
                 except FedsdeInputError as exc:
                     raise FedsdeInputError(f"data={self.label!r}: {exc}") from None
-                if loss == "cross-entropy" and yb.size:
+                if loss in LABEL_LOSSES and yb.size:
                     top = max(top, int(yb.max()))
         self.n_classes = max(top + 1, 2)
         self._checked = loss
@@ -166,8 +177,8 @@ class NpzPopulation:
 
 def _targets(y, loss: str | None = None) -> np.ndarray:
     """Labels as the checked problem holds them (:func:`~fedsde.problems.module.module_problem`): int64 for
-    integer arrays and for cross-entropy labels (whole numbers, :meth:`NpzPopulation.check_rows`), else float64."""
+    integer arrays and for class labels (whole numbers, :meth:`NpzPopulation.check_rows`), else float64."""
     y = np.asarray(y)
-    if np.issubdtype(y.dtype, np.integer) or loss == "cross-entropy":
+    if np.issubdtype(y.dtype, np.integer) or loss in LABEL_LOSSES:
         return y.astype(np.int64)
     return y.astype(np.float64)

@@ -71,7 +71,7 @@ class ModulePopulationProblem(OnDemandRows):
     # ------------------------------------------------------------------ settings of the template
     def __getattr__(self, name: str):
         if name in ("module", "loss_name", "l2", "batch_size", "sampling", "init_seed", "batching", "name", "info",
-                    "factory", "d", "_logits"):
+                    "factory", "d", "_logits", "uses_labels"):
             return getattr(self.template, name)
         raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
 
@@ -81,7 +81,7 @@ class ModulePopulationProblem(OnDemandRows):
 
     @property
     def n_classes(self) -> int | None:
-        return int(self.population.n_classes) if self.loss_name == "cross-entropy" else None
+        return int(self.population.n_classes) if self.uses_labels else None
 
     def initial_weights(self, seed: int | None = None) -> np.ndarray:
         """The module's initial weights (those of the materialised problem)."""
@@ -165,7 +165,7 @@ class ModulePopulationProblem(OnDemandRows):
 
     def metric_names(self) -> tuple[str, ...]:
         names = ["train_loss", "grad_norm_sq"]
-        if self.loss_name == "cross-entropy" and int(np.sum(self.test_sizes)) > 0:
+        if self.uses_labels and int(np.sum(self.test_sizes)) > 0:
             names.append("test_accuracy")
         return (*names, "distance_from_start")
 
@@ -272,6 +272,9 @@ def module_population_problem(module_or_factory, population, *, loss: str = "cro
     """A :class:`ModulePopulationProblem`: the settings of :func:`fedsde.problems.module.module_problem`, the
     clients and rows of ``population`` (a :class:`~fedsde.problems.populations.base.ClientPopulation`), the weights
     ``p`` (default ``∝ N_k``), ``metric_samples`` (rows of the metrics' subsample) and ``cache_bytes``."""
+    import warnings
+
+    from fedsde.problems.module.checks import BatchSizeWarning, warn_small_clients
     from fedsde.problems.module.problem import module_problem
 
     if not all(hasattr(population, a) for a in ("Q", "sizes", "test_sizes", "client_rows")):
@@ -283,12 +286,15 @@ def module_population_problem(module_or_factory, population, *, loss: str = "cro
     X0, y0 = population.client_rows(0, "train", np.arange(1))
     shape = tuple(getattr(population, "row_shape", (int(population.n_features),)))
     info = dict(info or {}) | {k: v for k, v in population.describe().items() if k not in ("population",)}
-    template = module_problem(module_or_factory, np.asarray(X0, dtype=np.float64).reshape(1, *shape), y0,
-                              np.zeros(1, dtype=np.int64), loss=loss, batch_size=batch_size, sampling=sampling, l2=l2,
-                              init_seed=init_seed, batching=batching, name=name or "module", info=info)
-    if loss == "cross-entropy" and template._logits < int(population.n_classes):
+    with warnings.catch_warnings():  # the template's one row is not a client: its batch is not warned about
+        warnings.simplefilter("ignore", BatchSizeWarning)
+        template = module_problem(module_or_factory, np.asarray(X0, dtype=np.float64).reshape(1, *shape), y0,
+                                  np.zeros(1, dtype=np.int64), loss=loss, batch_size=batch_size, sampling=sampling,
+                                  l2=l2, init_seed=init_seed, batching=batching, name=name or "module", info=info)
+    warn_small_clients(template.batch_size, template.sampling, population.sizes)
+    if template.uses_labels and template._logits < int(population.n_classes):
         raise FedsdeInputError(f"model: gives {template._logits} outputs per row, the population has "
-                               f"{int(population.n_classes)} classes (cross-entropy needs one logit per class)")
+                               f"{int(population.n_classes)} classes ({loss} needs one output per class)")
     return _create(population, template, p, metric_samples, cache_bytes)
 
 

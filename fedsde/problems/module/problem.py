@@ -6,7 +6,8 @@ Client ``k`` holds ``N_k`` rows ``(x_i, y_i)`` and minimises
 
 (so ``F = Σ_k p_k (1/N_k) Σ_i ℓ_i + (λ/2)‖w‖²``, the ridge in every client's loss as for the classification
 problems), with ``f_w`` the module with weight vector ``w`` (``parameters_to_vector(module.parameters())``), ``ℓ`` the
-cross-entropy or the squared error (:mod:`fedsde.problems.module.functional`), ``p_k ∝ N_k`` unless given and ``λ``
+cross-entropy (of logits, or ``nll`` of log-probabilities) or the squared error
+(:mod:`fedsde.problems.module.functional`), ``p_k ∝ N_k`` unless given and ``λ``
 the ``l2`` coefficient.  A local step is ``w ← w − η(∇ (1/b) Σ_{i∈S} ℓ(f_w(x_i), y_i) + λw)`` on a minibatch ``S``
 of ``b`` rows (``batch_size``; ``None`` = the client's whole data) drawn without or with replacement, with the module
 in train mode (dropout active, masks from the run's streams); metrics are evaluated in eval mode.  The initial
@@ -31,7 +32,16 @@ import torch
 from fedsde._validate import choice, client_weights, positive_float, positive_int
 from fedsde.errors import FedsdeInputError
 from fedsde.problems.classification.models import segment_starts
-from fedsde.problems.module.functional import LOSSES, FunctionalModule, refuse_running_stats
+from fedsde.problems.module.checks import (
+    activation_floats,
+    check_numeric,
+    check_outputs,
+    check_parameters,
+    meta_parameter_count,
+    user_code,
+    warn_small_clients,
+)
+from fedsde.problems.module.functional import LABEL_LOSSES, LOSSES, FunctionalModule, refuse_running_stats
 from fedsde.problems.module.metrics import METRIC_BYTES, module_metrics
 from fedsde.problems.module.views import ModuleViews
 
@@ -61,7 +71,7 @@ class ModuleProblem(ModuleViews):
         The global test set (``M = 0``: none).
     p : ndarray, shape (Q,)
         Client weights (normalised; default ``N_k/N``).
-    loss : {"cross-entropy", "mse"}
+    loss_name : {"cross-entropy", "nll", "mse"}
     l2 : float
     batch_size : int or None
         Rows per local step (``None``: the client's whole data, ``"full"`` in a file).
@@ -117,9 +127,14 @@ class ModuleProblem(ModuleViews):
         return tuple(int(s) for s in self.X.shape[1:])
 
     @property
+    def uses_labels(self) -> bool:
+        """Whether the targets are class labels (``cross-entropy`` or ``nll``)."""
+        return self.loss_name in LABEL_LOSSES
+
+    @property
     def n_classes(self) -> int | None:
-        """Classes of a cross-entropy problem (``1 + max label``), else None."""
-        if self.loss_name != "cross-entropy":
+        """Classes of a label problem (``1 + max label``), else None."""
+        if not self.uses_labels:
             return None
         return int(max(self.y.max(), self.y_test.max() if self.y_test.size else 0)) + 1
 
@@ -165,7 +180,7 @@ class ModuleProblem(ModuleViews):
                 def put(a, dt=dtype):
                     return torch.as_tensor(np.ascontiguousarray(a)).to(device=device, dtype=dt)
 
-                ydt = torch.int64 if self.loss_name == "cross-entropy" else dtype
+                ydt = torch.int64 if self.uses_labels else dtype
                 s = np.repeat(self.p / self.sizes, self.sizes)
                 data = {"X": put(self.X), "y": put(self.y, ydt), "s": put(s),
                         "Xt": put(self.X_test), "yt": put(self.y_test, ydt),
@@ -197,16 +212,16 @@ class ModuleProblem(ModuleViews):
         return list(self._cache[key][0].made.values()) if key in self._cache else []
 
     def metric_names(self) -> tuple[str, ...]:
-        """The metrics this problem defines (``test_accuracy`` needs cross-entropy and a test set)."""
+        """The metrics this problem defines (``test_accuracy`` needs labels and a test set)."""
         names = ["train_loss", "grad_norm_sq"]
-        if self.loss_name == "cross-entropy" and self.y_test.shape[0] > 0:
+        if self.uses_labels and self.y_test.shape[0] > 0:
             names.append("test_accuracy")
         return (*names, "distance_from_start")
 
     def label_distributions(self) -> np.ndarray:
-        """Training label distribution of every client (cross-entropy), shape (Q, C)."""
-        if self.loss_name != "cross-entropy":
-            raise FedsdeInputError("label_distributions: need integer labels (loss='cross-entropy')")
+        """Training label distribution of every client (label losses), shape (Q, C)."""
+        if not self.uses_labels:
+            raise FedsdeInputError("label_distributions: need integer labels (loss='cross-entropy' or 'nll')")
         C = self.n_classes
         counts = np.bincount(self.client_ids * C + self.y.astype(np.int64), minlength=self.Q * C).reshape(self.Q, C)
         return counts / counts.sum(1, keepdims=True)
@@ -236,11 +251,10 @@ def _build(*, module, X, y, sizes, X_test, y_test, p, loss_name, l2, batch_size,
         metric_samples = positive_int("metric_samples", metric_samples, minimum=32)  # 2·metrics.GROUPS
     if module is None:
         module = _instantiate(factory, init_seed)
+    check_parameters(sum(int(t.numel()) for t in module.parameters()), type(module).__name__)
     module = module.to(dtype=torch.float64)
     refuse_running_stats(module)
     w0 = torch.nn.utils.parameters_to_vector(module.parameters()).detach().cpu().numpy().copy()
-    if w0.size == 0:
-        raise FedsdeInputError(f"model: {type(module).__name__} has no parameters")
     sizes = np.asarray(sizes, dtype=np.int64)
     p = sizes / sizes.sum() if p is None else client_weights("p", p, sizes.size)
     pb = ModuleProblem(module=module, X=X, y=y, sizes=sizes, X_test=X_test, y_test=y_test, p=p, loss_name=loss_name,
@@ -249,65 +263,31 @@ def _build(*, module, X, y, sizes, X_test, y_test, p, loss_name, l2, batch_size,
                        info=dict(info), factory=factory)
     pb._cache["d"] = int(w0.size)
     pb._cache["w0"] = w0
-    pb._cache["act_floats"] = _activation_floats(module, pb.row_shape)
-    _check_outputs(pb)
+    pb._cache["act_floats"] = activation_floats(module, pb.row_shape)
+    check_outputs(pb)
     return pb
 
 
 def _instantiate(factory, init_seed: int):
-    """``factory()`` after ``torch.manual_seed(init_seed)``, the global RNG state restored afterwards."""
+    """``factory()`` after ``torch.manual_seed(init_seed)``, the global RNG state restored afterwards; a factory
+    whose module is too large is refused from its build on the meta device, before it allocates
+    (:func:`~fedsde.problems.module.checks.check_parameters`)."""
     if not callable(factory):
         raise FedsdeInputError(f"model: {factory!r} is neither an nn.Module nor a class/function returning one")
+    label = getattr(factory, "__name__", type(factory).__name__)
     state = torch.random.get_rng_state()
     try:
+        count = meta_parameter_count(factory)
+        if count is not None:
+            check_parameters(count, label)
         torch.manual_seed(int(init_seed))
-        module = factory()
+        with user_code(f"{label}()"):
+            module = factory()
     finally:
         torch.random.set_rng_state(state)
     if not isinstance(module, torch.nn.Module):
-        raise FedsdeInputError(f"model: {getattr(factory, '__name__', factory)!r} returned a "
-                               f"{type(module).__name__}, not a torch.nn.Module")
+        raise FedsdeInputError(f"model: {label!r} returned a {type(module).__name__}, not a torch.nn.Module")
     return module
-
-
-def _activation_floats(module, row_shape) -> int:
-    """Floats of every submodule's output for one row (an estimate of a row's activations)."""
-    total = [0]
-
-    def hook(mod, args, out):
-        if isinstance(out, torch.Tensor):
-            total[0] += int(out.numel())
-
-    hooks = [m.register_forward_hook(hook) for m in module.modules()]
-    try:
-        with torch.no_grad():
-            module.eval()(torch.zeros((1, *row_shape), dtype=torch.float64))
-    except Exception as exc:
-        raise FedsdeInputError(f"model: the forward pass fails on one row of shape {tuple(row_shape)} "
-                               f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
-    finally:
-        for h in hooks:
-            h.remove()
-    return max(total[0], 1)
-
-
-def _check_outputs(pb: ModuleProblem) -> None:
-    """The module's output fits the loss and the targets (one row's check)."""
-    fm, data = pb._shared("cpu", torch.float64)
-    with torch.no_grad():
-        out = fm.outputs(torch.from_numpy(pb._cache["w0"]), data["X"][:1])
-    if not isinstance(out, torch.Tensor):
-        raise FedsdeInputError(f"model: {type(pb.module).__name__}.forward returns a {type(out).__name__}, not a "
-                               "tensor of outputs (return the logits, e.g. the first element of an nn.LSTM's output)")
-    if pb.loss_name == "cross-entropy":
-        C = int(out.reshape(1, -1).shape[1])
-        pb._cache["logits"] = C
-        if C < pb.n_classes:
-            raise FedsdeInputError(f"model: gives {C} outputs per row, the labels go up to {pb.n_classes - 1} "
-                                   "(cross-entropy needs one logit per class)")
-    elif out.numel() != int(np.prod(pb.y.shape[1:], dtype=np.int64)):
-        raise FedsdeInputError(f"model: gives outputs of shape {tuple(out.shape[1:])} per row, the targets have "
-                               f"shape {tuple(pb.y.shape[1:])} (mse needs one output per target entry)")
 
 
 def client_order(client) -> tuple[np.ndarray, list]:
@@ -341,9 +321,11 @@ def module_problem(module_or_factory, x, y, client, *, x_test=None, y_test=None,
         Client of every row; every distinct value is a client, in order of first appearance.
     x_test, y_test : arrays, optional
         A global test set (test accuracy for cross-entropy).
-    loss : {"cross-entropy", "mse"}
+    loss : {"cross-entropy", "nll", "mse"}
+        ``nll``: the model ends in ``log_softmax`` (its outputs are checked to be log-probabilities).
     batch_size : int or "full"
-        Rows per local step (capped at ``N_k`` without replacement), or the client's whole data.
+        Rows per local step, or the client's whole data; without replacement a client with fewer rows uses all of
+        them (a :class:`~fedsde.problems.module.checks.BatchSizeWarning` says which).
     sampling : {"without-replacement", "with-replacement"}
     l2 : float
         Ridge ``λ >= 0`` (``F`` gets ``(λ/2)‖w‖²``, a step ``λw``).
@@ -357,7 +339,7 @@ def module_problem(module_or_factory, x, y, client, *, x_test=None, y_test=None,
     info : dict, optional
     """
     choice("loss", loss, LOSSES)
-    X = np.asarray(x, dtype=np.float64)
+    X = np.asarray(check_numeric("x", x), dtype=np.float64)
     if X.ndim < 2 or X.shape[0] < 1:
         raise FedsdeInputError(f"x: shape {X.shape} must be (n, …) with n >= 1 rows")
     if not np.isfinite(X).all():
@@ -373,7 +355,7 @@ def module_problem(module_or_factory, x, y, client, *, x_test=None, y_test=None,
     else:
         if y_test is None:
             raise FedsdeInputError("x_test, y_test: give both or neither")
-        Xt = np.asarray(x_test, dtype=np.float64)
+        Xt = np.asarray(check_numeric("x_test", x_test), dtype=np.float64)
         if Xt.shape[1:] != X.shape[1:] or not np.isfinite(Xt).all():
             raise FedsdeInputError(f"x_test: shape {Xt.shape} must be (m, {', '.join(map(str, X.shape[1:]))}) "
                                    "with finite numbers")
@@ -384,10 +366,12 @@ def module_problem(module_or_factory, x, y, client, *, x_test=None, y_test=None,
         raise FedsdeInputError(f"batch_size={batch_size!r}: must be an integer >= 1 or 'full'")
     factory = None if isinstance(module_or_factory, torch.nn.Module) else module_or_factory
     module = None if factory is not None else _copy_module(module_or_factory)
-    return _build(module=module, X=X[order], y=Y[order], sizes=sizes, X_test=Xt, y_test=Yt, p=p, loss_name=loss,
-                  l2=l2, batch_size=batch_size, sampling=sampling, init_seed=init_seed,
-                  client_names=tuple(str(n) for n in names), batching=batching, metric_samples=metric_samples,
-                  name=name or "module", info=info or {}, factory=factory)
+    pb = _build(module=module, X=X[order], y=Y[order], sizes=sizes, X_test=Xt, y_test=Yt, p=p, loss_name=loss,
+                l2=l2, batch_size=batch_size, sampling=sampling, init_seed=init_seed,
+                client_names=tuple(str(n) for n in names), batching=batching, metric_samples=metric_samples,
+                name=name or "module", info=info or {}, factory=factory)
+    warn_small_clients(pb.batch_size, pb.sampling, pb.sizes)
+    return pb
 
 
 def _copy_module(module):
@@ -397,14 +381,16 @@ def _copy_module(module):
 
 
 def _targets(name: str, y, n: int, loss: str) -> np.ndarray:
-    y = np.asarray(y)
+    y = check_numeric(name, y, role="numeric targets")
     if y.ndim < 1 or y.shape[0] != n:
         raise FedsdeInputError(f"{name}: shape {y.shape} must start with the {n} rows of x")
-    if loss == "cross-entropy":
+    if loss in LABEL_LOSSES:
         if y.ndim != 1:
-            raise FedsdeInputError(f"{name}: shape {y.shape} must be (n,): integer labels for cross-entropy")
-        if y.size and ((not np.issubdtype(y.dtype, np.integer) and np.any(np.mod(y, 1) != 0)) or y.min() < 0):
-            raise FedsdeInputError(f"{name}: labels must be integers 0..C-1 for cross-entropy")
+            raise FedsdeInputError(f"{name}: shape {y.shape} must be (n,): integer labels for {loss}")
+        with np.errstate(invalid="ignore"):
+            whole = np.issubdtype(y.dtype, np.integer) or bool(np.all(np.mod(y, 1) == 0))
+        if y.size and (not whole or y.min() < 0 or y.max() > np.iinfo(np.int64).max):
+            raise FedsdeInputError(f"{name}: labels must be integers 0..C-1 for {loss}")
         return y.astype(np.int64)
     y = y.astype(np.float64)
     if not np.isfinite(y).all():

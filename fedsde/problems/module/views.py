@@ -92,8 +92,9 @@ class ModuleViews:
 
     def accuracy(self, w, split: str = "test") -> np.ndarray | float:
         """Fraction of correctly classified rows of the global test (or train) set; ``w`` (..., d) gives (...)."""
-        if self.loss_name != "cross-entropy":
-            raise FedsdeInputError(f"accuracy: defined for loss='cross-entropy' (loss={self.loss_name!r})")
+        if not self.uses_labels:
+            raise FedsdeInputError(f"accuracy: defined for class labels (loss='cross-entropy' or 'nll'; "
+                                   f"loss={self.loss_name!r})")
         X, y = (self.X_test, self.y_test) if split == "test" else (self.X, self.y)
         if y.shape[0] == 0:
             raise FedsdeInputError(f"split={split!r}: the problem has no {split} samples")

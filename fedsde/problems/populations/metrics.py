@@ -93,7 +93,7 @@ def population_metrics(problem, W, need: list[str], *, m: int, seed: int, groups
     sample = population_sample(problem, m, seed, groups)
     c = sample["clients"]
     passes = getattr(problem, "sample_passes", None) or partial(_classifier_passes, problem, chunk_size=chunk_size)
-    ydt = torch.int64 if getattr(problem, "loss_name", "cross-entropy") == "cross-entropy" else W.dtype
+    ydt = torch.int64 if getattr(problem, "uses_labels", True) else W.dtype
 
     def put(a, kind=W.dtype):
         return torch.as_tensor(np.ascontiguousarray(a)).to(device=W.device, dtype=kind)
