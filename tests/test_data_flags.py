@@ -84,7 +84,7 @@ def _without(record: dict, *keys) -> dict:
     return record
 
 
-TIMES = ("seconds", "wall_s", "cost_ratio", "timing", "threads", "file", "problem_file")
+TIMES = ("seconds", "wall_s", "cost_ratio", "timing", "threads", "file", "problem_file", "batching")
 
 
 @pytest.mark.parametrize("argv", [
