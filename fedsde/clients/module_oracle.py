@@ -188,6 +188,17 @@ def step_bytes(problem, slots: int, block: int, dtype: torch.dtype) -> int:
     return int(item * slots * block * per_entry)
 
 
+def rows_bytes(problem, dtype: torch.dtype) -> int:
+    """The oracle's copy of the clients' rows on its device: padded (Q, N_max, …) rows and targets (a population:
+    the largest round's rows are counted by its own ``round_memory``)."""
+    if hasattr(problem, "population"):
+        return 0
+    item = torch.finfo(dtype).bits // 8
+    row = int(np.prod(problem.row_shape, dtype=np.int64))
+    target = int(np.prod(problem.y.shape[1:], dtype=np.int64))
+    return int(problem.Q * int(problem.sizes.max()) * (item * row + 8 * target))
+
+
 def module_oracle():
     """Oracle factory ``(problem, nblocks, device, dtype) -> ModuleOracle``, with its up-front memory check
     (``factory.check_memory(problem, slots=, block=, device=, dtype=, memory_limit=)``)."""
@@ -196,10 +207,11 @@ def module_oracle():
         return ModuleOracle(problem, nblocks, device, dtype)
 
     def check_memory(problem, *, slots: int, block: int, device, dtype, memory_limit=None) -> int:
-        need = step_bytes(problem, slots, block, dtype)
+        need = step_bytes(problem, slots, block, dtype) + rows_bytes(problem, dtype)
         memory_fits(f"module {type(problem.module).__name__} (d={problem.d}, {slots} client slots × {block} "
                     "replicates per block)", need, available_memory(device, memory_limit),
-                    "use a smaller batch_size, fewer clients per round (--participation) or a smaller block_size")
+                    "use a smaller batch_size, fewer clients per round (--participation) or a smaller block_size",
+                    device=device)
         return need
 
     factory.describe = {"oracle": "module"}

@@ -236,11 +236,13 @@ def svag_chain(
     item = torch.finfo(dtype).bits // 8
     available = available_memory(dev, None)
     check = getattr(oracle_factory, "check_memory", None)
-    if check is not None:  # an oracle with a work space of its own per block (module problems): refused up front
-        check(problem, slots=Q, block=block, device=dev, dtype=dtype)
+    # an oracle with a work space of its own per block (module problems): refused up front, and held beside the
+    # chunks' working set (one budget: both at once)
+    work = 0 if check is None else int(check(problem, slots=Q, block=block, device=dev, dtype=dtype) or 0)
     chunk_size = plan_chunks(f"replicates={R}", R, None, block, item * (10 * rollouts * Q * d + 6 * d),
-                             8 * keep.size * R * d, available, "use fewer replicates or record fewer rounds",
-                             working_set=working_set(dev, available))
+                             8 * (keep.size + 1) * R * d + work, available,
+                             "use fewer replicates or record fewer rounds", working_set=working_set(dev, available),
+                             device=dev)
     workers = resolve_workers(workers, dev)
     chunks = plan_workers(R, chunk_size, block, workers, rollouts * Q * d)
     run = _Chain(problem=problem, ell=ell, R=R, block=block, seed=base_seed, oracle_factory=oracle_factory, dev=dev,
