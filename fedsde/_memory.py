@@ -168,9 +168,9 @@ class MemoryBudget:
                         self._kept_bytes >= need / 4 else "")
         raise FedsdeInputError(
             f"{what}: needs about {_gib(need)} of memory"
-            + (f" next to {_gib(self._kept_bytes)} the command already plans to keep ({held})" if held else "")
-            + f", but the command's memory budget is about {_gib(self.total)}; {helps}".rstrip("; ")
-            + (" (the budget is what is free, or FEDSDE_MEMORY_LIMIT)" if "FEDSDE_MEMORY_LIMIT" not in helps else ""))
+            + (f" next to {_gib(self._kept_bytes)} the command keeps ({held})" if held else "")
+            + f", but about {_gib(self.total)} is available to the command (its memory budget: what was free when it "
+            f"started, or FEDSDE_MEMORY_LIMIT); {helps}".rstrip("; "))
 
     def to_dict(self) -> dict:
         """``{"memory_budget_bytes", "memory_planned_bytes"}``: the JSON ``resources`` of a command."""

@@ -40,9 +40,14 @@ from fedsde.errors import FedsdeInputError
 
 
 def add_json_flag(p: argparse.ArgumentParser) -> None:
-    """``--json`` (one JSON object on stdout) and ``--strict`` (warnings are errors, exit 2)."""
+    """``--json`` (one JSON object on stdout), ``--strict`` (warnings are errors, exit 2) and ``--threads N`` (the
+    command's thread policy, :func:`fedsde._threads.thread_policy`): every command has them."""
     p.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
     add_strict_flag(p)
+    if "--threads" not in p._option_string_actions:
+        p.add_argument("--threads", type=int, default=None, metavar="N",
+                       help="threads the command computes on (torch and BLAS; workers share them); default the CPUs "
+                       "this process may use, at most 16 (stated in the output: resources.threads)")
 
 
 def add_strict_flag(p: argparse.ArgumentParser) -> None:
@@ -359,12 +364,33 @@ def emit(args: argparse.Namespace, result: dict, human: str) -> int:
         raise FedsdeInputError(f"--strict: {msgs[0]}{more}")
     for m in msgs:
         sys.stderr.write(f"warning: {m}\n")
-    result = {**result, "warnings": msgs}
+    result = {**result, "warnings": msgs, "resources": resources()}
     if getattr(args, "json", False):
         sys.stdout.write(json.dumps(to_jsonable(result), allow_nan=False) + "\n")
     else:
-        sys.stdout.write(human.rstrip("\n") + "\n")
+        sys.stdout.write(human.rstrip("\n") + "\n" + resources_line(result["resources"]) + "\n")
     return 0
+
+
+def resources() -> dict:
+    """The ``resources`` of every command's JSON: ``memory_budget_bytes`` (what the command may plan for: what was
+    free when it started, or ``FEDSDE_MEMORY_LIMIT``), ``memory_planned_bytes`` (its estimated peak: what it keeps
+    plus its largest working set, each charged up front) and ``threads`` (what it computes on, ``--threads``)."""
+    from fedsde._memory import current_budget
+    from fedsde._threads import applied_threads
+
+    budget = current_budget()
+    memory = budget.to_dict() if budget is not None else {"memory_budget_bytes": None, "memory_planned_bytes": None}
+    return {**memory, "threads": applied_threads()}
+
+
+def resources_line(res: dict) -> str:
+    """The one short line the text output ends with: threads and planned memory of the budget."""
+    def size(n):
+        return "?" if n is None else (f"{n / 2**30:.3g} GiB" if n >= 2**27 else f"{n / 2**20:.3g} MiB")
+
+    return (f"resources: {res['threads']} thread(s), memory planned {size(res['memory_planned_bytes'])} of a "
+            f"{size(res['memory_budget_bytes'])} budget")
 
 
 def fmt_array(a) -> str:

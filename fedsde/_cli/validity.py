@@ -136,12 +136,9 @@ def _ells(text: str | None, reference: str) -> list[int] | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
     from fedsde._validate import positive_float
     from fedsde.errors import FedsdeInputError
     from fedsde.problems import load_problem
-    from fedsde.validity import validity_test
     from fedsde.validity.core import DEFAULT_ELLS
     from fedsde.validity.exact_fedavg import resolve_fedavg
     from fedsde.validity.reference import resolve_reference
@@ -187,7 +184,19 @@ def run(args: argparse.Namespace) -> int:
                 raise
             raise FedsdeInputError(f"SVAG chain ell={ell} (server step s/ell = {args.server_lr / ell:g}): {err}") \
                 from None
-    res = validity_test(
+    from fedsde._cli.common import options_named
+
+    with options_named(args, "final_cov", "replicates", "record_every"):  # errors name the flags
+        res = _validity(args, problem, steps, w0, ells, reference, fedavg)
+    return emit(args, res.to_dict(), human_report(res, problem, args))
+
+
+def _validity(args: argparse.Namespace, problem, steps, w0, ells, reference, fedavg):
+    import torch
+
+    from fedsde.validity import validity_test
+
+    return validity_test(
         problem, eta=args.eta, local_steps=steps, rounds=args.rounds, replicates=args.replicates, seed=args.seed,
         server_lr=args.server_lr, ells=ells, h=args.h, w0=w0, reference=reference, tolerance=args.tolerance,
         accuracy_tolerance=args.accuracy_tolerance, alpha=args.alpha, metrics=_names("--metrics", args.metrics),
@@ -195,7 +204,6 @@ def run(args: argparse.Namespace) -> int:
         device=args.device, dtype=torch.float32 if args.float32 else torch.float64, progress=not args.json,
         fedavg=fedavg, final_cov=args.final_cov,
     )
-    return emit(args, res.to_dict(), human_report(res, problem, args))
 
 
 def human_report(res, problem, args: argparse.Namespace) -> str:

@@ -151,6 +151,7 @@ def svag_chain(
     bar=None,
     what: str | None = None,
     workers: int | None = None,
+    on_error: Callable[[], None] | None = None,
 ) -> SVAGPaths:
     """Run the SVAG chain with parameter ``ell`` for ``rounds`` base rounds (``ell·rounds`` SVAG steps).
 
@@ -195,6 +196,9 @@ def svag_chain(
     workers : int, optional
         Threads that run chunks of replicates at the same time (default: the threads torch may use on the CPU, 1 on a
         GPU; :mod:`fedsde.sim.workers`).  The chains are bit-identical for every value.
+    on_error : callable, optional
+        Called when a chunk fails (e.g. to release chunks that ``on_grid`` made wait on another,
+        :meth:`fedsde.sim.moments.StreamingMoments.abort`).
 
     Returns
     -------
@@ -248,7 +252,7 @@ def svag_chain(
     run = _Chain(problem=problem, ell=ell, R=R, block=block, seed=base_seed, oracle_factory=oracle_factory, dev=dev,
                  dtype=dtype, etas=etas, lrs=lrs, steps=steps, w_start=w_start, keep=keep, on_grid=on_grid, bar=bar,
                  watch=BlowUpWatch(problem_scale(problem, w_start), what or f"the SVAG chain (ell={ell})"))
-    run_chunks(run, chunks, workers,
+    run_chunks(run, chunks, workers, on_error=on_error,
                before_raise=lambda exc: run.watch.flush(before=getattr(exc, "fedsde_when", -1), stacklevel=7))
     run.watch.flush(stacklevel=3)
     config = {"ell": ell, "eta": etas.tolist() if np.ndim(eta) else float(eta), "local_steps": steps.tolist(),
@@ -351,27 +355,55 @@ class _Chain:
 @renamed(paths="replicates")
 def simulate_svag(problem, *, eta, local_steps, rounds: int, replicates: int, seed, ell: int, server_lr=1.0, h=None,
                   w0=None, oracle_factory=None, record: Sequence[int] | None = None, device="cpu",
-                  dtype=torch.float64, progress: bool = False):
+                  dtype=torch.float64, progress: bool = False, moments_only: bool = False,
+                  full_cov_rounds: Sequence[int] | None = None, on_record: Callable | None = None):
     """Paths of SDE (2) by the SVAG integrator (step ``h/ℓ``), as :class:`~fedsde.sde.integrate.SDEPaths`.
 
     The SVAG counterpart of ``simulate_sde(variant="general")``: each step costs two client rounds per path
     (against ``inner_samples`` for the Monte-Carlo-coefficient Euler scheme), and the weak error is ``O(h/ℓ)``.
     ``replicates`` (old name: ``paths``) independent paths; ``record`` defaults to every base round.
+    ``moments_only``, ``full_cov_rounds`` and ``on_record`` as in :func:`~fedsde.sde.integrate.simulate_sde`: the
+    moments streamed over chunks of replicates (:class:`~fedsde.sim.moments.StreamingMoments`, memory ``O(T·d)``
+    without full covariances) and the recorded states handed to ``on_record(n, start, w)`` instead of kept.
     """
+    from fedsde._memory import keep_memory
     from fedsde.sde.integrate import SDEPaths
+    from fedsde.sim.moments import StreamingMoments
 
     rounds = positive_int("rounds", rounds, minimum=0)
-    keep = np.arange(rounds + 1) if record is None else record
+    R = positive_int("replicates", replicates)
+    keep = record_rounds("record", record, rounds) if record is not None else np.arange(rounds + 1)
+    index = {int(n): i for i, n in enumerate(keep)}
+    moments = None
+    if moments_only:
+        full = None if full_cov_rounds is None else [index[int(n)] for n in full_cov_rounds if int(n) in index]
+        n_full, d = keep.size if full is None else len(full), int(problem.d)
+        keep_memory(f"the streamed moments of {keep.size} recorded rounds ({n_full} full covariances)",
+                    8 * (3 * keep.size * d + n_full * d * d), "record fewer rounds or keep variances only")
+        moments = StreamingMoments(keep.size, d, resolve_block_size(None, R), full)
+
+    def on_grid(n: int, start: int, w: torch.Tensor) -> None:
+        if n in index:
+            if moments is not None:
+                moments.add(index[n], start, w)
+            if on_record is not None:
+                on_record(n, start, w)
+
+    hook = on_grid if moments is not None or on_record is not None else None
     bar = tqdm(total=rounds * positive_int("ell", ell), desc=f"sde[svag ℓ={ell}]", unit="step",
                disable=not progress, leave=False)
     try:
-        res = svag_chain(problem, eta=eta, local_steps=local_steps, rounds=rounds, ell=ell, replicates=replicates,
-                         seed=seed, server_lr=server_lr, h=h, w0=w0, oracle_factory=oracle_factory, record=keep,
-                         device=device, dtype=dtype, bar=bar, what=f"the SDE (general, svag ell={ell})")
+        res = svag_chain(problem, eta=eta, local_steps=local_steps, rounds=rounds, ell=ell, replicates=R,
+                         seed=seed, server_lr=server_lr, h=h, w0=w0, oracle_factory=oracle_factory,
+                         record=None if moments_only else keep, on_grid=hook, device=device, dtype=dtype, bar=bar,
+                         what=f"the SDE (general, svag ell={ell})",
+                         on_error=None if moments is None else moments.abort)
     finally:
         bar.close()
     config = {("paths" if k == "replicates" else k): v for k, v in res.config.items()}  # the keys of mc-euler's
     config |= {"variant": "general", "integrator": "svag"}
+    if moments is not None:
+        return SDEPaths(rounds=keep, times=keep * res.h, weights=None, h=res.h, config=config, streamed=moments)
     return SDEPaths(rounds=res.rounds, times=res.times, weights=res.weights, h=res.h, config=config)
 
 

@@ -39,6 +39,7 @@ Register = Callable[[Any], None]
 #: options of cell commands that a spec may not set (they write outside the sweep folder or start clusters)
 NOT_CELL_OPTIONS = {"out": "writes files outside the sweep folder", "figures": "writes files outside the sweep folder",
                     "sweep_out": "writes files outside the sweep folder",
+                    "threads": "a cell runs on one thread (the sweep's --workers spreads the cells)",
                     "workers": "starts worker processes of its own (the sweep's --workers spreads the cells)"}
 #: exceptions the ``fedsde`` entry point turns into a one-line message and exit status 2
 _EXIT2 = (FedsdeInputError, SimulationDivergedError, FileNotFoundError, IsADirectoryError, PermissionError)
@@ -209,7 +210,12 @@ def _run_command(command: str, argv: list[str], commands: Mapping[str, Register]
     outcome: dict[str, Any]
     try:
         info = command_info(command, commands)
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), warnings.catch_warnings():
+        from fedsde._memory import command_budget
+
+        # a cell is a command of its own: its own memory budget (what the process running it leaves, inside a map
+        # or a sweep command its budget's remainder), reported in its JSON resources
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), warnings.catch_warnings(), \
+                command_budget():
             warnings.simplefilter("default")
             args = parse_cell_args(info, [*argv, "--json"])
             rc = int(args.func(args) or 0)
