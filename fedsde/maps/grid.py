@@ -95,12 +95,13 @@ def sweep_spec(problem_file: str, grid: MapGrid, *, rounds: int, replicates: int
 
 
 def cell_kappa(problem, cell: dict) -> tuple[float | None, str]:
-    """``(κ, "")`` for one cell, or ``(None, why)`` where the problem has no round map to linearise."""
-    from fedsde.validity.step import round_contraction
+    """``(κ, note)`` for one cell (``note``: what κ means on a non-convex loss, :func:`fedsde.validity.step.
+    contraction`, else ``""``), or ``(None, why)`` where the problem has no round map to linearise."""
+    from fedsde.validity.step import contraction
 
     try:
-        return round_contraction(problem, eta=cell["eta"], local_steps=cell["local_steps"],
-                                 server_lr=cell["server_lr"]), ""
+        c = contraction(problem, eta=cell["eta"], local_steps=cell["local_steps"], server_lr=cell["server_lr"])
+        return c.kappa, c.note
     except (FedsdeInputError, ValueError, np.linalg.LinAlgError, ArithmeticError) as exc:
         return None, " ".join(str(exc).split())
 

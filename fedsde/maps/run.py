@@ -32,8 +32,10 @@ from fedsde.maps.refine import DESIGN, LOOKS, combine_looks, look_alpha, plan_re
 REFINE_DIR = "refine"
 #: the claim whose threshold the map draws
 CLAIM = "002/eq-2-model"
-KAPPA_MEASURE = ("κ = s·λ_max(B), B = Σ_k p_k [I − (I − ηU_k)^E] (data: client Hessians at the optimum); the claim "
-                 "002/eq-2-model fits κ* on the paper's table problem: the SDE tracks FedAvg where κ <= κ*")
+KAPPA_MEASURE = ("κ = s·λ_max(B), B = Σ_k p_k [I − (I − ηU_k)^E] (data: client Hessians at the optimum, applied by "
+                 "Hessian-vector products; a non-convex loss: s·max |λ(B)| at a point of small gradient, see each "
+                 "cell's kappa_note); the claim 002/eq-2-model fits κ* on the paper's table problem: the SDE tracks "
+                 "FedAvg where κ <= κ*")
 
 
 def cell_records(out: str | os.PathLike) -> list[dict[str, Any]]:

@@ -10,10 +10,15 @@ not comparable across problems: it ignores the contraction's saturation at ``ηU
 
 For a data problem the analogue linearises the round at the optimum: ``H_k = ∇²F_k(w*)`` in place of ``U_k``.
 ``λ_max`` is found by Lanczos (``scipy.sparse.linalg.eigsh``) on ``v ↦ Σ_k p_k [v − (I − ηH_k)^{τ_k} v]`` (matrix
-powers are never formed).
+powers are never formed), with ``H_k v`` by Hessian-vector products where the client Hessians would be large
+(``torch.func`` for a module problem, finite differences of per-sample gradients for the built-in models): memory
+``O(Q·d)``.  A network's loss is non-convex and its linearisation point ``w̄`` is not a minimum; there ``κ`` reads
+``s·max |λ(B)|`` (:func:`contraction`, which says so in its ``note``).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -26,16 +31,41 @@ MODULE_LBFGS_MAXITER = 60
 
 
 def round_contraction(problem, *, eta: float, local_steps, server_lr: float = 1.0, at=None) -> float:
-    """``κ = s·λ_max(B)`` (see the module docstring).
+    """``κ = s·λ_max(B)`` (see the module docstring); a network's: :func:`contraction` (``s·max |λ(B)|``).
 
     Parameters
     ----------
-    problem : QuadraticProblem or a data problem (``client_hessian``, ``loss``, ``grad``)
+    problem : QuadraticProblem or a data problem (``client_hessian`` or ``client_hvp``, ``loss``, ``grad``)
     eta, local_steps, server_lr
         ``η``, ``E`` (or per-client ``τ_k``), ``s``.
     at : array (d,), optional
         Data problems: where the round is linearised (default: the optimum, :func:`approximate_optimum`; its
         client Hessians are cached on the problem).
+    """
+    return contraction(problem, eta=eta, local_steps=local_steps, server_lr=server_lr, at=at).kappa
+
+
+@dataclass(frozen=True)
+class Contraction:
+    """The step measure of one ``(η, E, s)``: ``kappa``, the ends ``lam_min``, ``lam_max`` of ``B``'s spectrum
+    (``lam_min`` ``None`` where only the top is computed: a convex loss, whose stable round has ``B ⪰ 0``) and a
+    ``note`` saying what ``κ`` means where that is not the convex reading."""
+
+    kappa: float
+    lam_max: float
+    lam_min: float | None = None
+    note: str = ""
+
+
+def contraction(problem, *, eta: float, local_steps, server_lr: float = 1.0, at=None) -> Contraction:
+    """``κ`` with the ends of ``B``'s spectrum and what it means (arguments of :func:`round_contraction`).
+
+    A convex loss (quadratic clients, logistic and softmax regression): ``κ = s·λ_max(B)``.  A non-convex one (a
+    module problem, an MLP) is linearised at ``w̄``, a point of small gradient rather than a minimum, where ``B`` may
+    have negative eigenvalues: along them the linearised round moves *away* from ``w̄`` (negative curvature, or local
+    steps past ``η·λ(H_k) = 2``).  There ``κ = s·max |λ(B)|``, both ends by Lanczos: the largest fraction by which
+    one round changes the distance from ``w̄`` along any direction, which is what the SDE's step must keep small; on
+    a stable convex round (``B ⪰ 0``) the two readings agree.  It is local to ``w̄``, and ``note`` says so.
     """
     from fedsde.problems.quadratic.problem import QuadraticProblem
 
@@ -45,60 +75,96 @@ def round_contraction(problem, *, eta: float, local_steps, server_lr: float = 1.
         from fedsde.exact.round_law import round_law
 
         B = round_law(problem, eta, local_steps, s, warn=False).B
-        return s * float(np.linalg.eigvalsh(0.5 * (B + B.T))[-1])
-    if hasattr(problem, "client_hvp"):  # a module problem: Hessian-vector products, no (Q, d, d) Hessians
-        return s * _lanczos_top(problem, eta, client_steps("local_steps", local_steps, problem.Q), at)
-    if not hasattr(problem, "client_hessian"):
+        lam = float(np.linalg.eigvalsh(0.5 * (B + B.T))[-1])
+        return Contraction(s * lam, lam)
+    if not (hasattr(problem, "client_hvp") or hasattr(problem, "client_hessian")):
         raise FedsdeInputError(f"problem: a {type(problem).__name__} has no client Hessians to linearise")
-    import scipy.sparse.linalg as sla
-
     steps = client_steps("local_steps", local_steps, problem.Q)
-    cache = getattr(problem, "_cache", None) if at is None else None
-    if cache is not None and "validity_client_hessian" in cache:
-        H = cache["validity_client_hessian"]
-    else:
-        w = approximate_optimum(problem) if at is None else np.asarray(at, dtype=np.float64).reshape(problem.d)
-        H = np.asarray(problem.client_hessian(w))  # (Q, d, d)
-        if cache is not None:
-            cache["validity_client_hessian"] = H
-    d = problem.d
+    w = approximate_optimum(problem) if at is None else np.asarray(at, dtype=np.float64).reshape(problem.d)
+    hvp = _client_hvp(problem, w, cached=at is None)
+    convex = not hasattr(problem, "client_hvp") and getattr(getattr(problem, "classifier", None), "convex", True)
+    lo, hi = _lanczos_ends(problem, eta, steps, hvp, both=not convex)
+    kappa = s * (hi if lo is None else max(hi, -lo))
+    note = ""
+    if not convex:
+        note = (f"κ = s·max |λ(B)| at a point of small gradient w̄ (L-BFGS, at most {MODULE_LBFGS_MAXITER} steps) of a "
+                "non-convex loss: local to w̄")
+        if lo is not None and lo < -LANCZOS_RTOL * max(abs(hi), 1.0):
+            note += (f"; λ_min(B) = {lo:.3g} < 0: the linearised round moves away from w̄ along some direction "
+                     "(negative curvature, or local steps past η·λ(H_k) = 2)")
+    return Contraction(kappa, hi, lo, note)
 
-    def matvec(v):
-        v = np.asarray(v, dtype=np.float64).reshape(d)
-        out = np.zeros(d)
-        for k in range(problem.Q):
-            u = v.copy()
-            for _ in range(int(steps[k])):
-                u = u - eta * (H[k] @ u)
-            out += problem.p[k] * (v - u)
+
+#: client Hessians (Q, d, d) are formed only up to this size (bytes); above it B is applied by Hessian-vector
+#: products (finite differences of per-sample gradients for the built-in models, ``torch.func`` for a module)
+DENSE_CURVATURE_BYTES = 1 << 29
+
+
+def _client_hvp(problem, w: np.ndarray, *, cached: bool):
+    """``U ↦ [H_k u_k]_k`` (U, result (Q, d)) at ``w``: a module problem's ``client_hvp`` (``torch.func``); else the
+    dense client Hessians where they fit in :data:`DENSE_CURVATURE_BYTES` and in a quarter of what the command's
+    memory budget leaves (cached on the problem at the optimum; charged to the budget), else central differences
+    of the per-sample gradients, ``O(N·d)`` memory."""
+    from fedsde._memory import available_memory, current_budget
+
+    if hasattr(problem, "client_hvp"):
+        return lambda U: problem.client_hvp(w, U)
+    Q, d = problem.Q, problem.d
+    need = 8 * Q * d * d
+    if need <= min(DENSE_CURVATURE_BYTES, available_memory("cpu") // 4):
+        cache = getattr(problem, "_cache", None) if cached else None
+        if cache is not None and "validity_client_hessian" in cache:
+            H = cache["validity_client_hessian"]
+        else:
+            if current_budget() is not None:
+                current_budget().peak(f"the client Hessians ({Q} × {d} × {d})", need)
+            H = np.asarray(problem.client_hessian(w))  # (Q, d, d)
+            if cache is not None:
+                cache["validity_client_hessian"] = H
+        return lambda U: np.einsum("qij,qj->qi", H, U)
+
+    def by_differences(U: np.ndarray) -> np.ndarray:
+        out = np.empty((Q, d))
+        for k in range(Q):
+            u = U[k]
+            norm = float(np.linalg.norm(u))
+            if norm == 0.0:
+                out[k] = 0.0
+                continue
+            eps = 1e-5 * max(1.0, float(np.linalg.norm(w))) / norm  # central differences: O(ε²) + O(1e-16/ε)
+            out[k] = (problem.per_sample_grads(w + eps * u, k).mean(0)
+                      - problem.per_sample_grads(w - eps * u, k).mean(0)) / (2 * eps)
         return out
 
-    op = sla.LinearOperator((d, d), matvec=matvec, dtype=np.float64)
-    # a fixed start vector: ARPACK's default draws one at random, which moves λ in its last bits from run to run
-    v0 = np.random.default_rng(0).standard_normal(d)
-    lam = sla.eigsh(op, k=1, which="LA", return_eigenvectors=False, tol=LANCZOS_RTOL, v0=v0)[0]
-    return s * float(lam)
+    return by_differences
 
 
-def _lanczos_top(problem, eta: float, steps: np.ndarray, at) -> float:
-    """``λ_max(B)`` by Lanczos with ``H_k v_k`` from ``problem.client_hvp(w, V)`` (V, result (Q, d); ``torch.func``
-    forward-over-reverse products for module problems): ``(I − ηH_k)^{τ_k} v`` is ``τ_k`` products per client."""
+def _lanczos_ends(problem, eta: float, steps: np.ndarray, hvp, *, both: bool) -> tuple[float | None, float]:
+    """``(λ_min, λ_max)`` of ``B`` (``λ_min`` ``None`` unless ``both``) by Lanczos on ``v ↦ Σ_k p_k [v − (I −
+    ηH_k)^{τ_k} v]`` with ``H_k u_k`` from ``hvp`` (matrix powers are never formed): ``τ_k`` products per client."""
     import scipy.sparse.linalg as sla
 
-    w = approximate_optimum(problem) if at is None else np.asarray(at, dtype=np.float64).reshape(problem.d)
     d, Q = problem.d, problem.Q
 
     def matvec(v):
         v = np.asarray(v, dtype=np.float64).reshape(d)
         U = np.broadcast_to(v, (Q, d)).copy()
         for i in range(int(steps.max())):
-            HU = problem.client_hvp(w, U)
+            HU = hvp(U)
             U = np.where((steps > i)[:, None], U - eta * HU, U)
         return problem.p @ (v[None, :] - U)
 
     op = sla.LinearOperator((d, d), matvec=matvec, dtype=np.float64)
+    # a fixed start vector: ARPACK's default draws one at random, which moves λ in its last bits from run to run
     v0 = np.random.default_rng(0).standard_normal(d)
-    return float(sla.eigsh(op, k=1, which="LA", return_eigenvectors=False, tol=LANCZOS_RTOL, v0=v0)[0])
+    if d <= 3:  # too small for ARPACK: the dense matrix from d products
+        B = np.stack([matvec(e) for e in np.eye(d)], axis=1)
+        lam = np.linalg.eigvalsh(0.5 * (B + B.T))
+        return (float(lam[0]) if both else None), float(lam[-1])
+    if not both:
+        return None, float(sla.eigsh(op, k=1, which="LA", return_eigenvectors=False, tol=LANCZOS_RTOL, v0=v0)[0])
+    lam = np.sort(sla.eigsh(op, k=2, which="BE", return_eigenvectors=False, tol=LANCZOS_RTOL, v0=v0))
+    return float(lam[0]), float(lam[-1])
 
 
 def approximate_optimum(problem) -> np.ndarray:
