@@ -372,6 +372,17 @@ def emit(args: argparse.Namespace, result: dict, human: str) -> int:
     return 0
 
 
+def check_workers(args: argparse.Namespace) -> None:
+    """Warn when ``--workers N`` local single-threaded worker processes exceed the command's threads (``--threads``):
+    each worker computes on one thread, so more workers than threads oversubscribe the cores."""
+    from fedsde._threads import applied_threads
+
+    workers, threads = getattr(args, "workers", 1) or 1, applied_threads()
+    if getattr(args, "scheduler", None) is None and workers > threads:
+        warn(f"--workers={workers}: {workers} single-threaded worker processes on {threads} thread(s) (--threads) "
+             f"oversubscribe the cores; use --workers {threads} or raise --threads")
+
+
 def resources() -> dict:
     """The ``resources`` of every command's JSON: ``memory_budget_bytes`` (what the command may plan for: what was
     free when it started, or ``FEDSDE_MEMORY_LIMIT``), ``memory_planned_bytes`` (its estimated peak: what it keeps

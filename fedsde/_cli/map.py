@@ -6,7 +6,7 @@ import argparse
 import math
 
 from fedsde._cli import one_line_help
-from fedsde._cli.common import add_json_flag, emit, writable_folder
+from fedsde._cli.common import add_json_flag, check_workers, emit, writable_folder
 
 REFERENCES = ("exact", "svag")
 #: choices of ``--fedavg`` (as :data:`fedsde.validity.exact_fedavg.FEDAVG_MODES`)
@@ -158,6 +158,7 @@ def run(args: argparse.Namespace) -> int:
         raise FedsdeInputError(f"--{str(err).replace('_', '-', 1)}") from None
     _check_options(args)
     out = writable_folder("--out", args.out)
+    check_workers(args)
     ells = None if args.ells is None else _integers("--ells", args.ells)
     options = {"reference": args.reference, "fedavg": args.fedavg, "ells": ells, "tolerance": args.tolerance,
                "accuracy_tolerance": args.accuracy_tolerance, "alpha": args.alpha,

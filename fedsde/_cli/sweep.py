@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from fedsde._cli import one_line_help
-from fedsde._cli.common import add_json_flag, emit, warn, writable_folder
+from fedsde._cli.common import add_json_flag, check_workers, emit, warn, writable_folder
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -48,6 +48,7 @@ def run(args: argparse.Namespace) -> int:
     from fedsde.sweep import run as run_sweep
 
     out = writable_folder("--out", args.out)
+    check_workers(args)
     summary = run_sweep(args.spec, out, workers=args.workers, scheduler=args.scheduler, gpu_workers=args.gpu_workers,
                         resume=args.resume, progress=not args.json, commands=cell_commands(),
                         max_cells=args.max_cells)

@@ -129,11 +129,12 @@ def memory_need(problem, grid: MapGrid, *, rounds: int, replicates: int, ells: S
     """Bytes a map needs at its peak (float64; an estimate).
 
     Per running cell: a copy of the problem's arrays; the chains' working set (about ten ``(Q, d)`` tensors per
-    replicate, at most half of the simulator's 1 GiB working set, which it chunks replicates to respect) and final
-    weights ``(R, d)``; the per-replicate metric values ``(L, T, R)`` of every metric, twice; and for the exact
-    least-squares reference the moment ODE of ``(w, wwᵀ)`` (its ``(d + d²)²`` generator and a matrix exponential,
-    four such matrices).  ``concurrent`` cells run at once; the process that runs the map also holds the problem
-    and every cell's record (``L × T`` means and standard errors per metric, and the verdict's curves).
+    replicate, at most half of the simulator's 1 GiB working set, which it chunks replicates to respect; a module's
+    oracle work space beside it) and final weights ``(R, d)``; the per-replicate metric values ``(L, T, R)`` of
+    every metric, twice; and for the exact least-squares reference the moment ODE of ``(w, wwᵀ)`` (its
+    ``(d + d²)²`` generator and a matrix exponential, four such matrices).  ``concurrent`` cells run at once; the
+    process that runs the map also holds the problem and every cell's record (``L × T`` means and standard errors
+    per metric, and the verdict's curves).
     """
     Q, d = int(problem.Q), int(problem.d)
     L = len(ells)
@@ -141,11 +142,22 @@ def memory_need(problem, grid: MapGrid, *, rounds: int, replicates: int, ells: S
     R = replicates
     data = _array_bytes(problem)
     chains = min(8 * R * 10 * Q * d, 1 << 29) + 8 * R * d
+    if hasattr(problem, "functional"):  # a module problem: the oracle's work space of one block (a block: R <= 128)
+        from fedsde.clients.module_oracle import rows_bytes, step_bytes
+
+        chains += step_bytes(problem, Q, min(R, 128), torch_dtype()) + rows_bytes(problem, torch_dtype())
     values = 2 * 8 * L * T * R * metrics
     moments = 4 * 8 * (d + d * d) ** 2 if exact and hasattr(problem, "padded_rows") else 0
     cell = data + chains + values + moments
     records = grid.n_cells * 8 * T * metrics * (4 * L + 8)
     return int(concurrent * cell + data + records)
+
+
+def torch_dtype():
+    """float64, the dtype of a cell's chains (the estimate's)."""
+    import torch
+
+    return torch.float64
 
 
 def check_memory(problem, grid: MapGrid, *, concurrent: int, memory_limit=None, **sizes) -> int:
