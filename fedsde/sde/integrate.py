@@ -39,7 +39,7 @@ from fedsde.problems.quadratic.problem import QuadraticProblem
 from fedsde.sde.brownian import STEPS_PER_WINDOW, GridBrownian
 from fedsde.sde.coefficients import VARIANTS, psd_sqrt, quadratic_sde_coefficients
 from fedsde.sde.euler import euler_rounds, record_plan
-from fedsde.sde.models import ClientProblem, FedAvgSDE, QuadraticSDE
+from fedsde.sde.models import ClientProblem, FedAvgSDE, QuadraticSDE, rollout_group
 from fedsde.sde.schedules import RateLike
 from fedsde.sde.segments import SEGMENT_STEPS, sdeint_rounds  # noqa: F401 (sdeint_rounds: re-exported)
 from fedsde.sim.moments import BlowUpWatch, StreamingMoments, plan_chunks, problem_scale, working_set
@@ -229,15 +229,25 @@ def simulate_sde(
     full = None if full_cov_rounds is None else [i for i, n in enumerate(keep) if int(n) in
                                                  {int(r) for r in full_cov_rounds}]
     n_full = keep.size if full is None else len(full)
+    # the general SDE's rollouts: (K, Q, d) per path, ``slot_copies`` of them (four unless the oracle says), and
+    # the displacements and factor D (K, d); rollouts too large for one pass run a group of a block's at a time
+    copies = getattr(oracle_factory, "slot_copies", 4)
+    item = torch.finfo(dtype).bits // 8
+    Qc = max(1, int(problem.Q))
+    group = rollout_group(inner_samples, Qc, block, d, dtype, dev) if variant == "general" else inner_samples
+    rollout_path = item * inner_samples * d * ((copies * Qc if group >= inner_samples else 0) + 3)
+    work += 0 if group >= inner_samples else item * copies * group * Qc * block * d
     per_path = 8 * (2 * keep.size * d + 12 * d + STEPS_PER_WINDOW * channels) + (
-        32 * inner_samples * d * max(1, problem.Q) if variant == "general" else 0) + (
+        rollout_path if variant == "general" else 0) + (
         16 * d * d // BLOCK if moments_only and n_full else 0)
     # kept for the whole run: the paths, or the streamed sums (3 (T, d) and a (d, d) per full covariance); an
     # oracle's own work space (module problems) beside the chunks
     stored = (8 * (3 * keep.size * d + n_full * d * d) if moments_only else 8 * keep.size * replicates * d) + work
     available = available_memory(dev, memory_limit)
     chunk_size = plan_chunks(f"replicates={replicates}", replicates, chunk_size, BLOCK, per_path, stored, available,
-                             "use fewer paths or record fewer rounds" if moments_only else
+                             ("use fewer paths or record fewer rounds" + (
+                                 f", or fewer inner_samples (K={inner_samples} rollouts per path)"
+                                 if variant == "general" else "")) if moments_only else
                              "keep moments only (moments_only=True; the sde command does), record fewer rounds, or "
                              "use fewer paths", working_set=working_set(dev, available), device=dev)
     workers = resolve_workers(workers, dev)

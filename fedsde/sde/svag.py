@@ -243,7 +243,8 @@ def svag_chain(
     # an oracle with a work space of its own per block (module problems): refused up front, and held beside the
     # chunks' working set (one budget: both at once)
     work = 0 if check is None else int(check(problem, slots=Q, block=block, device=dev, dtype=dtype) or 0)
-    chunk_size = plan_chunks(f"replicates={R}", R, None, block, item * (10 * rollouts * Q * d + 6 * d),
+    copies = getattr(oracle_factory, "slot_copies", 10)  # (Q, d) tensors per replicate and rollout in a round
+    chunk_size = plan_chunks(f"replicates={R}", R, None, block, item * (copies * rollouts * Q * d + 6 * d),
                              8 * (keep.size + 1) * R * d + work, available,
                              "use fewer replicates or record fewer rounds", working_set=working_set(dev, available),
                              device=dev)
@@ -330,13 +331,16 @@ class _Chain:
                     wb = w.view(nb, 1, 1, block, d)
                     x = wb.expand(nb, 2, Q, block, d).clone().view(nbi, Q, block, d)
                 run_local_steps(x=x, oracle=oracle, streams=streams, eta=eta_n, n_steps=n_steps, local_steps=limits)
-                if ell == 1:
-                    delta = (x - wb).transpose(1, 2).reshape(Rp, Q, d)
+                if ell == 1:  # the displacements in place (the same numbers, one (Q, d) copy per replicate less)
+                    delta = x.sub_(wb).transpose(1, 2).reshape(Rp, Q, d)
                     w = w + s * torch.bmm(weights_p.unsqueeze(1), delta).squeeze(1)
+                    del delta
                 else:
-                    disp = x.view(nb, 2, Q, block, d) - wb
+                    disp = x.view(nb, 2, Q, block, d).sub_(wb)
                     A = torch.einsum("q,njqbd->njbd", p, disp)  # (nb, 2, B, d)
                     w = w + s * (A * coef).sum(1).reshape(Rp, d)
+                    del disp
+                del x  # before the next step's copy is made
                 if not self.watch.scan(w[:R], f"base round {n + 1}, step {j}", first=start, order=start,
                                        when=n * ell + j):
                     r = start + int(torch.nonzero(~torch.isfinite(w[:R]).all(-1))[0, 0])

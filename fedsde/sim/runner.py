@@ -318,7 +318,8 @@ def run_chunk(plan: SimulationPlan, start: int, R: int, out_w, out_drift: np.nda
         )
         if rec is not None and n_steps < out_drift.shape[1]:
             out_drift[rec, n_steps:, start:start + R] = out_drift[rec, n_steps - 1, start:start + R]
-        delta = (x - wb).transpose(1, 2).reshape(Rp, slots, d)  # (Rp, slots, d)
+        delta = x.sub_(wb).transpose(1, 2).reshape(Rp, slots, d)  # (Rp, slots, d); in place: no second copy
+        del x
         g0 = None if first_grads is None else first_grads.transpose(1, 2).reshape(Rp, slots, d)
         if sparse:  # the rule sees the m participants as its clients (ctx.clients: theirs)
             norms = solver.accumulation_norm(tau_s, eta).to(dtype) if agg.needs_norms else None
