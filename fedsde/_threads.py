@@ -55,8 +55,12 @@ def available_cpus() -> int:
 
 def default_threads() -> int:
     """The threads a command uses without ``--threads``: :func:`available_cpus`, at most ``OMP_NUM_THREADS`` when
-    that is set and at most :data:`MAX_DEFAULT_THREADS`."""
+    that is set, at most :data:`MAX_DEFAULT_THREADS`, and inside a Python process that already runs torch (a command
+    called from Python) at most the threads torch was given there."""
     n = min(available_cpus(), MAX_DEFAULT_THREADS)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        n = min(n, int(torch.get_num_threads()))
     try:
         omp = int(_OMP_AT_START or "0")
     except ValueError:

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from fedsde._memory import keep_memory
+from fedsde._memory import available_memory, keep_memory
 from fedsde._samples import cov_numbers, replicate_cov, resolve_final_cov
 from fedsde._validate import device_dtype, positive_float, positive_int, start_point, unit_interval
 from fedsde.clients.streams import resolve_seed
@@ -36,6 +36,8 @@ from fedsde.validity.reference import (
 )
 from fedsde.validity.verdict import ABSOLUTE_METRICS, GapPath, ValidityVerdict, richardson_limit, validity_verdict
 
+#: work space of one metric pass over the data (the module problems' ``METRIC_BYTES``; the others' passes are smaller)
+METRIC_WORK = 1 << 27
 #: default SVAG parameters per reference: FedAvg alone against an exact law; with the SVAG reference, FedAvg and the
 #: chains whose Richardson limit is the SDE (three besides FedAvg, so that the 1/ℓ regime can be checked)
 DEFAULT_ELLS = {"exact": (1,), "svag": (1, 2, 4, 8)}
@@ -67,6 +69,12 @@ class MetricGrid:
         self.problem, self.names, self.w0 = problem, list(names), w0
         self.gidx = {int(n): i for i, n in enumerate(grid)}
         self.values = torch.empty((len(self.names), len(grid), R), dtype=dtype, device=device)
+        if torch.device(device).type == "cpu":  # one pass at a time: its rows' work space and the gradients
+            from fedsde._memory import memory_fits
+
+            item = torch.finfo(dtype).bits // 8
+            memory_fits(f"the metrics of {R} replicates (d={problem.d})", METRIC_WORK + 4 * R * problem.d * item,
+                        available_memory("cpu"), "use fewer replicates or fewer metrics (metrics=…)")
 
     def __call__(self, n: int, start: int, w: torch.Tensor) -> None:
         t = self.gidx.get(int(n))
