@@ -268,3 +268,18 @@ def test_every_command_reports_the_same_resources(capsys, tmp_path):
         assert code == 0, err
         assert json.loads(out)["resources"]["threads"] == 1
         assert set(json.loads(out)["resources"]) == RESOURCE_KEYS
+
+
+def test_map_cells_compute_what_final_cov_says_and_the_estimate_counts_it():
+    from fedsde.maps.grid import MapGrid, memory_need, sweep_spec
+    from fedsde.problems import load_problem
+
+    grid = MapGrid(eta=(0.05, 0.1), local_steps=(1,))
+    assert sweep_spec("p.toml", grid, rounds=2, replicates=4, seed=0, options={})["base"]["final_cov"] == "none"
+    spec = sweep_spec("p.toml", grid, rounds=2, replicates=4, seed=0, options={"final_cov": "diag"})
+    assert spec["base"]["final_cov"] == "diag"
+    pb = load_problem(SOFTMAX)
+    sizes = dict(rounds=2, replicates=4, ells=[1, 2], record_every=1, metrics=4, exact=False, concurrent=1)
+    need = {how: memory_need(pb, grid, final_cov=how, **sizes) for how in ("none", "diag", "full")}
+    # three copies of a cell's (L, d, d) covariances (the running cell and the records of both cells), and JSON
+    assert need["full"] - need["none"] >= 3 * 2 * pb.d * pb.d * 8 > need["diag"] - need["none"] > 0

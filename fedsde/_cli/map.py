@@ -60,6 +60,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="metrics the verdict judges (default all recorded)")
     p.add_argument("--record-every", type=int, default=1, metavar="m", help="grid spacing in base rounds")
     p.add_argument("--device", default="cpu", help="torch device of every cell (cpu, cuda, …)")
+    p.add_argument("--final-cov", choices=("full", "diag", "none"), default="none",
+                   help="what every cell computes and stores at the horizon (as fedsde validity --final-cov): the d×d "
+                   "covariance of the final weights, the d variances, or nothing (default none: small cells)")
     p.add_argument("--refine", type=int, default=None, metavar="BUDGET",
                    help="replicates per chain (summed over cells) for a second look at the inconclusive cells, on "
                    "fresh replicates, cheapest first; both looks at level α/2 (see docs/map.md)")
@@ -164,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
                "accuracy_tolerance": args.accuracy_tolerance, "alpha": args.alpha,
                "metrics": _names("--metrics", args.metrics),
                "verdict_metrics": _names("--verdict-metrics", args.verdict_metrics),
-               "record_every": args.record_every, "device": args.device}
+               "record_every": args.record_every, "device": args.device, "final_cov": args.final_cov}
     from fedsde.problems import load_problem
     from fedsde.report.map_report import write_outputs
 

@@ -125,16 +125,17 @@ def _array_bytes(obj) -> int:
 
 
 def memory_need(problem, grid: MapGrid, *, rounds: int, replicates: int, ells: Sequence[int], record_every: int,
-                metrics: int, exact: bool, concurrent: int) -> int:
+                metrics: int, exact: bool, concurrent: int, final_cov: str = "none") -> int:
     """Bytes a map needs at its peak (float64; an estimate).
 
     Per running cell: a copy of the problem's arrays; the chains' working set (about ten ``(Q, d)`` tensors per
     replicate, at most half of the simulator's 1 GiB working set, which it chunks replicates to respect; a module's
     oracle work space beside it) and final weights ``(R, d)``; the per-replicate metric values ``(L, T, R)`` of
     every metric, twice; and for the exact least-squares reference the moment ODE of ``(w, wwᵀ)`` (its
-    ``(d + d²)²`` generator and a matrix exponential, four such matrices).  ``concurrent`` cells run at once; the
-    process that runs the map also holds the problem and every cell's record (``L × T`` means and standard errors
-    per metric, and the verdict's curves).
+    ``(d + d²)²`` generator and a matrix exponential, four such matrices); its final means and covariances as
+    ``final_cov`` says, with their JSON.  ``concurrent`` cells run at once; the process that runs the map also holds
+    the problem and every cell's record (``L × T`` means and standard errors per metric, the verdict's curves and
+    the final moments).
     """
     Q, d = int(problem.Q), int(problem.d)
     L = len(ells)
@@ -149,7 +150,12 @@ def memory_need(problem, grid: MapGrid, *, rounds: int, replicates: int, ells: S
     values = 2 * 8 * L * T * R * metrics
     moments = 4 * 8 * (d + d * d) ** 2 if exact and hasattr(problem, "padded_rows") else 0
     cell = data + chains + values + moments
-    records = grid.n_cells * 8 * T * metrics * (4 * L + 8)
+    from fedsde._memory import JSON_BYTES_PER_NUMBER
+    from fedsde._samples import cov_numbers
+
+    kept = L * (cov_numbers(final_cov, d) + d)  # a cell's final covariances and means, kept and printed
+    cell += (8 + JSON_BYTES_PER_NUMBER) * kept
+    records = grid.n_cells * (8 * T * metrics * (4 * L + 8) + (8 + JSON_BYTES_PER_NUMBER) * kept)
     return int(concurrent * cell + data + records)
 
 
