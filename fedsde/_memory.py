@@ -107,10 +107,10 @@ def _gib(n: int) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- one budget per command
-#: bytes of one number in a printed JSON object at its peak: the Python float (24) and its list slot (8) that
-#: ``to_jsonable`` builds, and about twice its ~20 characters of text (``json.dumps``' pieces and the joined string),
-#: measured by ``tests/test_memory_budget.py`` on a (100, 1000) array (about 60–75 bytes a number)
-JSON_BYTES_PER_NUMBER = 96
+#: bytes of one number in a printed JSON object at its peak: the Python float (24) and the list slots (8 each) that
+#: ``to_jsonable`` builds, and its ~20 characters of text several times over (``json.dumps``' pieces, the joined
+#: string, the line written); ``tests/test_memory_budget.py`` measures about 95 on a (100, 1000) array
+JSON_BYTES_PER_NUMBER = 128
 #: the budget refused when a charge would take the command past it (internal: the one current budget of this thread)
 _CURRENT = None
 

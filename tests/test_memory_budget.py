@@ -283,3 +283,18 @@ def test_map_cells_compute_what_final_cov_says_and_the_estimate_counts_it():
     need = {how: memory_need(pb, grid, final_cov=how, **sizes) for how in ("none", "diag", "full")}
     # three copies of a cell's (L, d, d) covariances (the running cell and the records of both cells), and JSON
     assert need["full"] - need["none"] >= 3 * 2 * pb.d * pb.d * 8 > need["diag"] - need["none"] > 0
+
+
+def test_the_json_estimate_covers_printing_an_array():
+    from fedsde._cli.common import to_jsonable
+    from fedsde._memory import JSON_BYTES_PER_NUMBER, json_bytes
+
+    a = np.random.default_rng(0).standard_normal((100, 1000))
+    tracemalloc.start()
+    try:
+        text = json.dumps(to_jsonable({"mean": a}), allow_nan=False) + "\n"
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(text) > 15 * a.size  # the numbers were printed
+    assert 0.5 * json_bytes(a.size) < peak <= json_bytes(a.size) == JSON_BYTES_PER_NUMBER * a.size
