@@ -158,6 +158,11 @@ class MemoryBudget:
         self.planned = max(self.planned, self._kept_bytes + need)
         return need
 
+    def note(self, need: int) -> None:
+        """Count ``need`` bytes held beside the kept memory in ``planned`` without refusing (what a command finds
+        it holds only at its end, such as the JSON of results it could not size up front)."""
+        self.planned = max(self.planned, self._kept_bytes + max(0, int(need)))
+
     def _refuse(self, what: str, need: int, hint: str) -> None:
         if self._kept_bytes + need <= self.total:
             return

@@ -364,6 +364,11 @@ def emit(args: argparse.Namespace, result: dict, human: str) -> int:
         raise FedsdeInputError(f"--strict: {msgs[0]}{more}")
     for m in msgs:
         sys.stderr.write(f"warning: {m}\n")
+    if getattr(args, "json", False):  # the printed JSON, in the planned peak (up front where a command sized it)
+        from fedsde._memory import current_budget, json_bytes
+
+        if current_budget() is not None:
+            current_budget().note(json_bytes(count_numbers(result)))
     result = {**result, "warnings": msgs, "resources": resources()}
     if getattr(args, "json", False):
         sys.stdout.write(json.dumps(to_jsonable(result), allow_nan=False) + "\n")
@@ -381,6 +386,16 @@ def check_workers(args: argparse.Namespace) -> None:
     if getattr(args, "scheduler", None) is None and workers > threads:
         warn(f"--workers={workers}: {workers} single-threaded worker processes on {threads} thread(s) (--threads) "
              f"oversubscribe the cores; use --workers {threads} or raise --threads")
+
+
+def count_numbers(obj: Any) -> int:
+    """Numbers (and other leaves) a JSON-able result holds: array sizes, list lengths, one per scalar."""
+    if isinstance(obj, dict):
+        return sum(count_numbers(v) for v in obj.values())
+    if isinstance(obj, list | tuple):
+        return sum(count_numbers(v) for v in obj)
+    size = getattr(obj, "size", None)
+    return int(size) if isinstance(size, int | np.integer) and not isinstance(obj, np.generic) else 1
 
 
 def resources() -> dict:

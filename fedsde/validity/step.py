@@ -63,9 +63,11 @@ def contraction(problem, *, eta: float, local_steps, server_lr: float = 1.0, at=
     A convex loss (quadratic clients, logistic and softmax regression): ``κ = s·λ_max(B)``.  A non-convex one (a
     module problem, an MLP) is linearised at ``w̄``, a point of small gradient rather than a minimum, where ``B`` may
     have negative eigenvalues: along them the linearised round moves *away* from ``w̄`` (negative curvature, or local
-    steps past ``η·λ(H_k) = 2``).  There ``κ = s·max |λ(B)|``, both ends by Lanczos: the largest fraction by which
-    one round changes the distance from ``w̄`` along any direction, which is what the SDE's step must keep small; on
-    a stable convex round (``B ⪰ 0``) the two readings agree.  It is local to ``w̄``, and ``note`` says so.
+    steps past ``η·λ(H_k) = 2``).  There ``κ = s·max |λ(B)|``: the largest fraction by which one round changes the
+    distance from ``w̄`` along any direction, which is what the SDE's step must keep small; on a stable convex round
+    (``B ⪰ 0``) the two readings agree.  ``λ_max`` by Lanczos to :data:`~fedsde._tolerances.LANCZOS_RTOL`, the lower
+    end from :data:`LOWER_END_STEPS` Lanczos steps on ``λ_max·I − B`` (an upper bound of ``λ_min``, exact once the
+    Krylov space holds its eigenvector: a bounded cost).  It is local to ``w̄``, and ``note`` says so.
     """
     from fedsde.problems.quadratic.problem import QuadraticProblem
 
@@ -89,12 +91,14 @@ def contraction(problem, *, eta: float, local_steps, server_lr: float = 1.0, at=
     if not convex:
         note = (f"κ = s·max |λ(B)| at a point of small gradient w̄ (L-BFGS, at most {MODULE_LBFGS_MAXITER} steps) of a "
                 "non-convex loss: local to w̄")
-        if lo is not None and lo < -LANCZOS_RTOL * max(abs(hi), 1.0):
+        if lo < -1e-3 * abs(hi):  # a negative end that matters beside λ_max
             note += (f"; λ_min(B) = {lo:.3g} < 0: the linearised round moves away from w̄ along some direction "
                      "(negative curvature, or local steps past η·λ(H_k) = 2)")
     return Contraction(kappa, hi, lo, note)
 
 
+#: Lanczos steps (products with B) spent on the lower end of B's spectrum on a non-convex loss (see _lanczos_ends)
+LOWER_END_STEPS = 30
 #: client Hessians (Q, d, d) are formed only up to this size (bytes); above it B is applied by Hessian-vector
 #: products (finite differences of per-sample gradients for the built-in models, ``torch.func`` for a module)
 DENSE_CURVATURE_BYTES = 1 << 29
@@ -161,10 +165,34 @@ def _lanczos_ends(problem, eta: float, steps: np.ndarray, hvp, *, both: bool) ->
         B = np.stack([matvec(e) for e in np.eye(d)], axis=1)
         lam = np.linalg.eigvalsh(0.5 * (B + B.T))
         return (float(lam[0]) if both else None), float(lam[-1])
+    hi = float(sla.eigsh(op, k=1, which="LA", return_eigenvectors=False, tol=LANCZOS_RTOL, v0=v0)[0])
     if not both:
-        return None, float(sla.eigsh(op, k=1, which="LA", return_eigenvectors=False, tol=LANCZOS_RTOL, v0=v0)[0])
-    lam = np.sort(sla.eigsh(op, k=2, which="BE", return_eigenvectors=False, tol=LANCZOS_RTOL, v0=v0))
-    return float(lam[0]), float(lam[-1])
+        return None, hi
+    # the lower end: the top Ritz value of λ_max·I − B after LOWER_END_STEPS Lanczos steps, a bounded cost (the
+    # lower end of B sits in a cluster of eigenvalues near 0 that Lanczos would take long to resolve); it bounds
+    # λ_min from above, which is what κ needs: whether −λ_min is comparable with λ_max
+    return hi - _top_ritz(lambda v: hi * v - matvec(v), v0, LOWER_END_STEPS), hi
+
+
+def _top_ritz(apply, v0: np.ndarray, steps: int) -> float:
+    """The largest eigenvalue of the tridiagonal matrix of ``steps`` Lanczos steps of the symmetric operator
+    ``apply`` from ``v0`` (full reorthogonalisation): a lower bound of its largest eigenvalue, exact in exact
+    arithmetic once the Krylov space holds its eigenvector."""
+    from scipy.linalg import eigh_tridiagonal
+
+    q = v0 / np.linalg.norm(v0)
+    basis, alpha, beta = [q], [], []
+    for j in range(min(steps, q.size)):
+        w = np.asarray(apply(basis[-1]), dtype=np.float64).reshape(-1)
+        alpha.append(float(basis[-1] @ w))
+        for b in basis:  # full reorthogonalisation against the basis (steps × d numbers)
+            w -= (b @ w) * b
+        nrm = float(np.linalg.norm(w))
+        if j == steps - 1 or nrm <= 1e-12 * max(1.0, abs(alpha[-1])):
+            break
+        beta.append(nrm)
+        basis.append(w / nrm)
+    return float(eigh_tridiagonal(np.array(alpha), np.array(beta[:len(alpha) - 1]), eigvals_only=True)[-1])
 
 
 def approximate_optimum(problem) -> np.ndarray:
