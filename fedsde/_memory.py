@@ -172,10 +172,10 @@ class MemoryBudget:
         helps = hint + (f"; or for {parts[0][0]}: {other}" if other and other != hint and
                         self._kept_bytes >= need / 4 else "")
         raise FedsdeInputError(
-            f"{what}: needs about {_gib(need)} of memory"
-            + (f" next to {_gib(self._kept_bytes)} the command keeps ({held})" if held else "")
-            + f", but about {_gib(self.total)} is available to the command (its memory budget: what was free when it "
-            f"started, or FEDSDE_MEMORY_LIMIT); {helps}".rstrip("; "))
+            f"{what}: needs about {_gib(need)} of memory but about {_gib(self.total)} is available to the command (its "
+            "memory budget: what was free when it started, or FEDSDE_MEMORY_LIMIT)"
+            + (f", which keeps {_gib(self._kept_bytes)} beside it ({held})" if held else "")
+            + f"; {helps}".rstrip("; "))
 
     def to_dict(self) -> dict:
         """``{"memory_budget_bytes", "memory_planned_bytes"}``: the JSON ``resources`` of a command."""
