@@ -111,7 +111,8 @@ def _gib(n: int) -> str:
 #: ``to_jsonable`` builds, and its ~20 characters of text several times over (``json.dumps``' pieces, the joined
 #: string, the line written); ``tests/test_memory_budget.py`` measures about 95 on a (100, 1000) array
 JSON_BYTES_PER_NUMBER = 128
-#: the budget refused when a charge would take the command past it (internal: the one current budget of this thread)
+#: the budget of the command running in this process (internal: a process runs one command at a time; sweep cells
+#: run in-process one after the other under their lock, each with a budget of its own inside the sweep's)
 _CURRENT = None
 
 

@@ -124,11 +124,11 @@ def run(args: argparse.Namespace) -> int:
     full = [args.rounds] if how == "full" else []
     on_record = None
     if general is not None:
-        from fedsde._validate import device_dtype
-        from fedsde.validity.core import MetricGrid, default_start
+        from fedsde._validate import device_dtype, start_point
+        from fedsde.validity.core import MetricGrid
 
         dev, dt = device_dtype(args.device, dtype)
-        start = np.asarray(default_start(problem, w0), dtype=np.float64)
+        start = start_point(w0, problem.d)
         on_record = MetricGrid(problem, names, np.asarray(record), args.replicates, start, dev, dt)
     if args.integrator == "svag" and args.variant == "general":
         from fedsde.sde.svag import simulate_svag

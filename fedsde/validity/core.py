@@ -36,7 +36,7 @@ from fedsde.validity.reference import (
 )
 from fedsde.validity.verdict import ABSOLUTE_METRICS, GapPath, ValidityVerdict, richardson_limit, validity_verdict
 
-#: work space of one metric pass over the data (the module problems' ``METRIC_BYTES``; the others' passes are smaller)
+#: work space of one metric pass of a module problem over the data (its ``METRIC_BYTES``)
 METRIC_WORK = 1 << 27
 #: default SVAG parameters per reference: FedAvg alone against an exact law; with the SVAG reference, FedAvg and the
 #: chains whose Richardson limit is the SDE (three besides FedAvg, so that the 1/ℓ regime can be checked)
@@ -73,7 +73,9 @@ class MetricGrid:
             from fedsde._memory import memory_fits
 
             item = torch.finfo(dtype).bits // 8
-            memory_fits(f"the metrics of {R} replicates (d={problem.d})", METRIC_WORK + 4 * R * problem.d * item,
+            rows = len(getattr(problem, "X", ()))  # a data problem's pass: about 16 numbers per row and weight
+            work = METRIC_WORK if hasattr(problem, "functional") else 16 * item * R * rows
+            memory_fits(f"the metrics of {R} replicates (d={problem.d})", work + 4 * R * problem.d * item,
                         available_memory("cpu"), "use fewer replicates or fewer metrics (metrics=…)")
 
     def __call__(self, n: int, start: int, w: torch.Tensor) -> None:
