@@ -229,7 +229,10 @@ def _run_command(command: str, argv: list[str], commands: Mapping[str, Register]
                 raise RuntimeError(f"fedsde {info.name} --json did not print one JSON object ({exc})") from None
             if not isinstance(result, dict):
                 raise RuntimeError(f"fedsde {info.name} --json printed a {type(result).__name__}, not an object")
-            outcome = {"status": "done", "result": result}
+            # where it ran (its memory budget, threads) is not what it computed: beside the result, not in it, so
+            # that a cell's result is the same wherever and whenever it runs
+            used = result.pop("resources", None)
+            outcome = {"status": "done", "result": result, **({"run_resources": used} if used is not None else {})}
     except ArgumentError as exc:
         outcome = {"status": "failed", "error": str(exc)}
     except _EXIT2 as exc:
