@@ -364,59 +364,16 @@ def emit(args: argparse.Namespace, result: dict, human: str) -> int:
         raise FedsdeInputError(f"--strict: {msgs[0]}{more}")
     for m in msgs:
         sys.stderr.write(f"warning: {m}\n")
-    if getattr(args, "json", False):  # the printed JSON, in the planned peak (up front where a command sized it)
-        from fedsde._memory import current_budget, json_bytes
+    from fedsde._cli._resources import note_json, resources, resources_line
 
-        if current_budget() is not None:
-            current_budget().note(json_bytes(count_numbers(result)))
+    if getattr(args, "json", False):  # the printed JSON, in the planned peak (up front where a command sized it)
+        note_json(result)
     result = {**result, "warnings": msgs, "resources": resources()}
     if getattr(args, "json", False):
         sys.stdout.write(json.dumps(to_jsonable(result), allow_nan=False) + "\n")
     else:
         sys.stdout.write(human.rstrip("\n") + "\n" + resources_line(result["resources"]) + "\n")
     return 0
-
-
-def check_workers(args: argparse.Namespace) -> None:
-    """Warn when ``--workers N`` local single-threaded worker processes exceed the command's threads (``--threads``):
-    each worker computes on one thread, so more workers than threads oversubscribe the cores."""
-    from fedsde._threads import applied_threads
-
-    workers, threads = getattr(args, "workers", 1) or 1, applied_threads()
-    if getattr(args, "scheduler", None) is None and workers > threads:
-        warn(f"--workers={workers}: {workers} single-threaded worker processes on {threads} thread(s) (--threads) "
-             f"oversubscribe the cores; use --workers {threads} or raise --threads")
-
-
-def count_numbers(obj: Any) -> int:
-    """Numbers (and other leaves) a JSON-able result holds: array sizes, list lengths, one per scalar."""
-    if isinstance(obj, dict):
-        return sum(count_numbers(v) for v in obj.values())
-    if isinstance(obj, list | tuple):
-        return sum(count_numbers(v) for v in obj)
-    size = getattr(obj, "size", None)
-    return int(size) if isinstance(size, int | np.integer) and not isinstance(obj, np.generic) else 1
-
-
-def resources() -> dict:
-    """The ``resources`` of every command's JSON: ``memory_budget_bytes`` (what the command may plan for: what was
-    free when it started, or ``FEDSDE_MEMORY_LIMIT``), ``memory_planned_bytes`` (its estimated peak: what it keeps
-    plus its largest working set, each charged up front) and ``threads`` (what it computes on, ``--threads``)."""
-    from fedsde._memory import current_budget
-    from fedsde._threads import applied_threads
-
-    budget = current_budget()
-    memory = budget.to_dict() if budget is not None else {"memory_budget_bytes": None, "memory_planned_bytes": None}
-    return {**memory, "threads": applied_threads()}
-
-
-def resources_line(res: dict) -> str:
-    """The one short line the text output ends with: threads and planned memory of the budget."""
-    def size(n):
-        return "?" if n is None else (f"{n / 2**30:.3g} GiB" if n >= 2**27 else f"{n / 2**20:.3g} MiB")
-
-    return (f"resources: {res['threads']} thread(s), memory planned {size(res['memory_planned_bytes'])} of a "
-            f"{size(res['memory_budget_bytes'])} budget")
 
 
 def fmt_array(a) -> str:

@@ -6,7 +6,8 @@ import argparse
 import math
 
 from fedsde._cli import one_line_help
-from fedsde._cli.common import add_json_flag, check_workers, emit, writable_folder
+from fedsde._cli._resources import check_workers
+from fedsde._cli.common import add_json_flag, emit, writable_folder
 
 REFERENCES = ("exact", "svag")
 #: choices of ``--fedavg`` (as :data:`fedsde.validity.exact_fedavg.FEDAVG_MODES`)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 
 from fedsde._cli import one_line_help
-from fedsde._cli.common import add_json_flag, check_workers, emit, warn, writable_folder
+from fedsde._cli._resources import check_workers
+from fedsde._cli.common import add_json_flag, emit, warn, writable_folder
 
 
 def register(sub: argparse._SubParsersAction) -> None:
