@@ -79,11 +79,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     from fedsde._cli.common import capture_warnings
 
     try:
-        # warnings are recorded and reported by emit (stderr, JSON "warnings"; errors under --strict)
+        from fedsde._memory import command_budget
         from fedsde._output import stdout_to_stderr
+        from fedsde._threads import thread_policy
 
-        # under --json, stdout is the one JSON object: what user code prints meanwhile goes to stderr
-        with capture_warnings(), (stdout_to_stderr() if getattr(args, "json", False) else contextlib.nullcontext()):
+        threads = getattr(args, "threads", None)
+        if threads is not None and threads < 1:
+            raise FedsdeInputError(f"--threads={threads}: must be an integer >= 1")
+        # one thread policy, applied once; one memory budget for everything the command plans; warnings recorded
+        # and reported by emit (stderr, JSON "warnings"; errors under --strict); under --json, stdout is the one
+        # JSON object: what user code prints meanwhile goes to stderr
+        with thread_policy(threads), capture_warnings(), command_budget(), \
+                (stdout_to_stderr() if getattr(args, "json", False) else contextlib.nullcontext()):
             return int(args.func(args) or 0)
     except (FedsdeInputError, SimulationDivergedError, OSError) as exc:
         _error(args.command, str(exc))
@@ -95,14 +102,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         _error(args.command, f"linear algebra failed ({exc}): the inputs are too large or degenerate")
         return 2
     except MemoryError as exc:  # also torch.OutOfMemoryError (a RuntimeError) below
-        _error(args.command, f"out of memory ({exc or 'allocation failed'}); use fewer replicates/paths or a "
-               "smaller --chunk-size where the command has one")
+        _error(args.command, f"out of memory ({exc or 'allocation failed'}); {_memory_advice(args)}")
         return 2
     except RuntimeError as exc:
         if "out of memory" not in str(exc) and "can't allocate memory" not in str(exc):
             raise
-        _error(args.command, f"out of memory ({str(exc).splitlines()[0]}); use fewer replicates/paths or a smaller "
-               "--chunk-size where the command has one")
+        _error(args.command, f"out of memory ({str(exc).splitlines()[0]}); {_memory_advice(args)}")
         return 2
     except KeyboardInterrupt:
         from fedsde._progress import close_all
@@ -110,6 +115,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         close_all()
         print(f"fedsde {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+#: options that lower a command's memory, in the order the advice names them (those the command has)
+_MEMORY_OPTIONS = (("final_cov", "--final-cov diag (or none)"), ("replicates", "fewer --replicates"),
+                   ("record_every", "a larger --record-every"), ("chunk_size", "a smaller --chunk-size"),
+                   ("workers", "fewer --workers"))
+
+
+def _memory_advice(args: argparse.Namespace) -> str:
+    """What helps when ``args``' command ran out of memory: the options it has that lower its memory."""
+    have = [text for dest, text in _MEMORY_OPTIONS if hasattr(args, dest)]
+    return ("use " + ", ".join(have) if have else "use a smaller problem") + (
+        "; FEDSDE_MEMORY_LIMIT caps what the command plans for")
 
 
 def _error(command: str, message: str) -> None:

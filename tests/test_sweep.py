@@ -192,7 +192,11 @@ def test_cell_is_what_the_command_prints(tmp_path, capsys):
     run(spec, tmp_path / "o", progress=False)
     (rec,) = [json.loads(p.read_text()) for p in (tmp_path / "o" / "cells").glob("*.json")]
     assert main(["simulate", *rec["argv"], "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == rec["result"]
+    printed = json.loads(capsys.readouterr().out)
+    # the resources are where it ran, not what it computed: beside the cell's result (one thread, a budget of its own)
+    here, cell = printed.pop("resources"), rec["run_resources"]
+    assert printed == rec["result"]
+    assert cell["threads"] == 1 and here["memory_planned_bytes"] == cell["memory_planned_bytes"] > 0
 
 
 def test_example_spec_and_heatmap_example(tmp_path, monkeypatch, capsys):

@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 
+from fedsde._samples import FULL_COV_MAX_D
 from fedsde.cli import main
 from fedsde.problems import QuadraticProblem, data_problem_from_dict
 from fedsde.sde import quadratic_sde_coefficients
@@ -70,7 +71,13 @@ def test_validity_on_a_data_problem_records_data_metrics(digits):
     assert set(res.metrics) == {"train_loss", "grad_norm_sq", "test_accuracy", "distance_from_start"}
     acc = res.metrics["test_accuracy"]["mean"]
     assert acc.shape == (2, 3) and np.all((acc >= 0) & (acc <= 1))
-    assert res.final_cov.shape == (2, digits.d, digits.d)
+    assert digits.d > FULL_COV_MAX_D  # above the size where a weight covariance defaults to its diagonal
+    assert res.final_cov.shape == (2, digits.d) and res.config["final_cov"] == "diag"
+    np.testing.assert_allclose(res.final_cov.sum(1), res.final_cov_trace, rtol=1e-12)
+    full = validity_test(digits, eta=0.1, local_steps=2, rounds=2, replicates=4, seed=0, ells=[1, 2],
+                         final_cov="full")
+    assert full.final_cov.shape == (2, digits.d, digits.d)
+    np.testing.assert_allclose(np.diagonal(full.final_cov, axis1=1, axis2=2), res.final_cov, rtol=1e-12)
 
 
 @pytest.fixture(scope="module")

@@ -51,3 +51,31 @@ def test_the_same_number_every_time():
             "server_lr=1.0)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert float(out.stdout.strip()) == first
+
+
+def test_a_networks_kappa_reads_both_ends_of_the_round_matrix():
+    """A small non-convex network (d = 27) at a random point: κ = s·max|λ(B)| against the dense B built from its
+    Hessian-vector products, λ_max to Lanczos' tolerance and the lower end (30 steps ≥ d: exact) to rounding."""
+    import torch
+
+    from fedsde.problems.module import module_problem
+    from fedsde.validity.step import contraction
+
+    rng = np.random.default_rng(1)
+    x, y = rng.standard_normal((60, 4)), rng.integers(0, 3, 60)
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh(), torch.nn.Linear(3, 3))
+    pb = module_problem(net, x, y, np.repeat(np.arange(3), 20), batch_size=4)
+    w = rng.standard_normal(pb.d)
+    eta, E, s = 0.5, 3, 0.7
+    eye = np.eye(pb.d)
+    H = np.stack([pb.client_hvp(w, np.broadcast_to(e, (pb.Q, pb.d))) for e in eye], axis=-1)  # (Q, d, d)
+    B = sum(p * (eye - np.linalg.matrix_power(eye - eta * 0.5 * (Hk + Hk.T), E)) for p, Hk in zip(pb.p, H,
+                                                                                                  strict=True))
+    lam = np.linalg.eigvalsh(0.5 * (B + B.T))
+    c = contraction(pb, eta=eta, local_steps=E, server_lr=s, at=w)
+    assert lam[0] < 0 < lam[-1]  # the point has negative curvature: both ends matter here
+    assert c.lam_max == pytest.approx(lam[-1], rel=10 * LANCZOS_RTOL)
+    assert c.lam_min == pytest.approx(lam[0], rel=1e-8, abs=1e-10)
+    assert c.kappa == pytest.approx(s * max(lam[-1], -lam[0]), rel=10 * LANCZOS_RTOL)
+    assert "non-convex" in c.note and ("λ_min(B)" in c.note) == (lam[0] < -1e-3 * lam[-1])

@@ -44,13 +44,18 @@ from fedsde.errors import FedsdeInputError
 
 
 def add_json_flag(p: argparse.ArgumentParser) -> None:
-    """``--json`` (one JSON object on stdout), ``--strict`` (warnings are errors, exit 2) and ``--quiet`` (no
-    progress on stderr)."""
+    """``--json`` (one JSON object on stdout), ``--strict`` (warnings are errors, exit 2), ``--quiet`` (no
+    progress on stderr) and ``--threads N`` (the command's thread policy, :func:`fedsde._threads.thread_policy`):
+    every command has them."""
     p.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
     add_strict_flag(p)
     p.add_argument("--quiet", action="store_true",
                    help="no progress bars on stderr (shown, also with --json, when stderr is a terminal or "
                    "FEDSDE_PROGRESS=1; warnings and errors are printed either way)")
+    if "--threads" not in p._option_string_actions:
+        p.add_argument("--threads", type=int, default=None, metavar="N",
+                       help="threads the command computes on (torch and BLAS; workers share them); default the CPUs "
+                       "this process may use, at most 16 (stated in the output: resources.threads)")
 
 
 def show_progress(args: argparse.Namespace) -> bool:
@@ -379,13 +384,16 @@ def emit(args: argparse.Namespace, result: dict, human: str) -> int:
         raise FedsdeInputError(f"--strict: {msgs[0]}{more}")
     for m in msgs:
         sys.stderr.write(f"warning: {m}\n")
-    result = {**result, "warnings": msgs}
+    from fedsde._cli._resources import note_json, resources, resources_line
     from fedsde._output import result_stream
 
+    if getattr(args, "json", False):  # the printed JSON, in the planned peak (up front where a command sized it)
+        note_json(result)
+    result = {**result, "warnings": msgs, "resources": resources()}
     if getattr(args, "json", False):  # the stdout the command started with (user code's prints go to stderr)
         result_stream().write(json.dumps(to_jsonable(result), allow_nan=False) + "\n")
     else:
-        sys.stdout.write(human.rstrip("\n") + "\n")
+        sys.stdout.write(human.rstrip("\n") + "\n" + resources_line(result["resources"]) + "\n")
     return 0
 
 

@@ -7,6 +7,7 @@ import math
 
 from fedsde._cli import one_line_help
 from fedsde._cli._data_flags import add_data_overrides
+from fedsde._cli._resources import check_workers
 from fedsde._cli.common import add_json_flag, emit, show_progress, writable_folder
 
 REFERENCES = ("exact", "svag")
@@ -63,6 +64,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--record-every", type=int, default=1, metavar="m", help="grid spacing in base rounds")
     p.add_argument("--device", default="cpu", help="torch device of every cell (cpu, cuda, …)")
     add_data_overrides(p)
+    p.add_argument("--final-cov", choices=("full", "diag", "none"), default="none",
+                   help="what every cell computes and stores at the horizon (as fedsde validity --final-cov): the d×d "
+                   "covariance of the final weights, the d variances, or nothing (default none: small cells)")
     p.add_argument("--refine", type=int, default=None, metavar="BUDGET",
                    help="replicates per chain (summed over cells) for a second look at the inconclusive cells, on "
                    "fresh replicates, cheapest first; both looks at level α/2 (see docs/map.md)")
@@ -161,12 +165,13 @@ def run(args: argparse.Namespace) -> int:
         raise FedsdeInputError(f"--{str(err).replace('_', '-', 1)}") from None
     _check_options(args)
     out = writable_folder("--out", args.out)
+    check_workers(args)
     ells = None if args.ells is None else _integers("--ells", args.ells)
     options = {"reference": args.reference, "fedavg": args.fedavg, "ells": ells, "tolerance": args.tolerance,
                "accuracy_tolerance": args.accuracy_tolerance, "alpha": args.alpha,
                "metrics": _names("--metrics", args.metrics),
                "verdict_metrics": _names("--verdict-metrics", args.verdict_metrics),
-               "record_every": args.record_every, "device": args.device}
+                "record_every": args.record_every, "device": args.device, "final_cov": args.final_cov}
     from fedsde._cli._data_flags import data_overrides, problem_from_args
     from fedsde.report.map_report import write_outputs
 

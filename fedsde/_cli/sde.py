@@ -61,6 +61,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="cpu", help="torch device (cpu, cuda, …)")
     p.add_argument("--float32", action="store_true", help="integrate in float32 (default float64)")
     p.add_argument("--chunk-size", type=int, default=None, metavar="C", help="paths integrated at once")
+    p.add_argument("--final-cov", choices=("full", "diag", "none"), default=None,
+                   help="what is computed and printed as final.cov: full (the d×d covariance of the paths at the last "
+                   "round), diag (the d variances) or none (null); default full up to d = 256 and diag above. "
+                   "Moments are streamed over chunks of paths; trace_cov and final.mean_stderr come from the "
+                   "variances whatever this says")
     from fedsde._cli.common import add_rule_sde_args
 
     add_rule_sde_args(p, "sde integrates (linear and momentum rules: their first-order OU, --method exact or euler; "
@@ -73,8 +78,11 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from fedsde._cli._data_flags import problem_from_args
+    from fedsde._memory import json_bytes, keep_memory
+    from fedsde._samples import cov_numbers, resolve_final_cov
     from fedsde.errors import FedsdeInputError
     from fedsde.problems import require_quadratic
+    from fedsde.problems.metrics import metric_names
     from fedsde.sde import quadratic_sde_coefficients
     from fedsde.sde.integrate import simulate_sde
 
@@ -105,42 +113,56 @@ def run(args: argparse.Namespace) -> int:
     general = _general_setup(args, problem, w0)
     if general is not None:
         oracle, w0 = general
+    how = resolve_final_cov("--final-cov", args.final_cov, problem.d)
+    dtype = torch.float32 if args.float32 else torch.float64
+    names = list(metric_names(problem)) if general is not None else []
+    # what the command keeps until it prints: the streamed moments (the integrators charge them) and the JSON
+    keep_memory(f"the printed JSON ({len(record)} recorded means of d={problem.d} and the final covariance as "
+                f"{how})", json_bytes(len(record) * (problem.d + 1) + 2 * problem.d + cov_numbers(how, problem.d)
+                                     + 2 * len(names) * len(record)),
+                "--record-every (fewer records)" + (" or --final-cov diag" if how == "full" else ""))
+    # moments streamed over chunks of paths (memory does not grow with --replicates), a full covariance at the last
+    # round only when asked; a data problem's metrics evaluated as the paths pass the recorded rounds
+    full = [args.rounds] if how == "full" else []
+    on_record = None
+    if general is not None:
+        from fedsde._validate import device_dtype, start_point
+        from fedsde.validity.core import MetricGrid
+
+        dev, dt = device_dtype(args.device, dtype)
+        start = start_point(w0, problem.d)
+        on_record = MetricGrid(problem, names, np.asarray(record), args.replicates, start, dev, dt)
     if args.integrator == "svag" and args.variant == "general":
         from fedsde.sde.svag import simulate_svag
 
         res = simulate_svag(
             problem, eta=args.eta, local_steps=steps, rounds=args.rounds, replicates=args.replicates, seed=args.seed,
             ell=args.ell, server_lr=args.server_lr, h=args.h, w0=w0, oracle_factory=oracle, record=record,
-            device=args.device, dtype=torch.float32 if args.float32 else torch.float64, progress=show_progress(args),
+            device=args.device, dtype=dtype, progress=show_progress(args), moments_only=True, full_cov_rounds=full,
+            on_record=on_record,
         )
     else:
         res = simulate_sde(
             problem, eta=args.eta, local_steps=steps, rounds=args.rounds, replicates=args.replicates, seed=args.seed,
             variant=args.variant, server_lr=args.server_lr, h=args.h, substeps=args.substeps, w0=w0,
             method=args.method, inner_samples=16 if args.inner_samples is None else args.inner_samples,
-            estimator=args.estimator, device=args.device,
-            dtype=torch.float32 if args.float32 else torch.float64, chunk_size=args.chunk_size, record=record,
-            # the linear variants stream moments over path chunks (memory bounded whatever --replicates); metrics need
-            # the paths
-            progress=show_progress(args), moments_only=general is None,
+            estimator=args.estimator, device=args.device, dtype=dtype, chunk_size=args.chunk_size, record=record,
+            progress=show_progress(args), moments_only=True, full_cov_rounds=full, on_record=on_record,
             **({} if general is None else {"oracle_factory": oracle}),
         )
-    if general is None:
-        means, covs = res.mean(), res.cov()
-        mean, cov, trace_cov = means[-1], covs[-1], np.trace(covs, axis1=1, axis2=2)
-    else:  # paths kept: no (T, d, d) covariances (d may be in the thousands for a data problem)
-        means, mean = res.mean(), res.mean()[-1]
-        cov = np.cov(res.weights[-1], rowvar=False).reshape(problem.d, problem.d)
-        trace_cov = res.weights.var(axis=1, ddof=1).sum(-1)
+    means, var = res.mean(), res.var()
+    mean, trace_cov = means[-1], var.sum(-1)
+    cov = {"full": res.streamed.cov_at(len(record) - 1) if how == "full" else None, "diag": var[-1],
+           "none": None}[how]
     result: dict = {
-        "final": {"mean": mean, "cov": cov, "mean_stderr": np.sqrt(np.diag(cov) / res.replicates),
+        "final": {"mean": mean, "cov": cov, "mean_stderr": np.sqrt(var[-1] / res.replicates),
                   "round": args.rounds, "time": float(res.times[-1])},
         "times": res.times,
         "rounds": res.rounds,
         "mean": means,
         "trace_cov": trace_cov,
         "paths": res.replicates,
-        "config": res.config,
+        "config": res.config | {"final_cov": how},
     }
     lines = [
         f"problem: Q={problem.Q}, d={problem.d}  variant={args.variant}  "
@@ -149,14 +171,8 @@ def run(args: argparse.Namespace) -> int:
         + f"eta={args.eta}  server_lr={args.server_lr}  h={res.h}",
         f"replicates={res.replicates}  rounds={args.rounds}  (t = n·h = {res.times[-1]:.6g})",
     ]
-    if general is not None:  # a data problem: its metrics lead, the weights follow
-        from fedsde._progress import counting
-        from fedsde.problems.metrics import evaluate_metrics
-
-        start = np.zeros(problem.d) if w0 is None else np.asarray(w0, dtype=np.float64)
-        with counting(res.weights.shape[0] * res.weights.shape[1], "metrics", enabled=show_progress(args),
-                      unit="model"):
-            vals = evaluate_metrics(problem, res.weights, start)
+    if general is not None:  # a data problem: its metrics (evaluated as the paths passed) lead, the weights follow
+        vals = on_record.host()
         if "train_loss" in vals:  # a loss that explodes while the weights stay moderate (fedsde.sim.health)
             from fedsde.sim.health import growth_warning
 
@@ -165,7 +181,11 @@ def run(args: argparse.Namespace) -> int:
                              for m, v in vals.items()}
         lines += [f"E {m} at T".ljust(28) + f"{v['mean'][-1]:.6g} ± {v['se'][-1]:.2g} (s.e.)"
                   for m, v in result["metrics"].items()]
-    lines += [f"final mean            {fmt_array(mean)}", f"final cov             {fmt_array(cov)}"]
+    lines += [
+        f"final mean            {fmt_array(mean)}",
+        f"final cov ({how})".ljust(22) + f"{fmt_array(cov) if cov is not None else 'not computed (--final-cov none)'}",
+        f"trace of the final covariance {trace_cov[-1]:.6g}",
+    ]
     if args.variant != "general":
         lin = quadratic_sde_coefficients(problem, args.eta, steps, args.server_lr, res.h, args.variant)
         st = lin.stationary()

@@ -149,6 +149,12 @@ def _run_data(args: argparse.Namespace, problem, local_steps, w0, agg) -> int:
     start = problem.initial_weights() if w0 is None else w0
     samples, groups, chosen_by = metric_samples_for(args, problem, local_steps, len(record))
     dtype = torch.float32 if args.float32 else torch.float64
+    from fedsde._memory import json_bytes, keep_memory
+
+    # the metrics of the recorded weights (T, R, d): a contiguous copy and a pass's work space; the printed JSON
+    keep_memory(f"the metrics of {len(record)} × {args.replicates} recorded weight vectors (d={problem.d})",
+                8 * len(record) * args.replicates * problem.d + (1 << 27) + json_bytes(2 * problem.d + 8 * len(record)),
+                "a larger --record-every (fewer records) or fewer --replicates")
     with options_named(args, *_OPTIONS):
         res = simulate(
             problem, eta=args.eta, local_steps=local_steps, rounds=n, replicates=args.replicates, seed=args.seed,

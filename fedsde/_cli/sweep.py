@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from fedsde._cli import one_line_help
+from fedsde._cli._resources import check_workers
 from fedsde._cli.common import add_json_flag, emit, show_progress, warn, writable_folder
 
 
@@ -48,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
     from fedsde.sweep import run as run_sweep
 
     out = writable_folder("--out", args.out)
+    check_workers(args)
     summary = run_sweep(args.spec, out, workers=args.workers, scheduler=args.scheduler, gpu_workers=args.gpu_workers,
                         resume=args.resume, progress=show_progress(args), commands=cell_commands(),
                         max_cells=args.max_cells)

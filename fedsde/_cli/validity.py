@@ -81,22 +81,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--record-every", type=int, default=1, metavar="m", help="grid spacing in base rounds (default 1)")
     p.add_argument("--device", default="cpu", help="torch device (cpu, cuda, …)")
     p.add_argument("--float32", action="store_true", help="run the chains in float32 (default float64)")
-    p.add_argument("--final-cov", choices=FINAL_COV, default="full",
-                   help="what final_cov holds per ℓ: full (d×d covariance, default), diag (the d variances) or none "
-                   "(null); use diag or none for large models (d×d per ℓ is hundreds of MB of JSON at d in the "
-                   "thousands) and in sweeps")
+    p.add_argument("--final-cov", choices=FINAL_COV, default=None,
+                   help="what is computed and kept as final_cov per ℓ: full (the d×d covariance of the final weights), "
+                   "diag (the d variances) or none (null); default full up to d = 256 and diag above (a network's d×d "
+                   "covariance is tens of GB); final_cov_trace (the total variance) is always there")
     add_rule_sde_args(p, "validity judges the rule against (quadratic clients; adaptive rules: the SVAG test of "
                       "Malladi et al. 2022 with k = 1, 2, 4, 8 by default, see --ells)")
     add_json_flag(p)
     p.set_defaults(func=run)
 
 
-#: choices of ``--final-cov``
+#: choices of ``--final-cov`` (:data:`fedsde._samples.FINAL_COV`)
 FINAL_COV = ("full", "diag", "none")
 
 
 def final_cov_view(cov, how: str):
-    """``final_cov`` as asked by ``--final-cov``: the (L, d, d) covariances, their (L, d) diagonals, or ``None``."""
+    """``final_cov`` of a rule's test (quadratic clients, whose covariances are small) as asked by ``--final-cov``:
+    the (L, d, d) covariances, their (L, d) diagonals, or ``None``."""
     import numpy as np
 
     if how == "full":
@@ -136,12 +137,10 @@ def _ells(text: str | None, reference: str) -> list[int] | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
 
     from fedsde._cli._data_flags import problem_from_args
     from fedsde._validate import positive_float
     from fedsde.errors import FedsdeInputError
-    from fedsde.validity import validity_test
     from fedsde.validity.core import DEFAULT_ELLS
     from fedsde.validity.exact_fedavg import resolve_fedavg
     from fedsde.validity.reference import resolve_reference
@@ -187,18 +186,26 @@ def run(args: argparse.Namespace) -> int:
                 raise
             raise FedsdeInputError(f"SVAG chain ell={ell} (server step s/ell = {args.server_lr / ell:g}): {err}") \
                 from None
-    res = validity_test(
+    from fedsde._cli.common import options_named
+
+    with options_named(args, "final_cov", "replicates", "record_every"):  # errors name the flags
+        res = _validity(args, problem, steps, w0, ells, reference, fedavg)
+    return emit(args, res.to_dict(), human_report(res, problem, args))
+
+
+def _validity(args: argparse.Namespace, problem, steps, w0, ells, reference, fedavg):
+    import torch
+
+    from fedsde.validity import validity_test
+
+    return validity_test(
         problem, eta=args.eta, local_steps=steps, rounds=args.rounds, replicates=args.replicates, seed=args.seed,
         server_lr=args.server_lr, ells=ells, h=args.h, w0=w0, reference=reference, tolerance=args.tolerance,
         accuracy_tolerance=args.accuracy_tolerance, alpha=args.alpha, metrics=_names("--metrics", args.metrics),
         verdict_metrics=_names("--verdict-metrics", args.verdict_metrics), record_every=args.record_every,
         device=args.device, dtype=torch.float32 if args.float32 else torch.float64, progress=show_progress(args),
-        fedavg=fedavg,
+        fedavg=fedavg, final_cov=args.final_cov,
     )
-    result = res.to_dict()
-    result["final_cov"] = final_cov_view(res.final_cov, args.final_cov)
-    result["config"] = {**result["config"], "final_cov": args.final_cov}
-    return emit(args, result, human_report(res, problem, args))
 
 
 def human_report(res, problem, args: argparse.Namespace) -> str:
@@ -287,8 +294,10 @@ def _rule(args: argparse.Namespace, problem, agg, steps, w0) -> int:
                              replicates=args.replicates, seed=args.seed, server_lr=args.server_lr, h=args.h, w0=w0,
                              ks=ks, tolerance=args.tolerance, alpha=args.alpha, record_every=args.record_every,
                              device=args.device)
+    from fedsde._samples import resolve_final_cov
+
     result = res.to_dict()
-    result["final_cov"] = final_cov_view(res.final_cov, args.final_cov)
+    result["final_cov"] = final_cov_view(res.final_cov, resolve_final_cov("--final-cov", args.final_cov, problem.d))
     v = res.verdict
     lines = [f"aggregator={agg.name}  sde={agg.sde_kind}  eta={args.eta}  server_lr={args.server_lr}  "
              f"h={res.config['h']}  rounds={args.rounds} (t up to {res.times[-1]:.6g})  replicates={args.replicates}",

@@ -95,12 +95,13 @@ def sweep_spec(problem_file: str, grid: MapGrid, *, rounds: int, replicates: int
 
 
 def cell_kappa(problem, cell: dict) -> tuple[float | None, str]:
-    """``(κ, "")`` for one cell, or ``(None, why)`` where the problem has no round map to linearise."""
-    from fedsde.validity.step import round_contraction
+    """``(κ, note)`` for one cell (``note``: what κ means on a non-convex loss, :func:`fedsde.validity.step.
+    contraction`, else ``""``), or ``(None, why)`` where the problem has no round map to linearise."""
+    from fedsde.validity.step import contraction
 
     try:
-        return round_contraction(problem, eta=cell["eta"], local_steps=cell["local_steps"],
-                                 server_lr=cell["server_lr"]), ""
+        c = contraction(problem, eta=cell["eta"], local_steps=cell["local_steps"], server_lr=cell["server_lr"])
+        return c.kappa, c.note
     except (FedsdeInputError, ValueError, np.linalg.LinAlgError, ArithmeticError) as exc:
         return None, " ".join(str(exc).split())
 
@@ -124,15 +125,17 @@ def _array_bytes(obj) -> int:
 
 
 def memory_need(problem, grid: MapGrid, *, rounds: int, replicates: int, ells: Sequence[int], record_every: int,
-                metrics: int, exact: bool, concurrent: int) -> int:
+                metrics: int, exact: bool, concurrent: int, final_cov: str = "none") -> int:
     """Bytes a map needs at its peak (float64; an estimate).
 
     Per running cell: a copy of the problem's arrays; the chains' working set (about ten ``(Q, d)`` tensors per
-    replicate, at most half of the simulator's 1 GiB working set, which it chunks replicates to respect) and final
-    weights ``(R, d)``; the per-replicate metric values ``(L, T, R)`` of every metric, twice; and for the exact
-    least-squares reference the moment ODE of ``(w, wwᵀ)`` (its ``(d + d²)²`` generator and a matrix exponential,
-    four such matrices).  ``concurrent`` cells run at once; the process that runs the map also holds the problem
-    and every cell's record (``L × T`` means and standard errors per metric, and the verdict's curves).
+    replicate, at most half of the simulator's 1 GiB working set, which it chunks replicates to respect; a module's
+    oracle work space beside it) and final weights ``(R, d)``; the per-replicate metric values ``(L, T, R)`` of
+    every metric, twice; and for the exact least-squares reference the moment ODE of ``(w, wwᵀ)`` (its
+    ``(d + d²)²`` generator and a matrix exponential, four such matrices); its final means and covariances as
+    ``final_cov`` says, with their JSON.  ``concurrent`` cells run at once; the process that runs the map also holds
+    the problem and every cell's record (``L × T`` means and standard errors per metric, the verdict's curves and
+    the final moments).
     """
     Q, d = int(problem.Q), int(problem.d)
     L = len(ells)
@@ -140,11 +143,27 @@ def memory_need(problem, grid: MapGrid, *, rounds: int, replicates: int, ells: S
     R = replicates
     data = _array_bytes(problem)
     chains = min(8 * R * 10 * Q * d, 1 << 29) + 8 * R * d
+    if hasattr(problem, "functional"):  # a module problem: the oracle's work space of one block (a block: R <= 128)
+        from fedsde.clients.module_oracle import rows_bytes, step_bytes
+
+        chains += step_bytes(problem, Q, min(R, 128), torch_dtype()) + rows_bytes(problem, torch_dtype())
     values = 2 * 8 * L * T * R * metrics
     moments = 4 * 8 * (d + d * d) ** 2 if exact and hasattr(problem, "padded_rows") else 0
     cell = data + chains + values + moments
-    records = grid.n_cells * 8 * T * metrics * (4 * L + 8)
+    from fedsde._memory import JSON_BYTES_PER_NUMBER
+    from fedsde._samples import cov_numbers
+
+    kept = L * (cov_numbers(final_cov, d) + d)  # a cell's final covariances and means, kept and printed
+    cell += (8 + JSON_BYTES_PER_NUMBER) * kept
+    records = grid.n_cells * (8 * T * metrics * (4 * L + 8) + (8 + JSON_BYTES_PER_NUMBER) * kept)
     return int(concurrent * cell + data + records)
+
+
+def torch_dtype():
+    """float64, the dtype of a cell's chains (the estimate's)."""
+    import torch
+
+    return torch.float64
 
 
 def check_memory(problem, grid: MapGrid, *, concurrent: int, memory_limit=None, **sizes) -> int:

@@ -33,8 +33,10 @@ from fedsde.maps.refine import DESIGN, LOOKS, combine_looks, look_alpha, plan_re
 REFINE_DIR = "refine"
 #: the claim whose threshold the map draws
 CLAIM = "002/eq-2-model"
-KAPPA_MEASURE = ("κ = s·λ_max(B), B = Σ_k p_k [I − (I − ηU_k)^E] (data: client Hessians at the optimum); the claim "
-                 "002/eq-2-model fits κ* on the paper's table problem: the SDE tracks FedAvg where κ <= κ*")
+KAPPA_MEASURE = ("κ = s·λ_max(B), B = Σ_k p_k [I − (I − ηU_k)^E] (data: client Hessians at the optimum, applied by "
+                 "Hessian-vector products; a non-convex loss: s·max |λ(B)| at a point of small gradient, see each "
+                 "cell's kappa_note); the claim 002/eq-2-model fits κ* on the paper's table problem: the SDE tracks "
+                 "FedAvg where κ <= κ*")
 
 
 def cell_records(out: str | os.PathLike) -> list[dict[str, Any]]:
@@ -170,7 +172,8 @@ def run_map(
     options
         Other options of ``fedsde validity``, named like its long flags with ``_``: ``reference``, ``tolerance``,
         ``accuracy_tolerance``, ``alpha``, ``fedavg`` (``exact`` or ``sampled``; default as ``fedsde validity``),
-        ``metrics``, ``verdict_metrics`` (lists), ``ells`` (list of int), ``record_every``, ``device``, ``float32``.
+        ``metrics``, ``verdict_metrics`` (lists), ``ells`` (list of int), ``record_every``, ``device``, ``float32``,
+        ``final_cov`` (what each cell computes and stores at the horizon; default ``"none"``).
         They are checked against the problem before any cell runs; a map whose every cell fails is an error
         (:class:`~fedsde.errors.FedsdeInputError`, naming the first cell's), not a map.
     refine
@@ -222,7 +225,11 @@ def run_map(
     ells = sorted({int(e) for e in options.get("ells") or DEFAULT_ELLS[reference]})
     recorded = options.get("metrics") or metric_names(problem)
     concurrent = 1 if scheduler is not None else workers
+    from fedsde._samples import resolve_final_cov
+
+    final_cov = resolve_final_cov("final_cov", options.get("final_cov", "none"), problem.d)
     memory = check_memory(problem, grid, concurrent=concurrent, rounds=rounds, replicates=replicates or 2, ells=ells,
+                          final_cov=final_cov,
                           record_every=int(options.get("record_every", 1)), metrics=len(recorded) + 1,
                           exact=reference == "exact")
     per_look = look_alpha(alpha, refine is not None)

@@ -39,7 +39,7 @@ from fedsde.problems.quadratic.problem import QuadraticProblem
 from fedsde.sde.brownian import STEPS_PER_WINDOW, GridBrownian
 from fedsde.sde.coefficients import VARIANTS, psd_sqrt, quadratic_sde_coefficients
 from fedsde.sde.euler import euler_rounds, record_plan
-from fedsde.sde.models import ClientProblem, FedAvgSDE, QuadraticSDE
+from fedsde.sde.models import ClientProblem, FedAvgSDE, QuadraticSDE, rollout_group
 from fedsde.sde.schedules import RateLike
 from fedsde.sde.segments import SEGMENT_STEPS, sdeint_rounds  # noqa: F401 (sdeint_rounds: re-exported)
 from fedsde.sim.moments import BlowUpWatch, StreamingMoments, plan_chunks, problem_scale, working_set
@@ -116,6 +116,8 @@ def simulate_sde(
     moments_only: bool = False,
     memory_limit: int | str | None = None,
     workers: int | None = None,
+    full_cov_rounds: Sequence[int] | None = None,
+    on_record: Callable[[int, int, torch.Tensor], None] | None = None,
 ) -> SDEPaths:
     """Simulate ``replicates`` independent paths of a FedAvg SDE, returned at round times ``t = n·h``.
 
@@ -171,6 +173,13 @@ def simulate_sde(
     workers : int, optional
         Threads that integrate chunks of paths at the same time, one CPU core each (default: the threads torch may
         use on the CPU, 1 on a GPU; :mod:`fedsde.sim.workers`).  Paths are bit-identical for every value.
+    full_cov_rounds : sequence of int, optional
+        With ``moments_only``: the recorded rounds whose full (d, d) covariance is kept (default every one); at the
+        others only the variances (``SDEPaths.var()``), so that memory is ``O(T·d)``: ``()`` keeps no d × d array.
+    on_record : callable, optional
+        ``on_record(n, start, w)`` at every recorded round ``n`` with the states ``w`` (R_c, d) of the paths
+        ``start … start + R_c − 1`` (a chunk, on the run's device and dtype; any thread): metrics of the paths
+        without keeping them (``moments_only=True``).
 
     Returns
     -------
@@ -204,8 +213,9 @@ def simulate_sde(
     # never computes a padded block of BLOCK); above BLOCK paths the block is BLOCK, the chunks' unit
     block = resolve_block_size(None, replicates)
     check = getattr(oracle_factory, "check_memory", None)
-    if check is not None:  # an oracle with a work space of its own per block (module problems): refused up front
-        check(problem, slots=int(problem.Q), block=block, device=dev, dtype=dtype)
+    # an oracle with a work space of its own per block (module problems): refused up front
+    work = 0 if check is None else int(check(problem, slots=int(problem.Q), block=block, device=dev,
+                                             dtype=dtype) or 0)
     proto = _build_module(problem, variant, eta, local_steps, server_lr, h, dev, dtype,
                           inner_samples=inner_samples, estimator=estimator, seed=base_seed, first_block=0,
                           oracle_factory=oracle_factory, block_size=block)
@@ -216,17 +226,33 @@ def simulate_sde(
     # per path: the chunk's recorded states, a dozen (d,) work tensors, a window of Brownian increments, the general
     # SDE's (d, K) diffusion and rollouts (K = inner_samples); the per-block moment sums (d² per block)
     channels = inner_samples if variant == "general" else d
+    full = None if full_cov_rounds is None else [i for i, n in enumerate(keep) if int(n) in
+                                                 {int(r) for r in full_cov_rounds}]
+    n_full = keep.size if full is None else len(full)
+    # the general SDE's rollouts: (K, Q, d) per path, ``slot_copies`` of them (four unless the oracle says), and
+    # the displacements and factor D (K, d); rollouts too large for one pass run a group of a block's at a time
+    copies = getattr(oracle_factory, "slot_copies", 4)
+    item = torch.finfo(dtype).bits // 8
+    Qc = max(1, int(problem.Q))
+    group = rollout_group(inner_samples, Qc, block, d, dtype, dev) if variant == "general" else inner_samples
+    rollout_path = item * inner_samples * d * ((copies * Qc if group >= inner_samples else 0) + 3)
+    work += 0 if group >= inner_samples else item * copies * group * Qc * block * d
     per_path = 8 * (2 * keep.size * d + 12 * d + STEPS_PER_WINDOW * channels) + (
-        32 * inner_samples * d * max(1, problem.Q) if variant == "general" else 0) + 16 * d * d // BLOCK
+        rollout_path if variant == "general" else 0) + (
+        16 * d * d // BLOCK if moments_only and n_full else 0)
+    # kept for the whole run: the paths, or the streamed sums (3 (T, d) and a (d, d) per full covariance); an
+    # oracle's own work space (module problems) beside the chunks
+    stored = (8 * (3 * keep.size * d + n_full * d * d) if moments_only else 8 * keep.size * replicates * d) + work
     available = available_memory(dev, memory_limit)
-    chunk_size = plan_chunks(f"replicates={replicates}", replicates, chunk_size, BLOCK, per_path,
-                             0 if moments_only else 8 * keep.size * replicates * d, available,
-                             "use fewer paths or record fewer rounds" if moments_only else
+    chunk_size = plan_chunks(f"replicates={replicates}", replicates, chunk_size, BLOCK, per_path, stored, available,
+                             ("use fewer paths or record fewer rounds" + (
+                                 f", or fewer inner_samples (K={inner_samples} rollouts per path)"
+                                 if variant == "general" else "")) if moments_only else
                              "keep moments only (moments_only=True; the sde command does), record fewer rounds, or "
-                             "use fewer paths", working_set=working_set(dev, available))
+                             "use fewer paths", working_set=working_set(dev, available), device=dev)
     workers = resolve_workers(workers, dev)
     chunks = plan_workers(replicates, chunk_size, BLOCK, workers, d * channels)
-    out = StreamingMoments(keep.size, d, BLOCK) if moments_only else np.empty((keep.size, replicates, d))
+    out = StreamingMoments(keep.size, d, BLOCK, full) if moments_only else np.empty((keep.size, replicates, d))
     # checks and progress between segments of at most SEGMENT_STEPS steps (the same whether or not progress shows)
     bounds = np.unique(np.r_[np.arange(0, rounds, max(1, SEGMENT_STEPS // substeps)), rounds])
     watch = BlowUpWatch(problem_scale(problem, start), f"the SDE ({variant})")
@@ -248,6 +274,9 @@ def simulate_sde(
                               float32_draws=float32_draws)
             res = _euler_chunk(module, y, bm=bm, h=hh, substeps=substeps, rounds=rounds, keep=keep,
                                bounds=bounds, bar=bar, watch=watch, halt=halt)
+        if on_record is not None:
+            for i, n in enumerate(keep):
+                on_record(int(n), a, res[i])
         if moments_only:  # reduced where the paths are (on a GPU: on the device, block sums to the host once)
             for i in range(keep.size):
                 out.add(i, a, res[i])

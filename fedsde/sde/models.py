@@ -46,6 +46,21 @@ _INNER = 1 << 19
 _CACHE_MAX = 4096
 
 
+#: bytes of client weights a batch of rollouts of one block may hold on the CPU; above it a block's K rollouts run a
+#: few at a time (:func:`rollout_group`): the general SDE's memory is then O(R·Q·d), not O(R·K·Q·d)
+ROLLOUT_BYTES = 1 << 29
+
+
+def rollout_group(K: int, Q: int, B: int, d: int, dtype: torch.dtype, device) -> int:
+    """Inner samples of one block of ``B`` paths computed at once: all ``K`` where their client weights (K, Q, B, d)
+    fit :data:`ROLLOUT_BYTES` (always on a GPU, whose memory the chunk planner sizes), else as many as fit (at
+    least one).  A function of the configuration only, so that a path's numbers do not depend on the machine."""
+    if torch.device(device).type != "cpu":
+        return K
+    per = Q * B * d * (torch.finfo(dtype).bits // 8)
+    return K if K * per <= ROLLOUT_BYTES else max(1, ROLLOUT_BYTES // per)
+
+
 class ClientProblem(Protocol):
     """What :class:`FedAvgSDE` needs from a problem: ``Q`` clients, dimension ``d``, weights ``p`` (Q,).
 
@@ -293,6 +308,8 @@ class FedAvgSDE(torch.nn.Module):
         self._oracle = None
         self._streams = None
         self._last = None  # (y, (t, version), mean (R, d), D (R, K, d))
+        self._groups: dict[tuple[int, int], ReplicateStreams] = {}  # (block, first k) → streams, grouped rollouts
+        self._group_oracles: dict[int, GradientOracle] = {}
 
     @property
     def d(self) -> int:
@@ -328,13 +345,43 @@ class FedAvgSDE(torch.nn.Module):
         K, Q = self.inner_samples, self.problem.Q
         if nb * B != R:
             y = torch.cat([y, y.new_zeros((nb * B - R, d))])
+        group = rollout_group(K, Q, B, d, self.dtype_, self.device_)
+        if group < K:  # a block's K rollouts do not fit at once: a few at a time (the same numbers for any chunking)
+            return self._grouped(t, y, nb, group)[:R]
         wb = y.view(nb, 1, 1, B, d)
         x = wb.expand(nb, K, Q, B, d).contiguous().view(nb * K, Q, B, d)
         run_local_steps(x=x, oracle=self._oracle, streams=self._streams, eta=self.eta(t),
                         n_steps=int(self.steps.max()), local_steps=self._limits)
-        disp = x.view(nb, K, Q, B, d) - wb
+        disp = x.view(nb, K, Q, B, d).sub_(wb)  # in place: the displacements, no second copy
         A = torch.einsum("q,nsqbd->nbsd", self._p, disp)  # (nb, B, K, d)
         return A.reshape(nb * B, K, d)[:R]
+
+    def _grouped(self, t: float, y: torch.Tensor, nb: int, group: int) -> torch.Tensor:
+        """:meth:`rollouts` of ``group`` inner samples of one block at a time (rollout ``k`` of block ``b`` draws from
+        stream ``(first_block + b)·K + k`` as in one pass); ``Σ_k p_k`` summed client by client, elementwise, so that
+        a path's numbers do not depend on how many paths run beside it.  Paths (padded to whole blocks), K, d."""
+        K, Q, B, d = self.inner_samples, self.problem.Q, self.block, y.shape[1]
+        A = y.new_empty((nb, B, K, d))
+        for b in range(nb):
+            wb = y[b * B:(b + 1) * B].view(1, 1, B, d)
+            for k0 in range(0, K, group):
+                n = min(group, K - k0)
+                key = (self.first_block + b, k0)
+                if key not in self._groups:
+                    self._groups[key] = ReplicateStreams(self.seed, (self.first_block + b) * K + k0, n, self.device_,
+                                                         _INNER, self.block)
+                if n not in self._group_oracles:
+                    self._group_oracles[n] = self.oracle_factory(self.problem, n, self.device_, self.dtype_)
+                x = wb.expand(n, Q, B, d).contiguous()
+                run_local_steps(x=x, oracle=self._group_oracles[n], streams=self._groups[key], eta=self.eta(t),
+                                n_steps=int(self.steps.max()), local_steps=self._limits)
+                x.sub_(wb)
+                acc = x[:, 0] * self._p[0]
+                for q in range(1, Q):
+                    acc.add_(x[:, q] * self._p[q])
+                A[b, :, k0:k0 + n] = acc.transpose(0, 1)
+                del x
+        return A.reshape(nb * B, K, d)
 
     def moments(self, t, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``M̂`` (paths, d) and the factor ``D`` (paths, K, d) at ``(t, y)`` (cached for the last pair)."""

@@ -151,6 +151,7 @@ def svag_chain(
     bar=None,
     what: str | None = None,
     workers: int | None = None,
+    on_error: Callable[[], None] | None = None,
 ) -> SVAGPaths:
     """Run the SVAG chain with parameter ``ell`` for ``rounds`` base rounds (``ell·rounds`` SVAG steps).
 
@@ -195,6 +196,9 @@ def svag_chain(
     workers : int, optional
         Threads that run chunks of replicates at the same time (default: the threads torch may use on the CPU, 1 on a
         GPU; :mod:`fedsde.sim.workers`).  The chains are bit-identical for every value.
+    on_error : callable, optional
+        Called when a chunk fails (e.g. to release chunks that ``on_grid`` made wait on another,
+        :meth:`fedsde.sim.moments.StreamingMoments.abort`).
 
     Returns
     -------
@@ -236,17 +240,20 @@ def svag_chain(
     item = torch.finfo(dtype).bits // 8
     available = available_memory(dev, None)
     check = getattr(oracle_factory, "check_memory", None)
-    if check is not None:  # an oracle with a work space of its own per block (module problems): refused up front
-        check(problem, slots=Q, block=block, device=dev, dtype=dtype)
-    chunk_size = plan_chunks(f"replicates={R}", R, None, block, item * (10 * rollouts * Q * d + 6 * d),
-                             8 * keep.size * R * d, available, "use fewer replicates or record fewer rounds",
-                             working_set=working_set(dev, available))
+    # an oracle with a work space of its own per block (module problems): refused up front, and held beside the
+    # chunks' working set (one budget: both at once)
+    work = 0 if check is None else int(check(problem, slots=Q, block=block, device=dev, dtype=dtype) or 0)
+    copies = getattr(oracle_factory, "slot_copies", 10)  # (Q, d) tensors per replicate and rollout in a round
+    chunk_size = plan_chunks(f"replicates={R}", R, None, block, item * (copies * rollouts * Q * d + 6 * d),
+                             8 * (keep.size + 1) * R * d + work, available,
+                             "use fewer replicates or record fewer rounds", working_set=working_set(dev, available),
+                             device=dev)
     workers = resolve_workers(workers, dev)
     chunks = plan_workers(R, chunk_size, block, workers, rollouts * Q * d)
     run = _Chain(problem=problem, ell=ell, R=R, block=block, seed=base_seed, oracle_factory=oracle_factory, dev=dev,
                  dtype=dtype, etas=etas, lrs=lrs, steps=steps, w_start=w_start, keep=keep, on_grid=on_grid, bar=bar,
                  watch=BlowUpWatch(problem_scale(problem, w_start), what or f"the SVAG chain (ell={ell})"))
-    run_chunks(run, chunks, workers,
+    run_chunks(run, chunks, workers, on_error=on_error,
                before_raise=lambda exc: run.watch.flush(before=getattr(exc, "fedsde_when", -1), stacklevel=7))
     run.watch.flush(stacklevel=3)
     config = {"ell": ell, "eta": etas.tolist() if np.ndim(eta) else float(eta), "local_steps": steps.tolist(),
@@ -324,13 +331,16 @@ class _Chain:
                     wb = w.view(nb, 1, 1, block, d)
                     x = wb.expand(nb, 2, Q, block, d).clone().view(nbi, Q, block, d)
                 run_local_steps(x=x, oracle=oracle, streams=streams, eta=eta_n, n_steps=n_steps, local_steps=limits)
-                if ell == 1:
-                    delta = (x - wb).transpose(1, 2).reshape(Rp, Q, d)
+                if ell == 1:  # the displacements in place (the same numbers, one (Q, d) copy per replicate less)
+                    delta = x.sub_(wb).transpose(1, 2).reshape(Rp, Q, d)
                     w = w + s * torch.bmm(weights_p.unsqueeze(1), delta).squeeze(1)
+                    del delta
                 else:
-                    disp = x.view(nb, 2, Q, block, d) - wb
+                    disp = x.view(nb, 2, Q, block, d).sub_(wb)
                     A = torch.einsum("q,njqbd->njbd", p, disp)  # (nb, 2, B, d)
                     w = w + s * (A * coef).sum(1).reshape(Rp, d)
+                    del disp
+                del x  # before the next step's copy is made
                 if not self.watch.scan(w[:R], f"base round {n + 1}, step {j}", first=start, order=start,
                                        when=n * ell + j):
                     r = start + int(torch.nonzero(~torch.isfinite(w[:R]).all(-1))[0, 0])
@@ -349,26 +359,54 @@ class _Chain:
 @renamed(paths="replicates")
 def simulate_svag(problem, *, eta, local_steps, rounds: int, replicates: int, seed, ell: int, server_lr=1.0, h=None,
                   w0=None, oracle_factory=None, record: Sequence[int] | None = None, device="cpu",
-                  dtype=torch.float64, progress: bool = False):
+                  dtype=torch.float64, progress: bool = False, moments_only: bool = False,
+                  full_cov_rounds: Sequence[int] | None = None, on_record: Callable | None = None):
     """Paths of SDE (2) by the SVAG integrator (step ``h/ℓ``), as :class:`~fedsde.sde.integrate.SDEPaths`.
 
     The SVAG counterpart of ``simulate_sde(variant="general")``: each step costs two client rounds per path
     (against ``inner_samples`` for the Monte-Carlo-coefficient Euler scheme), and the weak error is ``O(h/ℓ)``.
     ``replicates`` (old name: ``paths``) independent paths; ``record`` defaults to every base round.
+    ``moments_only``, ``full_cov_rounds`` and ``on_record`` as in :func:`~fedsde.sde.integrate.simulate_sde`: the
+    moments streamed over chunks of replicates (:class:`~fedsde.sim.moments.StreamingMoments`, memory ``O(T·d)``
+    without full covariances) and the recorded states handed to ``on_record(n, start, w)`` instead of kept.
     """
+    from fedsde._memory import keep_memory
     from fedsde.sde.integrate import SDEPaths
+    from fedsde.sim.moments import StreamingMoments
 
     rounds = positive_int("rounds", rounds, minimum=0)
-    keep = np.arange(rounds + 1) if record is None else record
+    R = positive_int("replicates", replicates)
+    keep = record_rounds("record", record, rounds) if record is not None else np.arange(rounds + 1)
+    index = {int(n): i for i, n in enumerate(keep)}
+    moments = None
+    if moments_only:
+        full = None if full_cov_rounds is None else [index[int(n)] for n in full_cov_rounds if int(n) in index]
+        n_full, d = keep.size if full is None else len(full), int(problem.d)
+        keep_memory(f"the streamed moments of {keep.size} recorded rounds ({n_full} full covariances)",
+                    8 * (3 * keep.size * d + n_full * d * d), "record fewer rounds or keep variances only")
+        moments = StreamingMoments(keep.size, d, resolve_block_size(None, R), full)
+
+    def on_grid(n: int, start: int, w: torch.Tensor) -> None:
+        if n in index:
+            if moments is not None:
+                moments.add(index[n], start, w)
+            if on_record is not None:
+                on_record(n, start, w)
+
+    hook = on_grid if moments is not None or on_record is not None else None
     bar = progress_bar(rounds * positive_int("ell", ell), f"sde[svag ℓ={ell}]", unit="step", enabled=progress)
     try:
-        res = svag_chain(problem, eta=eta, local_steps=local_steps, rounds=rounds, ell=ell, replicates=replicates,
-                         seed=seed, server_lr=server_lr, h=h, w0=w0, oracle_factory=oracle_factory, record=keep,
-                         device=device, dtype=dtype, bar=bar, what=f"the SDE (general, svag ell={ell})")
+        res = svag_chain(problem, eta=eta, local_steps=local_steps, rounds=rounds, ell=ell, replicates=R,
+                         seed=seed, server_lr=server_lr, h=h, w0=w0, oracle_factory=oracle_factory,
+                         record=None if moments_only else keep, on_grid=hook, device=device, dtype=dtype, bar=bar,
+                         what=f"the SDE (general, svag ell={ell})",
+                         on_error=None if moments is None else moments.abort)
     finally:
         bar.close()
     config = {("paths" if k == "replicates" else k): v for k, v in res.config.items()}  # the keys of mc-euler's
     config |= {"variant": "general", "integrator": "svag"}
+    if moments is not None:
+        return SDEPaths(rounds=keep, times=keep * res.h, weights=None, h=res.h, config=config, streamed=moments)
     return SDEPaths(rounds=res.rounds, times=res.times, weights=res.weights, h=res.h, config=config)
 
 

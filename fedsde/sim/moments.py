@@ -55,13 +55,17 @@ class StreamingMoments:
         Recorded times and dimension.
     block : int
         Replicates per block: chunks start on block boundaries and every block is reduced on its own.
+    full : sequence of int, optional
+        The recorded times whose full (d, d) covariance is kept; at the others only the variances (sums of
+        squares, ``O(d)``).  Default every time (``O(T·d²)``); ``()``: variances only, memory ``O(T·d)``.
     """
 
-    def __init__(self, T: int, d: int, block: int):
+    def __init__(self, T: int, d: int, block: int, full=None):
         self.block = int(block)
         self.shift = np.zeros((T, d))
         self.s1 = np.zeros((T, d))
-        self.s2 = np.zeros((T, d, d))
+        self.full = frozenset(range(T)) if full is None else frozenset(int(t) for t in full)
+        self.s2 = [np.zeros((d, d)) if t in self.full else np.zeros(d) for t in range(T)]
         self.count = np.zeros(T, np.int64)
         self._next = np.zeros(T, np.int64)  # first replicate not yet merged, per recorded time
         self._pending: list[dict] = [{} for _ in range(T)]  # start -> (rows, b1, b2): waiting for earlier blocks
@@ -86,7 +90,7 @@ class StreamingMoments:
             if start == 0:
                 self._set_shift(t, x[: min(self.block, R)].mean(0))
             y = self._wait_shift(t, device=True)
-            b1, b2 = self._device_sums(x, y, start)
+            b1, b2 = self._device_sums(x, y, start, t in self.full)
         else:
             x = w.detach().to("cpu", torch.float64).numpy() if hasattr(w, "detach") else np.asarray(w, np.float64)
             if start == 0:
@@ -97,7 +101,7 @@ class StreamingMoments:
             np.subtract(x, shift, out=y[:R])
             y = y.reshape(nb, self.block, -1)
             b1 = y.sum(1)  # (nb, d): one reduction per block, the same whatever nb
-            b2 = np.einsum("nbi,nbj->nij", y, y)  # (nb, d, d)
+            b2 = np.einsum("nbi,nbj->nij", y, y) if t in self.full else np.einsum("nbi,nbi->ni", y, y)
         with self._cond:
             self._pending[t][int(start)] = (R, b1, b2)
             if on_device:
@@ -128,11 +132,13 @@ class StreamingMoments:
                 self._cond.wait()
             return self._device_shift[t] if device else self.shift[t]
 
-    def _device_sums(self, x: torch.Tensor, shift: torch.Tensor, start: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Block sums ``Σ (x − c)`` (nb, d) and ``Σ (x − c)(x − c)ᵀ`` (nb, d, d) of the rows ``x`` starting at replicate
-        ``start``, by batched products of one fixed shape over groups of :data:`SUM_GROUP` blocks aligned with the
-        global block index (each block at its own place in its group, zeros elsewhere): a block's sums are then
-        computed by the same kernel at the same place whatever the chunk, so they do not depend on it."""
+    def _device_sums(self, x: torch.Tensor, shift: torch.Tensor, start: int,
+                     full: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+        """Block sums ``Σ (x − c)`` (nb, d) and ``Σ (x − c)(x − c)ᵀ`` (nb, d, d) (``full``; else ``Σ (x − c)²``,
+        (nb, d)) of the rows ``x`` starting at replicate ``start``, by batched products of one fixed shape over
+        groups of :data:`SUM_GROUP` blocks aligned with the global block index (each block at its own place in its
+        group, zeros elsewhere): a block's sums are then computed by the same kernel at the same place whatever the
+        chunk, so they do not depend on it."""
         R, d = x.shape
         G, B = SUM_GROUP, self.block
         b0 = start // B
@@ -144,7 +150,10 @@ class StreamingMoments:
         y = y.view(ng, G, B, d)
         ones = torch.ones((G, 1, B), dtype=torch.float64, device=x.device)
         b1 = torch.cat([torch.bmm(ones, y[g]) for g in range(ng)])[lead:lead + nb].view(nb, d)
-        b2 = torch.cat([torch.bmm(y[g].transpose(1, 2), y[g]) for g in range(ng)])[lead:lead + nb]
+        if full:
+            b2 = torch.cat([torch.bmm(y[g].transpose(1, 2), y[g]) for g in range(ng)])[lead:lead + nb]
+        else:
+            b2 = torch.cat([torch.bmm(ones, y[g] * y[g]) for g in range(ng)])[lead:lead + nb].view(nb, d)
         return b1, b2
 
     def _host_pending(self) -> None:
@@ -187,11 +196,29 @@ class StreamingMoments:
         return self.shift + self.s1 / n
 
     def cov(self) -> np.ndarray:
-        """Covariance over replicates (ddof = 1), shape (T, d, d)."""
+        """Covariance over replicates (ddof = 1), shape (T, d, d) (every time kept in full, see ``full``)."""
+        if len(self.full) != len(self.s2):
+            from fedsde.errors import FedsdeInputError
+
+            raise FedsdeInputError(f"cov: the full covariance was kept at {len(self.full)} of the {len(self.s2)} "
+                                   "recorded times only (full=…); use cov_at(t) or var()")
+        return np.stack([self.cov_at(t) for t in range(len(self.s2))]) if self.s2 else np.zeros((0, 0, 0))
+
+    def cov_at(self, t: int) -> np.ndarray:
+        """Covariance over replicates (ddof = 1) at a recorded time kept in full, shape (d, d)."""
         self._finish()
-        n = np.maximum(self.count, 1)[:, None, None]
-        outer = np.einsum("ti,tj->tij", self.s1, self.s1)
-        return (self.s2 - outer / n) / np.maximum(n - 1, 1)
+        n = max(int(self.count[t]), 1)
+        return (self.s2[t] - np.outer(self.s1[t], self.s1[t]) / n) / max(n - 1, 1)
+
+    def var(self) -> np.ndarray:
+        """Variances over replicates (ddof = 1), shape (T, d): the covariances' diagonals, at every time."""
+        self._finish()
+        out = np.empty_like(self.s1)
+        for t, s2 in enumerate(self.s2):
+            n = max(int(self.count[t]), 1)
+            sq = np.diagonal(s2) if s2.ndim == 2 else s2
+            out[t] = (sq - self.s1[t] ** 2 / n) / max(n - 1, 1)
+        return out
 
 
 def problem_scale(problem, w_start: np.ndarray) -> float:
@@ -273,22 +300,25 @@ class BlowUpWatch:
 
 
 def plan_chunks(what: str, R: int, chunk_size: int | None, block: int, per_rep: int, stored: int, available: int,
-                hint: str, *, working_set: int = 1 << 30) -> int | None:
+                hint: str, *, working_set: int = 1 << 30, device=None) -> int | None:
     """How many replicates to run at once so that the run fits in ``available`` bytes.
 
     ``stored`` bytes are kept for the whole run, ``per_rep`` bytes per replicate of a chunk.  A run that cannot fit
     even one block (or the given ``chunk_size``) raises a one-line :class:`~fedsde.errors.FedsdeInputError` with the
     estimate.  Without ``chunk_size``: ``None`` (one chunk) when everything fits in half of ``working_set`` (1 GiB:
     512 MiB on the CPU; callers on a GPU pass its free memory) and half of what is left, else the largest block
-    multiple that does.  Chunks run in parallel threads share this budget (:mod:`fedsde.sim.workers`).
+    multiple that does.  Chunks run in parallel threads share this budget (:mod:`fedsde.sim.workers`).  Inside a
+    command the chosen working set is charged to its budget (:func:`fedsde._memory.memory_fits`; ``device`` None or
+    a CPU).
     """
-    memory_fits(what, stored + per_rep * min(R, block), available, hint)
+    memory_fits(what, stored + per_rep * min(R, block), available, hint, device=device)
     if chunk_size is not None:
         memory_fits(f"chunk_size={chunk_size}", stored + per_rep * min(R, int(chunk_size)), available,
-                    "use a smaller chunk_size")
+                    "use a smaller chunk_size", device=device)
         return chunk_size
     budget = min(available - stored, working_set) // 2
     size = max(block, budget // per_rep // block * block)
+    memory_fits(what, stored + per_rep * min(R, size), available, hint, device=device)
     return None if size >= R else int(size)
 
 

@@ -217,9 +217,10 @@ def make_plan(
         # the oracle trains the participants' slots only when they are handed over (runner.run_chunk)
         part_slots = (participation is not None and (participation < Q or weighting == "multinomial")
                       and not agg.warm_start_rounds)
-        check(problem, slots=participation if sparse or (part_slots and not drift_keep.size) else Q,
-              block=block_size, device=dev, dtype=dtype,
-              memory_limit=memory_limit)
+        work = check(problem, slots=participation if sparse or (part_slots and not drift_keep.size) else Q,
+                     block=block_size, device=dev, dtype=dtype, memory_limit=memory_limit)
+    else:
+        work = 0
     # a round on all Q clients although few take part: a warm start or the drift record (multinomial draws train
     # their m slots, as uniform subsets do)
     given_chunk = chunk_size
@@ -232,7 +233,8 @@ def make_plan(
         chunk_size = _chunk_size(replicates=replicates, chunk_size=chunk_size, block=block_size,
                                  Q=participation if sparse else Q, d=d, step=step, recorded=keep.size,
                                  drift_cols=drift_keep.size * max_local_steps(steps), moments_only=moments_only,
-                                 device=dev, dtype=dtype, memory_limit=memory_limit)
+                                 device=dev, dtype=dtype, memory_limit=memory_limit, work=int(work or 0),
+                                 copies=getattr(make_oracle, "slot_copies", 10))
         if hasattr(problem, "round_memory"):  # clients on demand: what a round's participants need, not the population
             _check_population(problem, make_oracle, None if trains_all else participation,
                               min(replicates, (chunk_size or replicates) * workers), dev, memory_limit, weighting)
@@ -255,21 +257,24 @@ def make_plan(
 
 def _chunk_size(*, replicates: int, chunk_size: int | None, block: int, Q: int, d: int, recorded: int,
                 drift_cols: int, moments_only: bool, device: torch.device, dtype: torch.dtype,
-                memory_limit: int | str | None, step: int = 0) -> int | None:
+                memory_limit: int | str | None, step: int = 0, work: int = 0, copies: int = 10) -> int | None:
     """Chunk size that fits (``chunk_size`` if given) or a one-line error; per replicate: about ten (Q, d) tensors
-    of the local round (``Q`` the slots trained: ``m`` in the cross-device regime), the aggregator's state, a copy of
-    the weights and the per-block moment sums (d² per block), the rule's ``step`` bytes, and on a GPU the chunk's
-    recorded weights (T, d) until its end; stored: weights (T, R, d) and drift (T_d, E_max, R, Q)."""
+    (``copies``: an oracle with a work space of its own declares fewer) of the local round (``Q`` the slots
+    trained: ``m`` in the cross-device regime), the aggregator's state, a copy of the weights and the per-block
+    moment sums (d² per block), the rule's ``step`` bytes, and on a GPU the chunk's recorded weights (T, d) until
+    its end; stored: weights (T, R, d) and drift (T_d, E_max, R, Q), and the oracle's own ``work`` space (module
+    problems), held beside the chunks."""
     item = torch.finfo(dtype).bits // 8
-    per_rep = item * (10 * Q * d + 6 * Q + 4 * d) + 16 * d + (16 * d * d // block + 8 * d if moments_only else 0) + step
+    per_rep = (item * (copies * Q * d + 6 * Q + 4 * d) + 16 * d + step
+               + (16 * d * d // block + 8 * d if moments_only else 0))
     if device.type != "cpu" and not moments_only:
         per_rep += item * recorded * d
     stored = 0 if moments_only else 8 * replicates * (recorded * d + drift_cols * Q)
     hint = ("keep moments only (moments_only=True; the simulate command does), record fewer rounds, or use fewer "
             "replicates") if not moments_only else "use a smaller problem or another device"
     available = available_memory(device, memory_limit)
-    return plan_chunks(f"replicates={replicates}", replicates, chunk_size, block, per_rep, stored, available, hint,
-                       working_set=working_set(device, available))
+    return plan_chunks(f"replicates={replicates}", replicates, chunk_size, block, per_rep, stored + work, available,
+                       hint, working_set=working_set(device, available), device=device)
 
 
 def _client_state_chunk(agg: Aggregator, replicates: int, chunk_size: int | None, given: bool, block: int,

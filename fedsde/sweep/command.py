@@ -39,6 +39,7 @@ Register = Callable[[Any], None]
 #: options of cell commands that a spec may not set (they write outside the sweep folder or start clusters)
 NOT_CELL_OPTIONS = {"out": "writes files outside the sweep folder", "figures": "writes files outside the sweep folder",
                     "sweep_out": "writes files outside the sweep folder",
+                    "threads": "a cell runs on one thread (the sweep's --workers spreads the cells)",
                     "workers": "starts worker processes of its own (the sweep's --workers spreads the cells)"}
 #: exceptions the ``fedsde`` entry point turns into a one-line message and exit status 2
 _EXIT2 = (FedsdeInputError, SimulationDivergedError, FileNotFoundError, IsADirectoryError, PermissionError)
@@ -209,7 +210,12 @@ def _run_command(command: str, argv: list[str], commands: Mapping[str, Register]
     outcome: dict[str, Any]
     try:
         info = command_info(command, commands)
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), warnings.catch_warnings():
+        from fedsde._memory import command_budget
+
+        # a cell is a command of its own: its own memory budget (what the process running it leaves, inside a map
+        # or a sweep command its budget's remainder), reported in its JSON resources
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), warnings.catch_warnings(), \
+                command_budget():
             warnings.simplefilter("default")
             quiet = ["--quiet"] if "--quiet" in info.parser._option_string_actions else []  # no bars in a cell
             args = parse_cell_args(info, [*argv, "--json", *quiet])
@@ -230,7 +236,10 @@ def _run_command(command: str, argv: list[str], commands: Mapping[str, Register]
                 raise RuntimeError(f"fedsde {info.name} --json did not print one JSON object ({exc})") from None
             if not isinstance(result, dict):
                 raise RuntimeError(f"fedsde {info.name} --json printed a {type(result).__name__}, not an object")
-            outcome = {"status": "done", "result": result}
+            # where it ran (its memory budget, threads) is not what it computed: beside the result, not in it, so
+            # that a cell's result is the same wherever and whenever it runs
+            used = result.pop("resources", None)
+            outcome = {"status": "done", "result": result, **({"run_resources": used} if used is not None else {})}
     except ArgumentError as exc:
         outcome = {"status": "failed", "error": str(exc)}
     except _EXIT2 as exc:

@@ -64,7 +64,7 @@ COMMAND_DIMS: dict[str, list[tuple[re.Pattern, tuple[str, ...]]]] = {
     "validity": [(re.compile(r"metrics_.+_(?:mean|se)"), ("ell", "time")),
                  (re.compile(r"extrapolated_.+_(?:mean|se)"), ("time",)),
                  (re.compile(r"ells"), ("ell",)), (re.compile(r"times|rounds"), ("time",)),
-                 (re.compile(r"final_mean|final_cov"), ("ell",))],
+                 (re.compile(r"final_mean|final_cov|final_cov_trace"), ("ell",))],
     "simulate": [(re.compile(r"metrics_.+_(?:mean|se)|metrics_rounds"), ("round",)),
                  (re.compile(r"problem_(?:sizes|test_sizes|p)"), ("client",))],
     "scaling": [(re.compile(r"(?:base|scaled)_curves_.+"), ("tau",)),
@@ -84,7 +84,7 @@ def value_dims(command: str, name: str, shape: tuple[int, ...]) -> tuple[str, ..
     trailing: tuple[str, ...] = ()
     if ndim >= 2 and shape[-1] == shape[-2] and WEIGHT_MATRIX.search(name):
         trailing = ("d", "d2")
-    elif ndim >= 1 and WEIGHT_VECTOR.search(name):
+    elif ndim >= 1 and (WEIGHT_VECTOR.search(name) or WEIGHT_MATRIX.search(name)):  # a covariance's diagonal too
         trailing = ("d",)
     leading = next((dims for pat, dims in COMMAND_DIMS.get(command, []) if pat.fullmatch(name)), ())
     if len(leading) + len(trailing) != ndim:

@@ -13,7 +13,8 @@ units) is judged by simultaneous intervals: "tracks", "does not track" or "incon
   ‖w − w₀‖ on the grid ``t = n·h`` of the base run, and give a :class:`ValidityVerdict`;
 * :func:`validity_verdict` — the three-outcome rule (:mod:`fedsde.validity.verdict`);
 * :func:`exact_sde_law`, :func:`gaussian_metric_means` — the exact reference (:mod:`fedsde.validity.reference`);
-* :func:`fedsde.validity.step.round_contraction` — the step measure ``κ = s·λ_max(B)``, comparable across problems;
+* :func:`fedsde.validity.step.round_contraction` — the step measure ``κ = s·λ_max(B)``, comparable across problems
+  (:func:`fedsde.validity.step.contraction`: with the ends of ``B``'s spectrum and what ``κ`` means on a network);
 * :func:`richardson_limit` — the SDE's value extrapolated from the two largest ``ℓ``.
 
 The CLI is ``fedsde validity``.

@@ -16,7 +16,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from fedsde._memory import available_memory, keep_memory
 from fedsde._progress import progress_bar
+from fedsde._samples import cov_numbers, replicate_cov, resolve_final_cov
 from fedsde._validate import device_dtype, positive_float, positive_int, start_point, unit_interval
 from fedsde.clients.streams import resolve_seed
 from fedsde.errors import FedsdeInputError
@@ -36,6 +38,8 @@ from fedsde.validity.reference import (
 from fedsde.validity.stability import warn_stability
 from fedsde.validity.verdict import ABSOLUTE_METRICS, GapPath, ValidityVerdict, richardson_limit, validity_verdict
 
+#: work space of one metric pass of a module problem over the data (its ``METRIC_BYTES``)
+METRIC_WORK = 1 << 27
 #: default SVAG parameters per reference: FedAvg alone against an exact law; with the SVAG reference, FedAvg and the
 #: chains whose Richardson limit is the SDE (three besides FedAvg, so that the 1/ℓ regime can be checked)
 DEFAULT_ELLS = {"exact": (1,), "svag": (1, 2, 4, 8)}
@@ -67,6 +71,14 @@ class MetricGrid:
         self.problem, self.names, self.w0 = problem, list(names), w0
         self.gidx = {int(n): i for i, n in enumerate(grid)}
         self.values = torch.empty((len(self.names), len(grid), R), dtype=dtype, device=device)
+        if torch.device(device).type == "cpu":  # one pass at a time: its rows' work space and the gradients
+            from fedsde._memory import memory_fits
+
+            item = torch.finfo(dtype).bits // 8
+            rows = len(getattr(problem, "X", ()))  # a data problem's pass: about 16 numbers per row and weight
+            work = METRIC_WORK if hasattr(problem, "functional") else 16 * item * R * rows
+            memory_fits(f"the metrics of {R} replicates (d={problem.d})", work + 4 * R * problem.d * item,
+                        available_memory("cpu"), "use fewer replicates or fewer metrics (metrics=…)")
 
     def __call__(self, n: int, start: int, w: torch.Tensor) -> None:
         t = self.gidx.get(int(n))
@@ -94,7 +106,11 @@ class ValidityResult:
     metrics : dict
         name → ``{"mean": (L, T), "se": (L, T)}`` over replicates.
     final_mean : ndarray, shape (L, d)
-    final_cov : ndarray, shape (L, d, d)
+    final_cov : ndarray of shape (L, d, d) or (L, d), or None
+        Covariance of the final weights over replicates per ``ℓ`` as ``config["final_cov"]`` says: ``full``,
+        ``diag`` (the d variances) or ``none``; computed as such (no d × d array unless ``full``).
+    final_cov_trace : ndarray, shape (L,)
+        Its trace: the total variance of the final weights per ``ℓ`` (``O(R·d)``, always).
     verdict : ValidityVerdict
         FedAvg (the smallest ``ℓ``) against the SDE (:func:`fedsde.validity.verdict.validity_verdict`).
     extrapolated : dict
@@ -113,12 +129,13 @@ class ValidityResult:
     times: np.ndarray
     metrics: dict
     final_mean: np.ndarray
-    final_cov: np.ndarray
+    final_cov: np.ndarray | None
     verdict: ValidityVerdict | None
     extrapolated: dict
     values: dict = field(repr=False, default_factory=dict)
     config: dict = field(default_factory=dict)
     sde: dict = field(default_factory=dict)
+    final_cov_trace: np.ndarray | None = None
 
     @property
     def reference(self) -> str:
@@ -128,7 +145,7 @@ class ValidityResult:
     def to_dict(self) -> dict:
         """JSON-able record (the ``fedsde validity --json`` object, without per-replicate values)."""
         return {"ells": self.ells, "rounds": self.rounds, "times": self.times, "metrics": self.metrics,
-                "final_mean": self.final_mean, "final_cov": self.final_cov,
+                "final_mean": self.final_mean, "final_cov": self.final_cov, "final_cov_trace": self.final_cov_trace,
                 "verdict": None if self.verdict is None else self.verdict.to_dict(),
                 "extrapolated": self.extrapolated, "config": self.config}
 
@@ -165,6 +182,7 @@ def validity_test(
     dtype: torch.dtype = torch.float64,
     progress: bool = False,
     fedavg: str | None = None,
+    final_cov: str | None = None,
 ) -> ValidityResult:
     """Does seed 002's SDE (2) describe FedAvg on ``problem``?  FedAvg by Monte Carlo against the SDE.
 
@@ -219,9 +237,15 @@ def validity_test(
         exact means still judge a metric whose sampled values are heavy-tailed or whose bounds miss the exact gap,
         :mod:`fedsde.validity.heavy`).  Default ``"exact"`` where the moments close, the reference is exact and no
         ``ℓ > 1`` is asked for, else ``"sampled"``.
+    final_cov : {"full", "diag", "none"}, optional
+        What ``final_cov`` keeps, decided where it is computed: the (d, d) covariance of the final weights per
+        ``ℓ``, their d variances, or nothing.  Default ``"full"`` up to ``d = 256``
+        (:data:`fedsde._samples.FULL_COV_MAX_D`), ``"diag"`` above; ``"full"`` is charged to the memory budget
+        up front (``L·d²`` numbers).
     """
     rounds = positive_int("rounds", rounds)
     every = positive_int("record_every", record_every)
+    how = resolve_final_cov("final_cov", final_cov, problem.d)
     reference = resolve_reference(problem, reference)
     mode = resolve_fedavg(problem, fedavg, reference, ells)
     if mode == "exact":
@@ -231,7 +255,7 @@ def validity_test(
         return _exact_test(problem, eta=eta, local_steps=local_steps, rounds=rounds, server_lr=server_lr, h=h,
                            w0=w0, tolerance=tolerance, accuracy_tolerance=accuracy_tolerance, alpha=alpha,
                            metrics=metrics, verdict_metrics=verdict_metrics, every=every, device=device,
-                           dtype=dtype)
+                           dtype=dtype, how=how)
     if replicates is None or seed is None:
         raise FedsdeInputError(f"replicates={replicates}, seed={seed}: both are needed to sample the chains "
                                "(fedavg='sampled')")
@@ -258,8 +282,9 @@ def validity_test(
         law = exact_sde_law(problem, eta=float(eta), local_steps=local_steps, server_lr=float(server_lr), h=hh)
         sde_exact = exact_sde_paths(problem, law, grid, hh, w0_arr, judged)
     L, T = len(ells), grid.size
+    keep_results(problem.d, L, T, R, len(names), how)
     values = {m: np.empty((L, T, R)) for m in names}
-    final_mean, final_cov = np.empty((L, problem.d)), np.empty((L, problem.d, problem.d))
+    final_mean, covs, traces = np.empty((L, problem.d)), [], np.empty(L)
     seconds: list[float] = []
     dev, dt = device_dtype(device, dtype)
     bar = progress_bar(rounds * sum(ells), "validity", unit="step", enabled=progress)
@@ -275,7 +300,10 @@ def validity_test(
             for m, v in on_grid.host().items():
                 values[m][li] = v
             final_mean[li] = res.final.mean(0)
-            final_cov[li] = np.cov(res.final, rowvar=False).reshape(problem.d, problem.d)
+            traces[li] = float(res.final.var(axis=0, ddof=1).sum())
+            covs.append(replicate_cov(res.final, how))
+            chain_config = res.config
+            del res  # the next chain's replicates in its place
     finally:
         bar.close()
     summary = {m: {"mean": v.mean(-1), "se": v.std(-1, ddof=1) / np.sqrt(R)} for m, v in values.items()}
@@ -312,11 +340,26 @@ def validity_test(
     config = {"eta": float(eta), "local_steps": np.atleast_1d(local_steps).tolist(), "server_lr": float(server_lr),
               "h": hh, "rounds": rounds, "replicates": R, "seed": seed, "ells": ells, "reference": reference,
               "tolerance": tolerance, "accuracy_tolerance": accuracy_tolerance, "alpha": alpha,
-              "record_every": every, "device": res.config["device"], "dtype": res.config["dtype"],
-              "oracle": res.config["oracle"], "seconds": seconds, "fedavg": "sampled"}
+              "record_every": every, "device": chain_config["device"], "dtype": chain_config["dtype"],
+              "oracle": chain_config["oracle"], "seconds": seconds, "fedavg": "sampled", "final_cov": how}
     return ValidityResult(ells=ells, rounds=grid, times=times, metrics=summary, final_mean=final_mean,
-                          final_cov=final_cov, verdict=verdict, extrapolated=extrapolated, values=values,
-                          config=config, sde=sde)
+                          final_cov=None if how == "none" else np.stack(covs), verdict=verdict,
+                          extrapolated=extrapolated, values=values, config=config, sde=sde, final_cov_trace=traces)
+
+
+def keep_results(d: int, L: int, T: int, R: int, metrics: int, how: str) -> int:
+    """Charge what a sampled validity test keeps until it ends to the command's memory budget, up front
+    (:func:`fedsde._memory.keep_memory`): the final mean and covariance per ``ℓ`` (``final_cov``: ``L·d²`` numbers
+    when ``full``) and the per-replicate metric values ``(L, T, R)``, each twice (the result and its printed JSON)."""
+    from fedsde._memory import json_bytes
+
+    cov = L * cov_numbers(how, d)
+    kept = keep_memory(f"the final covariances (final_cov={how}: {L} × {cov // max(L, 1)} numbers)",
+                       8 * cov + json_bytes(cov), "final_cov=diag (the d variances) or none" if how == "full" else
+                       "final_cov=none")
+    return kept + keep_memory(f"the final means and metric values ({L} × {d} and {metrics} × {L} × {T} × {R} "
+                              "numbers)", 8 * L * d + json_bytes(L * d) + 16 * metrics * L * T * R,
+                              "use fewer replicates or record fewer rounds (record_every)")
 
 
 def _check_names(problem, metrics, verdict_metrics) -> tuple[list[str], list[str]]:
@@ -333,9 +376,10 @@ def _check_names(problem, metrics, verdict_metrics) -> tuple[list[str], list[str
 
 
 def _exact_test(problem, *, eta, local_steps, rounds, server_lr, h, w0, tolerance, accuracy_tolerance, alpha,
-                metrics, verdict_metrics, every, device, dtype) -> ValidityResult:
+                metrics, verdict_metrics, every, device, dtype, how) -> ValidityResult:
     """``fedavg="exact"``: FedAvg's exact moments against the SDE's exact law (:mod:`fedsde.validity.exact_fedavg`);
-    the verdict's intervals collapse onto the exact gap."""
+    the verdict's intervals collapse onto the exact gap.  The exact laws are d × d by nature (quadratic and
+    least-squares clients); ``how`` keeps their covariance's diagonal or nothing."""
     names, judged = _check_names(problem, metrics, verdict_metrics)
     tolerance = positive_float("tolerance", tolerance)
     accuracy_tolerance = positive_float("accuracy_tolerance", accuracy_tolerance)
@@ -367,8 +411,9 @@ def _exact_test(problem, *, eta, local_steps, rounds, server_lr, h, w0, toleranc
               "h": hh, "rounds": rounds, "replicates": None, "seed": None, "ells": [1], "reference": "exact",
               "tolerance": tolerance, "accuracy_tolerance": accuracy_tolerance, "alpha": alpha,
               "record_every": every, "device": str(dev), "dtype": str(dt).replace("torch.", ""), "oracle": None,
-              "seconds": [], "fedavg": "exact"}
+              "seconds": [], "fedavg": "exact", "final_cov": how}
     sde_out = {m: {"mean": g.sde_mean, "se": g.sde_se} for m, g in gaps.items()}
+    kept = {"full": final_cov, "diag": np.diagonal(final_cov).copy(), "none": None}[how]
     return ValidityResult(ells=[1], rounds=grid, times=times, metrics=summary, final_mean=final_mean[None],
-                          final_cov=final_cov[None], verdict=verdict, extrapolated={}, values={}, config=config,
-                          sde=sde_out)
+                          final_cov=None if kept is None else kept[None], verdict=verdict, extrapolated={}, values={},
+                          config=config, sde=sde_out, final_cov_trace=np.array([float(np.trace(final_cov))]))

@@ -31,7 +31,7 @@ from fedsde._stats import fit_slope_interval
 from fedsde._tolerances import Z95
 from fedsde._validate import device_dtype, positive_int, start_point
 from fedsde.sde.svag import default_oracle_factory, svag_chain
-from fedsde.validity.core import MetricGrid, default_start, evaluate_metrics, parse_ells
+from fedsde.validity.core import MetricGrid, default_start, parse_ells
 from fedsde.validity.verdict import richardson_limit
 
 #: runs of FedAvg (ℓ = 1) timed; the minimum is the denominator of the cost ratios
@@ -198,6 +198,12 @@ def general_sde_study(
     w0_arr = start_point(start, problem.d)
     grid = np.unique(np.r_[np.arange(0, rounds + 1, every), rounds])
     names = _study_metrics(problem, metrics)
+    from fedsde._memory import json_bytes, keep_memory
+
+    runs_n = len(ells) + len(subs)  # per scheme and metric: values (T, R), and the printed moments and rows
+    keep_memory(f"the metric values of {runs_n} schemes ({len(names)} × {grid.size} × {R} numbers each)",
+                16 * runs_n * len(names) * grid.size * R + json_bytes(runs_n * len(names) * (8 + 6 * grid.size)),
+                "use fewer replicates or record fewer rounds (record_every)")
     common = dict(eta=eta, local_steps=local_steps, rounds=rounds, server_lr=server_lr, h=h, w0=start,
                   oracle_factory=oracle_factory, device=device, dtype=dtype)
 
@@ -213,7 +219,7 @@ def general_sde_study(
 
     def mc_once(k: int) -> None:
         simulate_sde(problem, variant="general", replicates=R, seed=seed + 1, substeps=k,
-                     inner_samples=inner_samples, record=[1], **one)
+                     inner_samples=inner_samples, record=[1], moments_only=True, full_cov_rounds=(), **one)
         bar.update()
 
     with warnings.catch_warnings():
@@ -235,14 +241,16 @@ def general_sde_study(
         sec = time.perf_counter() - tic
         hh = res.h
         runs.append(("svag", ell, hh / ell, sec, on_grid.host()))
-    for k in subs:
+    for k in subs:  # metrics as the paths pass the grid (MetricGrid); no paths kept, no covariance formed
         bar.set_description(f"compare: mc-euler k={k}")
+        on_grid = MetricGrid(problem, names, grid, R, w0_arr, dev, dt)
         tic = time.perf_counter()
-        res = simulate_sde(problem, variant="general", replicates=R, seed=seed + 1, substeps=k,
-                           inner_samples=inner_samples, record=grid, progress=progress, **common)  # a bar of its own
+        simulate_sde(problem, variant="general", replicates=R, seed=seed + 1, substeps=k,
+                     inner_samples=inner_samples, record=grid, moments_only=True, full_cov_rounds=(),
+                     on_record=on_grid, progress=progress, **common)  # a bar of its own
         sec = time.perf_counter() - tic
         bar.update(rounds)
-        runs.append(("mc-euler", k, hh / k, sec, _device_metrics(problem, res.weights, w0_arr, names, dev, dt)))
+        runs.append(("mc-euler", k, hh / k, sec, on_grid.host()))
 
     bar.close()
     svag_means = np.stack([[_summary(v)[0][m] for m in names] for s, _, _, _, v in runs if s == "svag"])
@@ -298,12 +306,6 @@ def _study_metrics(problem, metrics) -> list[str]:
         raise FedsdeInputError(f"metrics={names}: {'not defined for this problem' if bad else 'name at least one'} "
                                f"(available: {', '.join(have)})")
     return names
-
-
-def _device_metrics(problem, weights: np.ndarray, w0: np.ndarray, names, device, dtype) -> dict[str, np.ndarray]:
-    """Metrics of recorded weights (T, R, d), evaluated on the run's device and dtype (one transfer each way)."""
-    got = evaluate_metrics(problem, torch.as_tensor(weights, device=device).to(dtype), w0, names)
-    return {m: got[m].to(torch.float64).cpu().numpy() for m in names}
 
 
 def cost_to_error(study: GeneralSDEStudy, metric: str, target: float, *, z: float = 0.0) -> dict:

@@ -142,12 +142,16 @@ def check_parameters(count: int, label: str) -> None:
 
 
 def activation_floats(module, row_shape) -> int:
-    """Floats of every submodule's output for one row (an estimate of a row's activations)."""
+    """Floats of every submodule's output for one row (an estimate of a row's activations), plus half the unfolded
+    input of every convolution (its im2col buffer, which per-example gradients under ``vmap`` hold twice)."""
     total = [0]
 
     def hook(mod, args, out):
         if isinstance(out, torch.Tensor):
             total[0] += int(out.numel())
+            if isinstance(mod, torch.nn.modules.conv._ConvNd) and out.dim() >= 2:
+                per_out = int(np.prod(mod.kernel_size)) * (mod.in_channels // mod.groups)
+                total[0] += per_out * int(out[0, 0].numel()) // 2
 
     hooks = [m.register_forward_hook(hook) for m in module.modules()]
     try:
