@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 FIGURES = ("sde_vs_fused", "sde_vs_cpu", "quadratic_sim", "data_softmax", "data_mlp", "validity_cli", "module")
 
@@ -25,6 +27,7 @@ def _numbers(node, path=""):
         yield path, node
 
 
+@pytest.mark.long
 def test_bench_gpu_cpu_quick_json():
     # one torch thread, as the other tests (the CPU may be shared)
     res = subprocess.run([sys.executable, "benchmarks/bench_gpu.py", "--device", "cpu", "--quick", "--json",

@@ -13,6 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.long  # .ci/run builds the site strictly before the tests; this also checks what the site holds
 def test_mkdocs_build_strict(tmp_path):
     mkdocs = shutil.which("mkdocs") or str(Path(sys.executable).with_name("mkdocs"))
     if not Path(mkdocs).exists():

@@ -147,7 +147,13 @@ def test_pages_follow_the_convention():
     assert not errors, "\n".join(errors)
 
 
-@pytest.mark.parametrize("page", _runnable_pages(slow=False), ids=lambda p: p.name)
+#: pages whose default blocks take a minute or more (a network's verdict, reproduce --quick): in the long set that CI
+#: runs after the default one (``pytest -m long``)
+LONG_PAGES = ("own_model.md", "quickstart.md")
+
+
+@pytest.mark.parametrize("page", [pytest.param(p, marks=pytest.mark.long) if p.name in LONG_PAGES else p
+                                  for p in _runnable_pages(slow=False)], ids=lambda p: p.name)
 def test_page_runs_as_printed(page, tmp_path):
     _run_page(page, tmp_path, slow=False)
 

@@ -19,7 +19,12 @@ def test_one_example_per_figure():
     assert ids == {f"f{int(k[1:]):02d}" for k in GALLERY}, sorted(ids)
 
 
-@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.stem)
+#: examples that take a minute or more with --quick: in the long set that CI runs after the default one (-m long)
+LONG = ("f11_aggregators", "f16_real_data", "f17_module_validity")
+
+
+@pytest.mark.parametrize("script", [pytest.param(s, marks=pytest.mark.long) if s.stem in LONG else s
+                                    for s in SCRIPTS], ids=lambda p: p.stem)
 def test_example_runs(script, tmp_path):
     assert len(script.read_text().splitlines()) <= 60, "examples stay short"
     out = subprocess.run([sys.executable, str(script), "--quick", "--out", str(tmp_path)], capture_output=True,

@@ -48,6 +48,7 @@ def test_reproduce_stationary_figures(tmp_path, capsys):
     assert html.count("data:image/png;base64,") == 2
 
 
+@pytest.mark.long
 def test_same_seed_same_numbers(tmp_path, capsys):
     argv = ["reproduce", "--quick", "--only", "F4", "--no-claims", "--seed", "3", "--json"]
     main([*argv, "--out", str(tmp_path / "a")])
@@ -119,6 +120,7 @@ def _summary(out: Path) -> dict:
     return json.loads((out / "summary.json").read_text())
 
 
+@pytest.mark.long
 def test_parallel_run_gives_the_sequential_numbers(tmp_path, monkeypatch):
     import fedsde.report.runner as runner
     from fedsde.report.runner import reproduce

@@ -267,6 +267,7 @@ def test_cross_device_participants_are_uniform_subsets():
     assert float((counts - expected).abs().max()) < 5 * sd
 
 
+@pytest.mark.long
 def test_cross_device_runs_are_bit_identical_across_chunks_and_workers_and_name_clients():
     from fedsde.sim.participation import CROSS_DEVICE_Q
 
