@@ -10,6 +10,7 @@ from fedsde._cli import one_line_help
 from fedsde._cli._names import NOISE_SCALINGS, SDE_VARIANTS
 from fedsde._cli.common import (
     add_json_flag,
+    add_order_flag,
     add_problem_args,
     add_renamed,
     add_rule_sde_args,
@@ -73,6 +74,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="data problems: Monte-Carlo rollouts per path and step of the Euler runs (default 8)")
     add_rule_sde_args(p, "compare measures the chain against (quadratic clients: exact moments and the exact weak "
                       "error vs h with its slope)")
+    add_order_flag(p, "the SDE compared with FedAvg: 1, seed 002's first-order SDE (--variant); 2, the order-2 SDE "
+                   "(docs/order2.md: on quadratic clients its centred form, integrated by exact OU transitions; on "
+                   "data problems the Hessian-vector-product drift by coupled Monte Carlo). Quadratic clients also get "
+                   "the order refinement: exact weak errors of the mean, second moment and covariance as η → 0 at "
+                   "t = rounds·η (h = η, s fixed), with fitted slopes and 95 % intervals")
+    p.add_argument("--etas", default=None, metavar="η1,η2,…",
+                   help="client steps of the order refinement, each η_max/k for an integer k (default η, η/2, …, η/32 "
+                   "on quadratic clients, 1.5 decades; η, η/2, η/4, η/8 on data problems)")
     add_json_flag(p)
     p.set_defaults(func=run)
 
@@ -102,6 +111,13 @@ def run(args: argparse.Namespace) -> int:
     n = args.rounds
     if n is None or n < 1:
         raise FedsdeInputError(f"--rounds={n}: must be an integer >= 1")
+    if args.order == 2 and not isinstance(problem, QuadraticProblem):
+        from fedsde._cli._compare_order import run_data_order, run_exact
+
+        if getattr(problem, "model", None) != "least-squares":  # FedAvg vs both SDEs by coupled Monte Carlo
+            return run_data_order(args, problem, steps, w0)
+        extra, lines = run_exact(args, problem, steps, w0)  # least squares: exact moments of the chain and SDEs
+        return emit(args, extra, "\n".join(lines))
     if getattr(problem, "model", None) == "least-squares":  # exact moments of the chain and of its SDE
         from fedsde._cli._compare_data import run_regression
 
@@ -115,17 +131,30 @@ def run(args: argparse.Namespace) -> int:
     h_grid = _refinement_steps(args.time_steps, args)
     agg = rule_from_args(args)
     if agg is not None:
+        if args.order != 1:
+            raise FedsdeInputError(f"--order={args.order}: with --aggregator the SDE is the rule's own first-order SDE")
         return _rule(args, problem, agg, steps, w0, h_grid)
+    variant = args.variant
+    if args.order == 2:
+        if args.variant != "corrected":
+            raise FedsdeInputError(f"--variant={args.variant}: --order 2 compares the order-2 SDE (its centred form, "
+                                   "docs/order2.md); drop --variant")
+        from fedsde.sde.order2 import DEFAULT_FORM, ORDER2_FORMS
+
+        variant = ORDER2_FORMS[DEFAULT_FORM]
     if args.replicates is not None and args.replicates < 2:
         raise FedsdeInputError(f"{flag(args, 'replicates')}={args.replicates}: must be an integer >= 2 (a covariance "
                                "needs two paths)")
     if args.record_every is not None and args.record_every < 1:
         raise FedsdeInputError(f"--record-every={args.record_every}: must be an integer >= 1")
     st = quadratic_sde_study(problem, eta=args.eta, local_steps=steps, rounds=n, server_lr=args.server_lr, h=args.h,
-                             variant=args.variant, w0=w0, record_every=args.record_every, h_grid=h_grid,
+                             variant=variant, w0=w0, record_every=args.record_every, h_grid=h_grid,
                              noise_scaling=args.noise_scaling, replicates=args.replicates, seed=args.seed,
                              substeps=args.substeps, device=args.device, progress=not args.json)
-    return emit(args, st.to_dict(), _human(st, args, problem))
+    from fedsde._cli._compare_order import run_exact
+
+    extra, lines = run_exact(args, problem, steps, w0)
+    return emit(args, st.to_dict() | extra, _human(st, args, problem) + "\n" + "\n".join(lines))
 
 
 def _human(st, args: argparse.Namespace, problem) -> str:
@@ -134,7 +163,7 @@ def _human(st, args: argparse.Namespace, problem) -> str:
 
     t_end, cmp, slopes, phis = st.t_end, st.distances, st.slope, list(st.weak_error)
     lines = [
-        f"problem: Q={problem.Q}, d={problem.d}  variant={args.variant}  eta={args.eta}  "
+        f"problem: Q={problem.Q}, d={problem.d}  variant={st.config['variant']}  order={args.order}  eta={args.eta}  "
         f"server_lr={args.server_lr}  h={st.h}  rounds={args.rounds} (t = {t_end:.6g})",
         f"at t={t_end:.6g}: W2(chain, SDE) = {cmp.w2[-1]:.6g}   |Δmean| = {cmp.mean_error[-1]:.6g}   "
         f"rel. cov error = {cmp.cov_rel_error[-1]:.6g}",
@@ -143,7 +172,8 @@ def _human(st, args: argparse.Namespace, problem) -> str:
     ]
     lines += [f"weak error {phi:5s} at t={t_end:.6g}: {st.weak_error[phi][-1]:.6g}   " + (
         f"exact at grid times (errors <= {np.max(slopes[phi]['errors']):.1e}, rounding level)"
-        if slopes[phi]["exact_at_grid"] else f"slope vs h ({args.noise_scaling} noise): {slopes[phi]['slope']:.3f}")
+        if slopes[phi]["exact_at_grid"] else f"slope vs h ({args.noise_scaling} noise): {slopes[phi]['slope']:.3f} "
+        + _interval(slopes[phi].get("slope_ci95")))
         for phi in phis]
     if st.stationary["w2"] is not None:
         lines.append(f"stationary W2(chain, SDE) = {st.stationary['w2']:.6g}")
@@ -154,6 +184,11 @@ def _human(st, args: argparse.Namespace, problem) -> str:
         lines += [f"  E φ difference ({phi}): {v['value']:.4g} ± {Z95 * v['stderr']:.2g}"
                   for phi, v in mc["weak_error"].items()]
     return "\n".join(lines)
+
+
+def _interval(ci) -> str:
+    """``[lo, hi] (95 %)``, or a note where no interval exists (two steps: no residual degree of freedom)."""
+    return "(no interval: two steps)" if ci is None else f"[{ci[0]:.3f}, {ci[1]:.3f}] (95 %)"
 
 
 def _rule(args: argparse.Namespace, problem, agg, steps, w0, h_grid) -> int:

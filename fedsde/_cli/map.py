@@ -60,6 +60,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="metrics the verdict judges (default all recorded)")
     p.add_argument("--record-every", type=int, default=1, metavar="m", help="grid spacing in base rounds")
     p.add_argument("--device", default="cpu", help="torch device of every cell (cpu, cuda, …)")
+    p.add_argument("--order", type=int, choices=(1, 2), default=1,
+                   help="the SDE every cell judges FedAvg against (as fedsde validity --order): 1, seed 002's "
+                   "first-order SDE (default); 2, the order-2 SDE (docs/order2.md; quadratic and least-squares "
+                   "clients)")
     p.add_argument("--refine", type=int, default=None, metavar="BUDGET",
                    help="replicates per chain (summed over cells) for a second look at the inconclusive cells, on "
                    "fresh replicates, cheapest first; both looks at level α/2 (see docs/map.md)")
@@ -141,7 +145,7 @@ def _check_options(args: argparse.Namespace) -> None:
 
 
 #: keywords of :func:`fedsde.maps.run_map` whose errors the command line renames to their flags
-_OPTION_NAMES = ("ells=", "metrics=", "verdict_metrics=", "refine=", "replicates", "fedavg=", "reference=")
+_OPTION_NAMES = ("ells=", "metrics=", "verdict_metrics=", "refine=", "replicates", "fedavg=", "reference=", "order=")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -163,7 +167,8 @@ def run(args: argparse.Namespace) -> int:
                "accuracy_tolerance": args.accuracy_tolerance, "alpha": args.alpha,
                "metrics": _names("--metrics", args.metrics),
                "verdict_metrics": _names("--verdict-metrics", args.verdict_metrics),
-               "record_every": args.record_every, "device": args.device}
+               "record_every": args.record_every, "device": args.device,
+               "order": args.order if args.order != 1 else None}
     from fedsde.problems import load_problem
     from fedsde.report.map_report import write_outputs
 
@@ -203,7 +208,8 @@ def human_report(record: dict) -> str:
     cells = {(c["server_lr"], c["local_steps"], c["eta"]): c for c in record["cells"]}
     ks = record.get("kappa_threshold")
     lines = [f"validity map: {record['problem']['file']} ({len(record['cells'])} cells, tolerance "
-             f"{record['tolerance']:g}, α = {record['alpha']:g}, reference {record['reference']}; κ* = "
+             f"{record['tolerance']:g}, α = {record['alpha']:g}, reference {record['reference']}"
+             f"{', order-2 SDE' if record.get('order') == 2 else ''}; κ* = "
              + (f"{ks:.3g})" if ks is not None else "none)")]
     for s in grid["server_lr"]:
         lines.append(f"server step s = {s:g}   (outcome d̂; NOT: does not track, ?: inconclusive)")

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fedsde._compat import renamed
+from fedsde._stats import loglog_slope_interval
 from fedsde._validate import positive_int
 from fedsde.compare.distances import gaussian_w2, ks_per_coordinate
 from fedsde.compare.moments import MomentComparison, compare_moments, sde_moments
@@ -159,8 +160,9 @@ class QuadraticSDEStudy(ExactSDEStudy):
         φ → ``|E φ(w_n) − E φ(w(n·h))|`` at the recorded rounds, (T,).
     slope : dict
         φ → the refinement at ``t = n·h``: ``steps`` (J,), ``rounds`` (J,), ``errors`` (J,), ``chain`` and ``sde``
-        (J,: ``E φ`` of each), ``slope`` (fitted log–log slope), ``local_slopes`` (J − 1,) and ``exact_at_grid``
-        (errors at rounding level, so no order to fit: slopes ``None``).
+        (J,: ``E φ`` of each), ``slope`` (fitted log–log slope) with ``slope_ci95`` (its 95 % least-squares
+        interval, :func:`fedsde._stats.loglog_slope_interval`; ``None`` with two steps), ``local_slopes`` (J − 1,) and
+        ``exact_at_grid`` (errors at rounding level, so no order to fit: slopes ``None``).
     stationary : dict
         ``sde`` and ``chain`` (``{"mean", "cov"}`` or ``None``), their ``w2`` (or ``None``) and, when the chain has
         no stationary law, ``note``.
@@ -253,6 +255,8 @@ def quadratic_sde_study(problem: QuadraticProblem, *, eta: float, local_steps, r
         exact = curve.exact_at_grid  # errors at rounding level: no order to fit
         slopes[phi] = {"steps": curve.steps, "rounds": curve.rounds, "errors": curve.errors,
                        "slope": None if exact else curve.slope, "exact_at_grid": exact,
+                       "slope_ci95": None if exact or curve.steps.size < 3 else loglog_slope_interval(
+                           curve.steps, curve.errors)["ci"],
                        "local_slopes": None if exact else local_loglog_slopes(curve.steps, curve.errors),
                        "chain": curve.chain, "sde": curve.sde}
     unsettled = [f"{phi} local {np.round(v['local_slopes'], 2).tolist()} vs fitted {v['slope']:.2f}"
@@ -297,15 +301,18 @@ def _stationary(problem: QuadraticProblem, lin, eta, local_steps, server_lr) -> 
 def _monte_carlo(problem: QuadraticProblem, chain: Moments, *, eta, local_steps, rounds: int, replicates: int,
                  seed: int, variant: str, server_lr, h: float, substeps: int, w0, device: str, progress: bool) -> dict:
     """SDE paths at round ``rounds`` against the chain's exact law there: KS, Gaussian-fit W2, ``E φ`` ± 1.96 s.e."""
+    from fedsde.sde.coefficients import ORDER2_VARIANTS
     from fedsde.sde.integrate import simulate_sde
 
+    # the order-2 SDE by exact OU transitions: Euler–Maruyama's bias O(h/substeps) would make it first order
+    method = "exact" if variant in ORDER2_VARIANTS else "euler"
     sim = simulate_sde(problem, eta=eta, local_steps=local_steps, rounds=rounds, replicates=replicates, seed=seed,
                        variant=variant, server_lr=server_lr, h=h, substeps=substeps, w0=w0, device=device,
-                       record=[rounds], progress=progress)
+                       record=[rounds], progress=progress, method=method)
     final = sim.final
     chain_law = (chain.mean[-1], chain.cov[-1])
     ks = ks_per_coordinate(final, chain_law)
-    mc: dict = {"paths": sim.replicates, "seed": seed, "substeps": substeps,
+    mc: dict = {"paths": sim.replicates, "seed": seed, "substeps": substeps, "method": method,
                 "ks_vs_chain_law": {"statistic": ks.statistic, "pvalue": ks.pvalue},
                 "mean": final.mean(0), "cov": np.cov(final, rowvar=False).reshape(problem.d, problem.d)}
     mc["w2_gaussian_fit_vs_chain"] = gaussian_w2(mc["mean"], mc["cov"], *chain_law)

@@ -42,6 +42,8 @@ from fedsde.problems.quadratic import QuadraticProblem
 
 #: the quadratic SDE variants (``corrected`` is the default everywhere)
 VARIANTS = ("paper", "corrected", "matched")
+#: the order-2 SDE's variant names (:mod:`fedsde.sde.order2`), accepted wherever a quadratic variant is
+ORDER2_VARIANTS = ("order2", "order2-series", "order2-round-law")
 
 
 class GaussianLaw(NamedTuple):
@@ -229,7 +231,9 @@ def quadratic_sde_coefficients(
         Actual server step ``s = h·η₀ > 0`` (``1``: plain FedAvg).
     h : float, optional
         Time step of the clock ``t = n·h``; default ``η`` (seed 002, Section 6).
-    variant : {"corrected", "paper", "matched"}
+    variant : {"corrected", "paper", "matched"} or one of :data:`ORDER2_VARIANTS`
+        The order-2 names give :func:`fedsde.sde.order2.order2_sde_coefficients` (form ``centred``, ``series`` or
+        ``round-law``).
 
     Returns
     -------
@@ -242,6 +246,10 @@ def quadratic_sde_coefficients(
     NoStationaryLawError
         ``matched`` when some eigenvalue of ``I − sB`` is ``>= 1`` (no stationary law to match).
     """
+    if variant in ORDER2_VARIANTS:
+        from fedsde.sde.order2 import FORM_OF, order2_sde_coefficients
+
+        return order2_sde_coefficients(problem, eta, local_steps, server_lr, h, FORM_OF[variant])
     choice("variant", variant, VARIANTS)
     eta = positive_float("eta", eta)
     server_lr = positive_float("server_lr", server_lr)

@@ -25,6 +25,8 @@ from fedsde.sde.svag import default_oracle_factory, svag_chain
 from fedsde.validity.exact_fedavg import exact_fedavg_paths, resolve_fedavg
 from fedsde.validity.reference import (
     NO_NORM_MEAN,
+    _is_least_squares,
+    _is_quadratic,
     ell_ratios,
     exact_gaps,
     exact_sde_law,
@@ -163,6 +165,7 @@ def validity_test(
     dtype: torch.dtype = torch.float64,
     progress: bool = False,
     fedavg: str | None = None,
+    order: int = 1,
 ) -> ValidityResult:
     """Does seed 002's SDE (2) describe FedAvg on ``problem``?  FedAvg by Monte Carlo against the SDE.
 
@@ -215,10 +218,14 @@ def validity_test(
         :mod:`fedsde.validity.exact_fedavg`) against the SDE's exact law: no replicates, ``worst.gap`` is the exact
         gap and ``lower = upper = gap``; ``"sampled"`` — the Monte-Carlo chains.  Default ``"exact"`` where the
         moments close, the reference is exact and no ``ℓ > 1`` is asked for, else ``"sampled"``.
+    order : {1, 2}
+        The SDE judged against: seed 002's first-order SDE, or the order-2 SDE of :mod:`fedsde.sde.order2` (its
+        exact law: quadratic and least-squares clients only).
     """
     rounds = positive_int("rounds", rounds)
     every = positive_int("record_every", record_every)
     reference = resolve_reference(problem, reference)
+    order = check_order(problem, order, reference)
     mode = resolve_fedavg(problem, fedavg, reference, ells)
     if mode == "exact":
         if replicates is not None:
@@ -227,7 +234,7 @@ def validity_test(
         return _exact_test(problem, eta=eta, local_steps=local_steps, rounds=rounds, server_lr=server_lr, h=h,
                            w0=w0, tolerance=tolerance, accuracy_tolerance=accuracy_tolerance, alpha=alpha,
                            metrics=metrics, verdict_metrics=verdict_metrics, every=every, device=device,
-                           dtype=dtype)
+                           dtype=dtype, order=order)
     if replicates is None or seed is None:
         raise FedsdeInputError(f"replicates={replicates}, seed={seed}: both are needed to sample the chains "
                                "(fedavg='sampled')")
@@ -250,7 +257,8 @@ def validity_test(
     hh = positive_float("eta", float(eta)) if h is None else positive_float("h", h)
     sde_exact = None
     if reference == "exact":  # closed form, before any chain runs (its errors are the user's to fix first)
-        law = exact_sde_law(problem, eta=float(eta), local_steps=local_steps, server_lr=float(server_lr), h=hh)
+        law = exact_sde_law(problem, eta=float(eta), local_steps=local_steps, server_lr=float(server_lr), h=hh,
+                            order=order)
         sde_exact = exact_sde_paths(problem, law, grid, hh, w0_arr, judged)
     L, T = len(ells), grid.size
     values = {m: np.empty((L, T, R)) for m in names}
@@ -297,7 +305,7 @@ def validity_test(
               "h": hh, "rounds": rounds, "replicates": R, "seed": seed, "ells": ells, "reference": reference,
               "tolerance": tolerance, "accuracy_tolerance": accuracy_tolerance, "alpha": alpha,
               "record_every": every, "device": res.config["device"], "dtype": res.config["dtype"],
-              "oracle": res.config["oracle"], "seconds": seconds, "fedavg": "sampled"}
+              "oracle": res.config["oracle"], "seconds": seconds, "fedavg": "sampled", "order": order}
     return ValidityResult(ells=ells, rounds=grid, times=times, metrics=summary, final_mean=final_mean,
                           final_cov=final_cov, verdict=verdict, extrapolated=extrapolated, values=values,
                           config=config, sde=sde)
@@ -316,8 +324,23 @@ def _check_names(problem, metrics, verdict_metrics) -> tuple[list[str], list[str
     return names, (names if verdict_metrics is None else list(dict.fromkeys(verdict_metrics)))
 
 
+def check_order(problem, order: int, reference: str) -> int:
+    """``order`` (1 or 2) checked against the reference: the order-2 SDE's value is its exact law, which exists on
+    quadratic and least-squares clients; the SVAG chains sample the first-order SDE only."""
+    if isinstance(order, bool) or order not in (1, 2):
+        raise FedsdeInputError(f"order={order!r}: must be 1 or 2")
+    if order == 2 and not (_is_quadratic(problem) or _is_least_squares(problem)):
+        raise FedsdeInputError(f"order=2: the order-2 SDE's value is its exact law, which a {type(problem).__name__} "
+                               "does not have (quadratic and least-squares clients do; the SVAG chains sample the "
+                               "first-order SDE); measure it against FedAvg with `fedsde compare --order 2`")
+    if order == 2 and reference != "exact":
+        raise FedsdeInputError(f"order=2: needs reference='exact' (its exact law), not {reference!r} (the SVAG chains "
+                               "sample the first-order SDE)")
+    return int(order)
+
+
 def _exact_test(problem, *, eta, local_steps, rounds, server_lr, h, w0, tolerance, accuracy_tolerance, alpha,
-                metrics, verdict_metrics, every, device, dtype) -> ValidityResult:
+                metrics, verdict_metrics, every, device, dtype, order=1) -> ValidityResult:
     """``fedavg="exact"``: FedAvg's exact moments against the SDE's exact law (:mod:`fedsde.validity.exact_fedavg`);
     the verdict's intervals collapse onto the exact gap."""
     names, judged = _check_names(problem, metrics, verdict_metrics)
@@ -328,7 +351,8 @@ def _exact_test(problem, *, eta, local_steps, rounds, server_lr, h, w0, toleranc
     w0_arr = start_point(default_start(problem, w0), problem.d)
     grid = np.unique(np.r_[np.arange(0, rounds + 1, every), rounds])
     hh = positive_float("eta", float(eta)) if h is None else positive_float("h", h)
-    law = exact_sde_law(problem, eta=float(eta), local_steps=local_steps, server_lr=float(server_lr), h=hh)
+    law = exact_sde_law(problem, eta=float(eta), local_steps=local_steps, server_lr=float(server_lr), h=hh,
+                        order=order)
     sde = exact_sde_paths(problem, law, grid, hh, w0_arr, names)
     fed, final_mean, final_cov = exact_fedavg_paths(problem, eta=float(eta), local_steps=local_steps,
                                                     server_lr=float(server_lr), grid=grid, w0=w0_arr, names=names)
@@ -350,7 +374,7 @@ def _exact_test(problem, *, eta, local_steps, rounds, server_lr, h, w0, toleranc
               "h": hh, "rounds": rounds, "replicates": None, "seed": None, "ells": [1], "reference": "exact",
               "tolerance": tolerance, "accuracy_tolerance": accuracy_tolerance, "alpha": alpha,
               "record_every": every, "device": str(dev), "dtype": str(dt).replace("torch.", ""), "oracle": None,
-              "seconds": [], "fedavg": "exact"}
+              "seconds": [], "fedavg": "exact", "order": order}
     sde_out = {m: {"mean": g.sde_mean, "se": g.sde_se} for m, g in gaps.items()}
     return ValidityResult(ells=[1], rounds=grid, times=times, metrics=summary, final_mean=final_mean[None],
                           final_cov=final_cov[None], verdict=verdict, extrapolated={}, values={}, config=config,

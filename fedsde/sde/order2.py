@@ -1,0 +1,189 @@
+"""The order-2 SDE of FedAvg where it is linear or has closed moments: quadratic and least-squares clients.
+
+The order-2 weak approximation (derived in :mod:`fedsde.symbolic.order2`, theory/derivations_order2.md) matches one
+round's conditional mean to ``O(η³)`` and covariance to ``O(η⁴)`` on the clock ``t = n·h`` (``s`` fixed, ``h/η``
+fixed; seed 002, Section 6: ``h = η``, ``s = 1``).  On quadratic clients it is an Ornstein–Uhlenbeck process
+``dw = −A(w − c) dt + D^{1/2} dB``, returned as a :class:`~fedsde.sde.coefficients.LinearSDE` (exact transitions by
+:meth:`~fedsde.sde.coefficients.LinearSDE.transition`), in three forms (per-client ``τ_k``; ``M₁ = Σ_k p_kτ_kU_k``,
+``M₂ = Σ_k p_k τ_k(τ_k−1)/2 U_k²``, ``Σ̄ = Σ_k p_k²τ_kΣ_k``):
+
+``"series"`` (variant name ``"order2-series"``)
+    The general drift and diffusion with ``∇f_k = U_k(w − a_k)``, ``∇²f_k = U_k``, constant ``Σ_k``:
+    ``A = (1/h)[sηM₁ − sη²M₂ + (sη)²M₁²/2]``, ``b(w) = −(1/h)[sη Σ_k p_kτ_kU_k(w − a_k) − sη² Σ_k p_k
+    τ_k(τ_k−1)/2 U_k²(w − a_k) + (sη)²/2 M₁ Σ_k p_kτ_kU_k(w − a_k)] = −A(w − c_series)``, ``D = (s²η²/h)[Σ̄ −
+    η Σ_k p_k² τ_k(τ_k−1)/2 (U_kΣ_k + Σ_kU_k) + (sη/2)(M₁Σ̄ + Σ̄M₁)]``.  What the Hessian-vector-product drift of
+    :mod:`fedsde.sde.order2_general` computes on a quadratic loss.  Its centre ``c_series`` differs from the chain's
+    stationary mean ``c`` by ``O(η²)``.
+``"centred"`` (variant name ``"order2"``; what the command line uses on quadratic clients)
+    The series' ``A`` and ``D`` around the chain's exact fixed point ``c`` (:func:`fedsde.exact.round_law`): the
+    drifts differ by ``A(c − c_series) = O(η²)`` per unit time, within the order, and the stationary mean is the
+    chain's, exactly, as for ``corrected``.
+``"round-law"`` (variant name ``"order2-round-law"``)
+    The second-order truncations in ``sB`` of the exact round law: ``A = (s/h)(B + sB²/2)`` (of ``−ln(I − sB)/h``),
+    ``D = (s²/h)(Cov ε + (s/2)(B Cov ε + Cov ε B))``, centre ``c``.  Its third-order remainder is ``(sB)³/3`` with
+    ``sB ≈ sηEU``, against ``sηE U³η²/3``-sized terms for the series: ``E²`` times larger.
+
+Measured on five quadratic problems × ``E ∈ {1, 2, 5, 10}`` × four ``η`` (docs/order2.md): the largest W2 distance
+to the chain over the transient is about 7 times smaller for ``series`` and ``centred`` than for ``round-law``, and
+at stationarity ``centred`` is about 6 times closer than the other two (its mean is exact).
+
+On least-squares clients (:func:`least_squares_order2_sde`) the round's mean is affine and its covariance quadratic
+in ``w`` (:mod:`fedsde.exact.least_squares_sde`), and the order-2 SDE keeps that structure: a drift matrix ``G₂``
+around the chain's fixed point ``m*`` (``"centred"``: ``−A`` of the series with the client Hessians ``H_k`` in place
+of ``U_k``; ``"round-law"``: ``G − (h/2)G²`` from the first-order ``G``) and the diffusion operator
+``K₂ = K − (h/2)[(G ⊕ G)K + K(G̃ ⊕ G̃)]`` (``G̃ = diag(G, 0)`` acts on ``(w − m*, 1)``; ``⊕`` the Kronecker sum): the
+one-step covariance of ``dw = b dt + σ dB`` is ``hD + (h²/2)[GD + DGᵀ + (b·∇)D] + O(h³)``, so
+``D₂ = D − (h/2)[GD + DGᵀ + (b·∇)D]`` reproduces the round's covariance to ``O(h³)``; on constant noise it is the
+``"round-law"`` diffusion above.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fedsde._validate import choice, client_steps, positive_float
+from fedsde.exact.least_squares_sde import LeastSquaresSDE, least_squares_sde
+from fedsde.exact.round_law import round_law
+from fedsde.problems.quadratic import QuadraticProblem
+from fedsde.sde.coefficients import LinearSDE
+
+#: the order-2 forms on quadratic clients, and the variant name each gives its LinearSDE
+ORDER2_FORMS = {"centred": "order2", "series": "order2-series", "round-law": "order2-round-law"}
+#: variant name → form
+FORM_OF = {v: k for k, v in ORDER2_FORMS.items()}
+#: the form the command line uses (measured in docs/order2.md: transient of the series, exact stationary mean)
+DEFAULT_FORM = "centred"
+#: approximation orders the commands offer
+ORDERS = (1, 2)
+
+
+def _sym(M: np.ndarray) -> np.ndarray:
+    return 0.5 * (M + M.T)
+
+
+def order2_sde_coefficients(
+    problem: QuadraticProblem,
+    eta: float,
+    local_steps: int | np.ndarray,
+    server_lr: float = 1.0,
+    h: float | None = None,
+    form: str = DEFAULT_FORM,
+) -> LinearSDE:
+    """The order-2 SDE of FedAvg on quadratic clients as a :class:`LinearSDE` (module docstring).
+
+    Parameters
+    ----------
+    problem : QuadraticProblem
+    eta : float
+        Client learning rate ``η > 0``.
+    local_steps : int or array of int, shape (Q,)
+        ``E`` or per-client ``τ_k``.
+    server_lr : float
+        Actual server step ``s > 0``.
+    h : float, optional
+        Time step of the clock ``t = n·h`` (default ``η``).
+    form : {"centred", "series", "round-law"}
+
+    Returns
+    -------
+    LinearSDE
+        ``variant`` ``"order2"`` (centred), ``"order2-series"`` or ``"order2-round-law"``.
+    """
+    choice("form", form, tuple(ORDER2_FORMS))
+    eta = positive_float("eta", eta)
+    s = positive_float("server_lr", server_lr)
+    h = eta if h is None else positive_float("h", h)
+    steps = client_steps("local_steps", local_steps, problem.Q)
+    if form == "round-law":
+        law = round_law(problem, eta, steps, s, warn=False)
+        B, N = law.B, law.noise_cov
+        A = (s / h) * (B + 0.5 * s * B @ B)
+        D = (s * s / h) * (N + 0.5 * s * (B @ N + N @ B))
+        c = law.c
+    else:
+        A, c, D = _series(problem, eta, steps, s, h)
+        if form == "centred":
+            c = round_law(problem, eta, steps, s, warn=False).c
+    return LinearSDE(A=_sym(A), c=np.asarray(c, dtype=np.float64), diffusion_cov=_sym(D),
+                     variant=ORDER2_FORMS[form], h=h, server_lr=s, eta=eta, local_steps=steps)
+
+
+def _series(problem: QuadraticProblem, eta: float, steps: np.ndarray, s: float, h: float):
+    """``(A, c, D)`` of the truncated series (module docstring)."""
+    U, a, Sig, p = problem.U, problem.a, problem.Sigma, problem.p
+    tau = steps.astype(np.float64)
+    pair = tau * (tau - 1) / 2
+    M1 = np.einsum("q,qij->ij", p * tau, U)
+    U2 = U @ U
+    M2 = np.einsum("q,qij->ij", p * pair, U2)
+    A = (s * eta * M1 - s * eta**2 * M2 + 0.5 * (s * eta) ** 2 * M1 @ M1) / h
+    Ua = np.einsum("qij,qj->qi", U, a)
+    U2a = np.einsum("qij,qj->qi", U2, a)
+    m1a = (p * tau) @ Ua
+    r = (s * eta * m1a - s * eta**2 * (p * pair) @ U2a + 0.5 * (s * eta) ** 2 * M1 @ m1a) / h
+    c = np.linalg.solve(A, r)
+    Sbar = np.einsum("q,qij->ij", p * p * tau, Sig)
+    US = U @ Sig
+    cross = np.einsum("q,qij->ij", p * p * pair, US + np.swapaxes(US, 1, 2))
+    D = (s * eta) ** 2 / h * (Sbar - eta * cross + 0.5 * s * eta * (M1 @ Sbar + Sbar @ M1))
+    return A, c, D
+
+
+@dataclass(frozen=True)
+class LeastSquaresOrder2SDE(LeastSquaresSDE):
+    """The order-2 SDE of least-squares clients (module docstring): a :class:`~fedsde.exact.LeastSquaresSDE` with
+    drift matrix ``G₂`` (``drift2``; ``None``: the round-law form ``G − (h/2)G²``) and diffusion operator ``K₂``; its
+    moments, stationary law and generator are the parent's."""
+
+    drift2: np.ndarray | None = field(default=None, repr=False)
+
+    @property
+    def drift_matrix(self) -> np.ndarray:
+        """``G₂``, shape (d, d)."""
+        if self.drift2 is not None:
+            return self.drift2
+        G = self._first_order_drift()
+        return G - 0.5 * self.h * G @ G
+
+    def _first_order_drift(self) -> np.ndarray:
+        d = self.d
+        return self.law.L[:d, :d] / self.h
+
+    def _blocks(self) -> tuple[np.ndarray, np.ndarray]:
+        d = self.d
+        if "K" not in self._cache:
+            G = self._first_order_drift()
+            K = self.law.noise_operator() / self.h
+            Gt = np.zeros((d + 1, d + 1))
+            Gt[:d, :d] = G
+            left = np.kron(G, np.eye(d)) + np.kron(np.eye(d), G)
+            right = np.kron(Gt, np.eye(d + 1)) + np.kron(np.eye(d + 1), Gt)
+            self._cache["K"] = K - 0.5 * self.h * (left @ K + K @ right)
+        G2 = self.drift_matrix
+        return self._cache["K"], np.kron(G2, np.eye(d)) + np.kron(np.eye(d), G2)
+
+    def diffusion_operator(self) -> np.ndarray:
+        return self._blocks()[0]
+
+
+#: the order-2 forms on least-squares clients
+LEAST_SQUARES_FORMS = ("centred", "round-law")
+
+
+def least_squares_order2_sde(problem, eta: float, local_steps, server_lr: float = 1.0, h: float | None = None,
+                             form: str = DEFAULT_FORM) -> LeastSquaresOrder2SDE:
+    """The order-2 SDE of a :class:`~fedsde.problems.RegressionProblem` (full participation, weights ``p``; module
+    docstring)."""
+    choice("form", form, LEAST_SQUARES_FORMS)
+    first = least_squares_sde(problem, eta, local_steps, server_lr, h)
+    drift2 = None
+    if form == "centred":
+        steps = client_steps("local_steps", local_steps, problem.Q).astype(np.float64)
+        Hk = np.asarray(problem.client_hessian(), dtype=np.float64)
+        p, s, e = np.asarray(problem.p, dtype=np.float64), float(server_lr), float(eta)
+        M1 = np.einsum("q,qij->ij", p * steps, Hk)
+        M2 = np.einsum("q,qij->ij", p * steps * (steps - 1) / 2, Hk @ Hk)
+        drift2 = -(s * e * M1 - s * e**2 * M2 + 0.5 * (s * e) ** 2 * M1 @ M1) / first.h
+    return LeastSquaresOrder2SDE(law=first.law, h=first.h, drift2=drift2)
