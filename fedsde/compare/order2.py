@@ -119,7 +119,7 @@ def order_sde(problem, eta: float, local_steps, server_lr: float, h: float, orde
     return order2_sde_coefficients(problem, eta, local_steps, server_lr, h, form)
 
 
-def _laws(problem, eta: float, local_steps, n: int, server_lr: float, h: float, order: int, form: str, m0, P0):
+def _laws(problem, eta: float, local_steps, n: int, server_lr: float, h: float, *, order: int, form: str, m0, P0):
     """``(chain mean, chain cov, SDE mean, SDE cov, SDE name)`` after ``n`` rounds / at ``t = n·h``."""
     lin = order_sde(problem, eta, local_steps, server_lr, h, order, form)
     if _least_squares(problem):
@@ -200,8 +200,8 @@ def order_refinement(
     errs = {name: np.empty(grid.size) for name in ERRORS}
     chain_phi, sde_phi = np.empty(grid.size), np.empty(grid.size)
     for j, (e, n) in enumerate(zip(grid, ns, strict=True)):
-        mc, Pc, ms, Ps, name = _laws(problem, float(e), local_steps, int(n), server_lr, float(e) * h_ratio, order,
-                                     form, m0, P0)
+        mc, Pc, ms, Ps, name = _laws(problem, float(e), local_steps, int(n), server_lr, float(e) * h_ratio,
+                                     order=order, form=form, m0=m0, P0=P0)
         errs["mean"][j] = np.linalg.norm(mc - ms)
         chain_phi[j] = expected_phi(problem, mc, Pc, "dist2")
         sde_phi[j] = expected_phi(problem, ms, Ps, "dist2")

@@ -1,6 +1,8 @@
 """The order-2 SDE of FedAvg where it is linear or has closed moments: quadratic and least-squares clients.
 
-The order-2 weak approximation (derived in :mod:`fedsde.symbolic.order2`, theory/derivations_order2.md) matches one
+The quadratic forms' numbers live with the other variants in :mod:`fedsde.sde.coefficients` (their one numeric
+home: :func:`~fedsde.sde.coefficients.order2_sde_coefficients`, re-exported here).  The order-2 weak approximation
+(derived in :mod:`fedsde.symbolic.order2`, theory/derivations_order2.md) matches one
 round's conditional mean to ``O(η³)`` and covariance to ``O(η⁴)`` on the clock ``t = n·h`` (``s`` fixed, ``h/η``
 fixed; seed 002, Section 6: ``h = η``, ``s = 1``).  On quadratic clients it is an Ornstein–Uhlenbeck process
 ``dw = −A(w − c) dt + D^{1/2} dB``, returned as a :class:`~fedsde.sde.coefficients.LinearSDE` (exact transitions by
@@ -43,92 +45,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fedsde._validate import choice, client_steps, positive_float
+from fedsde._validate import choice, client_steps
 from fedsde.exact.least_squares_sde import LeastSquaresSDE, least_squares_sde
-from fedsde.exact.round_law import round_law
-from fedsde.problems.quadratic import QuadraticProblem
-from fedsde.sde.coefficients import LinearSDE
+from fedsde.sde.coefficients import ORDER2_FORMS, order2_sde_coefficients  # noqa: F401 (their home: coefficients)
 
-#: the order-2 forms on quadratic clients, and the variant name each gives its LinearSDE
-ORDER2_FORMS = {"centred": "order2", "series": "order2-series", "round-law": "order2-round-law"}
 #: variant name → form
 FORM_OF = {v: k for k, v in ORDER2_FORMS.items()}
 #: the form the command line uses (measured in docs/order2.md: transient of the series, exact stationary mean)
 DEFAULT_FORM = "centred"
 #: approximation orders the commands offer
 ORDERS = (1, 2)
-
-
-def _sym(M: np.ndarray) -> np.ndarray:
-    return 0.5 * (M + M.T)
-
-
-def order2_sde_coefficients(
-    problem: QuadraticProblem,
-    eta: float,
-    local_steps: int | np.ndarray,
-    server_lr: float = 1.0,
-    h: float | None = None,
-    form: str = DEFAULT_FORM,
-) -> LinearSDE:
-    """The order-2 SDE of FedAvg on quadratic clients as a :class:`LinearSDE` (module docstring).
-
-    Parameters
-    ----------
-    problem : QuadraticProblem
-    eta : float
-        Client learning rate ``η > 0``.
-    local_steps : int or array of int, shape (Q,)
-        ``E`` or per-client ``τ_k``.
-    server_lr : float
-        Actual server step ``s > 0``.
-    h : float, optional
-        Time step of the clock ``t = n·h`` (default ``η``).
-    form : {"centred", "series", "round-law"}
-
-    Returns
-    -------
-    LinearSDE
-        ``variant`` ``"order2"`` (centred), ``"order2-series"`` or ``"order2-round-law"``.
-    """
-    choice("form", form, tuple(ORDER2_FORMS))
-    eta = positive_float("eta", eta)
-    s = positive_float("server_lr", server_lr)
-    h = eta if h is None else positive_float("h", h)
-    steps = client_steps("local_steps", local_steps, problem.Q)
-    if form == "round-law":
-        law = round_law(problem, eta, steps, s, warn=False)
-        B, N = law.B, law.noise_cov
-        A = (s / h) * (B + 0.5 * s * B @ B)
-        D = (s * s / h) * (N + 0.5 * s * (B @ N + N @ B))
-        c = law.c
-    else:
-        A, c, D = _series(problem, eta, steps, s, h)
-        if form == "centred":
-            c = round_law(problem, eta, steps, s, warn=False).c
-    return LinearSDE(A=_sym(A), c=np.asarray(c, dtype=np.float64), diffusion_cov=_sym(D),
-                     variant=ORDER2_FORMS[form], h=h, server_lr=s, eta=eta, local_steps=steps)
-
-
-def _series(problem: QuadraticProblem, eta: float, steps: np.ndarray, s: float, h: float):
-    """``(A, c, D)`` of the truncated series (module docstring)."""
-    U, a, Sig, p = problem.U, problem.a, problem.Sigma, problem.p
-    tau = steps.astype(np.float64)
-    pair = tau * (tau - 1) / 2
-    M1 = np.einsum("q,qij->ij", p * tau, U)
-    U2 = U @ U
-    M2 = np.einsum("q,qij->ij", p * pair, U2)
-    A = (s * eta * M1 - s * eta**2 * M2 + 0.5 * (s * eta) ** 2 * M1 @ M1) / h
-    Ua = np.einsum("qij,qj->qi", U, a)
-    U2a = np.einsum("qij,qj->qi", U2, a)
-    m1a = (p * tau) @ Ua
-    r = (s * eta * m1a - s * eta**2 * (p * pair) @ U2a + 0.5 * (s * eta) ** 2 * M1 @ m1a) / h
-    c = np.linalg.solve(A, r)
-    Sbar = np.einsum("q,qij->ij", p * p * tau, Sig)
-    US = U @ Sig
-    cross = np.einsum("q,qij->ij", p * p * pair, US + np.swapaxes(US, 1, 2))
-    D = (s * eta) ** 2 / h * (Sbar - eta * cross + 0.5 * s * eta * (M1 @ Sbar + Sbar @ M1))
-    return A, c, D
 
 
 @dataclass(frozen=True)
