@@ -22,15 +22,32 @@ def _etas_option(args: argparse.Namespace):
     return None if args.etas is None else parse_vector("--etas", args.etas).tolist()
 
 
+def check_etas(args: argparse.Namespace):
+    """``--etas`` as a list (``None`` when not given), checked: the largest is ``--eta`` and each is ``η/k``."""
+    from fedsde.compare.order2 import refinement_etas
+    from fedsde.errors import FedsdeInputError
+
+    etas = _etas_option(args)
+    if etas is None:
+        return None
+    if args.order is None:
+        raise FedsdeInputError(f"--etas={args.etas}: the order refinement needs --order 1 or 2")
+    if max(etas) != args.eta:
+        raise FedsdeInputError(f"--etas={args.etas}: the largest must be --eta={args.eta:g} (the horizon is "
+                               "t = rounds·η at the largest η)")
+    try:
+        refinement_etas(args.eta, etas)
+    except FedsdeInputError as err:
+        raise FedsdeInputError(f"--{err}") from None
+    return etas
+
+
 def exact_order_refinement(args: argparse.Namespace, problem, steps, w0):
     """:func:`fedsde.compare.order2.order_refinement` with the command's options (errors name the flags)."""
     from fedsde.compare.order2 import order_refinement
     from fedsde.errors import FedsdeInputError
 
-    etas = _etas_option(args)
-    if etas is not None and max(etas) != args.eta:
-        raise FedsdeInputError(f"--etas={args.etas}: the largest must be --eta={args.eta:g} (the horizon is "
-                               "t = rounds·η at the largest η)")
+    etas = check_etas(args)
     try:
         return order_refinement(problem, eta=args.eta, local_steps=steps, rounds=args.rounds, server_lr=args.server_lr,
                                 order=args.order, h_ratio=_h_ratio(args), w0=w0, etas=etas)
@@ -71,8 +88,9 @@ def run_exact(args: argparse.Namespace, problem, steps, w0) -> dict:
 
 
 def run_data_order(args: argparse.Namespace, problem, steps, w0) -> int:
-    """Data problems with ``--order 2``: FedAvg against the order-1 and order-2 SDEs by coupled Monte Carlo as ``η`` is
-    refined (:func:`fedsde.compare.order2_mc.coupled_order_study`)."""
+    """Data problems with ``--order``: FedAvg against the order-1 and order-2 SDEs by coupled Monte Carlo as ``η`` is
+    refined (:func:`fedsde.compare.order2_mc.coupled_order_study`; both orders are always run, they share the
+    chains)."""
     from fedsde._cli.common import emit
     from fedsde.compare.order2_mc import coupled_order_study
     from fedsde.errors import FedsdeInputError
@@ -80,11 +98,12 @@ def run_data_order(args: argparse.Namespace, problem, steps, w0) -> int:
     from fedsde.validity.core import default_start
 
     if args.replicates is None or args.replicates < 2:
-        raise FedsdeInputError(f"--replicates={args.replicates}: must be an integer >= 2 with --order 2 on a data "
+        raise FedsdeInputError(f"--replicates={args.replicates}: must be an integer >= 2 with --order on a data "
                                "problem (coupled Monte Carlo)")
     if args.variant != "corrected":
-        raise FedsdeInputError(f"--variant={args.variant}: --order 2 compares the order-2 SDE; drop --variant")
-    etas = _etas_option(args)
+        raise FedsdeInputError(f"--variant={args.variant}: --order compares the order-1 and order-2 SDEs of "
+                               "docs/order2.md; drop --variant")
+    etas = check_etas(args)
     st = coupled_order_study(problem, eta=args.eta, local_steps=steps, rounds=args.rounds, server_lr=args.server_lr,
                              replicates=args.replicates, seed=args.seed, etas=etas, h_ratio=_h_ratio(args),
                              w0=default_start(problem, w0), oracle_factory=default_oracle_factory(problem),

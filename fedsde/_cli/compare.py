@@ -10,7 +10,6 @@ from fedsde._cli import one_line_help
 from fedsde._cli._names import NOISE_SCALINGS, SDE_VARIANTS
 from fedsde._cli.common import (
     add_json_flag,
-    add_order_flag,
     add_problem_args,
     add_renamed,
     add_rule_sde_args,
@@ -74,11 +73,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="data problems: Monte-Carlo rollouts per path and step of the Euler runs (default 8)")
     add_rule_sde_args(p, "compare measures the chain against (quadratic clients: exact moments and the exact weak "
                       "error vs h with its slope)")
-    add_order_flag(p, "the SDE compared with FedAvg: 1, seed 002's first-order SDE (--variant); 2, the order-2 SDE "
-                   "(docs/order2.md: on quadratic clients its centred form, integrated by exact OU transitions; on "
-                   "data problems the Hessian-vector-product drift by coupled Monte Carlo). Quadratic clients also get "
-                   "the order refinement: exact weak errors of the mean, second moment and covariance as η → 0 at "
-                   "t = rounds·η (h = η, s fixed), with fitted slopes and 95 % intervals")
+    p.add_argument("--order", type=int, choices=(1, 2), default=None,
+                   help="approximation order of the SDE compared with FedAvg: 1, seed 002's first-order SDE "
+                   "(--variant; the default); 2, the order-2 SDE (docs/order2.md: on quadratic clients its centred "
+                   "form, integrated by exact OU transitions; on data problems the Hessian-vector-product drift, by "
+                   "coupled Monte Carlo). Given, it adds the order refinement: the weak errors of the mean, the second "
+                   "moment and the covariance as η → 0 at t = rounds·η (h = η, s fixed), with fitted slopes and 95 %% "
+                   "intervals (exact on quadratic and least-squares clients)")
     p.add_argument("--etas", default=None, metavar="η1,η2,…",
                    help="client steps of the order refinement, each η_max/k for an integer k (default η, η/2, …, η/32 "
                    "on quadratic clients, 1.5 decades; η, η/2, η/4, η/8 on data problems)")
@@ -111,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     n = args.rounds
     if n is None or n < 1:
         raise FedsdeInputError(f"--rounds={n}: must be an integer >= 1")
-    if args.order == 2 and not isinstance(problem, QuadraticProblem):
+    if args.order is not None and not isinstance(problem, QuadraticProblem):
         from fedsde._cli._compare_order import run_data_order, run_exact
 
         if getattr(problem, "model", None) != "least-squares":  # FedAvg vs both SDEs by coupled Monte Carlo
@@ -131,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
     h_grid = _refinement_steps(args.time_steps, args)
     agg = rule_from_args(args)
     if agg is not None:
-        if args.order != 1:
+        if args.order is not None:
             raise FedsdeInputError(f"--order={args.order}: with --aggregator the SDE is the rule's own first-order SDE")
         return _rule(args, problem, agg, steps, w0, h_grid)
     variant = args.variant
@@ -147,14 +148,16 @@ def run(args: argparse.Namespace) -> int:
                                "needs two paths)")
     if args.record_every is not None and args.record_every < 1:
         raise FedsdeInputError(f"--record-every={args.record_every}: must be an integer >= 1")
+    from fedsde._cli._compare_order import check_etas, order_lines
+
+    etas = check_etas(args)
     st = quadratic_sde_study(problem, eta=args.eta, local_steps=steps, rounds=n, server_lr=args.server_lr, h=args.h,
                              variant=variant, w0=w0, record_every=args.record_every, h_grid=h_grid,
                              noise_scaling=args.noise_scaling, replicates=args.replicates, seed=args.seed,
-                             substeps=args.substeps, device=args.device, progress=not args.json)
-    from fedsde._cli._compare_order import run_exact
-
-    extra, lines = run_exact(args, problem, steps, w0)
-    return emit(args, st.to_dict() | extra, _human(st, args, problem) + "\n" + "\n".join(lines))
+                             substeps=args.substeps, device=args.device, progress=not args.json, order=args.order,
+                             etas=etas)
+    extra = [] if st.order_refinement is None else order_lines(st.order_refinement)
+    return emit(args, st.to_dict(), "\n".join([_human(st, args, problem), *extra]))
 
 
 def _human(st, args: argparse.Namespace, problem) -> str:
@@ -163,7 +166,7 @@ def _human(st, args: argparse.Namespace, problem) -> str:
 
     t_end, cmp, slopes, phis = st.t_end, st.distances, st.slope, list(st.weak_error)
     lines = [
-        f"problem: Q={problem.Q}, d={problem.d}  variant={st.config['variant']}  order={args.order}  eta={args.eta}  "
+        f"problem: Q={problem.Q}, d={problem.d}  variant={st.config['variant']}  eta={args.eta}  "
         f"server_lr={args.server_lr}  h={st.h}  rounds={args.rounds} (t = {t_end:.6g})",
         f"at t={t_end:.6g}: W2(chain, SDE) = {cmp.w2[-1]:.6g}   |Δmean| = {cmp.mean_error[-1]:.6g}   "
         f"rel. cov error = {cmp.cov_rel_error[-1]:.6g}",
