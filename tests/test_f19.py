@@ -24,7 +24,7 @@ def test_f19_runs_and_its_slopes_separate_the_orders(tmp_path):
     slopes = rec.output.numbers["slopes"]
     for name in ("mean", "second_moment", "covariance"):
         assert 0.85 <= slopes[f"order1/{name}"]["slope"] <= 1.15
-        assert 1.8 <= slopes[f"order2/centred/{name}"]["slope"] <= 2.2
-        lo, hi = slopes[f"order2/centred/{name}"]["ci95"]
-        assert lo <= slopes[f"order2/centred/{name}"]["slope"] <= hi
+        assert 1.8 <= slopes[f"order2/round-law/{name}"]["slope"] <= 2.2
+        lo, hi = slopes[f"order2/round-law/{name}"]["ci95"]
+        assert lo <= slopes[f"order2/round-law/{name}"]["slope"] <= hi
     assert "order-2 SDE the command line uses" in rec.output.caption

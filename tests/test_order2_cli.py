@@ -72,7 +72,7 @@ def test_validity_order2_gap_is_smaller(capsys):
         rec = json.loads(out)
         assert rec["config"]["order"] == order
         gaps[order] = rec["verdict"]["worst"]["gap"]
-    assert gaps[2] < gaps[1] / 10
+    assert gaps[2] < gaps[1] / 3
 
 
 def test_validity_order2_refused_without_an_exact_law(capsys):

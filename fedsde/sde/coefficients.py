@@ -21,7 +21,7 @@ rate ``η``, actual server step ``s`` (``= h·η₀``) and time step ``h``:
   ``diffusion_cov = A P + P Aᵀ`` with ``P`` the chain's stationary covariance (discrete Lyapunov).  Its
   transition over time ``h`` equals the chain's round law exactly, so its law equals the chain's at every grid
   time.  Needs every eigenvalue of ``I − sB`` in ``(0, 1)`` (``B`` is symmetric).
-* ``order2``, ``order2-series``, ``order2-round-law`` — the order-2 SDE (:func:`order2_sde_coefficients`; its forms
+* ``order2``, ``order2-centred``, ``order2-series`` — the order-2 SDE (:func:`order2_sde_coefficients`; its forms
   are described in :mod:`fedsde.sde.order2`, derived in :mod:`fedsde.symbolic.order2`): one round's mean matched to
   ``O(η³)`` and covariance to ``O(η⁴)``.
 
@@ -46,7 +46,7 @@ from fedsde.problems.quadratic import QuadraticProblem
 #: the quadratic SDE variants (``corrected`` is the default everywhere)
 VARIANTS = ("paper", "corrected", "matched")
 #: the order-2 forms on quadratic clients (:mod:`fedsde.sde.order2`) and the variant name each gives its LinearSDE
-ORDER2_FORMS = {"centred": "order2", "series": "order2-series", "round-law": "order2-round-law"}
+ORDER2_FORMS = {"round-law": "order2", "centred": "order2-centred", "series": "order2-series"}
 #: the order-2 SDE's variant names, accepted wherever a quadratic variant is
 ORDER2_VARIANTS = tuple(ORDER2_FORMS.values())
 
@@ -237,7 +237,7 @@ def quadratic_sde_coefficients(
     h : float, optional
         Time step of the clock ``t = n·h``; default ``η`` (seed 002, Section 6).
     variant : {"corrected", "paper", "matched"} or one of :data:`ORDER2_VARIANTS`
-        The order-2 names give :func:`order2_sde_coefficients` (form ``centred``, ``series`` or ``round-law``).
+        The order-2 names give :func:`order2_sde_coefficients` (form ``round-law``, ``centred`` or ``series``).
 
     Returns
     -------
@@ -290,7 +290,7 @@ def order2_sde_coefficients(
     local_steps: int | np.ndarray,
     server_lr: float = 1.0,
     h: float | None = None,
-    form: str = "centred",
+    form: str = "round-law",
 ) -> LinearSDE:
     """The order-2 SDE of FedAvg on quadratic clients as a :class:`LinearSDE` (the forms: :mod:`fedsde.sde.order2`;
     derivation: :mod:`fedsde.symbolic.order2`).
@@ -306,12 +306,12 @@ def order2_sde_coefficients(
         Actual server step ``s > 0``.
     h : float, optional
         Time step of the clock ``t = n·h`` (default ``η``).
-    form : {"centred", "series", "round-law"}
+    form : {"round-law", "centred", "series"}
 
     Returns
     -------
     LinearSDE
-        ``variant`` ``"order2"`` (centred), ``"order2-series"`` or ``"order2-round-law"``.
+        ``variant`` ``"order2"`` (round-law), ``"order2-centred"`` or ``"order2-series"``.
     """
     choice("form", form, tuple(ORDER2_FORMS))
     eta = positive_float("eta", eta)

@@ -9,6 +9,16 @@ fixed; seed 002, Section 6: ``h = η``, ``s = 1``).  On quadratic clients it is 
 :meth:`~fedsde.sde.coefficients.LinearSDE.transition`), in three forms (per-client ``τ_k``; ``M₁ = Σ_k p_kτ_kU_k``,
 ``M₂ = Σ_k p_k τ_k(τ_k−1)/2 U_k²``, ``Σ̄ = Σ_k p_k²τ_kΣ_k``):
 
+``"round-law"`` (variant name ``"order2"``; what the command line uses)
+    The second-order truncations in ``sB`` of the exact round law (:func:`fedsde.exact.round_law`: ``B``, ``c``,
+    ``Cov ε``): ``A = (s/h)(B + sB²/2)`` (of ``−ln(I − sB)/h``) and ``D = (s²/h)(Cov ε + (s/2)(B Cov ε + Cov ε B))``
+    around the chain's exact fixed point ``c``.  It inherits the round law's saturation (``B`` stays bounded however
+    stiff a client, ``I − (I − ηU_k)^E → I``), and its stationary mean is exact.  Its third-order remainder is
+    ``(sB)³/3`` with ``sB ≈ sηEU``: at small ``ηE`` its error constant is ``E²`` times the series'.
+``"centred"`` (variant name ``"order2-centred"``)
+    The series' ``A`` and ``D`` (below) around the exact ``c``: the drifts differ by ``A(c − c_series) = O(η²)`` per
+    unit time, within the order.  The smallest errors while every client is in its asymptotic regime
+    (``ηEλ_max(U_k)`` small); a truncated series, it is off once a stiff client's local steps saturate.
 ``"series"`` (variant name ``"order2-series"``)
     The general drift and diffusion with ``∇f_k = U_k(w − a_k)``, ``∇²f_k = U_k``, constant ``Σ_k``:
     ``A = (1/h)[sηM₁ − sη²M₂ + (sη)²M₁²/2]``, ``b(w) = −(1/h)[sη Σ_k p_kτ_kU_k(w − a_k) − sη² Σ_k p_k
@@ -16,23 +26,17 @@ fixed; seed 002, Section 6: ``h = η``, ``s = 1``).  On quadratic clients it is 
     η Σ_k p_k² τ_k(τ_k−1)/2 (U_kΣ_k + Σ_kU_k) + (sη/2)(M₁Σ̄ + Σ̄M₁)]``.  What the Hessian-vector-product drift of
     :mod:`fedsde.sde.order2_general` computes on a quadratic loss.  Its centre ``c_series`` differs from the chain's
     stationary mean ``c`` by ``O(η²)``.
-``"centred"`` (variant name ``"order2"``; what the command line uses on quadratic clients)
-    The series' ``A`` and ``D`` around the chain's exact fixed point ``c`` (:func:`fedsde.exact.round_law`): the
-    drifts differ by ``A(c − c_series) = O(η²)`` per unit time, within the order, and the stationary mean is the
-    chain's, exactly, as for ``corrected``.
-``"round-law"`` (variant name ``"order2-round-law"``)
-    The second-order truncations in ``sB`` of the exact round law: ``A = (s/h)(B + sB²/2)`` (of ``−ln(I − sB)/h``),
-    ``D = (s²/h)(Cov ε + (s/2)(B Cov ε + Cov ε B))``, centre ``c``.  Its third-order remainder is ``(sB)³/3`` with
-    ``sB ≈ sηEU``, against ``sηE U³η²/3``-sized terms for the series: ``E²`` times larger.
 
-Measured on five quadratic problems × ``E ∈ {1, 2, 5, 10}`` × four ``η`` (docs/order2.md): the largest W2 distance
-to the chain over the transient is about 7 times smaller for ``series`` and ``centred`` than for ``round-law``, and
-at stationarity ``centred`` is about 6 times closer than the other two (its mean is exact).
+Measured (docs/order2.md): at small ``ηE`` the largest W2 distance to the chain over the transient is about 7 times
+smaller for ``series`` and ``centred`` than for ``round-law``; over the validity maps (tolerance 0.05) ``centred``
+tracks furthest on problems whose clients have similar curvatures, but on Grunfeld (one client 10 to 40 times
+stiffer than the others) it tracks *less* far than the first-order SDE for ``E >= 2``, while ``round-law``'s region
+contains the first-order SDE's on every problem measured.  Hence the command line's choice.
 
 On least-squares clients (:func:`least_squares_order2_sde`) the round's mean is affine and its covariance quadratic
 in ``w`` (:mod:`fedsde.exact.least_squares_sde`), and the order-2 SDE keeps that structure: a drift matrix ``G₂``
-around the chain's fixed point ``m*`` (``"centred"``: ``−A`` of the series with the client Hessians ``H_k`` in place
-of ``U_k``; ``"round-law"``: ``G − (h/2)G²`` from the first-order ``G``) and the diffusion operator
+around the chain's fixed point ``m*`` (``"round-law"``: ``G − (h/2)G²`` from the first-order ``G``; ``"centred"``:
+``−A`` of the series with the client Hessians ``H_k`` in place of ``U_k``) and the diffusion operator
 ``K₂ = K − (h/2)[(G ⊕ G)K + K(G̃ ⊕ G̃)]`` (``G̃ = diag(G, 0)`` acts on ``(w − m*, 1)``; ``⊕`` the Kronecker sum): the
 one-step covariance of ``dw = b dt + σ dB`` is ``hD + (h²/2)[GD + DGᵀ + (b·∇)D] + O(h³)``, so
 ``D₂ = D − (h/2)[GD + DGᵀ + (b·∇)D]`` reproduces the round's covariance to ``O(h³)``; on constant noise it is the
@@ -51,8 +55,8 @@ from fedsde.sde.coefficients import ORDER2_FORMS, order2_sde_coefficients  # noq
 
 #: variant name → form
 FORM_OF = {v: k for k, v in ORDER2_FORMS.items()}
-#: the form the command line uses (measured in docs/order2.md: transient of the series, exact stationary mean)
-DEFAULT_FORM = "centred"
+#: the form the command line uses (docs/order2.md: its validity region contains the first-order SDE's wherever measured)
+DEFAULT_FORM = "round-law"
 #: approximation orders the commands offer
 ORDERS = (1, 2)
 
@@ -95,7 +99,7 @@ class LeastSquaresOrder2SDE(LeastSquaresSDE):
 
 
 #: the order-2 forms on least-squares clients
-LEAST_SQUARES_FORMS = ("centred", "round-law")
+LEAST_SQUARES_FORMS = ("round-law", "centred")
 
 
 def least_squares_order2_sde(problem, eta: float, local_steps, server_lr: float = 1.0, h: float | None = None,

@@ -24,7 +24,7 @@ from fedsde.symbolic import order2 as O
 from fedsde.symbolic import symbols as sym
 
 #: the order-2 forms on quadratic clients (as :data:`fedsde.sde.order2.ORDER2_FORMS`)
-FORMS = ("centred", "series", "round-law")
+FORMS = ("round-law", "centred", "series")
 
 
 def _truncate_matrix(M: sp.Matrix, order: int) -> sp.Matrix:
