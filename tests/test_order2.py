@@ -142,6 +142,29 @@ def test_least_squares_drift_gradients_match_the_problem():
     assert np.allclose(J, lin.drift_matrix, rtol=1e-10, atol=1e-12)
 
 
+def test_module_drift_and_the_dropout_refusal():
+    # a small network of one's own: the drift is −(sη/h)∇F̃ (torch.func, two independent paths); with dropout the
+    # local steps follow the dropout-averaged loss, so the order-2 drift is refused in one line
+    from torch import nn
+
+    from fedsde.errors import FedsdeInputError
+    from fedsde.problems.module import module_problem
+
+    rng = np.random.default_rng(0)
+    x, y, c = rng.standard_normal((30, 4)), rng.integers(0, 3, 30), np.arange(30) % 3
+    torch.manual_seed(0)
+    pb = module_problem(nn.Sequential(nn.Linear(4, 5), nn.Tanh(), nn.Linear(5, 3)), x, y, c, l2=1e-3)
+    drift = Order2Drift(client_loss(pb), pb.p, 2, eta=0.1, server_lr=1.0, h=0.1)
+    w = torch.as_tensor(pb.initial_weights())
+    b, G = drift(w[None])
+    assert torch.allclose(b[0], -torch.func.grad(drift.modified_loss)(w), rtol=1e-9, atol=1e-12)
+    assert np.allclose(G[0].numpy(), pb.client_grad(w.numpy()), rtol=1e-10, atol=1e-12)
+    dropped = module_problem(nn.Sequential(nn.Linear(4, 5), nn.Dropout(0.2), nn.Linear(5, 3)), x, y, c)
+    with pytest.raises(FedsdeInputError, match="dropout") as err:
+        client_loss(dropped)
+    assert "\n" not in str(err.value)
+
+
 # ---------------------------------------------------------------------------------------------- scheme, coupling
 def test_coupled_fedavg_is_the_simulator():
     from fedsde.sde.order2_paths import coupled_paths

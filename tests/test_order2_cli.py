@@ -63,6 +63,19 @@ def test_sde_order2_uses_exact_transitions(capsys):
     assert rec["config"]["substeps"] == 1
 
 
+def test_sde_order2_on_least_squares_reports_its_scheme(capsys):
+    # any loss: the midpoint drift with the problem's own minibatch noise, one substep per round (weak order 2)
+    code, out, err = run_cli(capsys, ["sde", "--problem", GRUNFELD, "--eta", "0.02", "--local-steps", "2",
+                                      "--rounds", "3", "--replicates", "4", "--seed", "0", "--order", "2", "--json"])
+    assert code == 0, err
+    rec = json.loads(out)
+    assert rec["config"]["substeps"] == 1 and rec["config"]["order"] == 2 and "weak order 2" in rec["config"][
+        "integrator"]
+    assert len(rec["rounds"]) == 4 and "train_loss" in rec["metrics"]
+    one_line_error(*run_cli(capsys, ["sde", "--problem", GRUNFELD, "--eta", "0.02", "--rounds", "3", "--replicates",
+                                     "4", "--seed", "0", "--order", "2", "--integrator", "svag"]), "--integrator")
+
+
 def test_validity_order2_gap_is_smaller(capsys):
     gaps = {}
     for order in (1, 2):
