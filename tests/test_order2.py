@@ -179,8 +179,8 @@ def test_coupled_fedavg_is_the_simulator():
 
 
 def test_scheme_converges_to_the_exact_sde_mean():
-    # noiseless clients: the scheme's mean error against the exact series SDE shrinks like 1/substeps once the frozen
-    # O(η) part of the drift (error O(η·δ)) dominates the midpoint's O(δ²)
+    # noiseless clients: the scheme's drift is classical Runge–Kutta, so its error against the exact series SDE is
+    # small at one substep per round and falls like δ⁴ (a factor near 16 per doubling of the substeps)
     from fedsde.sde.order2_paths import coupled_paths
 
     base = random_quadratic_problem(Q=3, d=2, seed=1)
@@ -190,8 +190,8 @@ def test_scheme_converges_to_the_exact_sde_mean():
     exact = lin.moments(n * eta, w0).mean
     errs = [np.linalg.norm(coupled_paths(pb, eta=eta, local_steps=2, rounds=n, replicates=2, seed=0, w0=w0,
                                          orders=(2,), chain=False, substeps=k)["order2"][0] - exact)
-            for k in (4, 8, 16)]
-    assert np.all(_orders(errs) > 0.5), errs
+            for k in (1, 2)]
+    assert errs[0] < 1e-3 * np.linalg.norm(exact - w0) and errs[1] < errs[0] / 10, errs
 
 
 @pytest.mark.slow

@@ -64,7 +64,7 @@ def test_sde_order2_uses_exact_transitions(capsys):
 
 
 def test_sde_order2_on_least_squares_reports_its_scheme(capsys):
-    # any loss: the midpoint drift with the problem's own minibatch noise, one substep per round (weak order 2)
+    # any loss: the Runge–Kutta drift with the problem's own minibatch noise, one substep per round (weak order 2)
     code, out, err = run_cli(capsys, ["sde", "--problem", GRUNFELD, "--eta", "0.02", "--local-steps", "2",
                                       "--rounds", "3", "--replicates", "4", "--seed", "0", "--order", "2", "--json"])
     assert code == 0, err

@@ -35,7 +35,7 @@ def order2_setup(args: argparse.Namespace, problem) -> int | None:
                                  ("--chunk-size", args.chunk_size, None)):
         if value != default:
             raise FedsdeInputError(f"{flag}={value}: does not apply to --order 2 on a data problem (its scheme is "
-                                   "the midpoint drift with the problem's own gradient noise, --substeps per round)")
+                                   "the Runge–Kutta drift with the problem's own gradient noise, --substeps per round)")
     return _run_data(args, problem)
 
 
@@ -77,7 +77,7 @@ def _run_data(args: argparse.Namespace, problem) -> int:
                         "round": args.rounds, "time": float(res.times[-1])},
               "times": res.times, "rounds": res.rounds, "mean": res.mean(), "paths": res.replicates,
               "metrics": metrics, "config": res.config | {"order": 2}}
-    lines = [f"problem: Q={problem.Q}, d={problem.d}  order-2 SDE  integrator: midpoint drift (Hessian-vector "
+    lines = [f"problem: Q={problem.Q}, d={problem.d}  order-2 SDE  integrator: Runge–Kutta drift (Hessian-vector "
              f"products) + the problem's gradient noise, substeps={args.substeps}  eta={args.eta}  "
              f"server_lr={args.server_lr}  h={res.h}",
              f"replicates={res.replicates}  rounds={args.rounds}  (t = n·h = {res.times[-1]:.6g})",

@@ -103,7 +103,7 @@ def coupled_order_study(problem, *, eta: float, local_steps, rounds: int, server
     finally:
         bar.close()
     result = {"etas": grid, "rounds": ns, "t_end": float(rounds * grid[0] * h_ratio),
-              "integrator": "midpoint drift (Hessian-vector products) + the oracle's own noise: weak order 2 in the "
+              "integrator": "Runge-Kutta drift (Hessian-vector products) + the oracle's own noise: weak order 2 in the "
                             "small-noise regime", "substeps": int(substeps), "replicates": R, "coupled": True,
               "chain": chain_means}
     for o in ("order1", "order2"):

@@ -159,7 +159,7 @@ def simulate_order2(problem, *, eta: float, local_steps, rounds: int, replicates
                             record=keep)[f"order{order}"]
     finally:
         bar.close()
-    config = {"variant": f"order{order}", "integrator": "midpoint drift + oracle noise (weak order 2, small noise)",
+    config = {"variant": f"order{order}", "integrator": "Runge-Kutta drift + oracle noise (weak order 2, small noise)",
               "eta": float(eta), "local_steps": np.atleast_1d(local_steps).tolist(), "server_lr": float(server_lr),
               "h": hh, "rounds": rounds, "paths": int(replicates), "seed": int(seed), "substeps": int(substeps),
               "device": str(device), "dtype": str(dtype).replace("torch.", "")}
