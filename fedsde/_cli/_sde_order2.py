@@ -19,7 +19,7 @@ def order2_setup(args: argparse.Namespace, problem) -> int | None:
         raise FedsdeInputError(f"--order={args.order}: with --aggregator the SDE is the rule's own first-order SDE")
     if isinstance(problem, QuadraticProblem):
         if args.variant != "corrected":
-            raise FedsdeInputError(f"--variant={args.variant}: --order 2 integrates the order-2 SDE (its centred "
+            raise FedsdeInputError(f"--variant={args.variant}: --order 2 integrates the order-2 SDE (its round-law "
                                    "form, docs/order2.md); drop --variant")
         from fedsde.sde.order2 import DEFAULT_FORM, ORDER2_FORMS
 

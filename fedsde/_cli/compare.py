@@ -75,7 +75,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                       "error vs h with its slope)")
     p.add_argument("--order", type=int, choices=(1, 2), default=None,
                    help="approximation order of the SDE compared with FedAvg: 1, seed 002's first-order SDE "
-                   "(--variant; the default); 2, the order-2 SDE (docs/order2.md: on quadratic clients its centred "
+                   "(--variant; the default); 2, the order-2 SDE (docs/order2.md: on quadratic clients its round-law "
                    "form, integrated by exact OU transitions; on data problems the Hessian-vector-product drift, by "
                    "coupled Monte Carlo). Given, it adds the order refinement: the weak errors of the mean, the second "
                    "moment and the covariance as η → 0 at t = rounds·η (h = η, s fixed), with fitted slopes and 95 %% "
@@ -138,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
     variant = args.variant
     if args.order == 2:
         if args.variant != "corrected":
-            raise FedsdeInputError(f"--variant={args.variant}: --order 2 compares the order-2 SDE (its centred form, "
+            raise FedsdeInputError(f"--variant={args.variant}: --order 2 compares the order-2 SDE (its round-law form, "
                                    "docs/order2.md); drop --variant")
         from fedsde.sde.order2 import DEFAULT_FORM, ORDER2_FORMS
 

@@ -68,7 +68,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     from fedsde._cli.common import add_order_flag
 
     add_order_flag(p, "the SDE: 1, seed 002's (--variant); 2, the order-2 SDE (docs/order2.md): on quadratic clients "
-                   "its centred linear form (exact OU transitions by default), on data problems the "
+                   "its round-law linear form (exact OU transitions by default), on data problems the "
                    "Hessian-vector-product drift with the problem's own gradient noise, --substeps Runge–Kutta steps "
                    "per round (weak order 2 already with 1)")
     add_json_flag(p)

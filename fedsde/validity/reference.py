@@ -51,8 +51,8 @@ def exact_sde_law(problem, *, eta: float, local_steps, server_lr: float, h: floa
     A problem's own ``exact_sde_law(eta=, local_steps=, server_lr=, h=)`` comes first; quadratic clients get
     the ``corrected`` variant (eq. (2) with the exact round moments, seed 002 §3b), least-squares clients
     :func:`fedsde.exact.least_squares_sde` (the same equation with their exact round moments).  ``order=2``: the
-    order-2 SDE of :mod:`fedsde.sde.order2` (its ``centred`` form) on quadratic and least-squares clients, ``None``
-    elsewhere (a problem's own law is of order 1).
+    order-2 SDE of :mod:`fedsde.sde.order2` (its ``round-law`` form, the command line's) on quadratic and
+    least-squares clients, ``None`` elsewhere (a problem's own law is of order 1).
     """
     if order not in (1, 2):
         raise FedsdeInputError(f"order={order!r}: must be 1 or 2")
