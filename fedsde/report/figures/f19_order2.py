@@ -54,6 +54,8 @@ def make(cfg: dict, ctx: RunContext) -> FigureOutput:
         ax.set_xlabel("client step η (h = η, server step s fixed)")
         ax.set_ylabel(what, fontsize=8)
         ax.set_title(f"{name.replace('_', ' ')} at t = {refs[(1, None)].t_end:g}", fontsize=9)
+        lo, hi = ax.get_ylim()
+        ax.set_ylim(lo, hi * (hi / lo) ** 0.6)  # headroom above the curves for the legend
         ax.legend(fontsize=6.5, title="slope [95 %]", title_fontsize=7, loc="upper left")
     fig.suptitle(f"Order 1 and order 2 against the exact chain on '{pb.name}' (E = {E}, s = {s:g}, {rounds} rounds "
                  f"at η = {eta:g} from w0 = {cfg['w0']:g}; dotted: slopes 1 and 2)", fontsize=10)
