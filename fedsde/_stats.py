@@ -144,3 +144,63 @@ def fit_slope_interval(x, y, se=None, *, level: float = SLOPE_LEVEL, draws: int 
     if not basis:
         basis.append("two exact points: the line through them, no misfit to measure")
     return SlopeFit(b, float(lo), float(hi), level, "; ".join(basis), n)
+def loglog_slope_interval(x, y, se=None, *, level: float = 0.95) -> dict:
+    """Fitted log–log slope with a confidence interval at ``level``.
+
+    * ``se is None`` (errors computed exactly): ordinary least squares of ``log y`` on ``log x``; the interval is
+      Student-t with ``J − 2`` degrees of freedom from the residuals, so it measures how far the points are from one
+      power law (zero width for an exact power law).  Needs three points.
+    * ``se`` given (Monte-Carlo estimates ``y ± se``): weighted least squares with the delta-method variances
+      ``(se/y)²`` of ``log y``; the slope's standard error from the weights, inflated by ``√(χ²/(J − 2))`` when the
+      points scatter more than their errors (the Birge ratio), normal quantile (Student-t with ``J − 2`` degrees of
+      freedom when inflated).  ``resolved`` is false when some point's interval ``y ± z·se`` reaches zero, where
+      the logarithm's delta method does not hold.
+
+    Returns
+    -------
+    dict
+        ``slope``, ``intercept``, ``se`` (of the slope), ``ci`` (``[lo, hi]``; ``None`` with fewer than three points),
+        ``level``, ``method`` (``"ols"`` or ``"wls"``) and, with ``se``, ``chi2_dof`` and ``resolved``.
+
+    Raises
+    ------
+    FedsdeInputError
+        Fewer than two usable points (``x, y`` finite and > 0; with ``se``: also ``se`` finite and > 0).
+    """
+    from scipy import stats
+
+    if not 0.0 < level < 1.0:
+        raise FedsdeInputError(f"level={level!r}: must lie in (0, 1)")
+    x, y = np.asarray(x, dtype=np.float64).reshape(-1), np.asarray(y, dtype=np.float64).reshape(-1)
+    s = None if se is None else np.asarray(se, dtype=np.float64).reshape(-1)
+    if x.shape != y.shape or (s is not None and s.shape != y.shape):
+        raise FedsdeInputError(f"log-log fit: x, y{'' if s is None else ', se'} must have the same number of points")
+    ok = (x > 0) & (y > 0) & np.isfinite(x) & np.isfinite(y)
+    if s is not None:
+        ok &= np.isfinite(s) & (s > 0)
+    if ok.sum() < 2:
+        raise FedsdeInputError("log-log fit: needs at least two points with x > 0 and y > 0")
+    lx, ly = np.log(x[ok]), np.log(y[ok])
+    J = lx.size
+    w = np.ones(J) if s is None else (y[ok] / s[ok]) ** 2  # 1 / var(log y)
+    X = np.stack([lx, np.ones(J)], axis=1)
+    cov = np.linalg.inv(X.T @ (X * w[:, None]))
+    beta = cov @ (X.T @ (w * ly))
+    resid = ly - X @ beta
+    out = {"slope": float(beta[0]), "intercept": float(beta[1]), "level": float(level)}
+    dof = J - 2
+    if s is None:
+        out["method"] = "ols"
+        if dof < 1:
+            return out | {"se": None, "ci": None}
+        sigma2 = float(resid @ resid) / dof
+        half_se = float(np.sqrt(sigma2 * cov[0, 0]))
+        q = float(stats.t.ppf(0.5 + level / 2, dof))
+    else:
+        z = float(stats.norm.ppf(0.5 + level / 2))
+        chi2 = float(np.sum(w * resid**2)) / dof if dof >= 1 else float("nan")
+        inflate = dof >= 1 and chi2 > 1.0
+        half_se = float(np.sqrt(cov[0, 0] * (chi2 if inflate else 1.0)))
+        q = float(stats.t.ppf(0.5 + level / 2, dof)) if inflate else z
+        out |= {"method": "wls", "chi2_dof": chi2, "resolved": bool(np.all(y[ok] - z * s[ok] > 0))}
+    return out | {"se": half_se, "ci": [out["slope"] - q * half_se, out["slope"] + q * half_se]}

@@ -26,6 +26,7 @@ def test_the_study_is_what_the_command_prints(capsys):
                  "--server-lr", "0.5", "--h", "0.1", "--w0", "2", "--paths", "64", "--seed", "3", "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed.pop("warnings") == []
+    assert printed.pop("resources")["threads"] >= 1  # what the command ran with, beside the study
     assert to_jsonable(st.to_dict()) == printed
     # the chain's moments are the exact law's, on the clock t = n·h
     tr = transient_moments(paper_table_problem(), 0.05, 5, 20, 0.5, w0=[2.0], record=[20])

@@ -29,7 +29,7 @@ NOISE_SCALINGS = ("fixed", "diffusive")
 #: :data:`fedsde.theory.claims.PAPERS`
 CLAIM_PAPERS = ("002", "003", "004", "000")
 #: first and last figure of :data:`fedsde.report.gallery.GALLERY`
-GALLERY_RANGE = "F1–F18"
+GALLERY_RANGE = "F1–F19"
 
 
 class LazyChoices(Sequence):

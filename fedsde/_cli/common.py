@@ -66,6 +66,11 @@ def show_progress(args: argparse.Namespace) -> bool:
     return progress_wanted(quiet=bool(getattr(args, "quiet", False)))
 
 
+def add_order_flag(p: argparse.ArgumentParser, what: str) -> None:
+    """``--order 1|2`` (default 1): the approximation order of the SDE (:mod:`fedsde.sde.order2`)."""
+    p.add_argument("--order", type=int, choices=(1, 2), default=1, help=f"approximation order of {what}")
+
+
 def add_strict_flag(p: argparse.ArgumentParser) -> None:
     """``--strict``: a warning (divergence, blow-up, unreliable result) is an error with exit status 2."""
     if "--strict" not in p._option_string_actions:

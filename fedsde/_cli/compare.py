@@ -79,6 +79,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "train_loss, and test_accuracy where the problem has a test set)")
     add_rule_sde_args(p, "compare measures the chain against (quadratic clients: exact moments and the exact weak "
                       "error vs h with its slope)")
+    p.add_argument("--order", type=int, choices=(1, 2), default=None,
+                   help="approximation order of the SDE compared with FedAvg: 1, seed 002's first-order SDE "
+                   "(--variant; the default); 2, the order-2 SDE (docs/order2.md: on quadratic clients its round-law "
+                   "form, integrated by exact OU transitions; on data problems the Hessian-vector-product drift, by "
+                   "coupled Monte Carlo). Given, it adds the order refinement: the weak errors of the mean, the second "
+                   "moment and the covariance as η → 0 at t = rounds·η (h = η, s fixed), with fitted slopes and 95 %% "
+                   "intervals (exact on quadratic and least-squares clients)")
+    p.add_argument("--etas", default=None, metavar="η1,η2,…",
+                   help="client steps of the order refinement, each η_max/k for an integer k (default η, η/2, …, η/32 "
+                   "on quadratic clients, 1.5 decades; η, η/2, η/4, η/8 on data problems)")
     add_json_flag(p)
     p.set_defaults(func=run)
 
@@ -115,6 +125,13 @@ def run(args: argparse.Namespace) -> int:
         raise FedsdeInputError(f"--metrics={args.metrics!r}: compares the metrics of data problems compared by "
                                "sampling (classification, module); quadratic and least-squares clients are compared "
                                "exactly, by their moments (leave --metrics out)")
+    if args.order is not None and not isinstance(problem, QuadraticProblem):
+        from fedsde._cli._compare_order import run_data_order, run_exact
+
+        if getattr(problem, "model", None) != "least-squares":  # FedAvg vs both SDEs by coupled Monte Carlo
+            return run_data_order(args, problem, steps, w0)
+        extra, lines = run_exact(args, problem, steps, w0)  # least squares: exact moments of the chain and SDEs
+        return emit(args, extra, "\n".join(lines))
     if getattr(problem, "model", None) == "least-squares":  # exact moments of the chain and of its SDE
         from fedsde._cli._compare_data import run_regression
 
@@ -128,17 +145,32 @@ def run(args: argparse.Namespace) -> int:
     h_grid = _refinement_steps(args.time_steps, args)
     agg = rule_from_args(args)
     if agg is not None:
+        if args.order is not None:
+            raise FedsdeInputError(f"--order={args.order}: with --aggregator the SDE is the rule's own first-order SDE")
         return _rule(args, problem, agg, steps, w0, h_grid)
+    variant = args.variant
+    if args.order == 2:
+        if args.variant != "corrected":
+            raise FedsdeInputError(f"--variant={args.variant}: --order 2 compares the order-2 SDE (its round-law form, "
+                                   "docs/order2.md); drop --variant")
+        from fedsde.sde.order2 import DEFAULT_FORM, ORDER2_FORMS
+
+        variant = ORDER2_FORMS[DEFAULT_FORM]
     if args.replicates is not None and args.replicates < 2:
         raise FedsdeInputError(f"{flag(args, 'replicates')}={args.replicates}: must be an integer >= 2 (a covariance "
                                "needs two paths)")
     if args.record_every is not None and args.record_every < 1:
         raise FedsdeInputError(f"--record-every={args.record_every}: must be an integer >= 1")
+    from fedsde._cli._compare_order import check_etas, order_lines
+
+    etas = check_etas(args)
     st = quadratic_sde_study(problem, eta=args.eta, local_steps=steps, rounds=n, server_lr=args.server_lr, h=args.h,
-                             variant=args.variant, w0=w0, record_every=args.record_every, h_grid=h_grid,
+                             variant=variant, w0=w0, record_every=args.record_every, h_grid=h_grid,
                              noise_scaling=args.noise_scaling, replicates=args.replicates, seed=args.seed,
-                             substeps=args.substeps, device=args.device, progress=show_progress(args))
-    return emit(args, st.to_dict(), _human(st, args, problem))
+                             substeps=args.substeps, device=args.device, progress=show_progress(args),
+                             order=args.order, etas=etas)
+    extra = [] if st.order_refinement is None else order_lines(st.order_refinement)
+    return emit(args, st.to_dict(), "\n".join([_human(st, args, problem), *extra]))
 
 
 def _human(st, args: argparse.Namespace, problem) -> str:
@@ -147,7 +179,7 @@ def _human(st, args: argparse.Namespace, problem) -> str:
 
     t_end, cmp, slopes, phis = st.t_end, st.distances, st.slope, list(st.weak_error)
     lines = [
-        f"problem: Q={problem.Q}, d={problem.d}  variant={args.variant}  eta={args.eta}  "
+        f"problem: Q={problem.Q}, d={problem.d}  variant={st.config['variant']}  eta={args.eta}  "
         f"server_lr={args.server_lr}  h={st.h}  rounds={args.rounds} (t = {t_end:.6g})",
         f"at t={t_end:.6g}: W2(chain, SDE) = {cmp.w2[-1]:.6g}   |Δmean| = {cmp.mean_error[-1]:.6g}   "
         f"rel. cov error = {cmp.cov_rel_error[-1]:.6g}",
@@ -168,6 +200,11 @@ def _human(st, args: argparse.Namespace, problem) -> str:
         lines += [f"  E φ difference ({phi}): {v['value']:.4g} ± {Z95 * v['stderr']:.2g}"
                   for phi, v in mc["weak_error"].items()]
     return "\n".join(lines)
+
+
+def _interval(ci) -> str:
+    """``[lo, hi] (95 %)``, or a note where no interval exists (two steps: no residual degree of freedom)."""
+    return "(no interval: two steps)" if ci is None else f"[{ci[0]:.3f}, {ci[1]:.3f}] (95 %)"
 
 
 def _rule(args: argparse.Namespace, problem, agg, steps, w0, h_grid) -> int:

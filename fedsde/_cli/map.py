@@ -67,6 +67,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--final-cov", choices=("full", "diag", "none"), default="none",
                    help="what every cell computes and stores at the horizon (as fedsde validity --final-cov): the d×d "
                    "covariance of the final weights, the d variances, or nothing (default none: small cells)")
+    p.add_argument("--order", type=int, choices=(1, 2), default=1,
+                   help="the SDE every cell judges FedAvg against (as fedsde validity --order): 1, seed 002's "
+                   "first-order SDE (default); 2, the order-2 SDE (docs/order2.md; quadratic and least-squares "
+                   "clients)")
     p.add_argument("--refine", type=int, default=None, metavar="BUDGET",
                    help="replicates per chain (summed over cells) for a second look at the inconclusive cells, on "
                    "fresh replicates, cheapest first; both looks at level α/2 (see docs/map.md)")
@@ -148,7 +152,7 @@ def _check_options(args: argparse.Namespace) -> None:
 
 
 #: keywords of :func:`fedsde.maps.run_map` whose errors the command line renames to their flags
-_OPTION_NAMES = ("ells=", "metrics=", "verdict_metrics=", "refine=", "replicates", "fedavg=", "reference=")
+_OPTION_NAMES = ("ells=", "metrics=", "verdict_metrics=", "refine=", "replicates", "fedavg=", "reference=", "order=")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -171,7 +175,8 @@ def run(args: argparse.Namespace) -> int:
                "accuracy_tolerance": args.accuracy_tolerance, "alpha": args.alpha,
                "metrics": _names("--metrics", args.metrics),
                "verdict_metrics": _names("--verdict-metrics", args.verdict_metrics),
-                "record_every": args.record_every, "device": args.device, "final_cov": args.final_cov}
+                "record_every": args.record_every, "device": args.device, "final_cov": args.final_cov,
+                "order": args.order if args.order != 1 else None}
     from fedsde._cli._data_flags import data_overrides, problem_from_args
     from fedsde.report.map_report import write_outputs
 
@@ -212,7 +217,8 @@ def human_report(record: dict) -> str:
     cells = {(c["server_lr"], c["local_steps"], c["eta"]): c for c in record["cells"]}
     ks = record.get("kappa_threshold")
     lines = [f"validity map: {record['problem']['file']} ({len(record['cells'])} cells, tolerance "
-             f"{record['tolerance']:g}, α = {record['alpha']:g}, reference {record['reference']}; κ* = "
+             f"{record['tolerance']:g}, α = {record['alpha']:g}, reference {record['reference']}"
+             f"{', order-2 SDE' if record.get('order') == 2 else ''}; κ* = "
              + (f"{ks:.3g})" if ks is not None else "none)")]
     for s in grid["server_lr"]:
         lines.append(f"server step s = {s:g}   (outcome d̂; NOT: does not track, ?: inconclusive)")

@@ -41,8 +41,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                 help="number of independent paths (>= 2)")
     p.add_argument("--seed", type=int, required=True, metavar="SEED")
     p.add_argument("--substeps", type=int, default=1, metavar="k", help="Euler steps per round (dt = h/k)")
-    p.add_argument("--method", choices=SDE_METHODS, default="euler",
-                   help="euler (torchsde) or exact (OU transitions; linear variants)")
+    p.add_argument("--method", choices=SDE_METHODS, default=None,
+                   help="euler (torchsde) or exact (OU transitions; linear variants). Default euler, and exact with "
+                   "--order 2 (Euler–Maruyama's bias O(h/substeps) would make the order-2 SDE first order)")
     p.add_argument("--w0", default=None, metavar="w1,w2,…",
                    help="start point (default: zero for quadratic clients, the problem's initial weights for a data "
                    "problem)")
@@ -70,6 +71,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     add_rule_sde_args(p, "sde integrates (linear and momentum rules: their first-order OU, --method exact or euler; "
                       "adaptive rules: the SDE of Malladi et al. with torchsde)")
+    from fedsde._cli.common import add_order_flag
+
+    add_order_flag(p, "the SDE: 1, seed 002's (--variant); 2, the order-2 SDE (docs/order2.md): on quadratic clients "
+                   "its round-law linear form (exact OU transitions by default), on data problems the "
+                   "Hessian-vector-product drift with the problem's own gradient noise, --substeps Runge–Kutta steps "
+                   "per round (weak order 2 already with 1)")
     add_json_flag(p)
     p.set_defaults(func=run)
 
@@ -87,6 +94,14 @@ def run(args: argparse.Namespace) -> int:
     from fedsde.sde.integrate import simulate_sde
 
     problem = problem_from_args(args)
+    if args.order == 2:
+        from fedsde._cli._sde_order2 import order2_setup
+
+        done = order2_setup(args, problem)  # quadratic clients: the linear order-2 variant below; else run here
+        if done is not None:
+            return done
+    if args.method is None:
+        args.method = "euler"
     if args.variant != "general":
         refuse_least_squares(problem, f"--variant={args.variant}")
         require_quadratic(problem, f"--variant={args.variant}", "the linear SDE variants have closed-form drift and "

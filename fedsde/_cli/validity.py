@@ -7,6 +7,7 @@ import argparse
 from fedsde._cli import one_line_help
 from fedsde._cli.common import (
     add_json_flag,
+    add_order_flag,
     add_problem_args,
     add_rule_sde_args,
     check_start,
@@ -87,6 +88,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "covariance is tens of GB); final_cov_trace (the total variance) is always there")
     add_rule_sde_args(p, "validity judges the rule against (quadratic clients; adaptive rules: the SVAG test of "
                       "Malladi et al. 2022 with k = 1, 2, 4, 8 by default, see --ells)")
+    add_order_flag(p, "the SDE FedAvg is judged against: 1, seed 002's first-order SDE (default); 2, the order-2 "
+                   "SDE (docs/order2.md; its exact law: quadratic and least-squares clients)")
     add_json_flag(p)
     p.set_defaults(func=run)
 
@@ -141,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
     from fedsde._cli._data_flags import problem_from_args
     from fedsde._validate import positive_float
     from fedsde.errors import FedsdeInputError
-    from fedsde.validity.core import DEFAULT_ELLS
+    from fedsde.validity.core import DEFAULT_ELLS, check_order
     from fedsde.validity.exact_fedavg import resolve_fedavg
     from fedsde.validity.reference import resolve_reference
 
@@ -153,6 +156,8 @@ def run(args: argparse.Namespace) -> int:
         raise FedsdeInputError(f"--rounds={args.rounds}: must be an integer >= 1")
     agg = rule_from_args(args)
     if agg is not None:
+        if args.order != 1:
+            raise FedsdeInputError(f"--order={args.order}: with --aggregator the SDE is the rule's own first-order SDE")
         if args.replicates is None or args.replicates < 2:
             raise FedsdeInputError(f"--replicates={args.replicates}: must be an integer >= 2 (a standard error needs "
                                    "two)")
@@ -162,6 +167,10 @@ def run(args: argparse.Namespace) -> int:
     except FedsdeInputError as err:
         raise FedsdeInputError(f"--reference={args.reference}: {str(err).split(': ', 1)[-1]}") from None
     ells = _ells(args.ells, reference)
+    try:
+        check_order(problem, args.order, reference)
+    except FedsdeInputError as err:
+        raise FedsdeInputError(f"--order={args.order}: {str(err).split(': ', 1)[-1]}") from None
     try:
         fedavg = resolve_fedavg(problem, args.fedavg, reference, ells)
     except FedsdeInputError as err:
@@ -204,7 +213,7 @@ def _validity(args: argparse.Namespace, problem, steps, w0, ells, reference, fed
         accuracy_tolerance=args.accuracy_tolerance, alpha=args.alpha, metrics=_names("--metrics", args.metrics),
         verdict_metrics=_names("--verdict-metrics", args.verdict_metrics), record_every=args.record_every,
         device=args.device, dtype=torch.float32 if args.float32 else torch.float64, progress=show_progress(args),
-        fedavg=fedavg, final_cov=args.final_cov,
+        fedavg=fedavg, final_cov=args.final_cov, order=args.order,
     )
 
 
@@ -224,6 +233,9 @@ def human_report(res, problem, args: argparse.Namespace) -> str:
         source = ("exact moments of the SDE of least-squares clients (eq. (2) with exact round moments)"
                   if isinstance(problem, RegressionProblem)
                   else "exact law of the SDE (OU, eq. (2) with exact round moments)")
+        if res.config.get("order") == 2:
+            source = "exact " + ("moments" if isinstance(problem, RegressionProblem) else "law") + \
+                " of the order-2 SDE (docs/order2.md)"
     else:
         source = f"SVAG: Richardson limit of ℓ = {res.ells[-2]}, {res.ells[-1]}"
     exact = res.config.get("fedavg") == "exact"

@@ -1,12 +1,15 @@
 """Discrete chain vs SDE vs exact laws: moments over time, distances between laws, weak error and its order.
 
 :func:`quadratic_sde_study` puts them together on quadratic clients and :func:`least_squares_sde_study` on
-least-squares regression clients, exactly (what ``fedsde compare`` reports).
+least-squares regression clients, exactly (what ``fedsde compare`` reports); :func:`order_refinement` measures the
+order of the first- and second-order SDEs as ``η → 0`` (``fedsde compare --order``; on data problems by coupled
+Monte Carlo, :mod:`fedsde.compare.order2_mc`).
 """
 
 from fedsde.compare.distances import KSResult, gaussian_w2, ks_per_coordinate
 from fedsde.compare.least_squares import LeastSquaresSDEStudy, least_squares_sde_study
 from fedsde.compare.moments import MomentComparison, compare_moments, initial_law, linear_sde_law, sde_moments
+from fedsde.compare.order2 import OrderRefinement, order_refinement
 from fedsde.compare.study import QuadraticSDEStudy, quadratic_sde_study, refinement_grid
 from fedsde.compare.weak_error import (
     NOISE_SCALINGS,
@@ -30,6 +33,7 @@ __all__ = [
     "LeastSquaresSDEStudy",
     "MCDifference",
     "MomentComparison",
+    "OrderRefinement",
     "QuadraticSDEStudy",
     "WeakErrorCurve",
     "compare_moments",
@@ -42,6 +46,7 @@ __all__ = [
     "linear_sde_law",
     "local_loglog_slopes",
     "mc_difference",
+    "order_refinement",
     "phi_function",
     "quadratic_sde_study",
     "refinement_grid",

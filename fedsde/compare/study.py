@@ -165,6 +165,8 @@ class QuadraticSDEStudy(ExactSDEStudy):
     stationary : dict
         ``sde`` and ``chain`` (``{"mean", "cov"}`` or ``None``), their ``w2`` (or ``None``) and, when the chain has
         no stationary law, ``note``.
+    order_refinement : OrderRefinement or None
+        with ``order``: the exact weak errors of the order-``order`` SDE as ``η → 0`` (:mod:`fedsde.compare.order2`).
     monte_carlo : dict or None
         with ``replicates``: ``paths``, ``seed``, ``substeps``, ``ks_vs_chain_law`` (``statistic``, ``pvalue``, (d,)),
         the paths' ``mean`` (d,) and ``cov`` (d, d), ``w2_gaussian_fit_vs_chain`` and, per φ, ``weak_error``:
@@ -177,12 +179,15 @@ class QuadraticSDEStudy(ExactSDEStudy):
     """
 
     monte_carlo: dict | None = None
+    order_refinement: object | None = None
 
     def to_dict(self) -> dict:
         """The JSON layout of ``fedsde compare --json`` (without its ``warnings``)."""
         out = self._layout("w2")
         if self.monte_carlo is not None:
             out["monte_carlo"] = self.monte_carlo
+        if self.order_refinement is not None:
+            out["order_refinement"] = self.order_refinement.to_dict()
         return out
 
 
@@ -190,7 +195,8 @@ class QuadraticSDEStudy(ExactSDEStudy):
 def quadratic_sde_study(problem: QuadraticProblem, *, eta: float, local_steps, rounds: int, server_lr: float = 1.0,
                         h: float | None = None, variant: str = "corrected", w0=None, record_every: int | None = None,
                         h_grid=None, noise_scaling: str = "diffusive", replicates: int | None = None, seed: int = 0,
-                        substeps: int = 1, device: str = "cpu", progress: bool = False) -> QuadraticSDEStudy:
+                        substeps: int = 1, device: str = "cpu", progress: bool = False, order: int | None = None,
+                        etas=None) -> QuadraticSDEStudy:
     """Compare FedAvg on quadratic clients with a linear SDE variant, exactly and optionally by sampling.
 
     Parameters
@@ -221,6 +227,10 @@ def quadratic_sde_study(problem: QuadraticProblem, *, eta: float, local_steps, r
         ``paths``).
     seed, substeps, device, progress
         of the Monte-Carlo part: seed, Euler steps per round, torch device, a progress bar on stderr.
+    order : {1, 2}, optional
+        also the order refinement of the order-``order`` SDE (:func:`fedsde.compare.order2.order_refinement`: ``η``
+        shrinks with ``h/η`` and ``s`` fixed at ``t = rounds·h``; client steps ``etas``, default ``η, η/2, …,
+        η/32``).  The SDE of the rest of the study is ``variant``'s (``order2`` for the order-2 SDE).
 
     Returns
     -------
@@ -274,6 +284,11 @@ def quadratic_sde_study(problem: QuadraticProblem, *, eta: float, local_steps, r
     study = QuadraticSDEStudy(chain=chain, sde=sde, distances=compare_moments(chain, sde, h), weak_error=weak,
                               slope=slopes, stationary=_stationary(problem, lin, eta, local_steps, server_lr), h=h,
                               h_grid=hs, config=config)
+    if order is not None:
+        from fedsde.compare.order2 import order_refinement
+
+        study.order_refinement = order_refinement(problem, eta=eta, local_steps=local_steps, rounds=n,
+                                                  server_lr=server_lr, order=order, h_ratio=h / eta, w0=w0, etas=etas)
     if replicates is not None:
         study.monte_carlo = _monte_carlo(problem, chain, eta=eta, local_steps=local_steps, rounds=n,
                                          replicates=replicates, seed=seed, variant=variant, server_lr=server_lr,
@@ -300,15 +315,18 @@ def _stationary(problem: QuadraticProblem, lin, eta, local_steps, server_lr) -> 
 def _monte_carlo(problem: QuadraticProblem, chain: Moments, *, eta, local_steps, rounds: int, replicates: int,
                  seed: int, variant: str, server_lr, h: float, substeps: int, w0, device: str, progress: bool) -> dict:
     """SDE paths at round ``rounds`` against the chain's exact law there: KS, Gaussian-fit W2, ``E φ`` ± 1.96 s.e."""
+    from fedsde.sde.coefficients import ORDER2_VARIANTS
     from fedsde.sde.integrate import simulate_sde
 
+    # the order-2 SDE by exact OU transitions: Euler–Maruyama's bias O(h/substeps) would make it first order
+    method = "exact" if variant in ORDER2_VARIANTS else "euler"
     sim = simulate_sde(problem, eta=eta, local_steps=local_steps, rounds=rounds, replicates=replicates, seed=seed,
                        variant=variant, server_lr=server_lr, h=h, substeps=substeps, w0=w0, device=device,
-                       record=[rounds], progress=progress)
+                       record=[rounds], progress=progress, method=method)
     final = sim.final
     chain_law = (chain.mean[-1], chain.cov[-1])
     ks = ks_per_coordinate(final, chain_law)
-    mc: dict = {"paths": sim.replicates, "seed": seed, "substeps": substeps,
+    mc: dict = {"paths": sim.replicates, "seed": seed, "substeps": substeps, "method": method,
                 "ks_vs_chain_law": {"statistic": ks.statistic, "pvalue": ks.pvalue},
                 "mean": final.mean(0), "cov": np.cov(final, rowvar=False).reshape(problem.d, problem.d)}
     mc["w2_gaussian_fit_vs_chain"] = gaussian_w2(mc["mean"], mc["cov"], *chain_law)

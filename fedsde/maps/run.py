@@ -174,6 +174,7 @@ def run_map(
         ``accuracy_tolerance``, ``alpha``, ``fedavg`` (``exact`` or ``sampled``; default as ``fedsde validity``),
         ``metrics``, ``verdict_metrics`` (lists), ``ells`` (list of int), ``record_every``, ``device``, ``float32``,
         ``final_cov`` (what each cell computes and stores at the horizon; default ``"none"``).
+        ``order`` (1 or 2: the SDE judged against, :mod:`fedsde.sde.order2`).
         They are checked against the problem before any cell runs; a map whose every cell fails is an error
         (:class:`~fedsde.errors.FedsdeInputError`, naming the first cell's), not a map.
     refine
@@ -199,7 +200,7 @@ def run_map(
     from fedsde.problems import load_problem
     from fedsde.problems.metrics import metric_names
     from fedsde.sweep.spec import MAX_CELLS
-    from fedsde.validity.core import DEFAULT_ELLS
+    from fedsde.validity.core import DEFAULT_ELLS, check_order
     from fedsde.validity.reference import resolve_reference
 
     max_cells = MAX_CELLS if max_cells is None else max_cells
@@ -221,6 +222,7 @@ def run_map(
     path = Path(problem_file).absolute()
     problem = load_problem(path) if problem is None else problem
     reference = resolve_reference(problem, options.get("reference"))
+    order = check_order(problem, options.get("order", 1), reference)
     fedavg, replicates = check_options(problem, options, reference, replicates, refine)
     ells = sorted({int(e) for e in options.get("ells") or DEFAULT_ELLS[reference]})
     recorded = options.get("metrics") or metric_names(problem)
@@ -276,7 +278,7 @@ def run_map(
                         "d": int(problem.d)},
             "grid": grid.to_dict(), "tolerance": tolerance, "accuracy_tolerance": accuracy_tolerance,
             "alpha": alpha, "alpha_per_look": per_look, "reference": reference, "fedavg": fedavg, "ells": ells,
-            "rounds": rounds,
+            "rounds": rounds, "order": order,
             "replicates": replicates, "seed": seed, "kappa_threshold": kappa_star, "claim": CLAIM,
             "kappa_measure": KAPPA_MEASURE, "cells": cells, "counts": counts, "refine": refine_info,
             "sweep": summary, "memory_estimate_bytes": memory, "out": str(out)}

@@ -1,6 +1,6 @@
 """Experiment configurations of ``fedsde reproduce``: TOML files shipped in ``fedsde/configs``.
 
-A configuration has a ``[run]`` table (seed, device, problem) and one table per figure (``[F1]`` … ``[F17]``).
+A configuration has a ``[run]`` table (seed, device, problem) and one table per figure (``[F1]`` … ``[F19]``).
 ``--quick`` starts from ``quick.toml``, otherwise ``full.toml``; ``--config FILE`` overrides fields of that base
 (only the fields it names).  Every field is validated against the schema below, with an error naming the field,
 the value and the constraint.
@@ -112,6 +112,8 @@ SCHEMA: dict[str, dict[str, Field]] = {
     "F18": {"eta": POS, "server_lr": POS, "horizon": POS, "weak_h": POS, "weak_t": POS, "levels": Field("int", 2),
             "adam_server_lr": POS, "adam_rounds": POS_INT, "adam_replicates": Field("int", 2), "adam_substeps": POS_INT,
             "adam_ks": POS_INTS},
+    "F19": {"eta": POS, "local_steps": POS_INT, "rounds": POS_INT, "server_lr": POS, "levels": Field("int", 3),
+            "w0": Field("float")},
 }
 
 FIGURE_IDS = tuple(k for k in SCHEMA if k != "run")
@@ -289,6 +291,9 @@ def check_constraints(cfg: dict, only, problem) -> None:
             _check_f17(t)
         if fid == "F16":
             _check_f16(t)
+        if fid == "F19" and t["rounds"] * 2 ** (t["levels"] - 1) > MAX_FIGURE_ROUNDS:
+            raise FedsdeInputError(f"F19.rounds={t['rounds']}, F19.levels={t['levels']}: the smallest η needs "
+                                   f"{t['rounds'] * 2 ** (t['levels'] - 1)} rounds; at most {MAX_FIGURE_ROUNDS}")
         if fid == "F12" and 2 ** (t["levels"] + 1) > MAX_FIGURE_ROUNDS:
             raise FedsdeInputError(f"F12.levels={t['levels']}: the finest step needs {2 ** (t['levels'] + 1)} rounds; "
                                    f"at most {MAX_FIGURE_ROUNDS} (levels <= {int(np.log2(MAX_FIGURE_ROUNDS)) - 1})")

@@ -145,6 +145,8 @@ GALLERY: dict[str, FigureSpec] = {
                    "f17_module_validity", cost=8.5),
         FigureSpec("F18", "rule_sdes", "The SDE of every aggregator: chain vs its own SDE, and the weak-error slope",
                    "f18_rule_sdes", cost=1.5),
+        FigureSpec("F19", "order2", "Where the first-order SDE stops: order 1 and order 2 against the exact chain",
+                   "f19_order2", cost=0.3),
     ]
 }
 

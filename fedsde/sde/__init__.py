@@ -15,12 +15,23 @@ Clock: round ``n`` sits at ``t = n·h``; the actual server step is ``s = h·η�
 * :mod:`fedsde.sde.rules` — the SDE of each linear or momentum server rule from its exact round law (FedNova around
   its own fixed point, FedAvgM with step s/(1 − β) and its underdamped SDE);
 * :mod:`fedsde.sde.adaptive` — the SDE of the adaptive server rules (Malladi et al. 2022) as a torchsde module;
+* :mod:`fedsde.sde.order2`, :mod:`fedsde.sde.order2_general`, :mod:`fedsde.sde.order2_paths` — the order-2 SDE:
+  linear on quadratic clients, closed moments on least-squares clients, Hessian-vector-product drift and a
+  weak-order-2 scheme coupled with FedAvg on any loss;
 * :mod:`fedsde.sde.svag` — the SVAG chain lifted to the server round: a sampler of eq. (2) for any loss
   (:func:`simulate_svag`, two client rounds per step of size ``h/ℓ``) and its exact law on quadratic clients.
 """
 
 from fedsde.sde.brownian import GridBrownian
-from fedsde.sde.coefficients import VARIANTS, GaussianLaw, LinearSDE, psd_sqrt, quadratic_sde_coefficients
+from fedsde.sde.coefficients import (
+    ORDER2_VARIANTS,
+    VARIANTS,
+    GaussianLaw,
+    LinearSDE,
+    order2_sde_coefficients,
+    psd_sqrt,
+    quadratic_sde_coefficients,
+)
 from fedsde.sde.integrate import METHODS, MODELS, SDEPaths, simulate_sde
 from fedsde.sde.models import ESTIMATORS, ClientProblem, FedAvgSDE, QuadraticSDE
 from fedsde.sde.schedules import RateSchedule, as_schedule
@@ -31,6 +42,7 @@ __all__ = [
     "ESTIMATORS",
     "METHODS",
     "MODELS",
+    "ORDER2_VARIANTS",
     "VARIANTS",
     "ClientProblem",
     "FedAvgSDE",
@@ -41,6 +53,7 @@ __all__ = [
     "RateSchedule",
     "SDEPaths",
     "as_schedule",
+    "order2_sde_coefficients",
     "psd_sqrt",
     "quadratic_sde_coefficients",
     "sdeint_rounds",

@@ -21,6 +21,9 @@ rate ``η``, actual server step ``s`` (``= h·η₀``) and time step ``h``:
   ``diffusion_cov = A P + P Aᵀ`` with ``P`` the chain's stationary covariance (discrete Lyapunov).  Its
   transition over time ``h`` equals the chain's round law exactly, so its law equals the chain's at every grid
   time.  Needs every eigenvalue of ``I − sB`` in ``(0, 1)`` (``B`` is symmetric).
+* ``order2``, ``order2-centred``, ``order2-series`` — the order-2 SDE (:func:`order2_sde_coefficients`; its forms
+  are described in :mod:`fedsde.sde.order2`, derived in :mod:`fedsde.symbolic.order2`): one round's mean matched to
+  ``O(η³)`` and covariance to ``O(η⁴)``.
 
 The paper's Thm 6.3 transient variance uses ``e^{−Dt}`` where ``e^{−2Dt}`` is correct; :meth:`LinearSDE.moments`
 uses the correct solution of the moment ODEs ``m' = −A(m − c)``, ``P' = −AP − PAᵀ + bbᵀ`` (seed 002, A.11).
@@ -35,13 +38,17 @@ import numpy as np
 import scipy.linalg
 
 from fedsde._tolerances import PSD_TOL, SINGULAR_TOL
-from fedsde._validate import choice, positive_float
+from fedsde._validate import choice, client_steps, positive_float
 from fedsde.errors import FedsdeInputError, NoStationaryLawError
 from fedsde.exact.round_law import RoundLaw, round_law
 from fedsde.problems.quadratic.problem import QuadraticProblem
 
 #: the quadratic SDE variants (``corrected`` is the default everywhere)
 VARIANTS = ("paper", "corrected", "matched")
+#: the order-2 forms on quadratic clients (:mod:`fedsde.sde.order2`) and the variant name each gives its LinearSDE
+ORDER2_FORMS = {"round-law": "order2", "centred": "order2-centred", "series": "order2-series"}
+#: the order-2 SDE's variant names, accepted wherever a quadratic variant is
+ORDER2_VARIANTS = tuple(ORDER2_FORMS.values())
 
 
 class GaussianLaw(NamedTuple):
@@ -229,7 +236,8 @@ def quadratic_sde_coefficients(
         Actual server step ``s = h·η₀ > 0`` (``1``: plain FedAvg).
     h : float, optional
         Time step of the clock ``t = n·h``; default ``η`` (seed 002, Section 6).
-    variant : {"corrected", "paper", "matched"}
+    variant : {"corrected", "paper", "matched"} or one of :data:`ORDER2_VARIANTS`
+        The order-2 names give :func:`order2_sde_coefficients` (form ``round-law``, ``centred`` or ``series``).
 
     Returns
     -------
@@ -242,6 +250,9 @@ def quadratic_sde_coefficients(
     NoStationaryLawError
         ``matched`` when some eigenvalue of ``I − sB`` is ``>= 1`` (no stationary law to match).
     """
+    if variant in ORDER2_VARIANTS:
+        form = next(f for f, v in ORDER2_FORMS.items() if v == variant)
+        return order2_sde_coefficients(problem, eta, local_steps, server_lr, h, form)
     choice("variant", variant, VARIANTS)
     eta = positive_float("eta", eta)
     server_lr = positive_float("server_lr", server_lr)
@@ -268,3 +279,75 @@ def quadratic_sde_coefficients(
         local_steps=law.local_steps,
     )
 
+
+def _sym(M: np.ndarray) -> np.ndarray:
+    return 0.5 * (M + M.T)
+
+
+def order2_sde_coefficients(
+    problem: QuadraticProblem,
+    eta: float,
+    local_steps: int | np.ndarray,
+    server_lr: float = 1.0,
+    h: float | None = None,
+    form: str = "round-law",
+) -> LinearSDE:
+    """The order-2 SDE of FedAvg on quadratic clients as a :class:`LinearSDE` (the forms: :mod:`fedsde.sde.order2`;
+    derivation: :mod:`fedsde.symbolic.order2`).
+
+    Parameters
+    ----------
+    problem : QuadraticProblem
+    eta : float
+        Client learning rate ``η > 0``.
+    local_steps : int or array of int, shape (Q,)
+        ``E`` or per-client ``τ_k``.
+    server_lr : float
+        Actual server step ``s > 0``.
+    h : float, optional
+        Time step of the clock ``t = n·h`` (default ``η``).
+    form : {"round-law", "centred", "series"}
+
+    Returns
+    -------
+    LinearSDE
+        ``variant`` ``"order2"`` (round-law), ``"order2-centred"`` or ``"order2-series"``.
+    """
+    choice("form", form, tuple(ORDER2_FORMS))
+    eta = positive_float("eta", eta)
+    s = positive_float("server_lr", server_lr)
+    h = eta if h is None else positive_float("h", h)
+    steps = client_steps("local_steps", local_steps, problem.Q)
+    if form == "round-law":
+        law = round_law(problem, eta, steps, s, warn=False)
+        B, N = law.B, law.noise_cov
+        A = (s / h) * (B + 0.5 * s * B @ B)
+        D = (s * s / h) * (N + 0.5 * s * (B @ N + N @ B))
+        c = law.c
+    else:
+        A, c, D = _series(problem, eta, steps, s, h)
+        if form == "centred":
+            c = round_law(problem, eta, steps, s, warn=False).c
+    return LinearSDE(A=_sym(A), c=np.asarray(c, dtype=np.float64), diffusion_cov=_sym(D),
+                     variant=ORDER2_FORMS[form], h=h, server_lr=s, eta=eta, local_steps=steps)
+
+
+def _series(problem: QuadraticProblem, eta: float, steps: np.ndarray, s: float, h: float):
+    """``(A, c, D)`` of the truncated series (:mod:`fedsde.sde.order2`)."""
+    U, a, Sig, p = problem.U, problem.a, problem.Sigma, problem.p
+    tau = steps.astype(np.float64)
+    pair = tau * (tau - 1) / 2
+    M1 = np.einsum("q,qij->ij", p * tau, U)
+    U2 = U @ U
+    M2 = np.einsum("q,qij->ij", p * pair, U2)
+    A = (s * eta * M1 - s * eta**2 * M2 + 0.5 * (s * eta) ** 2 * M1 @ M1) / h
+    Ua = np.einsum("qij,qj->qi", U, a)
+    U2a = np.einsum("qij,qj->qi", U2, a)
+    m1a = (p * tau) @ Ua
+    r = (s * eta * m1a - s * eta**2 * (p * pair) @ U2a + 0.5 * (s * eta) ** 2 * M1 @ m1a) / h
+    c = np.linalg.solve(A, r)
+    Sbar = np.einsum("q,qij->ij", p * p * tau, Sig)
+    US = U @ Sig
+    cross = np.einsum("q,qij->ij", p * p * pair, US + np.swapaxes(US, 1, 2))
+    D = (s * eta) ** 2 / h * (Sbar - eta * cross + 0.5 * s * eta * (M1 @ Sbar + Sbar @ M1))
+    return A, c, D

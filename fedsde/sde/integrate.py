@@ -37,7 +37,7 @@ from fedsde.clients.streams import BLOCK, resolve_block_size, resolve_seed
 from fedsde.errors import FedsdeInputError, SimulationDivergedError
 from fedsde.problems.quadratic.problem import QuadraticProblem
 from fedsde.sde.brownian import STEPS_PER_WINDOW, GridBrownian
-from fedsde.sde.coefficients import VARIANTS, psd_sqrt, quadratic_sde_coefficients
+from fedsde.sde.coefficients import ORDER2_VARIANTS, VARIANTS, psd_sqrt, quadratic_sde_coefficients
 from fedsde.sde.euler import euler_rounds, record_plan
 from fedsde.sde.models import ClientProblem, FedAvgSDE, QuadraticSDE, rollout_group
 from fedsde.sde.schedules import RateLike
@@ -135,9 +135,10 @@ def simulate_sde(
         Number of independent paths ``R`` (old name: ``paths``).
     seed : int or torch.Generator
         Source of all randomness.
-    variant : {"corrected", "paper", "matched", "general"}
-        Quadratic linear SDE (:mod:`fedsde.sde.coefficients`) or the Monte-Carlo SDE of eq. (2)
-        (:class:`~fedsde.sde.models.FedAvgSDE`).
+    variant : {"corrected", "paper", "matched", "general"} or an order-2 name
+        Quadratic linear SDE (:mod:`fedsde.sde.coefficients`; the order-2 names of :mod:`fedsde.sde.order2`,
+        best integrated with ``method="exact"``: Euler–Maruyama's bias ``O(h/substeps)`` is first order) or the
+        Monte-Carlo SDE of eq. (2) (:class:`~fedsde.sde.models.FedAvgSDE`).
     server_lr : float, array (rounds,), or callable of t
         Actual server step ``s(t) = h·η₀(t)``.
     h : float, optional
@@ -191,7 +192,7 @@ def simulate_sde(
     seed, i.e. the Euler increments of round ``n`` divided by ``√h`` when ``substeps = 1``: the two methods are
     coupled path by path.
     """
-    choice("variant", variant, MODELS)
+    choice("variant", variant, (*MODELS, *ORDER2_VARIANTS))
     choice("method", method, METHODS)
     if method == "exact" and variant == "general":
         raise FedsdeInputError("method='exact': only for the linear variants (paper, corrected, matched)")
@@ -308,7 +309,7 @@ def _check_euler_stability(problem, variant, eta, local_steps, server_lr, h, sub
 
     Checked for the linear variants with constant rates (schedules are caught by the NaN/inf check instead).
     """
-    if variant not in VARIANTS or not np.isscalar(eta) or not np.isscalar(server_lr):
+    if variant not in (*VARIANTS, *ORDER2_VARIANTS) or not np.isscalar(eta) or not np.isscalar(server_lr):
         return
     lin = quadratic_sde_coefficients(problem, float(eta), local_steps, float(server_lr), h=h, variant=variant)
     dt = lin.h / substeps

@@ -33,8 +33,8 @@ from fedsde.clients.local import run_local_steps, step_limits
 from fedsde.clients.oracles import GaussianQuadraticOracle, GradientOracle
 from fedsde.clients.streams import BLOCK, ReplicateStreams, resolve_block_size, resolve_seed
 from fedsde.errors import FedsdeInputError
-from fedsde.problems.quadratic.problem import QuadraticProblem
-from fedsde.sde.coefficients import VARIANTS, LinearSDE, quadratic_sde_coefficients
+from fedsde.problems.quadratic import QuadraticProblem
+from fedsde.sde.coefficients import ORDER2_VARIANTS, VARIANTS, LinearSDE, quadratic_sde_coefficients
 from fedsde.sde.schedules import RateLike, as_schedule
 
 #: estimators of the diffusion of :class:`FedAvgSDE`
@@ -99,8 +99,8 @@ class QuadraticSDE(torch.nn.Module):
         Actual server step ``s(t) = h·η₀(t)``.
     h : float, optional
         Time step (default: ``eta`` when it is a constant).
-    variant : {"corrected", "paper", "matched"}
-        See :mod:`fedsde.sde.coefficients`.
+    variant : {"corrected", "paper", "matched"} or an order-2 name
+        See :mod:`fedsde.sde.coefficients` and :mod:`fedsde.sde.order2`.
     device, dtype
         Where the coefficients live (the state's device and dtype).
 
@@ -126,7 +126,7 @@ class QuadraticSDE(torch.nn.Module):
         dtype: torch.dtype = torch.float64,
     ):
         super().__init__()
-        choice("variant", variant, VARIANTS)
+        choice("variant", variant, (*VARIANTS, *ORDER2_VARIANTS))
         self.h = _default_h(h, eta)
         self.problem = problem
         self.variant = variant

@@ -18,6 +18,11 @@ Modules
     Errata entries generated from the derivations, with numeric examples against :mod:`fedsde.exact`.
 :mod:`~fedsde.symbolic.render`
     Step-by-step derivations as text, LaTeX and JSON.
+:mod:`~fedsde.symbolic.order2`
+    The order-2 weak approximation of FedAvg (any loss, E local steps, noise, server step): one round expanded to
+    O(η²), the SDE matched to it, the modified loss, the Li–Tai–E reduction.
+:mod:`~fedsde.symbolic.order2_checks`
+    Its two-dimensional checks and its quadratic instances (lambdified against :mod:`fedsde.sde.order2`).
 
 Importing this package runs no derivation: names are resolved lazily and every derivation is cached
 (``functools.cache``, an unbounded ``lru_cache``) on first use.
@@ -59,6 +64,9 @@ _EXPORTS = {
     "Derivation": "render",
     "derivation": "render",
     "latex": "render",
+    "order2_sde": "order2",
+    "modified_loss": "order2",
+    "lte_reduction": "order2",
 }
 
 __all__ = sorted(_EXPORTS)

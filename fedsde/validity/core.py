@@ -28,6 +28,8 @@ from fedsde.validity.exact_fedavg import exact_fedavg_paths, moments_close, reso
 from fedsde.validity.heavy import divergence_record, sampled_sides
 from fedsde.validity.reference import (
     NO_NORM_MEAN,
+    _is_least_squares,
+    _is_quadratic,
     ell_ratios,
     exact_gaps,
     exact_sde_law,
@@ -183,6 +185,7 @@ def validity_test(
     progress: bool = False,
     fedavg: str | None = None,
     final_cov: str | None = None,
+    order: int = 1,
 ) -> ValidityResult:
     """Does seed 002's SDE (2) describe FedAvg on ``problem``?  FedAvg by Monte Carlo against the SDE.
 
@@ -242,11 +245,15 @@ def validity_test(
         ``ℓ``, their d variances, or nothing.  Default ``"full"`` up to ``d = 256``
         (:data:`fedsde._samples.FULL_COV_MAX_D`), ``"diag"`` above; ``"full"`` is charged to the memory budget
         up front (``L·d²`` numbers).
+    order : {1, 2}
+        The SDE judged against: seed 002's first-order SDE, or the order-2 SDE of :mod:`fedsde.sde.order2` (its
+        exact law: quadratic and least-squares clients only).
     """
     rounds = positive_int("rounds", rounds)
     every = positive_int("record_every", record_every)
     how = resolve_final_cov("final_cov", final_cov, problem.d)
     reference = resolve_reference(problem, reference)
+    order = check_order(problem, order, reference)
     mode = resolve_fedavg(problem, fedavg, reference, ells)
     if mode == "exact":
         if replicates is not None:
@@ -255,7 +262,7 @@ def validity_test(
         return _exact_test(problem, eta=eta, local_steps=local_steps, rounds=rounds, server_lr=server_lr, h=h,
                            w0=w0, tolerance=tolerance, accuracy_tolerance=accuracy_tolerance, alpha=alpha,
                            metrics=metrics, verdict_metrics=verdict_metrics, every=every, device=device,
-                           dtype=dtype, how=how)
+                           dtype=dtype, how=how, order=order)
     if replicates is None or seed is None:
         raise FedsdeInputError(f"replicates={replicates}, seed={seed}: both are needed to sample the chains "
                                "(fedavg='sampled')")
@@ -279,7 +286,8 @@ def validity_test(
     known = warn_stability(problem, float(eta), local_steps, float(server_lr))  # what `fedsde exact` warns about
     sde_exact = None
     if reference == "exact":  # closed form, before any chain runs (its errors are the user's to fix first)
-        law = exact_sde_law(problem, eta=float(eta), local_steps=local_steps, server_lr=float(server_lr), h=hh)
+        law = exact_sde_law(problem, eta=float(eta), local_steps=local_steps, server_lr=float(server_lr), h=hh,
+                            order=order)
         sde_exact = exact_sde_paths(problem, law, grid, hh, w0_arr, judged)
     L, T = len(ells), grid.size
     keep_results(problem.d, L, T, R, len(names), how)
@@ -341,7 +349,8 @@ def validity_test(
               "h": hh, "rounds": rounds, "replicates": R, "seed": seed, "ells": ells, "reference": reference,
               "tolerance": tolerance, "accuracy_tolerance": accuracy_tolerance, "alpha": alpha,
               "record_every": every, "device": chain_config["device"], "dtype": chain_config["dtype"],
-              "oracle": chain_config["oracle"], "seconds": seconds, "fedavg": "sampled", "final_cov": how}
+              "oracle": chain_config["oracle"], "seconds": seconds, "fedavg": "sampled", "final_cov": how,
+              "order": order}
     return ValidityResult(ells=ells, rounds=grid, times=times, metrics=summary, final_mean=final_mean,
                           final_cov=None if how == "none" else np.stack(covs), verdict=verdict,
                           extrapolated=extrapolated, values=values, config=config, sde=sde, final_cov_trace=traces)
@@ -375,8 +384,23 @@ def _check_names(problem, metrics, verdict_metrics) -> tuple[list[str], list[str
     return names, (names if verdict_metrics is None else list(dict.fromkeys(verdict_metrics)))
 
 
+def check_order(problem, order: int, reference: str) -> int:
+    """``order`` (1 or 2) checked against the reference: the order-2 SDE's value is its exact law, which exists on
+    quadratic and least-squares clients; the SVAG chains sample the first-order SDE only."""
+    if isinstance(order, bool) or order not in (1, 2):
+        raise FedsdeInputError(f"order={order!r}: must be 1 or 2")
+    if order == 2 and not (_is_quadratic(problem) or _is_least_squares(problem)):
+        raise FedsdeInputError(f"order=2: the order-2 SDE's value is its exact law, which a {type(problem).__name__} "
+                               "does not have (quadratic and least-squares clients do; the SVAG chains sample the "
+                               "first-order SDE); measure it against FedAvg with `fedsde compare --order 2`")
+    if order == 2 and reference != "exact":
+        raise FedsdeInputError(f"order=2: needs reference='exact' (its exact law), not {reference!r} (the SVAG chains "
+                               "sample the first-order SDE)")
+    return int(order)
+
+
 def _exact_test(problem, *, eta, local_steps, rounds, server_lr, h, w0, tolerance, accuracy_tolerance, alpha,
-                metrics, verdict_metrics, every, device, dtype, how) -> ValidityResult:
+                metrics, verdict_metrics, every, device, dtype, how, order=1) -> ValidityResult:
     """``fedavg="exact"``: FedAvg's exact moments against the SDE's exact law (:mod:`fedsde.validity.exact_fedavg`);
     the verdict's intervals collapse onto the exact gap.  The exact laws are d × d by nature (quadratic and
     least-squares clients); ``how`` keeps their covariance's diagonal or nothing."""
@@ -389,7 +413,8 @@ def _exact_test(problem, *, eta, local_steps, rounds, server_lr, h, w0, toleranc
     grid = np.unique(np.r_[np.arange(0, rounds + 1, every), rounds])
     hh = positive_float("eta", float(eta)) if h is None else positive_float("h", h)
     warn_stability(problem, float(eta), local_steps, float(server_lr))  # what `fedsde exact` warns about
-    law = exact_sde_law(problem, eta=float(eta), local_steps=local_steps, server_lr=float(server_lr), h=hh)
+    law = exact_sde_law(problem, eta=float(eta), local_steps=local_steps, server_lr=float(server_lr), h=hh,
+                        order=order)
     sde = exact_sde_paths(problem, law, grid, hh, w0_arr, names)
     fed, final_mean, final_cov = exact_fedavg_paths(problem, eta=float(eta), local_steps=local_steps,
                                                     server_lr=float(server_lr), grid=grid, w0=w0_arr, names=names)
@@ -411,7 +436,7 @@ def _exact_test(problem, *, eta, local_steps, rounds, server_lr, h, w0, toleranc
               "h": hh, "rounds": rounds, "replicates": None, "seed": None, "ells": [1], "reference": "exact",
               "tolerance": tolerance, "accuracy_tolerance": accuracy_tolerance, "alpha": alpha,
               "record_every": every, "device": str(dev), "dtype": str(dt).replace("torch.", ""), "oracle": None,
-              "seconds": [], "fedavg": "exact", "final_cov": how}
+              "seconds": [], "fedavg": "exact", "final_cov": how, "order": order}
     sde_out = {m: {"mean": g.sde_mean, "se": g.sde_se} for m, g in gaps.items()}
     kept = {"full": final_cov, "diag": np.diagonal(final_cov).copy(), "none": None}[how]
     return ValidityResult(ells=[1], rounds=grid, times=times, metrics=summary, final_mean=final_mean[None],

@@ -44,14 +44,29 @@ GAUSSIAN_METRICS = ("train_loss", "grad_norm_sq", "distance_from_start")
 REFERENCES = ("exact", "svag")
 
 
-def exact_sde_law(problem, *, eta: float, local_steps, server_lr: float, h: float):
+def exact_sde_law(problem, *, eta: float, local_steps, server_lr: float, h: float, order: int = 1):
     """The SDE (2) of ``problem`` with an exact law: a :class:`fedsde.sde.LinearSDE`, a
     :class:`fedsde.exact.LeastSquaresSDE` (least-squares clients), or ``None``.
 
     A problem's own ``exact_sde_law(eta=, local_steps=, server_lr=, h=)`` comes first; quadratic clients get
     the ``corrected`` variant (eq. (2) with the exact round moments, seed 002 §3b), least-squares clients
-    :func:`fedsde.exact.least_squares_sde` (the same equation with their exact round moments).
+    :func:`fedsde.exact.least_squares_sde` (the same equation with their exact round moments).  ``order=2``: the
+    order-2 SDE of :mod:`fedsde.sde.order2` (its ``round-law`` form, the command line's) on quadratic and
+    least-squares clients, ``None`` elsewhere (a problem's own law is of order 1).
     """
+    if order not in (1, 2):
+        raise FedsdeInputError(f"order={order!r}: must be 1 or 2")
+    if order == 2:
+        if _is_least_squares(problem):
+            from fedsde.sde.order2 import least_squares_order2_sde
+
+            problem.optimum  # noqa: B018 — a one-line error when the solution is not unique (singular Hessian)
+            return least_squares_order2_sde(problem, eta, local_steps, server_lr, h)
+        if _is_quadratic(problem):
+            from fedsde.sde.order2 import order2_sde_coefficients
+
+            return order2_sde_coefficients(problem, eta, local_steps, server_lr, h)
+        return None
     own = getattr(problem, "exact_sde_law", None)
     if callable(own):
         return own(eta=eta, local_steps=local_steps, server_lr=server_lr, h=h)
