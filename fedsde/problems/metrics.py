@@ -30,9 +30,10 @@ rows live on the device once per device and dtype (cached on the problem).
   - ``train_loss``: ``F̂ = (1/m) Σ_j ℓ_{n_j} + (λ/2)‖w‖²`` (unbiased), standard error ``sd(ℓ_{n_j})/√m``;
   - ``grad_norm_sq``: the draws form :data:`GROUPS` groups whose mean gradients ``ĝ_b`` (with ``λw``) are
     independent and unbiased for ``∇F``, so ``Σ_{b≠c} ĝ_b·ĝ_c / (G(G − 1))`` is unbiased for ``‖∇F‖²`` (a
-    U-statistic, Hoeffding 1948; the plug-in ``‖ḡ‖²`` is biased upward by ``tr Cov/m``); standard error: the
-    delete-one-group jackknife (Efron & Tibshirani 1993, Ch. 11).  The estimate is negative when ``‖∇F‖²`` is
-    below its noise;
+    U-statistic, Hoeffding 1948; the plug-in ``‖ḡ‖²`` is biased upward by ``tr Cov/m``); its 95 % interval
+    inverts the test of ``‖∇F‖²`` with the variance at the tested value
+    (:func:`fedsde.problems.estimates.gram_norm_sq`): asymmetric, in :attr:`MetricValues.bounds`, with ``se`` its
+    half-width over 1.96.  The estimate is negative when ``‖∇F‖²`` is below its noise;
   - ``test_accuracy``: with ``M > metric_samples`` test samples, ``m`` uniform draws of the test set, standard
     error ``sd/√m``.
 
@@ -67,7 +68,7 @@ CHUNK = 64
 CHUNK_BYTES = 1 << 28
 #: default cap on the samples a metric is evaluated on: exact up to this many, a seeded subsample of this many above
 METRIC_SAMPLES = 1 << 16
-#: groups of a subsample's gradient draws (unbiased ``‖∇F‖²`` and its jackknife standard error)
+#: groups of a subsample's gradient draws (unbiased ``‖∇F‖²`` and its interval)
 GROUPS = 16
 _SEED_TAG = 0x6D657472  # separates the metric sample's stream from every other use of the same seed
 
@@ -76,14 +77,24 @@ class MetricValues(dict):
     """name → values, shape (...) (NumPy arrays or tensors), with
 
     * ``se``: name → standard errors of the values from a subsample (zero where evaluated exactly);
+    * ``bounds``: name → (lower, upper), the 95 % interval of a subsampled metric whose interval is not
+      ``value ± 1.96·se`` (``grad_norm_sq``: asymmetric, :func:`fedsde.problems.estimates.gram_norm_sq`; there
+      ``se`` is its half-width over 1.96);
     * ``sampling``: how a data problem's metrics were evaluated,
       ``{"train": {"exact", "samples", "of"}, "test": {…}, "seed", "scheme"}`` (empty for other problems).
     """
 
-    def __init__(self, values: dict, se: dict | None = None, sampling: dict | None = None):
+    def __init__(self, values: dict, se: dict | None = None, sampling: dict | None = None,
+                 bounds: dict | None = None):
         super().__init__(values)
         self.se = dict(se or {})
         self.sampling = dict(sampling or {})
+        self.bounds = dict(bounds or {})
+
+    def mapped(self, f) -> MetricValues:
+        """The same record with ``f`` applied to every array (values, standard errors, bounds)."""
+        return MetricValues({n: f(v) for n, v in self.items()}, {n: f(v) for n, v in self.se.items()},
+                            self.sampling, {n: (f(lo), f(hi)) for n, (lo, hi) in self.bounds.items()})
 
     @property
     def sampled(self) -> bool:
@@ -138,8 +149,7 @@ def evaluate_metrics(problem, w, w0=None, names: Sequence[str] | None = None, *,
     _checked_shape(w.shape, problem.d)
     res = evaluate_metrics_torch(problem, torch.from_numpy(np.ascontiguousarray(w)), w0, names,
                                  metric_samples=metric_samples, metric_seed=metric_seed, metric_groups=metric_groups)
-    return MetricValues({n: v.numpy() for n, v in res.items()}, {n: v.numpy() for n, v in res.se.items()},
-                        res.sampling)
+    return res.mapped(lambda v: v.numpy())
 
 
 def _checked_shape(shape, d: int) -> None:
@@ -169,7 +179,7 @@ def evaluate_metrics_torch(problem, w, w0=None, names: Sequence[str] | None = No
     metric_groups : int, optional
         Data and module problems: groups of the subsample's ``grad_norm_sq`` estimate (default :data:`GROUPS`; at
         least 3, at most half the subsample).  Fewer groups cost less (one gradient per group and weight vector) at
-        the price of a rougher jackknife standard error; the estimate stays unbiased.
+        the price of a wider interval (fewer degrees of freedom); the estimate stays unbiased.
 
     Returns
     -------
@@ -190,6 +200,7 @@ def evaluate_metrics_torch(problem, w, w0=None, names: Sequence[str] | None = No
         vals["distance_from_start"] = torch.linalg.vector_norm(flat - _start(problem, w0, flat), dim=-1)
     need = [n for n in ("train_loss", "grad_norm_sq", "test_accuracy") if n in names]
     se: dict = {}
+    bounds: dict = {}
     sampling: dict = {}
     if need and hasattr(problem, "population"):  # a client population (fedsde.problems.populations.metrics)
         from fedsde.problems.populations.metrics import POPULATION_SAMPLES, population_is_small, population_metrics
@@ -199,7 +210,7 @@ def evaluate_metrics_torch(problem, w, w0=None, names: Sequence[str] | None = No
         if population_is_small(problem, m):  # exact, on the materialised problem
             problem = problem.materialise()
         else:
-            got, se, sampling = population_metrics(
+            got, se, bounds, sampling = population_metrics(
                 problem, flat, need, m=m, seed=positive_int("metric_seed", metric_seed, minimum=0), groups=GROUPS,
                 chunk_size=chunk_size, grouped_norm_sq=grouped_norm_sq)
             vals |= got
@@ -207,12 +218,13 @@ def evaluate_metrics_torch(problem, w, w0=None, names: Sequence[str] | None = No
     if need and isinstance(problem, ClassificationProblem):
         plan = metric_sample(problem, metric_samples, metric_seed, metric_groups)
         sampling = plan["describe"]
-        got, se = _data_metrics(problem, flat, need, plan)
+        got, se, bounds = _data_metrics(problem, flat, need, plan)
         vals |= got
     elif need and hasattr(problem, "torch_metrics"):  # module problems: their own functional calls
         plan = metric_sample(problem, metric_samples, metric_seed, metric_groups)
         sampling = plan["describe"]
-        got, se = problem.torch_metrics(flat, need, plan)
+        got, se, *rest = problem.torch_metrics(flat, need, plan)
+        bounds = rest[0] if rest else {}
         vals |= got
     elif need and _plain_quadratic(problem):
         vals |= _quadratic_metrics(problem, flat, need)
@@ -224,7 +236,8 @@ def evaluate_metrics_torch(problem, w, w0=None, names: Sequence[str] | None = No
             vals["grad_norm_sq"] = torch.as_tensor(np.sum(problem.grad(host) ** 2, axis=-1)).to(flat)
     out = {n: vals[n].reshape(lead) for n in names}
     errs = {n: (se[n] if n in se else torch.zeros_like(vals[n])).reshape(lead) for n in names}
-    return MetricValues(out, errs, sampling)
+    return MetricValues(out, errs, sampling, {n: (lo.reshape(lead), hi.reshape(lead)) for n, (lo, hi) in bounds.items()
+                                              if n in names})
 
 
 def _plain_quadratic(problem) -> bool:
@@ -316,8 +329,9 @@ def chunk_size(rows: int, floats_per_row: int, itemsize: int) -> int:
     return int(max(1, min(CHUNK, CHUNK_BYTES // max(1, rows * floats_per_row * itemsize))))
 
 
-def _data_metrics(problem: ClassificationProblem, W, need: list[str], plan: dict) -> tuple[dict, dict]:
-    """Metrics ``need`` and their standard errors for weights ``W`` (m, d), chunk by chunk."""
+def _data_metrics(problem: ClassificationProblem, W, need: list[str], plan: dict) -> tuple[dict, dict, dict]:
+    """Metrics ``need``, their standard errors and the bounds of those with an asymmetric interval
+    (:attr:`MetricValues.bounds`) for weights ``W`` (m, d), chunk by chunk."""
 
     data = _device_data(problem, plan, W.device, W.dtype)
     model = problem.classifier
@@ -328,6 +342,7 @@ def _data_metrics(problem: ClassificationProblem, W, need: list[str], plan: dict
     step = chunk_size(rows, per_row, W.element_size())
     parts: dict[str, list] = {n: [] for n in need}
     errs: dict[str, list] = {n: [] for n in need}
+    ends: dict[str, list] = {}
     for a in range(0, W.shape[0], step):
         Wc = W[a:a + step]
         got = _train_chunk(problem, model, Wc, data, plan, need) if train else {}
@@ -336,8 +351,11 @@ def _data_metrics(problem: ClassificationProblem, W, need: list[str], plan: dict
         for n in need:
             parts[n].append(got[n][0])
             errs[n].append(got[n][1])
+            if len(got[n]) > 2:
+                ends.setdefault(n, []).append(got[n][2:])
         advance(Wc.shape[0])  # a progress bar the caller installed (fedsde._progress.counting), if any
-    return ({n: _cat(v, W) for n, v in parts.items()}, {n: _cat(v, W) for n, v in errs.items()})
+    bounds = {n: (_cat([e[0] for e in v], W), _cat([e[1] for e in v], W)) for n, v in ends.items()}
+    return ({n: _cat(v, W) for n, v in parts.items()}, {n: _cat(v, W) for n, v in errs.items()}, bounds)
 
 
 def _cat(parts: list, W):

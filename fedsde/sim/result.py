@@ -71,7 +71,7 @@ class SimulationResult(ReplicateMoments):
         torch in the run's precision on its device; the others in float64 NumPy."""
         from fedsde._progress import counting
         from fedsde.errors import FedsdeInputError
-        from fedsde.problems.metrics import MetricValues, evaluate_metrics, evaluate_metrics_torch
+        from fedsde.problems.metrics import evaluate_metrics, evaluate_metrics_torch
         from fedsde.problems.module import is_module_problem
 
         if self.weights is None:
@@ -90,13 +90,12 @@ class SimulationResult(ReplicateMoments):
                 dtype = getattr(torch, str(self.config.get("dtype", "float64")))
                 got = evaluate_metrics_torch(problem, torch.as_tensor(W).to(self.config.get("device", "cpu"), dtype),
                                              w0, names, metric_samples=req.samples, metric_groups=req.groups)
-                vals = MetricValues({k: v.double().cpu().numpy() for k, v in got.items()},
-                                    {k: v.double().cpu().numpy() for k, v in got.se.items()}, got.sampling)
+                vals = got.mapped(lambda v: v.double().cpu().numpy())
             else:
                 vals = evaluate_metrics(problem, W, w0, names, metric_samples=req.samples)
         if vals.sampling and req.chosen_by is not None:
             vals.sampling["chosen_by"] = req.chosen_by
-        return MetricValues({n: v.T for n, v in vals.items()}, {n: v.T for n, v in vals.se.items()}, vals.sampling)
+        return vals.mapped(lambda v: v.T)
 
     def metric_summary(self) -> dict[str, dict[str, np.ndarray]]:
         """``metrics`` as name → ``{"mean": (T,), "se": (T,)}`` over replicates (and ``sample_se`` for metrics
@@ -109,6 +108,6 @@ class SimulationResult(ReplicateMoments):
             raise FedsdeInputError("metrics: this run has none; pass metrics=True (or names) to simulate, or call "
                                    "evaluate(problem)")
         m = self.metrics
-        se, sampling = getattr(m, "se", {}), getattr(m, "sampling", {})
-        return summarise(MetricValues({n: v.T for n, v in m.items()}, {n: v.T for n, v in se.items()}, sampling),
-                         axis=0)
+        if not isinstance(m, MetricValues):
+            m = MetricValues(m)
+        return summarise(m.mapped(lambda v: np.asarray(v).T), axis=0)

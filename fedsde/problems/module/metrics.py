@@ -6,7 +6,7 @@ The rows are those of :func:`fedsde.problems.metrics.metric_sample`, as for the 
 training (and test) row while there are at most ``metric_samples`` (exact, standard error 0), else a seeded i.i.d.
 subsample drawn with probability ``p_k/N_k`` per row, in ``GROUPS`` groups: ``train_loss`` the mean row loss plus
 the ridge (standard error ``sd/√m``), ``grad_norm_sq`` the unbiased U-statistic of the groups' mean gradients with
-its jackknife standard error (:func:`fedsde.problems.estimates.grouped_norm_sq`), ``test_accuracy`` the fraction of
+its asymmetric 95 % interval (:func:`fedsde.problems.estimates.gram_norm_sq`), ``test_accuracy`` the fraction of
 correct predictions (``sd/√m`` when subsampled).
 
 One forward and backward pass per weight vector gives both training metrics: the rows are cut into pieces of equal
@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from fedsde._progress import advance
-from fedsde.problems.estimates import t_factor
+from fedsde.problems.estimates import gram_norm_sq
 
 #: work space of one metric pass (bytes); the rows and weight vectors per pass shrink to fit
 METRIC_BYTES = 1 << 27
@@ -69,8 +69,10 @@ def _pieces(X, y, weights, groups: int, step: int):
     return X[idx], y[idx], torch.where(real, weights[idx], 0.0), real, P
 
 
-def module_metrics(problem, W: torch.Tensor, need: list[str], plan: dict | None = None) -> tuple[dict, dict]:
-    """``(values, standard errors)`` of the metrics ``need`` for weights ``W`` (m, d): name -> Tensor (m,)."""
+def module_metrics(problem, W: torch.Tensor, need: list[str], plan: dict | None = None) -> tuple[dict, dict, dict]:
+    """``(values, standard errors, bounds)`` of the metrics ``need`` for weights ``W`` (m, d): name -> Tensor (m,)
+    (``bounds``: ``grad_norm_sq`` on a subsample -> its interval (lower, upper),
+    :func:`fedsde.problems.estimates.gram_norm_sq`)."""
 
     fm, _ = problem._shared(W.device, W.dtype)
     data = _rows(problem, plan, W.device, W.dtype)
@@ -81,6 +83,7 @@ def module_metrics(problem, W: torch.Tensor, need: list[str], plan: dict | None 
     G = plan["groups"] if sampled else 1
     vals: dict[str, list] = {k: [] for k in need}
     errs: dict[str, list] = {k: [] for k in need}
+    ends: list = []
     train = [k for k in ("train_loss", "grad_norm_sq") if k in need]
     with fm.lock:
         if train:
@@ -109,7 +112,8 @@ def module_metrics(problem, W: torch.Tensor, need: list[str], plan: dict | None 
                     if problem.l2:
                         gb.add_(Wc[:, None, :], alpha=problem.l2)
                     if sampled:
-                        U, se = gram_norm_sq(torch.bmm(gb, gb.transpose(1, 2)))
+                        U, se, lower, upper = gram_norm_sq(torch.bmm(gb, gb.transpose(1, 2)))
+                        ends.append((lower, upper))
                     else:
                         U = torch.sum(gb[:, 0] * gb[:, 0], dim=-1)
                         se = torch.zeros_like(U)
@@ -126,32 +130,14 @@ def module_metrics(problem, W: torch.Tensor, need: list[str], plan: dict | None 
                 errs["test_accuracy"].append((hits.std() / math.sqrt(hits.numel()) if test_sampled
                                               else W.new_zeros(()))[None])
                 advance(1 if not train else 0.5)
-    return ({k: torch.cat(v) for k, v in vals.items()}, {k: torch.cat(v) for k, v in errs.items()})
+    bounds = {"grad_norm_sq": (torch.cat([e[0] for e in ends]), torch.cat([e[1] for e in ends]))} if ends else {}
+    return ({k: torch.cat(v) for k, v in vals.items()}, {k: torch.cat(v) for k, v in errs.items()}, bounds)
 
 
 def _losses(fm, w, x, y):
     from fedsde.problems.module.functional import row_loss
 
     return row_loss(fm.loss, fm.forward_loaded(w, x), y)
-
-
-def gram_norm_sq(gram):
-    """:func:`fedsde.problems.estimates.grouped_norm_sq` (the unbiased ``‖∇F‖²`` of ``G`` groups and its jackknife
-    standard error) from the Gram matrix ``Γ_bc = g_b·g_c`` (..., G, G) of the groups' estimates, one batched
-    product instead of passes over the (G, …, d) estimates: ``‖S‖² = Σ_bc Γ_bc``, ``Σ_b ‖g_b‖² = tr Γ``,
-    ``g_b·S = Σ_c Γ_bc``, with the same Student-``t`` widening (:func:`~fedsde.problems.estimates.t_factor`).  The
-    jackknife alone errs on the large side in root mean square, the more so with few groups (1.3–2× at 3 groups,
-    1.05–1.45× at 16, by the gradient's size against its noise; ``tests/test_module_speed.py``), yet its ±1.96
-    interval covers less than 95 % (its ratio has Student tails): the widening is for coverage.  Returns (U, se),
-    each of shape (...)."""
-    G = gram.shape[-1]
-    sq = torch.diagonal(gram, dim1=-2, dim2=-1)  # (..., G)
-    rows = gram.sum(-1)  # g_b·S
-    SS, T = rows.sum(-1), sq.sum(-1)
-    U = (SS - T) / (G * (G - 1))
-    Ub = (SS[..., None] - 2 * rows + 2 * sq - T[..., None]) / ((G - 1) * (G - 2))
-    se = torch.sqrt((G - 1) / G * torch.sum((Ub - Ub.mean(-1, keepdim=True)) ** 2, dim=-1)) * t_factor(G)
-    return U, se
 
 
 def metric_budget(problem, *, train_rows: float, train_steps: float, records: int,

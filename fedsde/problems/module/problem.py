@@ -198,10 +198,11 @@ class ModuleProblem(ModuleViews):
         return int(self._cache.get("logits", 1))
 
     # ------------------------------------------------------------------ metrics (torch)
-    def torch_metrics(self, W: torch.Tensor, need: list[str], plan: dict | None = None) -> tuple[dict, dict]:
-        """``(values, standard errors)`` of ``train_loss`` (``F`` with the ridge), ``grad_norm_sq`` (``‖∇F‖²``) and
-        ``test_accuracy`` (cross-entropy) for weights ``W`` (m, d), eval mode, on ``W``'s device and in its dtype,
-        on the rows of ``plan`` (:func:`fedsde.problems.metrics.metric_sample`; ``None``: all rows, exact); see
+    def torch_metrics(self, W: torch.Tensor, need: list[str], plan: dict | None = None) -> tuple[dict, dict, dict]:
+        """``(values, standard errors, bounds)`` of ``train_loss`` (``F`` with the ridge), ``grad_norm_sq``
+        (``‖∇F‖²``; ``bounds``: its interval on a subsample) and ``test_accuracy`` (cross-entropy) for weights ``W``
+        (m, d), eval mode, on ``W``'s device and in its dtype, on the rows of ``plan``
+        (:func:`fedsde.problems.metrics.metric_sample`; ``None``: all rows, exact); see
         :mod:`fedsde.problems.module.metrics`."""
         return module_metrics(self, W, need, plan)
 

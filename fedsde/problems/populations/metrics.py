@@ -12,8 +12,8 @@ and a block of its rows, so that only the drawn blocks are produced (a client's 
   ``E L_j = Σ_k p_k (1/N_k) Σ_i ℓ_i`` — the term of ``F``;
 * ``train_loss``: ``F̂ = (1/c) Σ_j L_j + (λ/2)‖w‖²``, standard error ``sd(L_j)/√c``;
 * ``grad_norm_sq``: the draws form :data:`~fedsde.problems.metrics.GROUPS` groups whose mean gradients ``ĝ_b``
-  (with ``λw``) are independent and unbiased for ``∇F``; the U-statistic and its jackknife standard error of
-  :func:`~fedsde.problems.estimates.grouped_norm_sq`;
+  (with ``λw``) are independent and unbiased for ``∇F``; the U-statistic and its asymmetric 95 % interval of
+  :func:`~fedsde.problems.estimates.gram_norm_sq`;
 * ``test_accuracy``: draws of a client with probability ``M_k/M`` (its test rows) and a block of its test rows;
   the mean of the blocks' hit rates, standard error ``sd/√c``.
 
@@ -82,8 +82,8 @@ def population_sample(problem, m: int, seed: int, groups: int) -> dict:
 
 def population_metrics(problem, W, need: list[str], *, m: int, seed: int, groups: int, chunk_size, grouped_norm_sq):
     """Estimates of the metrics ``need`` for weights ``W`` (c_w, d) (a torch tensor) over ``problem``'s population,
-    their standard errors and the ``sampling`` record (see the module docstring); ``chunk_size`` and
-    ``grouped_norm_sq`` are those of :mod:`fedsde.problems.metrics` (its caller).
+    their standard errors, the bounds of ``grad_norm_sq`` and the ``sampling`` record (see the module docstring);
+    ``chunk_size`` and ``grouped_norm_sq`` are those of :mod:`fedsde.problems.metrics` (its caller).
 
     The per-draw sums come from the problem's ``sample_passes`` where it has one (a module trained by a population,
     :class:`~fedsde.problems.module.population.ModulePopulationProblem`), else from the built-in classifier
@@ -100,6 +100,7 @@ def population_metrics(problem, W, need: list[str], *, m: int, seed: int, groups
 
     vals: dict[str, list] = {n: [] for n in need}
     errs: dict[str, list] = {n: [] for n in need}
+    ends: dict = {}  # the bounds of grad_norm_sq
     tr = sample["train"]
     if "train_loss" in need or "grad_norm_sq" in need:
         X, y, n = put(tr["X"]), put(tr["y"], ydt), tr["n"]
@@ -114,9 +115,10 @@ def population_metrics(problem, W, need: list[str], *, m: int, seed: int, groups
             vals["train_loss"].append(L.mean(-1) + 0.5 * torch.sum(reg * W, dim=-1))
             errs["train_loss"].append(L.std(-1) / math.sqrt(c))
         if "grad_norm_sq" in need:
-            U, se = grouped_norm_sq(got["gb"] + reg)
+            U, se, lower, upper = grouped_norm_sq(got["gb"] + reg)
             vals["grad_norm_sq"].append(U)
             errs["grad_norm_sq"].append(se)
+            ends["grad_norm_sq"] = (lower, upper)
     te = sample["test"]
     if "test_accuracy" in need:
         Xt, yt = put(te["X"]), put(te["y"], torch.int64)
@@ -134,7 +136,7 @@ def population_metrics(problem, W, need: list[str], *, m: int, seed: int, groups
         "scheme": f"{c} i.i.d. draws of a client (probability p_k; test: M_k/M) and a block of up to {BLOCK_ROWS} of "
                   f"its rows; {groups} groups of draws for grad_norm_sq",
     }
-    return cat, se, sampling
+    return cat, se, ends, sampling
 
 
 def _classifier_passes(problem, W, rows: dict, need, *, train: bool, chunk_size) -> dict:
