@@ -165,18 +165,49 @@ def add_aggregator_option(p: argparse.ArgumentParser) -> None:
                    "anything else as a string (the parameters are those of the classes in fedsde.aggregators)")
 
 
-def add_rule_sde_args(p: argparse.ArgumentParser, what: str = "the SDE") -> None:
+def add_rule_sde_args(p: argparse.ArgumentParser, what: str = "the SDE", *, sampling: bool = True) -> None:
     """``--aggregator NAME`` (default: FedAvg's own SDE) and ``--aggregator-option KEY=VALUE``: which server rule's
     SDE ``what`` is (:mod:`fedsde.sde.rules`, :mod:`fedsde.sde.adaptive`); a rule without one is refused in one
-    line."""
-    from fedsde._cli._names import AGGREGATOR_NAMES
+    line.  ``sampling``: also ``--participation m`` and ``--weighting`` (the rule's SDE under client sampling,
+    :mod:`fedsde.sde.sampled`; read by :func:`rule_sampling_from_args`)."""
+    from fedsde._cli._names import AGGREGATOR_NAMES, WEIGHTINGS
 
     p.add_argument("--aggregator", default=None, choices=AGGREGATOR_NAMES, metavar="NAME",
                    help=f"server rule whose own SDE {what} uses: linear rules (fedavg, fedprox, fednova, feddisco) "
                    "their first-order SDE from the rule's exact round, fedavgm the momentum SDE with step s/(1 − β), "
-                   "fedadam/fedyogi/fedadagrad the adaptive SDE of Malladi et al. 2022 where supported; scaffold and "
-                   "fedaware are refused with the reason (default: FedAvg's SDE, the --variant)")
+                   "fedadam/fedyogi the adaptive SDE of Malladi et al. 2022; on a data problem the rule's SDE is "
+                   "sampled by its SVAG chains; scaffold, fedaware and fedadagrad are refused with the reason "
+                   "(default: FedAvg's SDE, the --variant)")
     add_aggregator_option(p)
+    if sampling:
+        p.add_argument("--participation", type=int, default=None, metavar="m",
+                       help="with --aggregator: m clients (draws) per round, drawn and weighted as fedsde simulate "
+                       "does (--weighting); the rule's SDE then carries the client-sampling term in its diffusion "
+                       "(default: every client)")
+        p.add_argument("--weighting", choices=WEIGHTINGS, default=None,
+                       help="with --participation: unbiased (m-subsets weighted p_k Q/m, the default), renormalised "
+                       "(p_k/Σ_S p_j) or multinomial (m draws with replacement ∝ p, 1/m each)")
+
+
+def rule_sampling_from_args(args: argparse.Namespace, agg) -> tuple[int | None, str]:
+    """``(participation, weighting)`` of ``--participation``/``--weighting``, refused in one line where they cannot
+    apply: without ``--aggregator`` (FedAvg's own SDE variants are those of full participation), ``--weighting``
+    without ``--participation``, or a rule whose SDE holds for full participation only."""
+    m, weighting = getattr(args, "participation", None), getattr(args, "weighting", None)
+    if m is None:
+        if weighting is not None:
+            raise FedsdeInputError(f"--weighting={weighting}: only with --participation m (without it every client "
+                                   "takes part)")
+        return None, "unbiased"
+    if agg is None:
+        raise FedsdeInputError(f"--participation={m}: the SDE under client sampling is a rule's own; give "
+                               "--aggregator NAME (FedAvg's: --aggregator fedavg)")
+    if m < 1:
+        raise FedsdeInputError(f"--participation={m}: must be an integer >= 1")
+    if agg.sde_kind is not None and agg.sampled_sde_weights(np.ones(1), np.ones(1), p=np.ones(1)) is None:
+        raise FedsdeInputError(f"--participation={m}: aggregator={agg.name!r} does not declare how its weights "
+                               "depend on the sampled clients, so its SDE holds under full participation only")
+    return m, weighting or "unbiased"
 
 
 def rule_from_args(args: argparse.Namespace):

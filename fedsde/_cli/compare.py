@@ -20,6 +20,7 @@ from fedsde._cli.common import (
     local_steps_from_args,
     parse_vector,
     rule_from_args,
+    rule_sampling_from_args,
 )
 
 
@@ -64,13 +65,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, metavar="SEED", help="seed of the Monte-Carlo part")
     p.add_argument("--substeps", type=int, default=1, metavar="k", help="Euler steps per round (Monte-Carlo)")
     p.add_argument("--device", default="cpu", help="torch device for the Monte-Carlo part")
-    p.add_argument("--ells", default="1,2,4,8", metavar="ℓ1,ℓ2,…",
-                   help="data problems: SVAG parameters of the general SDE (1 = FedAvg; the two largest give the "
-                   "reference; default 1,2,4,8)")
-    p.add_argument("--mc-substeps", default="1", metavar="k1,k2,…",
-                   help="data problems: substeps of the Monte-Carlo-coefficient Euler runs ('0': none; default 1)")
-    p.add_argument("--inner-samples", type=int, default=8, metavar="K",
-                   help="data problems: Monte-Carlo rollouts per path and step of the Euler runs (default 8)")
+    p.add_argument("--ells", default=None, metavar="ℓ1,ℓ2,…",
+                   help="data problems: SVAG parameters of the general SDE (1 = FedAvg, or the --aggregator rule; the "
+                   "two largest give the reference; default 1,2,4,8); adaptive rules: ℓ = k², squares (default "
+                   "1,4,16,64; on quadratic clients 1,4,16)")
+    p.add_argument("--mc-substeps", default=None, metavar="k1,k2,…",
+                   help="data problems, FedAvg: substeps of the Monte-Carlo-coefficient Euler runs ('0': none; default "
+                   "1)")
+    p.add_argument("--inner-samples", type=int, default=None, metavar="K",
+                   help="data problems, FedAvg: Monte-Carlo rollouts per path and step of the Euler runs (default 8)")
     add_rule_sde_args(p, "compare measures the chain against (quadratic clients: exact moments and the exact weak "
                       "error vs h with its slope)")
     add_json_flag(p)
@@ -102,6 +105,12 @@ def run(args: argparse.Namespace) -> int:
     n = args.rounds
     if n is None or n < 1:
         raise FedsdeInputError(f"--rounds={n}: must be an integer >= 1")
+    agg = rule_from_args(args)
+    sampling = rule_sampling_from_args(args, agg)
+    if agg is not None and not isinstance(problem, QuadraticProblem):  # the rule against its SDE, by sampling
+        from fedsde._cli._compare_data import run_rule_data
+
+        return run_rule_data(args, problem, agg, steps, w0, sampling)
     if getattr(problem, "model", None) == "least-squares":  # exact moments of the chain and of its SDE
         from fedsde._cli._compare_data import run_regression
 
@@ -113,9 +122,8 @@ def run(args: argparse.Namespace) -> int:
     if args.noise_scaling is None:
         args.noise_scaling = "diffusive"
     h_grid = _refinement_steps(args.time_steps, args)
-    agg = rule_from_args(args)
     if agg is not None:
-        return _rule(args, problem, agg, steps, w0, h_grid)
+        return _rule(args, problem, agg, steps, w0, h_grid, sampling)
     if args.replicates is not None and args.replicates < 2:
         raise FedsdeInputError(f"{flag(args, 'replicates')}={args.replicates}: must be an integer >= 2 (a covariance "
                                "needs two paths)")
@@ -156,23 +164,34 @@ def _human(st, args: argparse.Namespace, problem) -> str:
     return "\n".join(lines)
 
 
-def _rule(args: argparse.Namespace, problem, agg, steps, w0, h_grid) -> int:
+def _rule(args: argparse.Namespace, problem, agg, steps, w0, h_grid, sampling) -> int:
     """``--aggregator``: the rule's chain against its own SDE (linear and momentum rules: exact; adaptive rules:
     Monte Carlo, :mod:`fedsde._cli._compare_adaptive`)."""
     from fedsde.errors import FedsdeInputError
+    from fedsde.sde.rules import NoSDEError
 
+    if agg.sde_kind is None:
+        raise NoSDEError(agg.sde_refusal)
     if args.variant != "corrected":
         raise FedsdeInputError(f"--variant={args.variant}: with --aggregator the SDE is the rule's own first-order "
                                "SDE; drop --variant")
+    for option, value in (("--mc-substeps", args.mc_substeps), ("--inner-samples", args.inner_samples)):
+        if value is not None:
+            raise FedsdeInputError(f"{option}={value}: the Monte-Carlo-coefficient Euler scheme samples FedAvg's SDE "
+                                   "on a data problem; it has no part in a rule's comparison on quadratic clients")
     if agg.sde_kind == "adaptive":
         from fedsde._cli._compare_adaptive import run_adaptive
 
-        return run_adaptive(args, problem, agg, steps, w0)
+        return run_adaptive(args, problem, agg, steps, w0, sampling)
+    if args.ells is not None:
+        raise FedsdeInputError(f"--ells={args.ells}: a linear or momentum rule is compared exactly with its SDE on "
+                               "quadratic clients (no SVAG chains); leave --ells out")
     from fedsde.compare.rule_weak import rule_sde_study
 
     agg.check_problem(problem, args.problem)
     st = rule_sde_study(problem, agg, eta=args.eta, local_steps=steps, rounds=args.rounds, server_lr=args.server_lr,
-                        h=args.h, w0=w0, time_steps=h_grid, noise_scaling=args.noise_scaling)
+                        h=args.h, w0=w0, time_steps=h_grid, noise_scaling=args.noise_scaling,
+                        participation=sampling[0], weighting=sampling[1])
     mom, weak = st["moments"], st["weak_error"]
     lines = [f"aggregator={agg.name}  sde={st['sde']}  eta={args.eta}  server_lr={args.server_lr}  effective "
              f"server_lr={st['effective_server_lr']:.6g}  h={st['h']}  rounds={args.rounds} (t = {st['t_end']:.6g})",

@@ -1,0 +1,135 @@
+"""Monte-Carlo weak error of a rule's SVAG chains against the rule's SDE, with the slope's interval (any
+participation).
+
+A rule's chains with ``ℓ = 1, 2, 4, …`` (:func:`fedsde.sde.rule_svag.rule_svag_chain`: the rule's own code, its
+clients' local SGD and the simulator's participation draws) tend to the rule's SDE at order 1 in the step ``h/ℓ``.
+The error ``E φ(w_T)`` of each chain against the SDE's value is measured with its standard error; the log–log
+slope against the step comes with a parametric-bootstrap interval (:func:`fedsde._stats.loglog_slope_interval`),
+and each error says whether it is resolved from zero (``|e| > z·se`` at the interval's level).
+
+The SDE's value: for linear and momentum rules on quadratic clients, exact (``E φ`` from the SDE's exact mean and
+covariance, :mod:`fedsde.sde.rules`, with client sampling :mod:`fedsde.sde.sampled_sde`; ``φ`` quadratic, so the
+law's first two moments fix it); for the adaptive rules, paths of their SDE
+(:func:`fedsde.validity.adaptive.adaptive_weak_error`).  Unlike the exact weak error of
+:mod:`fedsde.compare.rule_weak` — whose chain, for a linear rule, is the Euler–Maruyama scheme of the SDE's own
+moment equations and so cannot fail — these chains are the rule's code, with its sampling: a wrong drift or a
+missing term of the diffusion leaves an error that does not vanish with ``ℓ`` and a slope far from 1.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import scipy.stats
+
+from fedsde._stats import fit_loglog_slope, loglog_slope_interval
+from fedsde._validate import positive_float, positive_int, start_point
+from fedsde.aggregators import Aggregator, get_aggregator
+from fedsde.compare.weak_error import WeakErrorCurve, expected_phi, phi_function
+from fedsde.errors import FedsdeInputError
+
+
+def slope_summary(curve: WeakErrorCurve) -> str:
+    """``"slope 0.97 [0.88, 1.06] (95 %)"`` with the interval of ``curve.config["slope_interval"]`` and a note when some
+    error is not resolved from zero."""
+    lo, hi = curve.config["slope_interval"]
+    level = curve.config.get("level", 0.95)
+    text = f"slope {curve.slope:.2f} [{lo:.2f}, {hi:.2f}] ({100 * level:.0f} %)"
+    unresolved = [int(e) for e, ok in zip(curve.config["ells"], curve.config["resolved"], strict=True) if not ok]
+    if unresolved:
+        text += f"; errors at ℓ = {', '.join(map(str, unresolved))} not resolved from zero"
+    return text
+
+
+def rule_svag_weak_error(problem, aggregator: str | Aggregator, *, eta: float, local_steps, rounds: int,
+                         replicates: int, seed: int, server_lr: float, h: float | None = None, w0=None,
+                         ells: Sequence[int] = (1, 2, 4, 8), phi: str = "dist2", participation: int | None = None,
+                         weighting: str = "unbiased", level: float = 0.95, substeps: int = 4,
+                         device: str = "cpu") -> WeakErrorCurve:
+    """Weak error of ``E φ(w_T)``, ``T = rounds·h``, of the rule's SVAG chains against its SDE (module docstring).
+
+    Parameters
+    ----------
+    problem : QuadraticProblem
+    aggregator : str or Aggregator
+        A rule with an SDE; adaptive rules need square ``ells`` (``ℓ = k²``).
+    eta, local_steps, server_lr, rounds, replicates, seed
+        As :func:`fedsde.sde.rule_svag.rule_svag_chain` (every ``ℓ`` its own streams, the same seed).
+    h : float, optional
+        Clock step (default ``η``; adaptive rules ``s²``).
+    ells : sequence of int
+        At least two.
+    phi : {"dist2", "loss"}
+    participation, weighting
+        The client sampling of the chains and of the SDE.
+    level : float
+        Level of the error intervals and of the slope's.
+    substeps : int
+        Adaptive rules: Euler steps of the SDE paths per SVAG step of the finest chain.
+
+    Returns
+    -------
+    WeakErrorCurve
+        ``steps`` ``h/ℓ``; ``config`` with ``ells``, ``slope_interval`` (low, high), ``resolved`` (per ``ℓ``) and
+        ``reference`` (``"exact"`` or ``"sde paths"``).
+    """
+    from fedsde.problems.quadratic import QuadraticProblem
+
+    agg = get_aggregator(aggregator)
+    if not isinstance(problem, QuadraticProblem):
+        raise FedsdeInputError("problem: the SDE's exact value needs quadratic clients (on other losses compare the "
+                               "chains with their Richardson limit: fedsde.validity.rules)")
+    ells = sorted({positive_int("ells", e) for e in ells})
+    if len(ells) < 2:
+        raise FedsdeInputError(f"ells={ells}: need at least two values of ℓ for a slope")
+    R = positive_int("replicates", replicates, minimum=2)
+    server_lr = positive_float("server_lr", server_lr)
+    w0_arr = start_point(w0, problem.d)
+    if agg.sde_kind == "adaptive":
+        from fedsde.validity.adaptive import adaptive_weak_error
+
+        ks = [math.isqrt(e) for e in ells]
+        if any(k * k != e for k, e in zip(ks, ells, strict=True)):
+            raise FedsdeInputError(f"ells={ells}: the adaptive SVAG chain has ℓ = k², so each value must be a square")
+        return adaptive_weak_error(problem, agg, eta=eta, local_steps=local_steps, rounds=rounds, replicates=R,
+                                   seed=seed, server_lr=server_lr, w0=w0_arr, ks=ks, substeps=substeps, phi=phi,
+                                   level=level, device=device, participation=participation, weighting=weighting)
+    from fedsde.sde.rule_svag import rule_svag_chain
+    from fedsde.sde.rules import rule_sde
+
+    hh = float(eta) if h is None else positive_float("h", h)
+    r = rule_sde(problem, agg, eta, local_steps, server_lr, hh, participation=participation, weighting=weighting)
+    law = r.sde.moments(rounds * hh, w0_arr)
+    ref = float(expected_phi(problem, law.mean, law.cov, phi))
+    fn = phi_function(problem, phi)
+    means, ses = np.empty(len(ells)), np.empty(len(ells))
+    for j, ell in enumerate(ells):
+        w = rule_svag_chain(problem, agg, eta=eta, local_steps=local_steps, rounds=rounds, ell=ell, replicates=R,
+                            seed=seed, server_lr=server_lr, h=hh, w0=w0_arr, participation=participation,
+                            weighting=weighting, record=[rounds], device=device).weights[-1]
+        v = fn(w)
+        means[j], ses[j] = v.mean(), v.std(ddof=1) / np.sqrt(R)
+    return _curve(np.asarray(ells), hh, rounds, means, ses, ref, 0.0, level,
+                  {"aggregator": agg.name, "sde": agg.sde_kind, "phi": phi, "replicates": R, "seed": seed,
+                   "participation": participation, "weighting": weighting, "reference": "exact",
+                   "t_end": rounds * hh, "method": "monte-carlo"})
+
+
+def _curve(ells: np.ndarray, h: float, rounds: int, means, ses, ref: float, ref_se: float, level: float,
+           config: dict) -> WeakErrorCurve:
+    """The :class:`WeakErrorCurve` of chain means (with s.e.) against a reference (with s.e.), slope and interval."""
+    steps = h / ells.astype(np.float64)
+    diff = means - ref
+    se = np.sqrt(ses**2 + ref_se**2)
+    z = float(scipy.stats.norm.ppf(0.5 + level / 2))
+    slope, intercept = fit_loglog_slope(steps, np.abs(diff))
+    interval = loglog_slope_interval(steps, means, ses, ref, ref_se, level=level)
+    config = {**config, "ells": ells.tolist(), "level": level, "slope_interval": list(interval),
+              "resolved": (np.abs(diff) > z * se).tolist()}
+    return WeakErrorCurve(steps, rounds * ells, np.abs(diff), slope, intercept, np.asarray(means),
+                          np.full(ells.size, ref), se, np.stack([diff - z * se, diff + z * se], 1), config)
+
+
+__all__ = ["rule_svag_weak_error", "slope_summary"]
