@@ -11,6 +11,9 @@ import numpy as np
 from fedsde._cli.common import emit, fmt_array
 from fedsde.errors import FedsdeInputError
 
+#: largest dimension whose final d × d covariance a data problem's ``sde --aggregator`` reports (``final.var``: always)
+FULL_COV_MAX_D = 100
+
 
 def run_rule(args: argparse.Namespace, problem, agg, steps, w0, record, sampling=(None, "unbiased")) -> int:
     """Simulate ``--replicates`` paths of the rule's SDE and report their moments at the recorded rounds."""
@@ -117,12 +120,14 @@ def _run_data(args: argparse.Namespace, problem, agg, steps, w0, record, samplin
                               dtype=torch.float32 if args.float32 else torch.float64)
     times = res.rounds * res.h
     means = res.weights.mean(1)
-    cov = np.atleast_2d(np.cov(res.weights[-1], rowvar=False))
+    var = res.weights[-1].var(0, ddof=1)
+    # a d × d covariance only for small models (a network's d is in the thousands: hundreds of MB of JSON)
+    cov = np.atleast_2d(np.cov(res.weights[-1], rowvar=False)) if problem.d <= FULL_COV_MAX_D else None
     w0_arr = np.zeros(problem.d) if start is None else np.asarray(start, dtype=np.float64)
     vals = evaluate_metrics(problem, res.weights, w0_arr)
     metrics = {m: {"mean": v.mean(1), "se": v.std(1, ddof=1) / np.sqrt(args.replicates)} for m, v in vals.items()}
     result = {"aggregator": agg.describe(), "sde": agg.sde_kind, "integrator": "svag", "ell": ell,
-              "final": {"mean": means[-1], "cov": cov, "mean_stderr": np.sqrt(np.diag(cov) / args.replicates),
+              "final": {"mean": means[-1], "cov": cov, "var": var, "mean_stderr": np.sqrt(var / args.replicates),
                         "round": args.rounds, "time": float(times[-1])},
               "times": times, "rounds": res.rounds, "mean": means, "trace_cov": res.weights.var(axis=1, ddof=1).sum(-1),
               "paths": args.replicates, "metrics": metrics, "participation": sampling[0], "weighting": sampling[1],

@@ -111,10 +111,51 @@ def rule_svag_weak_error(problem, aggregator: str | Aggregator, *, eta: float, l
                             weighting=weighting, record=[rounds], device=device).weights[-1]
         v = fn(w)
         means[j], ses[j] = v.mean(), v.std(ddof=1) / np.sqrt(R)
+    exact = svag_chain_expectations(problem, agg, eta=eta, local_steps=local_steps, rounds=rounds, server_lr=server_lr,
+                                    h=hh, w0=w0_arr, ells=ells, phi=phi, participation=participation,
+                                    weighting=weighting)
     return _curve(np.asarray(ells), hh, rounds, means, ses, ref, 0.0, level,
                   {"aggregator": agg.name, "sde": agg.sde_kind, "phi": phi, "replicates": R, "seed": seed,
                    "participation": participation, "weighting": weighting, "reference": "exact",
-                   "t_end": rounds * hh, "method": "monte-carlo"})
+                   "t_end": rounds * hh, "method": "monte-carlo", "exact_errors": (exact - ref).tolist(),
+                   "z_chain": ((means - exact) / ses).tolist()})
+
+
+def svag_chain_expectations(problem, aggregator: str | Aggregator, *, eta: float, local_steps, rounds: int,
+                            server_lr: float, h: float, w0, ells: Sequence[int], phi: str = "dist2",
+                            participation: int | None = None, weighting: str = "unbiased") -> np.ndarray:
+    """Exact ``E φ(w_T)`` of a linear or momentum rule's SVAG chains on quadratic clients, shape (len(ells),).
+
+    The chain with ``ℓ`` runs ``ℓ·rounds`` steps of server step ``s/ℓ`` on a step of mean ``E U(w)`` and covariance
+    ``ℓ Cov U(w)`` (:mod:`fedsde.sde.rule_svag`): its first two moments follow the rule's exact law
+    (:mod:`fedsde.sde.rules`, :mod:`fedsde.sde.sampled_sde`) with ``s/ℓ`` and ``ℓ`` times the covariance, and ``φ``
+    is quadratic.  The Monte-Carlo chains (:func:`rule_svag_weak_error`, ``config["z_chain"]``) are checked against
+    these values.
+    """
+    import dataclasses
+
+    from fedsde.sde.rules import chain_transition, rule_sde
+    from fedsde.sde.sampled_sde import chain_moments
+
+    w0 = np.asarray(w0, dtype=np.float64)
+    out = []
+    for ell in ells:
+        r = rule_sde(problem, aggregator, eta, local_steps, server_lr / ell, h, participation=participation,
+                     weighting=weighting)
+        law = r.law
+        sampling = getattr(law, "sampling", None)
+        law = dataclasses.replace(law, noise_cov=ell * law.noise_cov,
+                                  **({} if sampling is None else {"sampling": dataclasses.replace(
+                                      sampling, C=ell * sampling.C)}))
+        if sampling is None:  # the zero sampling term of a full-participation law
+            from fedsde.sde.sampled import SampledRoundLaw, SamplingTerm
+
+            law = SampledRoundLaw(**{**law.__dict__, "sampling": SamplingTerm(np.zeros((law.Q, law.Q)), law.M,
+                                                                               law.a)})
+        T, L = chain_transition(dataclasses.replace(r, law=law))
+        ch = chain_moments(T, L, law, rounds * ell, w0, record=[rounds * ell])
+        out.append(float(expected_phi(problem, ch.mean[-1], ch.cov[-1], phi)))
+    return np.array(out)
 
 
 def _curve(ells: np.ndarray, h: float, rounds: int, means, ses, ref: float, ref_se: float, level: float,
@@ -132,4 +173,45 @@ def _curve(ells: np.ndarray, h: float, rounds: int, means, ses, ref: float, ref_
                           np.full(ells.size, ref), se, np.stack([diff - z * se, diff + z * se], 1), config)
 
 
-__all__ = ["rule_svag_weak_error", "slope_summary"]
+
+
+def round_law_vs_simulator(problem, aggregator: str | Aggregator, *, eta: float, local_steps, server_lr: float, w,
+                           replicates: int, seed: int, participation: int | None = None,
+                           weighting: str = "unbiased") -> dict:
+    """One round of the simulator (:func:`fedsde.sim.simulate`, the rule's own code) from ``w`` against the exact law
+    of the rule's step ``U`` (:func:`fedsde.sde.rules.rule_round_law`): ``z``-scores of the sample mean and covariance
+    of ``U`` (standard errors from the samples' own second and fourth moments, no Gaussian assumption).
+
+    ``U`` is read off the first round's move: ``w₁ − w = s·U`` (linear rules) or ``s·g·(1 + β·[Nesterov])·U`` (server
+    momentum from ``v₀ = 0``).
+
+    Returns
+    -------
+    dict
+        ``mean`` and ``cov`` (the law's), ``sample_mean``, ``sample_cov``, ``z_mean`` (d,), ``z_cov`` (d, d),
+        ``max_z``, ``replicates``.
+    """
+    from fedsde.sde.rules import rule_kind, rule_round_law
+    from fedsde.sim import simulate
+
+    agg = rule_kind(aggregator)
+    R = positive_int("replicates", replicates, minimum=2)
+    w = np.asarray(w, dtype=np.float64)
+    law = rule_round_law(problem, agg, eta, local_steps, server_lr, participation=participation, weighting=weighting)
+    mf = agg.momentum_form() if agg.sde_kind == "momentum" else None
+    factor = server_lr * (1.0 if mf is None else mf.gain * (1.0 + (mf.beta if mf.nesterov else 0.0)))
+    res = simulate(problem, eta=eta, local_steps=local_steps, rounds=1, replicates=R, seed=seed, server_lr=server_lr,
+                   w0=w, aggregator=agg, participation=participation, weighting=weighting, record=[1])
+    U = (res.weights[-1] - w) / factor
+    mean = -law.B @ (w - law.c)
+    cov = law.noise_at(w) if getattr(law, "sampling", None) is not None else law.noise_cov
+    x = U - U.mean(0)
+    prods = x[:, :, None] * x[:, None, :]
+    z_mean = (U.mean(0) - mean) / (U.std(0, ddof=1) / np.sqrt(R))
+    z_cov = (prods.mean(0) * R / (R - 1) - cov) / (prods.std(0, ddof=1) / np.sqrt(R))
+    return {"mean": mean, "cov": cov, "sample_mean": U.mean(0), "sample_cov": np.cov(U, rowvar=False),
+            "z_mean": z_mean, "z_cov": z_cov, "max_z": float(max(np.abs(z_mean).max(), np.abs(z_cov).max())),
+            "replicates": R}
+
+
+__all__ = ["round_law_vs_simulator", "rule_svag_weak_error", "slope_summary", "svag_chain_expectations"]
