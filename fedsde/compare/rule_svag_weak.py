@@ -9,8 +9,8 @@ and each error says whether it is resolved from zero (``|e| > z·se`` at the int
 
 The SDE's value: for linear and momentum rules on quadratic clients, exact (``E φ`` from the SDE's exact mean and
 covariance, :mod:`fedsde.sde.rules`, with client sampling :mod:`fedsde.sde.sampled_sde`; ``φ`` quadratic, so the
-law's first two moments fix it); for the adaptive rules, paths of their SDE
-(:func:`fedsde.validity.adaptive.adaptive_weak_error`).  Unlike the exact weak error of
+law's first two moments fix it); the adaptive rules' counterpart, against paths of their SDE, is
+:func:`fedsde.validity.adaptive.adaptive_weak_error`.  Unlike the exact weak error of
 :mod:`fedsde.compare.rule_weak` — whose chain, for a linear rule, is the Euler–Maruyama scheme of the SDE's own
 moment equations and so cannot fail — these chains are the rule's code, with its sampling: a wrong drift or a
 missing term of the diffusion leaves an error that does not vanish with ``ℓ`` and a slope far from 1.
@@ -18,15 +18,13 @@ missing term of the diffusion leaves an error that does not vanish with ``ℓ`` 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import numpy as np
-import scipy.stats
 
-from fedsde._stats import fit_loglog_slope, loglog_slope_interval
 from fedsde._validate import positive_float, positive_int, start_point
 from fedsde.aggregators import Aggregator, get_aggregator
+from fedsde.compare.slope_curve import weak_error_curve
 from fedsde.compare.weak_error import WeakErrorCurve, expected_phi, phi_function
 from fedsde.errors import FedsdeInputError
 
@@ -54,7 +52,7 @@ def rule_svag_weak_error(problem, aggregator: str | Aggregator, *, eta: float, l
     ----------
     problem : QuadraticProblem
     aggregator : str or Aggregator
-        A rule with an SDE; adaptive rules need square ``ells`` (``ℓ = k²``).
+        A linear or momentum rule (adaptive rules: :func:`fedsde.validity.adaptive.adaptive_weak_error`).
     eta, local_steps, server_lr, rounds, replicates, seed
         As :func:`fedsde.sde.rule_svag.rule_svag_chain` (every ``ℓ`` its own streams, the same seed).
     h : float, optional
@@ -88,14 +86,8 @@ def rule_svag_weak_error(problem, aggregator: str | Aggregator, *, eta: float, l
     server_lr = positive_float("server_lr", server_lr)
     w0_arr = start_point(w0, problem.d)
     if agg.sde_kind == "adaptive":
-        from fedsde.validity.adaptive import adaptive_weak_error
-
-        ks = [math.isqrt(e) for e in ells]
-        if any(k * k != e for k, e in zip(ks, ells, strict=True)):
-            raise FedsdeInputError(f"ells={ells}: the adaptive SVAG chain has ℓ = k², so each value must be a square")
-        return adaptive_weak_error(problem, agg, eta=eta, local_steps=local_steps, rounds=rounds, replicates=R,
-                                   seed=seed, server_lr=server_lr, w0=w0_arr, ks=ks, substeps=substeps, phi=phi,
-                                   level=level, device=device, participation=participation, weighting=weighting)
+        raise FedsdeInputError(f"aggregator={agg.name!r}: an adaptive rule's SDE has no exact law; its weak error is "
+                               "measured against paths of the SDE (fedsde.validity.adaptive.adaptive_weak_error)")
     from fedsde.sde.rule_svag import rule_svag_chain
     from fedsde.sde.rules import rule_sde
 
@@ -114,11 +106,11 @@ def rule_svag_weak_error(problem, aggregator: str | Aggregator, *, eta: float, l
     exact = svag_chain_expectations(problem, agg, eta=eta, local_steps=local_steps, rounds=rounds, server_lr=server_lr,
                                     h=hh, w0=w0_arr, ells=ells, phi=phi, participation=participation,
                                     weighting=weighting)
-    return _curve(np.asarray(ells), hh, rounds, means, ses, ref, 0.0, level,
-                  {"aggregator": agg.name, "sde": agg.sde_kind, "phi": phi, "replicates": R, "seed": seed,
-                   "participation": participation, "weighting": weighting, "reference": "exact",
-                   "t_end": rounds * hh, "method": "monte-carlo", "exact_errors": (exact - ref).tolist(),
-                   "z_chain": ((means - exact) / ses).tolist()})
+    config = {"aggregator": agg.name, "sde": agg.sde_kind, "phi": phi, "replicates": R, "seed": seed,
+              "participation": participation, "weighting": weighting, "reference": "exact", "t_end": rounds * hh,
+              "method": "monte-carlo", "exact_errors": (exact - ref).tolist(),
+              "z_chain": ((means - exact) / ses).tolist()}
+    return weak_error_curve(np.asarray(ells), hh, rounds, means, ses, ref, level=level, config=config)
 
 
 def svag_chain_expectations(problem, aggregator: str | Aggregator, *, eta: float, local_steps, rounds: int,
@@ -156,23 +148,6 @@ def svag_chain_expectations(problem, aggregator: str | Aggregator, *, eta: float
         ch = chain_moments(T, L, law, rounds * ell, w0, record=[rounds * ell])
         out.append(float(expected_phi(problem, ch.mean[-1], ch.cov[-1], phi)))
     return np.array(out)
-
-
-def _curve(ells: np.ndarray, h: float, rounds: int, means, ses, ref: float, ref_se: float, level: float,
-           config: dict) -> WeakErrorCurve:
-    """The :class:`WeakErrorCurve` of chain means (with s.e.) against a reference (with s.e.), slope and interval."""
-    steps = h / ells.astype(np.float64)
-    diff = means - ref
-    se = np.sqrt(ses**2 + ref_se**2)
-    z = float(scipy.stats.norm.ppf(0.5 + level / 2))
-    slope, intercept = fit_loglog_slope(steps, np.abs(diff))
-    interval = loglog_slope_interval(steps, means, ses, ref, ref_se, level=level)
-    config = {**config, "ells": ells.tolist(), "level": level, "slope_interval": list(interval),
-              "resolved": (np.abs(diff) > z * se).tolist()}
-    return WeakErrorCurve(steps, rounds * ells, np.abs(diff), slope, intercept, np.asarray(means),
-                          np.full(ells.size, ref), se, np.stack([diff - z * se, diff + z * se], 1), config)
-
-
 
 
 def round_law_vs_simulator(problem, aggregator: str | Aggregator, *, eta: float, local_steps, server_lr: float, w,

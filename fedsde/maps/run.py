@@ -114,6 +114,10 @@ def check_options(problem, options: Mapping[str, Any], reference: str, replicate
     return fedavg, replicates
 
 
+#: options whose meaning a rule's map sets itself (its reference, ℓ and sampled side)
+_RULE_OWN = frozenset({"ells", "fedavg", "reference"})
+
+
 def _rule_options(problem, rule, options: Mapping[str, Any], replicates: int | None, refine: int | None):
     """``(reference, fedavg, replicates, ells)`` of a map of a rule against its own SDE, checked before any cell runs
     (the rule's side is sampled: ``fedavg='exact'`` is refused and replicates are required)."""
@@ -124,8 +128,8 @@ def _rule_options(problem, rule, options: Mapping[str, Any], replicates: int | N
                                "sampled (leave fedavg out)")
     reference = rule_reference(problem, rule, options.get("reference"))
     ells = rule_ells(rule, reference, options.get("ells"))
-    check_options(problem, {k: v for k, v in options.items() if k not in ("ells", "fedavg", "reference")}, "svag",
-                  replicates if replicates is not None else 2, refine)
+    shared = {k: v for k, v in options.items() if k not in _RULE_OWN}
+    check_options(problem, shared, "svag", replicates if replicates is not None else 2, refine)
     if replicates is None:
         raise FedsdeInputError("replicates: required for a map of a rule (its chains are sampled): an integer >= 2")
     return reference, "sampled", replicates, ells

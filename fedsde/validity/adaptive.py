@@ -116,7 +116,7 @@ def adaptive_weak_error(problem: QuadraticProblem, aggregator: str | Aggregator,
         ``steps`` ``s²/k²``, ``rounds`` ``n·k²``, ``errors``, ``stderr``, ``ci``, ``slope``; ``config`` with
         ``slope_interval``, ``resolved``, ``sde_se`` (the SDE value's standard error).
     """
-    from fedsde.compare.rule_svag_weak import _curve
+    from fedsde.compare.slope_curve import weak_error_curve
     from fedsde.compare.weak_error import phi_function
     from fedsde.sde.adaptive import adaptive_sde_paths
     from fedsde.sim.participation import is_sampled
@@ -153,7 +153,8 @@ def adaptive_weak_error(problem: QuadraticProblem, aggregator: str | Aggregator,
               "local_steps": np.atleast_1d(local_steps).tolist(), "t_end": rounds * server_lr**2, "ks": ks,
               "phi": phi, "paths": R, "seed": seed, "substeps": substeps, "method": "monte-carlo",
               "participation": participation, "weighting": weighting, "reference": "sde paths", "sde_se": sde_se}
-    return _curve(np.asarray(ks) ** 2, server_lr**2, rounds, means, ses, float(fs.mean()), sde_se, level, config)
+    return weak_error_curve(np.asarray(ks) ** 2, server_lr**2, rounds, means, ses, float(fs.mean()), ref_se=sde_se,
+                            level=level, config=config)
 
 
 __all__ = ["DEFAULT_KS", "adaptive_svag_chain", "adaptive_weak_error", "round_law_chain"]
