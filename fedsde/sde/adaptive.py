@@ -173,9 +173,15 @@ def adaptive_sde(problem: QuadraticProblem, aggregator: str | Aggregator, *, eta
 
 
 def adaptive_sde_dict(sde: AdaptiveSDE) -> dict:
-    """The coefficients of an :class:`AdaptiveSDE` as ``derive --aggregator fedadam --json`` prints them."""
+    """The coefficients of an :class:`AdaptiveSDE` as ``derive --aggregator fedadam --json`` prints them (under client
+    sampling also ``sampling``: ``M``, ``a``, ``C``; ``noise_cov`` is then ``N₀``)."""
     f = sde.form
-    return {"sde": "adaptive", "clock": "t = n*s^2" if sde.kappa == 1.0 else "t = n*h",
+    extra = {}
+    if sde.sampling is not None:
+        M, a, L = (x.cpu().numpy() for x in sde.sampling)
+        extra = {"sampling": {"M": M, "a": a, "C": L @ L.T, "noise": "N(w) = noise_cov + Y(w) C Y(w)^T, "
+                              "Y(w) = [M_k (w - a_k)]_k"}}
+    return extra | {"sde": "adaptive", "clock": "t = n*s^2" if sde.kappa == 1.0 else "t = n*h",
             "state": "(w, m, v)" if sde.has_m else "(w, v)", "server_lr": sde.s, "time_factor": sde.kappa,
             "drift": {"B": sde.B.cpu().numpy(), "c": sde.c.cpu().numpy()}, "noise_cov": (sde.noise @ sde.noise).cpu(
             ).numpy(), "c1": sde.c1 if sde.has_m else None, "c2": sde.c2, "tau": f.tau, "v0": f.v0,
