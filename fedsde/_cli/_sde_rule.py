@@ -29,7 +29,8 @@ def run_rule(args: argparse.Namespace, problem, agg, steps, w0, record, sampling
     if not isinstance(problem, QuadraticProblem):
         return _run_data(args, problem, agg, steps, w0, record, sampling)
     for option, value in (("--integrator", args.integrator), ("--ell", args.ell),
-                          ("--inner-samples", args.inner_samples)):
+                          ("--inner-samples", args.inner_samples), ("--chunk-size", args.chunk_size),
+                          ("--float32", args.float32 or None)):
         if value is not None:
             raise FedsdeInputError(f"{option}={value}: on quadratic clients a rule's SDE has closed-form coefficients "
                                    "and is integrated directly (--method, --substeps); leave it out")

@@ -119,6 +119,14 @@ def run(args: argparse.Namespace) -> int:
         from fedsde._cli._compare_data import run_data
 
         return run_data(args, problem, steps, w0)
+    if agg is not None and agg.sde_kind == "adaptive":
+        for option, value, why in (("--h", args.h, "its clock is t = n·s²"),
+                                   ("--noise-scaling", args.noise_scaling, "its weak error is in the SVAG step s²/ℓ"),
+                                   (flag(args, "time_steps"), args.time_steps, "its steps are s²/ℓ (--ells)"),
+                                   ("--record-every", args.record_every, "it reports the last round")):
+            if value is not None:
+                raise FedsdeInputError(f"{option}={value}: not used by an adaptive rule's comparison ({why}); leave "
+                                       f"{option} out")
     if args.noise_scaling is None:
         args.noise_scaling = "diffusive"
     h_grid = _refinement_steps(args.time_steps, args)
@@ -183,9 +191,11 @@ def _rule(args: argparse.Namespace, problem, agg, steps, w0, h_grid, sampling) -
         from fedsde._cli._compare_adaptive import run_adaptive
 
         return run_adaptive(args, problem, agg, steps, w0, sampling)
-    if args.ells is not None:
-        raise FedsdeInputError(f"--ells={args.ells}: a linear or momentum rule is compared exactly with its SDE on "
-                               "quadratic clients (no SVAG chains); leave --ells out")
+    for option, value in (("--ells", args.ells), (flag(args, "replicates"), args.replicates),
+                          ("--substeps", None if args.substeps == 1 else args.substeps)):
+        if value is not None:
+            raise FedsdeInputError(f"{option}={value}: a linear or momentum rule is compared exactly with its SDE on "
+                                   f"quadratic clients (no sampling, no SVAG chains); leave {option} out")
     from fedsde.compare.rule_weak import rule_sde_study
 
     agg.check_problem(problem, args.problem)
