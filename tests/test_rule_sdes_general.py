@@ -91,6 +91,7 @@ def test_validity_aggregator_on_the_digits_softmax(capsys, name, ells, opts):
     assert out["config"]["participation"] == 3 and out["final_cov"] is None
 
 
+@pytest.mark.slow
 def test_validity_aggregator_on_a_module_problem(capsys):
     out = _json(capsys, ["validity", "--problem", MODULE, "--aggregator", "fedavgm", "--eta", "0.05", "--local-steps",
                          "1", "--rounds", "1", "--replicates", "2", "--seed", "0", "--ells", "1,2", "--final-cov",
