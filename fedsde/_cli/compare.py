@@ -39,7 +39,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "For a least-squares regression file (kind = \"regression\"): exactly, no sampling — the chain's exact "
         "moments against those of its SDE (eq. (2) with the exact round moments, diffusion quadratic in w), weak "
         "error over time and against the step at fixed t and η₀ = s/h (the data's minibatch noise as it is) with "
-        "its fitted slope, and both stationary laws.",
+        "its fitted slope, and both stationary laws. With --aggregator NAME: the rule against its own SDE — exactly on "
+        "quadratic clients (linear and momentum rules; adaptive rules by Monte Carlo), and on every other problem kind "
+        "by the rule's SVAG chains (--ells; each chain's error against their Richardson limit with its interval, the "
+        "slope with its interval, the cost).",
     )
     add_problem_args(p)
     p.add_argument("--variant", choices=SDE_VARIANTS, default="corrected", help="SDE variant (default corrected)")
