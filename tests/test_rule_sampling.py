@@ -241,3 +241,28 @@ def test_weak_order_one_under_client_sampling(name, make, weighting):
     assert np.all(np.abs(np.log2(exact[:-1] / exact[1:]) - 1.0) < 0.05), exact
     lo, hi = c.config["slope_interval"]
     assert abs(c.slope - 1.0) <= 0.15 and lo <= 1.15 and hi >= 0.85, (c.slope, lo, hi)
+
+
+@pytest.mark.parametrize("weighting,m", [("unbiased", 2), ("renormalised", 3), ("multinomial", 3)])
+def test_adaptive_sde_under_sampling_matches_brute_force(weighting, m):
+    """FedAdam's SDE (Malladi et al.) under client sampling: its gradient mean ``G(w)`` (from ``dm``'s drift), the
+    covariance of its ``dm`` noise and ``v``'s drift read ``E g``, ``Cov g`` and ``diag Cov g`` of the
+    pseudo-gradient ``g = −Σ W_k Δ_k``, built by brute force over the participation outcomes (FedAvg's ``apply``
+    gives ``Σ W_k Δ_k``)."""
+    from fedsde.aggregators import FedAdam
+    from fedsde.sde.adaptive import adaptive_sde
+
+    pb, d = _problem(), 2
+    sde = adaptive_sde(pb, FedAdam(), eta=ETA, local_steps=TAU, server_lr=S_LR, participation=m, weighting=weighting)
+    assert sde.has_m and sde.form.second_moment == "ema"
+    for w in (np.zeros(d), np.array([1.5, -0.7])):
+        EU, CU = _brute_force(pb, get_aggregator("fedavg"), w, m, weighting)
+        v = np.array([0.3, 0.8])
+        y = torch.as_tensor(np.concatenate([w, np.zeros(d), v]))[None]
+        drift = sde.f(0.0, y)[0].numpy() / sde.kappa
+        G = drift[d:2 * d] / sde.c1
+        np.testing.assert_allclose(G, -EU, rtol=TOL, atol=TOL * np.abs(EU).max())
+        np.testing.assert_allclose(drift[2 * d:], sde.c2 * (np.diag(CU) - v), rtol=TOL)
+        F = sde.g(0.0, y)[0].numpy()[d:2 * d]
+        np.testing.assert_allclose(F @ F.T / (sde.kappa * (sde.c1 * sde.s) ** 2), CU, rtol=TOL,
+                                   atol=TOL * np.abs(CU).max())
