@@ -1,5 +1,6 @@
-"""F18 (the SDE of every aggregator): it runs on a tiny configuration, its slopes are those of the exact weak error,
-and its caption states FedNova's own fixed point."""
+"""F18 (the SDE of every aggregator): it runs on a tiny configuration, checks each rule's round law against the
+simulator, gives FedAvgM's exact weak error with its local slopes and FedAdam's slope with an interval, and its
+caption states FedNova's own fixed point."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import numpy as np
 from fedsde.report.config import load_config, validate
 from fedsde.report.gallery import GALLERY, RunContext, run_figure
 
-TINY = {"eta": 0.05, "server_lr": 0.1, "horizon": 2.0, "weak_h": 0.004, "weak_t": 0.5, "levels": 2,
-        "adam_server_lr": 0.1, "adam_rounds": 4, "adam_replicates": 20, "adam_substeps": 1, "adam_ks": [1, 2]}
+TINY = {"eta": 0.05, "server_lr": 0.1, "horizon": 1.0, "sim_replicates": 100, "weak_h": 0.004, "weak_t": 0.512,
+        "levels": 3, "adam_server_lr": 0.1, "adam_rounds": 3, "adam_replicates": 40, "adam_substeps": 1,
+        "adam_max_substeps": 4, "adam_ref_max_substeps": 2, "adam_ks": [1, 2]}
 
 
 def test_f18_is_registered_with_a_schema():
@@ -27,7 +29,11 @@ def test_f18_runs_and_states_its_numbers(tmp_path):
     rec = run_figure("F18", {"F18": TINY}, ctx, tmp_path)
     assert rec.error is None, rec.error
     nums = rec.output.numbers
-    assert all(0.9 <= v <= 1.1 for v in nums["slopes"].values()), nums["slopes"]
+    assert all(z < 5 for z in nums["round_law_max_z"].values()), nums["round_law_max_z"]
+    assert 0.9 <= nums["fedavgm"]["slope"] <= 1.1 and len(nums["fedavgm"]["local_slopes"]) == 2
+    lo, hi = nums["fedadam"]["slope_interval"]
+    assert lo <= hi and f"[{lo:.2f}, {hi:.2f}]" in rec.output.caption
+    assert "slope 1.000" not in rec.output.caption
     nova = rule_sde(rules_problem(), "fednova", 0.05, np.array([2, 4, 7]), 0.1, 0.1).sde.c
     np.testing.assert_allclose(nums["fixed_points"]["FedNova"], nova)
     assert f"FedNova ({nova[0]:.4f}, {nova[1]:.4f})" in rec.output.caption

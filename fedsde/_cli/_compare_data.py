@@ -1,5 +1,6 @@
 """``fedsde compare`` on a data problem: discrete FedAvg against the general SDE (2), by sampling; on a
-least-squares regression file, exactly (:func:`fedsde.compare.least_squares_sde_study`)."""
+least-squares regression file, exactly (:func:`fedsde.compare.least_squares_sde_study`); with ``--aggregator``, the
+rule against its own SDE by its SVAG chains (:func:`fedsde.validity.rule_general.rule_general_study`)."""
 
 from __future__ import annotations
 
@@ -33,9 +34,12 @@ def run_data(args: argparse.Namespace, problem, local_steps, w0) -> int:
     if args.variant != "corrected":
         raise FedsdeInputError(f"--variant={args.variant}: the linear SDE variants need quadratic clients; a data "
                                "problem is compared with the general SDE (2) (leave --variant out)")
-    ells = _ints("--ells", args.ells, minimum=1)
-    subs = [k for k in _ints("--mc-substeps", args.mc_substeps, minimum=0) if k > 0]
-    if args.inner_samples is None or args.inner_samples < 1:
+    ells = _ints("--ells", "1,2,4,8" if args.ells is None else args.ells, minimum=1)
+    mc = "1" if args.mc_substeps is None else args.mc_substeps
+    subs = [k for k in _ints("--mc-substeps", mc, minimum=0) if k > 0]
+    if args.inner_samples is None:
+        args.inner_samples = 8
+    if args.inner_samples < 1:
         raise FedsdeInputError(f"--inner-samples={args.inner_samples}: must be an integer >= 1")
     every = args.record_every if args.record_every is not None else max(1, args.rounds // 20)
     if every < 1:
@@ -73,6 +77,68 @@ def _data_text(args: argparse.Namespace, problem, st) -> str:
     lines.append("slopes of |error| vs step (95 % intervals): " + "; ".join(
         f"{s}: " + ", ".join(f"{m} {st.slope_fits[s][m].text('+.2f')}" for m in d) for s, d in st.slopes.items()))
     return "\n".join(lines)
+
+
+def run_rule_data(args: argparse.Namespace, problem, agg, local_steps, w0, sampling) -> int:
+    """``--aggregator`` on a data problem: the rule's SVAG chains against its SDE (:func:`fedsde.validity.
+    rule_general.rule_general_study`); the options of FedAvg's samplers are refused, not ignored."""
+    import numpy as np
+
+    from fedsde.errors import FedsdeInputError
+    from fedsde.problems.metrics import metric_names
+    from fedsde.sde.rules import NoSDEError
+    from fedsde.validity.general import Z95
+    from fedsde.validity.rule_general import rule_general_study
+
+    if agg.sde_kind is None:
+        raise NoSDEError(agg.sde_refusal)
+    agg.check_problem(problem, args.problem)
+    for option, value, why in (
+            ("--variant", None if args.variant == "corrected" else args.variant, "the SDE is the rule's own"),
+            ("--mc-substeps", args.mc_substeps, "the Monte-Carlo-coefficient Euler scheme samples FedAvg's SDE only; a "
+             "rule's SDE is sampled by its SVAG chains (--ells)"),
+            ("--inner-samples", args.inner_samples, "the Monte-Carlo-coefficient Euler scheme samples FedAvg's SDE "
+             "only"),
+            ("--noise-scaling", args.noise_scaling, "a data problem's minibatch noise is the data's"),
+            (flag(args, "time_steps"), args.time_steps, "the steps are h/ℓ of the SVAG chains (--ells)"),
+            ("--substeps", None if args.substeps == 1 else args.substeps, "the SVAG chains have no substeps")):
+        if value is not None:
+            raise FedsdeInputError(f"{option}={value}: not used with --aggregator on a data problem ({why}); leave "
+                                   f"{option} out")
+    if args.replicates is None or args.replicates < 2:
+        raise FedsdeInputError(f"{flag(args, 'replicates')}={args.replicates}: a data problem is compared by "
+                               "sampling; give --replicates R (>= 2 chains per ℓ)")
+    every = args.record_every if args.record_every is not None else max(1, args.rounds // 20)
+    if every < 1:
+        raise FedsdeInputError(f"--record-every={every}: must be an integer >= 1")
+    ells = None if args.ells is None else _ints("--ells", args.ells, minimum=1)
+    names = [m for m in ("train_loss", "test_accuracy") if m in metric_names(problem)]
+    st = rule_general_study(problem, agg, eta=args.eta, local_steps=local_steps, rounds=args.rounds,
+                            replicates=args.replicates, seed=args.seed, server_lr=args.server_lr, h=args.h, ells=ells,
+                            participation=sampling[0], weighting=sampling[1], metrics=names, record_every=every,
+                            w0=w0, device=args.device)
+    result = {"kind": "data", "aggregator": agg.describe(), "sde": f"{agg.sde_kind} (the rule's own, sampled by its "
+              "SVAG chains)", **st.to_dict()}
+    T = st.times[-1]
+    lines = [f"aggregator={agg.name}  sde={agg.sde_kind}  problem: Q={problem.Q}, d={problem.d}  eta={args.eta}  "
+             f"server_lr={args.server_lr}  h={st.config['h']}  rounds={args.rounds} (t = {T:.6g})  "
+             f"replicates={args.replicates} per chain"
+             + ("" if sampling[0] is None else f"  participation={sampling[0]} ({sampling[1]})"),
+             "SDE reference (Richardson from the two finest SVAG chains): "
+             + ", ".join(f"{m} {v['mean']:.5g} ± {Z95 * v['se']:.2g}" for m, v in st.reference.items()),
+             f"{'chain':12s}{'step':>10s}{'cost×':>8s}  " + "  ".join(f"{m} − SDE (95 % CI)".ljust(30)
+                                                                     for m in st.reference)]
+    for r in st.rows:
+        name = agg.name if r.param == 1 else f"svag ℓ={r.param}"
+        cells = "  ".join(f"{r.error[m]:+.4g} ± {Z95 * r.error_se[m]:.2g}".ljust(30) for m in st.reference)
+        lines.append(f"{name:12s}{r.step:10.4g}{r.cost_ratio:8.1f}  {cells}")
+    fitted = [f"{m} {v:+.2f} " + ("[" + ", ".join(f"{x:.2f}" for x in st.slope_intervals[m]) + "]"
+                                  if st.slope_intervals.get(m) else "")
+              for m, v in st.slopes["svag"].items() if np.isfinite(v)]
+    lines.append("slopes of |error| vs step, 95 % interval: " + "; ".join(fitted) if fitted else
+                 "slopes of |error| vs step: none (fewer than two errors independent of the reference are resolved "
+                 "beyond 2 s.e.)")
+    return emit(args, result, "\n".join(lines))
 
 
 def run_regression(args: argparse.Namespace, problem, local_steps, w0) -> int:

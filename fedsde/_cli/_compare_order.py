@@ -8,6 +8,8 @@ import argparse
 
 import numpy as np
 
+from fedsde._cli.common import show_progress
+
 
 def _h_ratio(args: argparse.Namespace) -> float:
     from fedsde._validate import positive_float
@@ -107,7 +109,7 @@ def run_data_order(args: argparse.Namespace, problem, steps, w0) -> int:
     st = coupled_order_study(problem, eta=args.eta, local_steps=steps, rounds=args.rounds, server_lr=args.server_lr,
                              replicates=args.replicates, seed=args.seed, etas=etas, h_ratio=_h_ratio(args),
                              w0=default_start(problem, w0), oracle_factory=default_oracle_factory(problem),
-                             substeps=args.substeps, device=args.device, progress=not args.json)
+                             substeps=args.substeps, device=args.device, progress=show_progress(args))
     lines = [f"problem: {type(problem).__name__} Q={problem.Q}, d={problem.d}  E={np.atleast_1d(steps).tolist()}  "
              f"s={args.server_lr}  replicates={args.replicates} (coupled: FedAvg and both SDEs share the minibatches)",
              f"order refinement: h = η, t = {st['t_end']:.6g}; η = " + ", ".join(f"{e:.4g}" for e in st["etas"])

@@ -6,6 +6,8 @@ import argparse
 
 import numpy as np
 
+from fedsde._cli.common import show_progress
+
 
 def order2_setup(args: argparse.Namespace, problem) -> int | None:
     """Quadratic clients: select the linear order-2 variant (``order2``, exact OU transitions unless ``--method
@@ -67,16 +69,21 @@ def _run_data(args: argparse.Namespace, problem) -> int:
                           seed=args.seed, server_lr=args.server_lr, h=args.h, w0=start,
                           oracle_factory=default_oracle_factory(problem), substeps=args.substeps, device=args.device,
                           dtype=torch.float32 if args.float32 else torch.float64, record=record,
-                          progress=not args.json)
-    mean = res.weights[-1].mean(0)
-    cov = np.cov(res.weights[-1], rowvar=False).reshape(problem.d, problem.d)
+                          progress=show_progress(args))
+    from fedsde._samples import resolve_final_cov
+
+    how = resolve_final_cov("--final-cov", args.final_cov, problem.d)  # no d × d array unless asked for
+    final = res.weights[-1]
+    mean, var = final.mean(0), final.var(0, ddof=1)
+    cov = {"full": np.cov(final, rowvar=False).reshape(problem.d, problem.d) if how == "full" else None,
+           "diag": var, "none": None}[how]
     s0 = np.zeros(problem.d) if start is None else np.asarray(start, dtype=np.float64)
     vals = evaluate_metrics(problem, res.weights, s0)
     metrics = {m: {"mean": v.mean(1), "se": v.std(1, ddof=1) / np.sqrt(res.replicates)} for m, v in vals.items()}
-    result = {"final": {"mean": mean, "cov": cov, "mean_stderr": np.sqrt(np.diag(cov) / res.replicates),
+    result = {"final": {"mean": mean, "cov": cov, "mean_stderr": np.sqrt(var / res.replicates),
                         "round": args.rounds, "time": float(res.times[-1])},
               "times": res.times, "rounds": res.rounds, "mean": res.mean(), "paths": res.replicates,
-              "metrics": metrics, "config": res.config | {"order": 2}}
+              "metrics": metrics, "config": res.config | {"order": 2, "final_cov": how}}
     lines = [f"problem: Q={problem.Q}, d={problem.d}  order-2 SDE  integrator: Runge–Kutta drift (Hessian-vector "
              f"products) + the problem's gradient noise, substeps={args.substeps}  eta={args.eta}  "
              f"server_lr={args.server_lr}  h={res.h}",

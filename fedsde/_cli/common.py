@@ -186,84 +186,15 @@ def local_steps_from_args(args: argparse.Namespace, Q: int) -> int | np.ndarray:
     return int(args.local_steps)
 
 
-def add_aggregator_option(p: argparse.ArgumentParser) -> None:
-    """``--aggregator-option KEY=VALUE`` (repeatable): a constructor parameter of the ``--aggregator`` rule."""
-    p.add_argument("--aggregator-option", action="append", default=[], metavar="KEY=VALUE",
-                   help="a parameter of the --aggregator rule, repeatable: e.g. variant=flower (FedAdam as Flower "
-                   "runs it), variant=official (FedNova's momentum + prox loop as the official code), "
-                   "warm_start=fedavg (FedAWARE), beta1=0.9; values are read as JSON numbers, booleans or lists, "
-                   "anything else as a string (the parameters are those of the classes in fedsde.aggregators)")
-
-
-def add_rule_sde_args(p: argparse.ArgumentParser, what: str = "the SDE") -> None:
-    """``--aggregator NAME`` (default: FedAvg's own SDE) and ``--aggregator-option KEY=VALUE``: which server rule's
-    SDE ``what`` is (:mod:`fedsde.sde.rules`, :mod:`fedsde.sde.adaptive`); a rule without one is refused in one
-    line."""
-    from fedsde._cli._names import AGGREGATOR_NAMES
-
-    p.add_argument("--aggregator", default=None, choices=AGGREGATOR_NAMES, metavar="NAME",
-                   help=f"server rule whose own SDE {what} uses: linear rules (fedavg, fedprox, fednova, feddisco) "
-                   "their first-order SDE from the rule's exact round, fedavgm the momentum SDE with step s/(1 − β), "
-                   "fedadam/fedyogi/fedadagrad the adaptive SDE of Malladi et al. 2022 where supported; scaffold and "
-                   "fedaware are refused with the reason (default: FedAvg's SDE, the --variant)")
-    add_aggregator_option(p)
-
-
-def rule_from_args(args: argparse.Namespace):
-    """The ``--aggregator`` rule as an instance (its options applied, its SDE kind declared), or ``None``."""
-    if getattr(args, "aggregator", None) is None:
-        if getattr(args, "aggregator_option", None):
-            raise FedsdeInputError("--aggregator-option: needs --aggregator NAME")
-        return None
-    from fedsde.aggregators import get_aggregator
-
-    agg = aggregator_from_args(args)
-    return get_aggregator(agg)
-
-
-def _reject_constant(name: str):
-    raise ValueError(f"{name} is not a finite number")
-
-
-def aggregator_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The ``--aggregator-option KEY=VALUE`` pairs as keyword arguments (``-`` in keys read as ``_``)."""
-    opts: dict[str, Any] = {}
-    for item in getattr(args, "aggregator_option", None) or ():
-        key, sep, text = item.partition("=")
-        key = key.strip().replace("-", "_")
-        if not sep or not key.isidentifier():
-            raise FedsdeInputError(f"--aggregator-option={item!r}: must be KEY=VALUE (e.g. variant=flower)")
-        try:
-            value = json.loads(text, parse_constant=_reject_constant)
-        except ValueError as exc:
-            if "finite" in str(exc):
-                raise FedsdeInputError(f"--aggregator-option={item!r}: {exc}") from None
-            value = text.strip()
-        opts[key] = value
-    return opts
-
-
-def aggregator_from_args(args: argparse.Namespace):
-    """``--aggregator`` as a registry name, or an instance when ``--aggregator-option`` gives parameters."""
-    from fedsde.aggregators import get_aggregator
-
-    opts = aggregator_options(args)
-    if not opts:
-        return args.aggregator
-    try:
-        return get_aggregator(args.aggregator, **opts)
-    except FedsdeInputError as exc:
-        raise FedsdeInputError(f"--aggregator-option: {exc}") from None
-    except (TypeError, ValueError) as exc:
-        raise FedsdeInputError(f"--aggregator-option {opts}: {exc}") from None
-
-
-def check_aggregator_problem(aggregator: str, problem, path: str) -> None:
-    """One-line error when ``--aggregator`` needs data the problem file does not carry (the rule's own
-    :meth:`~fedsde.aggregators.Aggregator.check_problem`, e.g. FedDisco's label distributions)."""
-    from fedsde.aggregators import get_aggregator
-
-    get_aggregator(aggregator).check_problem(problem, path)
+from fedsde._cli._rule_flags import (  # noqa: E402,F401  (the commands import them from here)
+    add_aggregator_option,
+    add_rule_sde_args,
+    aggregator_from_args,
+    aggregator_options,
+    check_aggregator_problem,
+    rule_from_args,
+    rule_sampling_from_args,
+)
 
 
 def parse_vector(name: str, text: str | None, d: int | None = None) -> np.ndarray | None:

@@ -20,6 +20,7 @@ from fedsde._cli.common import (
     local_steps_from_args,
     parse_vector,
     rule_from_args,
+    rule_sampling_from_args,
     show_progress,
 )
 
@@ -33,14 +34,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         "error |E φ(w_n) − E φ(w(n·h))| for φ = ‖w − w*‖² and φ = F(w), and the weak error against the step h at "
         "fixed t and η₀ = s/h with its fitted log–log slope. With --replicates, also Monte-Carlo: SDE paths vs the "
         "chain's law (per-coordinate KS, weak errors with confidence intervals). For a data problem "
-        "(kind = \"classification\" or \"module\", your own nn.Module): discrete FedAvg against the general SDE (2) "
-        "sampled by the SVAG chain (--ells) and by Monte-Carlo-coefficient Euler (--mc-substeps), with --replicates "
-        "paths each: moments of the train loss over time, weak error of E F(w_T) and of the test accuracy (the "
-        "--metrics) vs step with 95 % intervals, cost. For a least-squares regression file "
-        "(kind = \"regression\"): exactly, no sampling — the chain's exact moments against those of its SDE "
-        "(eq. (2) with the exact round moments, diffusion quadratic in w), weak error over time and against the "
-        "step at fixed t and η₀ = s/h (the data's minibatch noise as it is) with its fitted slope, and both "
-        "stationary laws.",
+        "(kind = \"classification\" or \"module\", your own nn.Module): discrete FedAvg against the general SDE "
+        "(2) sampled by the SVAG chain (--ells) and by Monte-Carlo-coefficient Euler (--mc-substeps), with "
+        "--replicates paths each: moments of the train loss over time, weak error of E F(w_T) and of the test "
+        "accuracy (the --metrics) vs step with 95 % intervals, cost. "
+        "For a least-squares regression file (kind = \"regression\"): exactly, no sampling — the chain's exact "
+        "moments against those of its SDE (eq. (2) with the exact round moments, diffusion quadratic in w), weak "
+        "error over time and against the step at fixed t and η₀ = s/h (the data's minibatch noise as it is) with "
+        "its fitted slope, and both stationary laws. With --aggregator NAME: the rule against its own SDE — exactly on "
+        "quadratic clients (linear and momentum rules; adaptive rules by Monte Carlo), and on every other problem kind "
+        "by the rule's SVAG chains (--ells; each chain's error against their Richardson limit with its interval, the "
+        "slope with its interval, the cost).",
     )
     add_problem_args(p)
     p.add_argument("--variant", choices=SDE_VARIANTS, default="corrected", help="SDE variant (default corrected)")
@@ -66,13 +70,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, metavar="SEED", help="seed of the Monte-Carlo part")
     p.add_argument("--substeps", type=int, default=1, metavar="k", help="Euler steps per round (Monte-Carlo)")
     p.add_argument("--device", default="cpu", help="torch device for the Monte-Carlo part")
-    p.add_argument("--ells", default="1,2,4,8", metavar="ℓ1,ℓ2,…",
-                   help="data problems: SVAG parameters of the general SDE (1 = FedAvg; the two largest give the "
-                   "reference; default 1,2,4,8)")
-    p.add_argument("--mc-substeps", default="1", metavar="k1,k2,…",
-                   help="data problems: substeps of the Monte-Carlo-coefficient Euler runs ('0': none; default 1)")
-    p.add_argument("--inner-samples", type=int, default=8, metavar="K",
-                   help="data problems: Monte-Carlo rollouts per path and step of the Euler runs (default 8)")
+    p.add_argument("--ells", default=None, metavar="ℓ1,ℓ2,…",
+                   help="data problems: SVAG parameters of the general SDE (1 = FedAvg, or the --aggregator rule; the "
+                   "two largest give the reference; default 1,2,4,8); adaptive rules: ℓ = k², squares (default "
+                   "1,4,16,64; on quadratic clients 1,4,16)")
+    p.add_argument("--mc-substeps", default=None, metavar="k1,k2,…",
+                   help="data problems, FedAvg: substeps of the Monte-Carlo-coefficient Euler runs ('0': none; default "
+                   "1)")
+    p.add_argument("--inner-samples", type=int, default=None, metavar="K",
+                   help="data problems, FedAvg: Monte-Carlo rollouts per path and step of the Euler runs (default 8)")
     p.add_argument("--metrics", default=None, metavar="m1,m2,…",
                    help="data problems compared by sampling (classification, module): the metrics compared, of "
                    "train_loss, grad_norm_sq, test_accuracy (with a test set), distance_from_start (default "
@@ -125,6 +131,14 @@ def run(args: argparse.Namespace) -> int:
         raise FedsdeInputError(f"--metrics={args.metrics!r}: compares the metrics of data problems compared by "
                                "sampling (classification, module); quadratic and least-squares clients are compared "
                                "exactly, by their moments (leave --metrics out)")
+    agg = rule_from_args(args)
+    sampling = rule_sampling_from_args(args, agg)
+    if agg is not None and args.order is not None:
+        raise FedsdeInputError(f"--order={args.order}: with --aggregator the SDE is the rule's own first-order SDE")
+    if agg is not None and not isinstance(problem, QuadraticProblem):  # the rule against its SDE, by sampling
+        from fedsde._cli._compare_data import run_rule_data
+
+        return run_rule_data(args, problem, agg, steps, w0, sampling)
     if args.order is not None and not isinstance(problem, QuadraticProblem):
         from fedsde._cli._compare_order import run_data_order, run_exact
 
@@ -140,14 +154,21 @@ def run(args: argparse.Namespace) -> int:
         from fedsde._cli._compare_data import run_data
 
         return run_data(args, problem, steps, w0)
+    if agg is not None and agg.sde_kind == "adaptive":
+        for option, value, why in (("--h", args.h, "its clock is t = n·s²"),
+                                   ("--noise-scaling", args.noise_scaling, "its weak error is in the SVAG step s²/ℓ"),
+                                   (flag(args, "time_steps"), args.time_steps, "its steps are s²/ℓ (--ells)"),
+                                   ("--record-every", args.record_every, "it reports the last round")):
+            if value is not None:
+                raise FedsdeInputError(f"{option}={value}: not used by an adaptive rule's comparison ({why}); leave "
+                                       f"{option} out")
     if args.noise_scaling is None:
         args.noise_scaling = "diffusive"
     h_grid = _refinement_steps(args.time_steps, args)
-    agg = rule_from_args(args)
     if agg is not None:
         if args.order is not None:
             raise FedsdeInputError(f"--order={args.order}: with --aggregator the SDE is the rule's own first-order SDE")
-        return _rule(args, problem, agg, steps, w0, h_grid)
+        return _rule(args, problem, agg, steps, w0, h_grid, sampling)
     variant = args.variant
     if args.order == 2:
         if args.variant != "corrected":
@@ -207,24 +228,37 @@ def _interval(ci) -> str:
     return "(no interval: two steps)" if ci is None else f"[{ci[0]:.3f}, {ci[1]:.3f}] (95 %)"
 
 
-def _rule(args: argparse.Namespace, problem, agg, steps, w0, h_grid) -> int:
+def _rule(args: argparse.Namespace, problem, agg, steps, w0, h_grid, sampling) -> int:
     """``--aggregator``: the rule's chain against its own SDE (linear and momentum rules: exact; adaptive rules:
     Monte Carlo, :mod:`fedsde._cli._compare_adaptive`)."""
     from fedsde.errors import FedsdeInputError
+    from fedsde.sde.rules import NoSDEError
 
+    if agg.sde_kind is None:
+        raise NoSDEError(agg.sde_refusal)
     if args.variant != "corrected":
         raise FedsdeInputError(f"--variant={args.variant}: with --aggregator the SDE is the rule's own first-order "
                                "SDE; drop --variant")
+    for option, value in (("--mc-substeps", args.mc_substeps), ("--inner-samples", args.inner_samples)):
+        if value is not None:
+            raise FedsdeInputError(f"{option}={value}: the Monte-Carlo-coefficient Euler scheme samples FedAvg's SDE "
+                                   "on a data problem; it has no part in a rule's comparison on quadratic clients")
     if agg.sde_kind == "adaptive":
         from fedsde._cli._compare_adaptive import run_adaptive
 
-        return run_adaptive(args, problem, agg, steps, w0)
+        return run_adaptive(args, problem, agg, steps, w0, sampling)
+    for option, value in (("--ells", args.ells), (flag(args, "replicates"), args.replicates),
+                          ("--substeps", None if args.substeps == 1 else args.substeps)):
+        if value is not None:
+            raise FedsdeInputError(f"{option}={value}: a linear or momentum rule is compared exactly with its SDE on "
+                                   f"quadratic clients (no sampling, no SVAG chains); leave {option} out")
     from fedsde._stats import fit_slope_interval
     from fedsde.compare.rule_weak import rule_sde_study
 
     agg.check_problem(problem, args.problem)
     st = rule_sde_study(problem, agg, eta=args.eta, local_steps=steps, rounds=args.rounds, server_lr=args.server_lr,
-                        h=args.h, w0=w0, time_steps=h_grid, noise_scaling=args.noise_scaling)
+                        h=args.h, w0=w0, time_steps=h_grid, noise_scaling=args.noise_scaling,
+                        participation=sampling[0], weighting=sampling[1])
     mom, weak = st["moments"], st["weak_error"]
     for v in weak.values():  # every slope with its interval (exact errors: the fit's residuals)
         fit = fit_slope_interval(v["steps"], v["errors"])

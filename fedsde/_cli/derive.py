@@ -29,6 +29,7 @@ from fedsde._cli.common import (
     local_steps_from_args,
     refuse_least_squares,
     rule_from_args,
+    rule_sampling_from_args,
 )
 from fedsde.errors import FedsdeInputError
 
@@ -88,7 +89,8 @@ def run(args: argparse.Namespace) -> int:
             raise FedsdeInputError(f"{name}={val}: only used with --problem FILE")
     if args.server_lr != 1.0:
         raise FedsdeInputError(f"--server-lr={args.server_lr}: only used with --problem FILE")
-    for name, val in (("--client-steps", args.client_steps), ("--aggregator", args.aggregator)):
+    for name, val in (("--client-steps", args.client_steps), ("--aggregator", args.aggregator),
+                      ("--participation", args.participation), ("--weighting", args.weighting)):
         if val is not None:
             raise FedsdeInputError(f"{name}={val}: only used with --problem FILE")
     from fedsde.symbolic.render import derivation
@@ -109,8 +111,9 @@ def _numeric(args: argparse.Namespace) -> int:
     if args.eta is None:
         raise FedsdeInputError("--eta: required with --problem FILE")
     agg = rule_from_args(args)
+    sampling = rule_sampling_from_args(args, agg)
     if agg is not None or args.client_steps:
-        return _rule(args, agg)
+        return _rule(args, agg, sampling)
     E = _local_steps(args.local_steps, required=True)
     problem = load_problem(args.problem)
     refuse_least_squares(problem, "derive --problem")
@@ -134,7 +137,7 @@ def _numeric(args: argparse.Namespace) -> int:
     return emit(args, result, "\n".join(lines))
 
 
-def _rule(args: argparse.Namespace, agg) -> int:
+def _rule(args: argparse.Namespace, agg, sampling=(None, "unbiased")) -> int:
     """A rule's own first-order SDE on quadratic clients (FedAvg's corrected SDE when only --client-steps)."""
     from fedsde.problems import load_problem, require_quadratic
     from fedsde.sde.rules import rule_sde
@@ -155,11 +158,13 @@ def _rule(args: argparse.Namespace, agg) -> int:
         from fedsde.sde.adaptive import adaptive_sde, adaptive_sde_dict
 
         res = {"aggregator": agg.describe(), **adaptive_sde_dict(adaptive_sde(
-            problem, agg, eta=args.eta, local_steps=steps, server_lr=args.server_lr, h=args.h))}
+            problem, agg, eta=args.eta, local_steps=steps, server_lr=args.server_lr, h=args.h,
+            participation=sampling[0], weighting=sampling[1]))}
         return emit(args, res, "\n".join([f"aggregator={agg.name}  sde=adaptive (Malladi et al. 2022)  clock "
                                           f"{res['clock']}", *res["equations"], f"B {fmt_array(res['drift']['B'])}",
                                           f"c {fmt_array(res['drift']['c'])}", f"N {fmt_array(res['noise_cov'])}"]))
-    r = rule_sde(problem, "fedavg" if agg is None else agg, args.eta, steps, args.server_lr, args.h)
+    r = rule_sde(problem, "fedavg" if agg is None else agg, args.eta, steps, args.server_lr, args.h,
+                 participation=sampling[0], weighting=sampling[1])
     result = r.to_dict()
     st = result["stationary"]
     lines = [
@@ -174,6 +179,9 @@ def _rule(args: argparse.Namespace, agg) -> int:
         lines.append("stationary law: none (A is not stable)")
     else:
         lines += [f"stationary mean {fmt_array(st['mean'])}", f"stationary cov  {fmt_array(st['cov'])}"]
+    if r.sampling is not None:
+        lines.append(f"client sampling: m={r.sampling.participation} ({r.sampling.weighting}); the diffusion adds "
+                     f"(s_eff²/h) Σ_kl C_kl M_k (w − a_k)(w − a_l)ᵀ M_lᵀ with C = Cov ω = {fmt_array(r.sampling.C)}")
     if r.momentum is not None:
         lines.append(f"server momentum beta={r.momentum.beta:g}: first-order step s*g/(1-beta) = "
                      f"{r.effective_server_lr:.6g}; underdamped (w, u) SDE under the JSON key second_order")

@@ -80,6 +80,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     where.add_argument("--scheduler", default=None, metavar="tcp://HOST:PORT",
                        help="run the cells on the Dask cluster whose scheduler listens at this address")
     p.add_argument("--resume", action="store_true", help="continue the map in --out (finished cells are kept)")
+    from fedsde._cli.common import add_rule_sde_args
+
+    add_rule_sde_args(p, "every cell judges the rule against (fedsde validity --aggregator: the rule's own chains "
+                      "against the exact law of its SDE on quadratic clients, else the Richardson limit of its SVAG "
+                      "chains; κ stays FedAvg's step measure)")
     p.add_argument("--max-cells", type=int, default=MAX_CELLS, metavar="N",
                    help=f"refuse a grid of more than N cells before anything runs (default {MAX_CELLS})")
     add_json_flag(p)
@@ -178,15 +183,30 @@ def run(args: argparse.Namespace) -> int:
                 "record_every": args.record_every, "device": args.device, "final_cov": args.final_cov,
                 "order": args.order if args.order != 1 else None}
     from fedsde._cli._data_flags import data_overrides, problem_from_args
+    from fedsde._cli.common import rule_from_args, rule_sampling_from_args
     from fedsde.report.map_report import write_outputs
 
     problem = problem_from_args(args)
     options |= data_overrides(args)  # every cell reads the file with the same --batch-size/--l2
+    rule = rule_from_args(args)
+    participation, weighting = rule_sampling_from_args(args, rule)
+    if rule is not None:
+        from fedsde.sde.rules import NoSDEError
+
+        if rule.sde_kind is None:
+            raise NoSDEError(rule.sde_refusal)
+        if args.order != 1:
+            raise FedsdeInputError(f"--order={args.order}: with --aggregator the SDE is the rule's own first-order "
+                                   "SDE; leave --order out")
+        rule.check_problem(problem, args.problem)
+        options |= {"aggregator": args.aggregator, "aggregator_option": list(args.aggregator_option) or None,
+                    "participation": participation,
+                    "weighting": None if participation is None else weighting}
     try:
         record = run_map(args.problem, grid, rounds=args.rounds, replicates=args.replicates, seed=args.seed, out=out,
                          options=options, refine=args.refine, workers=args.workers, scheduler=args.scheduler,
                          resume=args.resume, max_cells=args.max_cells, progress=show_progress(args),
-                         commands=cell_commands(), problem=problem)
+                         commands=cell_commands(), problem=problem, rule=rule)
     except FedsdeInputError as err:
         msg = str(err)
         if msg.startswith(_OPTION_NAMES):  # run_map names its keyword; the command line names the flag
@@ -216,7 +236,9 @@ def human_report(record: dict) -> str:
     grid = record["grid"]
     cells = {(c["server_lr"], c["local_steps"], c["eta"]): c for c in record["cells"]}
     ks = record.get("kappa_threshold")
-    lines = [f"validity map: {record['problem']['file']} ({len(record['cells'])} cells, tolerance "
+    rule = record.get("aggregator")
+    lines = [f"validity map{'' if not rule else ' of ' + rule['name'] + ' against its own SDE'}: "
+             f"{record['problem']['file']} ({len(record['cells'])} cells, tolerance "
              f"{record['tolerance']:g}, α = {record['alpha']:g}, reference {record['reference']}"
              f"{', order-2 SDE' if record.get('order') == 2 else ''}; κ* = "
              + (f"{ks:.3g})" if ks is not None else "none)")]

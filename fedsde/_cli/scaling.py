@@ -68,7 +68,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     from fedsde._cli.common import add_rule_sde_args
 
     add_data_overrides(p)
-    add_rule_sde_args(p, "the scaling rule maps (--rule sqrt: an adaptive rule; the first-order rules: fedavg)")
+    add_rule_sde_args(p, "the scaling rule maps (--rule sqrt: an adaptive rule; the first-order rules: fedavg)",
+                      sampling=False)
     add_json_flag(p)
     p.set_defaults(func=run)
 

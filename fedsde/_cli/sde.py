@@ -21,6 +21,7 @@ from fedsde._cli.common import (
     refuse_known_divergence,
     refuse_least_squares,
     rule_from_args,
+    rule_sampling_from_args,
     show_progress,
 )
 
@@ -51,12 +52,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="general variant, mc-euler integrator: Monte-Carlo rollouts per path and step (default 16)")
     p.add_argument("--estimator", choices=SDE_ESTIMATORS, default="compensated",
                    help="general variant: diffusion estimator")
-    p.add_argument("--integrator", choices=("mc-euler", "svag"), default="mc-euler",
+    p.add_argument("--integrator", choices=("mc-euler", "svag"), default=None,
                    help="general variant: mc-euler (Euler–Maruyama with Monte-Carlo M̂, V̂ from --inner-samples "
-                   "rollouts per step) or svag (the SVAG chain with parameter --ell: step h/ℓ, two client rounds per "
-                   "step, weak order 1; the cheaper sampler of eq. (2))")
+                   "rollouts per step; the default) or svag (the SVAG chain with parameter --ell: step h/ℓ, two client "
+                   "rounds per step, weak order 1; the cheaper sampler of eq. (2)); with --aggregator on a data "
+                   "problem the rule's SDE is sampled by the rule's SVAG chain (svag, the only one)")
     p.add_argument("--ell", type=int, default=None, metavar="ℓ",
-                   help="svag integrator: SVAG parameter, ℓ steps of size h/ℓ per round (default 4)")
+                   help="svag integrator: SVAG parameter, ℓ steps of size h/ℓ per round (default 4; adaptive rules: "
+                   "ℓ = k², a square)")
     p.add_argument("--record-every", type=int, default=None, metavar="m",
                    help="record the moments every m rounds (default: about 100 records)")
     p.add_argument("--device", default="cpu", help="torch device (cpu, cuda, …)")
@@ -94,7 +97,12 @@ def run(args: argparse.Namespace) -> int:
     from fedsde.sde.integrate import simulate_sde
 
     problem = problem_from_args(args)
+    agg = rule_from_args(args)
+    sampling = rule_sampling_from_args(args, agg)
     if args.order == 2:
+        if agg is not None:
+            raise FedsdeInputError(f"--order=2: with --aggregator the SDE is the rule's own first-order SDE "
+                                   f"({agg.name}); leave --order out")
         from fedsde._cli._sde_order2 import order2_setup
 
         done = order2_setup(args, problem)  # quadratic clients: the linear order-2 variant below; else run here
@@ -102,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
             return done
     if args.method is None:
         args.method = "euler"
-    if args.variant != "general":
+    if args.variant != "general" and agg is None:
         refuse_least_squares(problem, f"--variant={args.variant}")
         require_quadratic(problem, f"--variant={args.variant}", "the linear SDE variants have closed-form drift and "
                           "diffusion for quadratic losses only; use --variant general for a data problem")
@@ -118,12 +126,13 @@ def run(args: argparse.Namespace) -> int:
     if every < 1:
         raise FedsdeInputError(f"--record-every={every}: must be an integer >= 1")
     record = sorted(set(range(0, args.rounds + 1, every)) | {args.rounds})
-    agg = rule_from_args(args)
     if agg is not None:
         from fedsde._cli._sde_rule import run_rule
 
         refuse_known_divergence(problem, args.eta, steps, args.server_lr, aggregator=agg)
-        return run_rule(args, problem, agg, steps, w0, record)
+        return run_rule(args, problem, agg, steps, w0, record, sampling)
+    if args.integrator is None:
+        args.integrator = "mc-euler"
     refuse_known_divergence(problem, args.eta, steps, args.server_lr)
     general = _general_setup(args, problem, w0)
     if general is not None:

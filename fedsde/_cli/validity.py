@@ -16,6 +16,7 @@ from fedsde._cli.common import (
     parse_vector,
     refuse_known_divergence,
     rule_from_args,
+    rule_sampling_from_args,
     show_progress,
 )
 
@@ -86,8 +87,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="what is computed and kept as final_cov per ℓ: full (the d×d covariance of the final weights), "
                    "diag (the d variances) or none (null); default full up to d = 256 and diag above (a network's d×d "
                    "covariance is tens of GB); final_cov_trace (the total variance) is always there")
-    add_rule_sde_args(p, "validity judges the rule against (quadratic clients; adaptive rules: the SVAG test of "
-                      "Malladi et al. 2022 with k = 1, 2, 4, 8 by default, see --ells)")
+    add_rule_sde_args(p, "validity judges the rule against (on every problem kind: the exact law of a linear or "
+                      "momentum rule's SDE on quadratic clients, else the Richardson limit of the rule's SVAG chains; "
+                      "adaptive rules: the SVAG test of Malladi et al. 2022, ℓ = k² = 1,4,16,64 by default, see "
+                      "--ells)")
     add_order_flag(p, "the SDE FedAvg is judged against: 1, seed 002's first-order SDE (default); 2, the order-2 "
                    "SDE (docs/order2.md; its exact law: quadratic and least-squares clients)")
     add_json_flag(p)
@@ -162,6 +165,7 @@ def run(args: argparse.Namespace) -> int:
             raise FedsdeInputError(f"--replicates={args.replicates}: must be an integer >= 2 (a standard error needs "
                                    "two)")
         return _rule(args, problem, agg, steps, w0)
+    rule_sampling_from_args(args, None)
     try:
         reference = resolve_reference(problem, args.reference)
     except FedsdeInputError as err:
@@ -279,45 +283,68 @@ def human_report(res, problem, args: argparse.Namespace) -> str:
 
 
 def _rule(args: argparse.Namespace, problem, agg, steps, w0) -> int:
-    """``--aggregator A``: the rule against its own SDE (:func:`fedsde.validity.adaptive.rule_validity_test`); for
-    adaptive rules ``--ells`` are the SVAG ``ℓ = k²`` (squares: 1,4,16,64 by default)."""
-    import math
+    """``--aggregator A``: the rule against its own SDE on any problem kind (:func:`fedsde.validity.rules.
+    rule_validity_test`); for adaptive rules ``--ells`` are the SVAG ``ℓ = k²`` (squares: 1,4,16,64 by default)."""
+    import torch
 
+    from fedsde._cli.common import options_named, rule_sampling_from_args
+    from fedsde._validate import positive_float
     from fedsde.errors import FedsdeInputError
-    from fedsde.problems import QuadraticProblem
     from fedsde.sde.rules import NoSDEError
-    from fedsde.validity.adaptive import rule_validity_test
+    from fedsde.validity.rules import rule_validity_test
     from fedsde.validity.text import bounds_text
 
     if agg.sde_kind is None:
         raise NoSDEError(agg.sde_refusal)
-    if not isinstance(problem, QuadraticProblem):
-        raise FedsdeInputError(f"--aggregator={agg.name}: the rules' own SDEs are built on quadratic clients; "
-                               f"{args.problem} is not one")
     agg.check_problem(problem, args.problem)
-    ks = None
+    if args.fedavg == "exact":
+        raise FedsdeInputError("--fedavg=exact: with --aggregator the rule's side is sampled (its own chains, "
+                               "--replicates R); leave --fedavg out")
+    if args.seed is None:
+        raise FedsdeInputError("--seed: required with --aggregator (the rule's chains are random)")
+    participation, weighting = rule_sampling_from_args(args, agg)
+    refuse_known_divergence(problem, args.eta, steps, args.server_lr, aggregator=agg)
+    positive_float("--tolerance", args.tolerance)
+    positive_float("--accuracy-tolerance", args.accuracy_tolerance)
+    ells = None
     if args.ells is not None:
-        ells = _ells(args.ells, "svag") or []
-        ks = [math.isqrt(e) for e in ells]
-        if any(k * k != e for k, e in zip(ks, ells, strict=True)):
-            raise FedsdeInputError(f"--ells={args.ells!r}: the adaptive SVAG chain has ℓ = k², so each value must be "
-                                   "a square (e.g. 1,4,16,64)")
-    res = rule_validity_test(problem, agg, eta=args.eta, local_steps=steps, rounds=args.rounds,
-                             replicates=args.replicates, seed=args.seed, server_lr=args.server_lr, h=args.h, w0=w0,
-                             ks=ks, tolerance=args.tolerance, alpha=args.alpha, record_every=args.record_every,
-                             device=args.device)
+        ells = _ells(args.ells, "exact")
     from fedsde._samples import resolve_final_cov
 
+    how = resolve_final_cov("--final-cov", args.final_cov, problem.d)
+    with options_named(args, "reference", "ells", "metrics", "verdict_metrics", "participation", "weighting"):
+        res = rule_validity_test(
+            problem, agg, eta=args.eta, local_steps=steps, rounds=args.rounds, replicates=args.replicates,
+            seed=args.seed, server_lr=args.server_lr, h=args.h, w0=w0, ells=ells, reference=args.reference,
+            participation=participation, weighting=weighting, tolerance=args.tolerance,
+            accuracy_tolerance=args.accuracy_tolerance, alpha=args.alpha, metrics=_names("--metrics", args.metrics),
+            verdict_metrics=_names("--verdict-metrics", args.verdict_metrics), record_every=args.record_every,
+            device=args.device, dtype=torch.float32 if args.float32 else torch.float64, progress=show_progress(args),
+            final_cov=how)
     result = res.to_dict()
-    result["final_cov"] = final_cov_view(res.final_cov, resolve_final_cov("--final-cov", args.final_cov, problem.d))
+    result["config"] = {**result["config"], "final_cov": how}
     v = res.verdict
+    sampling = "" if participation is None else f"  participation={participation} ({weighting})"
     lines = [f"aggregator={agg.name}  sde={agg.sde_kind}  eta={args.eta}  server_lr={args.server_lr}  "
-             f"h={res.config['h']}  rounds={args.rounds} (t up to {res.times[-1]:.6g})  replicates={args.replicates}",
-             "reference: " + (f"SVAG chains ℓ = k² = {', '.join(map(str, res.ells))}, Richardson limit of the two "
-                              "largest" if v.reference == "svag" else "exact law of the rule's first-order SDE"),
-             v.sentence(agg.name)]
+             f"h={res.config['h']}  rounds={args.rounds} (t up to {res.times[-1]:.6g})  replicates={args.replicates} "
+             f"per ℓ{sampling}",
+             "reference: " + (f"SVAG chains ℓ = {', '.join(map(str, res.ells))}"
+                              + (" (ℓ = k²)" if agg.sde_kind == "adaptive" else "")
+                              + ", Richardson limit of the two largest" if v.reference == "svag"
+                              else "exact law of the rule's first-order SDE"),
+             f"{'metric at T':22s}" + "  ".join(f"ℓ={e:<14d}" for e in res.ells) + "  SDE"]
+    for name, st in res.metrics.items():
+        if name in v.skipped:
+            continue
+        cells = "  ".join(f"{m:.5g}±{se:.1g}".ljust(16) for m, se in zip(st["mean"][:, -1], st["se"][:, -1],
+                                                                          strict=True))
+        sde = res.sde.get(name)
+        lines.append(f"{name:22s}{cells}  " + ("" if sde is None else f"{sde['mean'][-1]:.5g}"))
+    lines.append(v.sentence(agg.name))
     for c in v.curves:
         lines.append(f"  d({c['metric']}): simultaneous bounds of max_t d "
                      + bounds_text(max(c["lower"][1:], default=0.0), max(c["upper"][1:], default=0.0), c["metric"])
                      + f", tolerance {c['tolerance']:g}")
+    for m, why in v.skipped.items():
+        lines.append(f"  {m}: not judged ({why})")
     return emit(args, result, "\n".join(lines))

@@ -39,6 +39,7 @@ from fedsde.aggregators.fedyogi import FedYogi
 from fedsde.aggregators.min_norm import min_norm_weights
 from fedsde.aggregators.registry import AGGREGATORS, get_aggregator, register
 from fedsde.aggregators.scaffold import Scaffold
+from fedsde.aggregators.sde_forms import SampledWeights
 
 __all__ = [
     "AGGREGATORS",
@@ -55,6 +56,7 @@ __all__ = [
     "FedYogi",
     "MomentumForm",
     "RoundContext",
+    "SampledWeights",
     "Scaffold",
     "ServerRecursion",
     "disco_weights_from_discrepancy",

@@ -44,6 +44,7 @@ import torch
 
 from fedsde._validate import choice, positive_float, unit_interval
 from fedsde.aggregators.base import Aggregator, RoundContext, weighted_mean
+from fedsde.aggregators.sde_forms import SampledWeights
 
 VARIANTS = ("paper", "bias_corrected", "flower")
 
@@ -123,6 +124,12 @@ class AdaptiveServer(Aggregator):
         import numpy as np
 
         return np.array(weights, dtype=np.float64)
+
+    def sampled_sde_weights(self, norms, local_steps, *, p) -> SampledWeights:
+        """``ω = W``: the moments run on the scheme's weighted mean."""
+        import numpy as np
+
+        return SampledWeights(np.ones(np.shape(p)[0]))
 
     def adaptive_form(self) -> AdaptiveForm:
         """The parameters the adaptive SDE reads (:class:`AdaptiveForm`)."""

@@ -45,7 +45,9 @@ never compare names):
 * ``sde_kind`` — which continuous-time model the rule has (:data:`SDE_KINDS`: ``"linear"``, the first-order SDE of
   its exact one-round law; ``"momentum"``, server heavy ball; ``"adaptive"``, the SDE of Malladi et al. 2022), or
   ``None`` with ``sde_refusal`` saying why; ``sde_weights`` and ``momentum_form`` give what those SDEs read
-  (:mod:`fedsde.sde.rules`, :mod:`fedsde.sde.adaptive`).
+  (:mod:`fedsde.sde.rules`, :mod:`fedsde.sde.adaptive`); ``sampled_sde_weights`` how those weights depend on the
+  sampled clients (the SDE under client sampling, :mod:`fedsde.sde.sampled`), and ``sde_step``/``apply_step`` the
+  rule's step and server update apart (the SVAG chains of :mod:`fedsde.sde.rule_svag`).
 
 A new rule that is linear in the displacements implements ``apply`` and ``linear_weights``; the exact laws, the
 stability check and the theory functions then apply to it unchanged.
@@ -61,6 +63,7 @@ import numpy as np
 import torch
 
 from fedsde._validate import client_steps
+from fedsde.aggregators.sde_forms import MomentumForm, SampledWeights
 from fedsde.clients.solvers import SGD, LocalSolver
 from fedsde.errors import NoExactLawError
 
@@ -106,30 +109,6 @@ class RoundContext:
 
 #: the continuous-time models a rule can declare (:attr:`Aggregator.sde_kind`)
 SDE_KINDS = ("linear", "momentum", "adaptive")
-
-
-@dataclass(frozen=True)
-class MomentumForm:
-    """Server heavy ball on a linear rule's step ``U = Σ_k ω_k Δ_k``: ``v ← βv + gU``, ``w ← w + s·(v or βv + gU)``.
-
-    Attributes
-    ----------
-    beta : float
-        Momentum ``β ∈ [0, 1)``.
-    gain : float
-        ``g`` (``1 − δ`` with dampening ``δ``).
-    nesterov : bool
-        ``w ← w + s(βv' + gU)`` instead of ``w ← w + s v'``.
-    """
-
-    beta: float
-    gain: float = 1.0
-    nesterov: bool = False
-
-    @property
-    def step_factor(self) -> float:
-        """``g/(1 − β)``: the first-order SDE's server step is ``s·g/(1 − β)`` (Li, Tai & E 2019, heavy ball)."""
-        return self.gain / (1.0 - self.beta)
 
 
 @dataclass(frozen=True)
@@ -389,6 +368,30 @@ class Aggregator(ABC):
     def momentum_form(self) -> MomentumForm | None:
         """The server heavy ball on top of :meth:`sde_weights` (rules of kind ``"momentum"``), else ``None``."""
         return None
+
+    def sampled_sde_weights(self, norms: np.ndarray, local_steps: np.ndarray, *,
+                            p: np.ndarray) -> SampledWeights | None:
+        """How :meth:`sde_weights` depend on a round's participation weights (:class:`SampledWeights`; ``norms``,
+        ``local_steps``, ``p`` of shape (Q,)), which the SDE under client sampling needs; ``None`` (default): not
+        declared, and the rule's SDE holds for full participation only."""
+        return None
+
+    def sde_step(self, updates: torch.Tensor, weights: torch.Tensor, ctx: RoundContext) -> torch.Tensor:
+        """The linear step ``U = Σ_k ω_k Δ_k`` (R, d) the SDE is built on, from a round's displacements (R, Q, d) and
+        participation weights (R, Q) (the SVAG chains combine two rounds' steps; :mod:`fedsde.sde.rule_svag`).
+        Default: the weighted mean (rules whose :meth:`sde_weights` are the scheme's own)."""
+        return weighted_mean(weights, updates)
+
+    def apply_step(self, w: torch.Tensor, step: torch.Tensor, state: Any, ctx: RoundContext) -> tuple[torch.Tensor,
+                                                                                                     Any]:
+        """The server update for a given step ``U`` (R, d) of :meth:`sde_step`.  Default: :meth:`apply` with ``U``
+        as the displacement of one client of weight 1 (rules that read the round only through the weighted mean)."""
+        R = step.shape[0]
+        one = RoundContext(round=ctx.round, server_lr=ctx.server_lr, eta=ctx.eta,
+                           local_steps=torch.ones((R, 1), dtype=torch.long, device=step.device),
+                           participating=torch.ones((R, 1), dtype=torch.bool, device=step.device),
+                           p=torch.ones(1, dtype=step.dtype, device=step.device))
+        return self.apply(w, step.unsqueeze(1), torch.ones((R, 1), dtype=step.dtype, device=step.device), state, one)
 
     @property
     def _label(self) -> str:

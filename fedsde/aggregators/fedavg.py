@@ -20,6 +20,7 @@ import torch
 
 from fedsde.aggregators.base import Aggregator, RoundContext, weighted_mean
 from fedsde.aggregators.registry import register
+from fedsde.aggregators.sde_forms import SampledWeights
 from fedsde.clients.solvers import LocalSolver
 
 
@@ -44,6 +45,10 @@ class FedAvg(Aggregator):
                        p: np.ndarray | None = None) -> np.ndarray:
         """``ω = weights``: the step is the weighted mean itself (seed 002 eq. (1); shapes as the base's)."""
         return np.array(weights, dtype=np.float64)
+
+    def sampled_sde_weights(self, norms: np.ndarray, local_steps: np.ndarray, *, p: np.ndarray) -> SampledWeights:
+        """``ω = W``: the scheme's own weights (:class:`~fedsde.aggregators.sde_forms.SampledWeights`)."""
+        return SampledWeights(np.ones(np.shape(p)[0]))
 
     def apply(
         self, w: torch.Tensor, updates: torch.Tensor, weights: torch.Tensor, state: Any, ctx: RoundContext

@@ -26,6 +26,7 @@ import torch
 from fedsde._validate import choice, unit_interval
 from fedsde.aggregators.base import Aggregator, MomentumForm, RoundContext, ServerRecursion, weighted_mean
 from fedsde.aggregators.registry import register
+from fedsde.aggregators.sde_forms import SampledWeights
 
 VARIANTS = ("heavy_ball", "nesterov")
 
@@ -79,6 +80,10 @@ class FedAvgM(Aggregator):
                     p: np.ndarray | None = None) -> np.ndarray:
         """``ω = weights``: the buffer averages FedAvg's step ``Σ_k ω_k Δ_k`` (shapes as the base's)."""
         return np.array(weights, dtype=np.float64)
+
+    def sampled_sde_weights(self, norms: np.ndarray, local_steps: np.ndarray, *, p: np.ndarray) -> SampledWeights:
+        """``ω = W``: the buffer averages the scheme's weighted mean."""
+        return SampledWeights(np.ones(np.shape(p)[0]))
 
     def momentum_form(self) -> MomentumForm:
         """``β``, ``g = 1 − δ`` and the variant (module docstring); first-order step ``s·g/(1 − β)``."""

@@ -64,6 +64,7 @@ from fedsde._compat import renamed
 from fedsde._validate import choice, positive_float, unit_interval
 from fedsde.aggregators.base import Aggregator, MomentumForm, RoundContext, weighted_mean
 from fedsde.aggregators.registry import register
+from fedsde.aggregators.sde_forms import SampledWeights
 from fedsde.clients.solvers import LocalSolver
 from fedsde.errors import FedsdeInputError
 
@@ -170,6 +171,30 @@ class FedNova(Aggregator):
         else:
             te = float(self.tau_eff)
         return weights * te / norms
+
+    def sampled_sde_weights(self, norms: np.ndarray, local_steps: np.ndarray, *, p: np.ndarray) -> SampledWeights:
+        """``ω_k = W_k τ_eff(W)/‖a_k‖₁`` as :class:`~fedsde.aggregators.sde_forms.SampledWeights`: ``τ_eff = ⟨W, ‖a‖₁⟩``
+        (``"solver"``), ``⟨W, τ⟩`` (``"steps"``), or fixed (``"full"``: ``Σ_k p_k‖a_k‖₁``; a number)."""
+        norms = np.asarray(norms, dtype=np.float64)
+        if self.tau_eff == "solver":
+            return SampledWeights(1.0 / norms, norms)
+        if self.tau_eff == "steps":
+            return SampledWeights(1.0 / norms, np.asarray(local_steps, dtype=np.float64))
+        te = float(np.sum(np.asarray(p, dtype=np.float64) * norms)) if self.tau_eff == "full" else float(self.tau_eff)
+        return SampledWeights(te / norms)
+
+    def sde_step(self, updates: torch.Tensor, weights: torch.Tensor, ctx: RoundContext) -> torch.Tensor:
+        """``U = τ_eff Σ_k W_k Δ_k/‖a_k‖₁`` (eq. (20)), shape (R, d)."""
+        norms = self.normalisers(ctx)
+        return self.effective_steps(weights, ctx, norms) * weighted_mean(weights / norms, updates)
+
+    def apply_step(self, w: torch.Tensor, step: torch.Tensor, state: NovaState, ctx: RoundContext
+                   ) -> tuple[torch.Tensor, Any]:
+        """``w + sU``, or with server momentum ``b ← γb + U/η``, ``w ← w + sηb``."""
+        if not self.server_momentum:
+            return w + ctx.server_lr * step, state
+        b = self.server_momentum * state.b + step / ctx.eta
+        return w + ctx.server_lr * ctx.eta * b, NovaState(b=b)
 
     def generalised_weights(self, weights: np.ndarray, norms: np.ndarray, local_steps: np.ndarray) -> np.ndarray:
         """``w_k = weights_k``: FedNova's definition in seed 003's generalised update (6), eq. (20)."""

@@ -54,6 +54,8 @@ def rule_weak_error_vs_step(
     phi: str = "dist2",
     w0=None,
     noise_scaling: str = "diffusive",
+    participation: int | None = None,
+    weighting: str = "unbiased",
 ) -> WeakErrorCurve:
     """Exact weak error of ``aggregator``'s first-order SDE against its chain (module docstring).
 
@@ -75,6 +77,9 @@ def rule_weak_error_vs_step(
     w0 : array, shape (d,), optional
         Start point (default the origin; ``v_0 = 0``).
     noise_scaling : {"diffusive", "fixed"}
+    participation, weighting
+        Client sampling (:func:`fedsde.sde.rules.rule_round_law`); the chain's moments and the SDE's are then
+        those of :mod:`fedsde.sde.sampled_sde` (the sampling term is not rescaled by ``noise_scaling``).
 
     Returns
     -------
@@ -85,13 +90,14 @@ def rule_weak_error_vs_step(
     m0, _ = initial_law(problem.d, w0, None)
 
     def laws(pb: QuadraticProblem, h: float, n: int):
-        r = rule_sde(pb, agg, eta, local_steps, h * server_rate, h)
+        r = rule_sde(pb, agg, eta, local_steps, h * server_rate, h, participation=participation, weighting=weighting)
         ch = rule_chain_moments(r, n, m0, record=[n])
         law = r.sde.moments(n * h, m0)
         return ch.mean[-1], ch.cov[-1], law.mean, law.cov
 
     config = {"aggregator": agg.name, "sde": agg.sde_kind, "eta": float(eta),
-              "local_steps": np.atleast_1d(local_steps).tolist()}
+              "local_steps": np.atleast_1d(local_steps).tolist(), "participation": participation,
+              "weighting": weighting}
     return exact_weak_curve(problem, laws, t_end=t_end, time_steps=time_steps, server_rate=server_rate, phi=phi,
                             noise_scaling=noise_scaling, config=config)
 
@@ -158,8 +164,11 @@ def underdamped_weak_error_vs_step(
 
 def rule_sde_study(problem: QuadraticProblem, aggregator: str | Aggregator, *, eta: float, local_steps,
                    rounds: int, server_lr: float = 1.0, h: float | None = None, w0=None,
-                   time_steps: Sequence[float] | None = None, noise_scaling: str = "diffusive") -> dict:
-    """``fedsde compare --aggregator A``: the rule's chain against its own first-order SDE, exactly.
+                   time_steps: Sequence[float] | None = None, noise_scaling: str = "diffusive",
+                   participation: int | None = None, weighting: str = "unbiased") -> dict:
+    """``fedsde compare --aggregator A``: the rule's chain against its own first-order SDE, exactly (under client
+    sampling, ``participation``/``weighting``, both laws are not Gaussian: ``w2`` is then that of their Gaussian fits,
+    a lower bound).
 
     Moments of both at every round up to ``rounds`` (clock ``t = n·h``, ``h`` default ``η``) with their W2
     distance, the weak error against the step at fixed ``t`` and ``η₀ = s/h`` with its fitted slope for each ``φ``
@@ -175,7 +184,7 @@ def rule_sde_study(problem: QuadraticProblem, aggregator: str | Aggregator, *, e
     from fedsde.compare.distances import gaussian_w2
 
     h = float(eta) if h is None else positive_float("h", h)
-    r = rule_sde(problem, aggregator, eta, local_steps, server_lr, h)
+    r = rule_sde(problem, aggregator, eta, local_steps, server_lr, h, participation=participation, weighting=weighting)
     m0, _ = initial_law(problem.d, w0, None)
     chain = rule_chain_moments(r, rounds, m0)
     sde = [r.sde.moments(n * h, m0) for n in chain.rounds]
@@ -185,7 +194,8 @@ def rule_sde_study(problem: QuadraticProblem, aggregator: str | Aggregator, *, e
     weak = {}
     for phi in PHIS:
         c = rule_weak_error_vs_step(problem, r.aggregator, eta, local_steps, t_end=t_end, time_steps=hs,
-                                    server_rate=server_lr / h, phi=phi, w0=m0, noise_scaling=noise_scaling)
+                                    server_rate=server_lr / h, phi=phi, w0=m0, noise_scaling=noise_scaling,
+                                    participation=participation, weighting=weighting)
         local = local_loglog_slopes(c.steps, c.errors)
         settled = bool(np.all(np.abs(local - c.slope) <= UNSETTLED_SLOPE)) if np.all(np.isfinite(local)) else False
         weak[phi] = {"steps": c.steps, "rounds": c.rounds, "errors": c.errors, "slope": c.slope,
@@ -199,6 +209,7 @@ def rule_sde_study(problem: QuadraticProblem, aggregator: str | Aggregator, *, e
             "sde": None if sst is None else {"mean": sst.mean, "cov": sst.cov},
             "w2": None if cst is None or sst is None else gaussian_w2(cst[0], cst[1], sst.mean, sst.cov)}
     return {"aggregator": r.aggregator.describe(), "sde": r.kind, "effective_server_lr": r.effective_server_lr,
+            "participation": participation, "weighting": weighting,
             "clock": "t = n*h", "h": h, "t_end": t_end, "noise_scaling": noise_scaling,
             "moments": {"rounds": chain.rounds, "w2": np.array(w2), "chain_mean": chain.mean,
                         "sde_mean": np.array([law.mean for law in sde]),

@@ -117,6 +117,27 @@ def check_options(problem, options: Mapping[str, Any], reference: str, replicate
     return fedavg, replicates
 
 
+#: options whose meaning a rule's map sets itself (its reference, ℓ and sampled side)
+_RULE_OWN = frozenset({"ells", "fedavg", "reference"})
+
+
+def _rule_options(problem, rule, options: Mapping[str, Any], replicates: int | None, refine: int | None):
+    """``(reference, fedavg, replicates, ells)`` of a map of a rule against its own SDE, checked before any cell runs
+    (the rule's side is sampled: ``fedavg='exact'`` is refused and replicates are required)."""
+    from fedsde.validity.rules import rule_ells, rule_reference
+
+    if options.get("fedavg") == "exact":
+        raise FedsdeInputError("fedavg='exact': FedAvg's exact side has no part in a map of a rule; the rule's side is "
+                               "sampled (leave fedavg out)")
+    reference = rule_reference(problem, rule, options.get("reference"))
+    ells = rule_ells(rule, reference, options.get("ells"))
+    shared = {k: v for k, v in options.items() if k not in _RULE_OWN}
+    check_options(problem, shared, "svag", replicates if replicates is not None else 2, refine)
+    if replicates is None:
+        raise FedsdeInputError("replicates: required for a map of a rule (its chains are sampled): an integer >= 2")
+    return reference, "sampled", replicates, ells
+
+
 def _refuse_all_failed(firsts: list[dict], coords: list[dict], out: Path) -> None:
     """A map whose every cell failed is an error (one line: the first cell's), not a map of nothing."""
     if not firsts or any(c["status"] == "done" for c in firsts):
@@ -155,6 +176,7 @@ def run_map(
     progress: bool = True,
     commands: Mapping | None = None,
     problem=None,
+    rule=None,
 ) -> dict[str, Any]:
     """The validity map of the problem in ``problem_file`` over ``grid`` (see the module docstring).
 
@@ -184,6 +206,10 @@ def run_map(
     problem
         The problem of ``problem_file`` when already loaded (its cached optimum and Hessians are reused for ``κ``);
         the cells load the file themselves.
+    rule
+        The server rule of ``options["aggregator"]`` (with its ``aggregator_option``) as an instance, when the map
+        judges a rule against its own SDE (:func:`fedsde.validity.rules.rule_validity_test`): its reference and
+        default ``ℓ`` are the rule's, its side is always sampled; ``κ`` stays FedAvg's step measure.
 
     Returns
     -------
@@ -221,10 +247,14 @@ def run_map(
     accuracy_tolerance = positive_float("accuracy_tolerance", options.get("accuracy_tolerance", 0.01))
     path = Path(problem_file).absolute()
     problem = load_problem(path) if problem is None else problem
-    reference = resolve_reference(problem, options.get("reference"))
-    order = check_order(problem, options.get("order", 1), reference)
-    fedavg, replicates = check_options(problem, options, reference, replicates, refine)
-    ells = sorted({int(e) for e in options.get("ells") or DEFAULT_ELLS[reference]})
+    if rule is None:
+        reference = resolve_reference(problem, options.get("reference"))
+        order = check_order(problem, options.get("order", 1), reference)
+        fedavg, replicates = check_options(problem, options, reference, replicates, refine)
+        ells = sorted({int(e) for e in options.get("ells") or DEFAULT_ELLS[reference]})
+    else:
+        order = 1
+        reference, fedavg, replicates, ells = _rule_options(problem, rule, options, replicates, refine)
     recorded = options.get("metrics") or metric_names(problem)
     concurrent = 1 if scheduler is not None else workers
     from fedsde._samples import resolve_final_cov
@@ -275,7 +305,7 @@ def run_map(
     counts = {o: sum(r["outcome"] == o for r in cells) for o in ("tracks", "does not track", "inconclusive")}
     counts["failed"] = sum(r["outcome"] is None for r in cells)
     return {"problem": {"file": str(path), "kind": type(problem).__name__, "Q": int(problem.Q),
-                        "d": int(problem.d)},
+                        "d": int(problem.d)}, "aggregator": None if rule is None else rule.describe(),
             "grid": grid.to_dict(), "tolerance": tolerance, "accuracy_tolerance": accuracy_tolerance,
             "alpha": alpha, "alpha_per_look": per_look, "reference": reference, "fedavg": fedavg, "ells": ells,
             "rounds": rounds, "order": order,

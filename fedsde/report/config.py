@@ -109,9 +109,10 @@ SCHEMA: dict[str, dict[str, Field]] = {
     "F17": {"problem": Field("str", help="a problem file, e.g. examples/models/digits_cnn.toml"), "eta": POS,
             "local_steps": POS_INT, "server_lrs": POS_FLOATS, "rounds": POS_INT, "replicates": Field("int", 2),
             "ells": POS_INTS, "record_every": POS_INT, "tolerance": POS, "accuracy_tolerance": POS},
-    "F18": {"eta": POS, "server_lr": POS, "horizon": POS, "weak_h": POS, "weak_t": POS, "levels": Field("int", 2),
-            "adam_server_lr": POS, "adam_rounds": POS_INT, "adam_replicates": Field("int", 2), "adam_substeps": POS_INT,
-            "adam_ks": POS_INTS},
+    "F18": {"eta": POS, "server_lr": POS, "horizon": POS, "sim_replicates": Field("int", 2), "weak_h": POS,
+            "weak_t": POS, "levels": Field("int", 2), "adam_server_lr": POS, "adam_rounds": POS_INT,
+            "adam_replicates": Field("int", 2), "adam_substeps": POS_INT, "adam_max_substeps": POS_INT,
+            "adam_ref_max_substeps": POS_INT, "adam_ks": POS_INTS},
     "F19": {"eta": POS, "local_steps": POS_INT, "rounds": POS_INT, "server_lr": POS, "levels": Field("int", 3),
             "w0": Field("float")},
 }

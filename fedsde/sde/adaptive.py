@@ -56,12 +56,17 @@ class AdaptiveSDE(torch.nn.Module):
         ``s``.
     h : float
         Clock step: round ``n`` at ``t = n·h`` (default of the callers: ``s²``).
+    sampling : SamplingTerm, optional
+        Under client sampling (:mod:`fedsde.sde.sampled`) ``N`` is the clients' own noise ``N₀`` and the round's
+        covariance at ``w`` is ``N₀ + Y(w) C Y(w)ᵀ``: the noise of ``m`` (and ``diag N`` in ``v``'s drift) then
+        depend on ``w``, with the factor ``[N₀^{1/2}, Y(w) C^{1/2}]`` on ``d + Q`` Brownian motions.
     """
 
     noise_type = "general"
     sde_type = "ito"
 
-    def __init__(self, B: torch.Tensor, c: torch.Tensor, N: torch.Tensor, form, server_lr: float, h: float):
+    def __init__(self, B: torch.Tensor, c: torch.Tensor, N: torch.Tensor, form, server_lr: float, h: float,
+                 sampling=None):
         super().__init__()
         self.B, self.c, self.form = B, c, form
         self.d = int(c.shape[0])
@@ -73,6 +78,28 @@ class AdaptiveSDE(torch.nn.Module):
         root = torch.as_tensor(psd_sqrt(N.cpu().numpy(), name="N"), dtype=N.dtype, device=N.device)
         self.noise = root
         self.ndiag = torch.diagonal(N).clamp_min(torch.finfo(N.dtype).tiny)
+        self.sampling = None
+        if sampling is not None:
+            as_t = lambda a: torch.as_tensor(np.asarray(a), dtype=N.dtype, device=N.device)  # noqa: E731
+            self.sampling = (as_t(sampling.M), as_t(sampling.a), as_t(sampling.root))
+        self.noise_dim = self.d + (0 if sampling is None else int(sampling.C.shape[0]))
+
+    def _factor(self, w: torch.Tensor) -> torch.Tensor:
+        """``N(w)^{1/2}`` as a factor (R, d, noise_dim): ``N₀^{1/2}``, and ``Y(w) C^{1/2}`` under sampling."""
+        R = w.shape[0]
+        base = self.noise.unsqueeze(0).expand(R, self.d, self.d)
+        if self.sampling is None:
+            return base
+        M, a, L = self.sampling
+        Y = torch.einsum("kab,rkb->rak", M, w.unsqueeze(1) - a)  # (R, d, Q)
+        return torch.cat([base, Y @ L], dim=2)
+
+    def _ndiag(self, w: torch.Tensor) -> torch.Tensor:
+        """``diag N(w)`` (R, d) or ``diag N₀`` (d,)."""
+        if self.sampling is None:
+            return self.ndiag
+        fac = self._factor(w)[:, :, self.d:]
+        return (self.ndiag + (fac * fac).sum(-1)).clamp_min(torch.finfo(w.dtype).tiny)
 
     def _gammas(self, t: float) -> tuple[float, float]:
         tm = t * self.kappa
@@ -85,12 +112,13 @@ class AdaptiveSDE(torch.nn.Module):
         g2 = -math.expm1(-self.c2 * tm)
         return max(g1, 1e-300), max(g2, 1e-300)
 
-    def _v_drift(self, v: torch.Tensor) -> torch.Tensor:
+    def _v_drift(self, v: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        nd = self._ndiag(w)
         if self.form.second_moment == "ema":
-            return self.c2 * (self.ndiag - v)
-        a = torch.sqrt(v.clamp_min(0.0) / self.ndiag)
+            return self.c2 * (nd - v)
+        a = torch.sqrt(v.clamp_min(0.0) / nd)
         phi = torch.exp(-0.5 * a * a) / math.sqrt(2.0 * math.pi)
-        return self.c2 * self.ndiag * (4.0 * (a * phi + 1.0 - torch.special.ndtr(a)) - 1.0)
+        return self.c2 * nd * (4.0 * (a * phi + 1.0 - torch.special.ndtr(a)) - 1.0)
 
     def _precond(self, t: float, v: torch.Tensor) -> tuple[torch.Tensor, float]:
         g1, g2 = self._gammas(t)
@@ -106,26 +134,29 @@ class AdaptiveSDE(torch.nn.Module):
         P, scale = self._precond(float(t), v)
         if self.has_m:
             m = y[:, d:2 * d]
-            out = [-scale * m / P, self.c1 * (G - m), self._v_drift(v)]
+            out = [-scale * m / P, self.c1 * (G - m), self._v_drift(v, w)]
         else:
-            out = [-scale * G / P, self._v_drift(v)]
+            out = [-scale * G / P, self._v_drift(v, w)]
         return self.kappa * torch.cat(out, dim=1)
 
     def g(self, t, y: torch.Tensor) -> torch.Tensor:
         d, R = self.d, y.shape[0]
-        out = torch.zeros((R, y.shape[1], d), dtype=y.dtype, device=y.device)
+        out = torch.zeros((R, y.shape[1], self.noise_dim), dtype=y.dtype, device=y.device)
         root = math.sqrt(self.kappa)
+        fac = self._factor(y[:, :d])
         if self.has_m:
-            out[:, d:2 * d, :] = root * self.c1 * self.s * self.noise
+            out[:, d:2 * d, :] = root * self.c1 * self.s * fac
         else:
             P, scale = self._precond(float(t), y[:, -d:])
-            out[:, :d, :] = -root * scale * self.s * self.noise.unsqueeze(0) / P.unsqueeze(-1)
+            out[:, :d, :] = -root * scale * self.s * fac / P.unsqueeze(-1)
         return out
 
 
 def adaptive_sde(problem: QuadraticProblem, aggregator: str | Aggregator, *, eta: float, local_steps,
-                 server_lr: float, h: float | None = None, device: str = "cpu") -> AdaptiveSDE:
-    """The :class:`AdaptiveSDE` of an adaptive rule on quadratic clients (float64; ``h`` default ``s²``).
+                 server_lr: float, h: float | None = None, device: str = "cpu", participation: int | None = None,
+                 weighting: str = "unbiased") -> AdaptiveSDE:
+    """The :class:`AdaptiveSDE` of an adaptive rule on quadratic clients (float64; ``h`` default ``s²``), under
+    client sampling with ``participation``/``weighting`` (:func:`fedsde.sde.rules.rule_round_law`).
 
     Raises
     ------
@@ -135,15 +166,22 @@ def adaptive_sde(problem: QuadraticProblem, aggregator: str | Aggregator, *, eta
     agg = rule_kind(aggregator, ("adaptive",))
     server_lr = positive_float("server_lr", server_lr)
     h = server_lr**2 if h is None else positive_float("h", h)
-    law = rule_round_law(problem, agg, eta, local_steps, server_lr)
+    law = rule_round_law(problem, agg, eta, local_steps, server_lr, participation=participation, weighting=weighting)
     as_t = lambda a: torch.as_tensor(np.asarray(a), dtype=torch.float64, device=device)  # noqa: E731
-    return AdaptiveSDE(as_t(law.B), as_t(law.c), as_t(law.noise_cov), agg.adaptive_form(), server_lr, h)
+    return AdaptiveSDE(as_t(law.B), as_t(law.c), as_t(law.noise_cov), agg.adaptive_form(), server_lr, h,
+                       getattr(law, "sampling", None))
 
 
 def adaptive_sde_dict(sde: AdaptiveSDE) -> dict:
-    """The coefficients of an :class:`AdaptiveSDE` as ``derive --aggregator fedadam --json`` prints them."""
+    """The coefficients of an :class:`AdaptiveSDE` as ``derive --aggregator fedadam --json`` prints them (under client
+    sampling also ``sampling``: ``M``, ``a``, ``C``; ``noise_cov`` is then ``N₀``)."""
     f = sde.form
-    return {"sde": "adaptive", "clock": "t = n*s^2" if sde.kappa == 1.0 else "t = n*h",
+    extra = {}
+    if sde.sampling is not None:
+        M, a, L = (x.cpu().numpy() for x in sde.sampling)
+        extra = {"sampling": {"M": M, "a": a, "C": L @ L.T, "noise": "N(w) = noise_cov + Y(w) C Y(w)^T, "
+                              "Y(w) = [M_k (w - a_k)]_k"}}
+    return extra | {"sde": "adaptive", "clock": "t = n*s^2" if sde.kappa == 1.0 else "t = n*h",
             "state": "(w, m, v)" if sde.has_m else "(w, v)", "server_lr": sde.s, "time_factor": sde.kappa,
             "drift": {"B": sde.B.cpu().numpy(), "c": sde.c.cpu().numpy()}, "noise_cov": (sde.noise @ sde.noise).cpu(
             ).numpy(), "c1": sde.c1 if sde.has_m else None, "c2": sde.c2, "tau": f.tau, "v0": f.v0,
@@ -155,7 +193,8 @@ def adaptive_sde_dict(sde: AdaptiveSDE) -> dict:
 
 def adaptive_sde_paths(problem: QuadraticProblem, aggregator: str | Aggregator, *, eta: float, local_steps,
                        rounds: int, replicates: int, seed: int, server_lr: float, h: float | None = None, w0=None,
-                       substeps: int = 1, record=None, device: str = "cpu") -> dict:
+                       substeps: int = 1, record=None, device: str = "cpu", participation: int | None = None,
+                       weighting: str = "unbiased") -> dict:
     """``replicates`` paths of the adaptive SDE on the round grid, by ``torchsde.sdeint(method="euler")``.
 
     Parameters as :func:`adaptive_sde`; ``substeps`` Euler steps per round; ``record`` the rounds kept (default all).
@@ -169,7 +208,7 @@ def adaptive_sde_paths(problem: QuadraticProblem, aggregator: str | Aggregator, 
     R = positive_int("replicates", replicates, minimum=1)
     substeps = positive_int("substeps", substeps)
     sde = adaptive_sde(problem, aggregator, eta=eta, local_steps=local_steps, server_lr=server_lr, h=h,
-                       device=device)
+                       device=device, participation=participation, weighting=weighting)
     hh = server_lr**2 if h is None else float(h)
     d = problem.d
     w_start = torch.zeros(d, dtype=torch.float64) if w0 is None else torch.as_tensor(w0, dtype=torch.float64)
@@ -182,7 +221,7 @@ def adaptive_sde_paths(problem: QuadraticProblem, aggregator: str | Aggregator, 
     grid = np.union1d([0], keep)  # sdeint starts at ts[0]
     ts = torch.as_tensor(grid * hh, dtype=torch.float64)
     dt = hh / substeps
-    bm = GridBrownian(0.0, dt, (R, d), seed=seed, steps=rounds * substeps + 1, device=device)
+    bm = GridBrownian(0.0, dt, (R, sde.noise_dim), seed=seed, steps=rounds * substeps + 1, device=device)
     with torch.no_grad():
         ys = torchsde.sdeint(sde, y0, ts, bm=bm, method="euler", dt=dt)
     ys = ys.cpu().numpy()[np.isin(grid, keep)]

@@ -84,8 +84,9 @@ def prox_round_maps(problem: QuadraticProblem, eta: float, local_steps: np.ndarr
 
 
 def rule_round_law(problem: QuadraticProblem, aggregator: str | Aggregator, eta: float,
-                   local_steps: int | np.ndarray, server_lr: float = 1.0) -> RoundLaw:
-    """The exact law of the linear step ``U = Σ_k ω_k Δ_k`` a rule is built on (full participation).
+                   local_steps: int | np.ndarray, server_lr: float = 1.0, *, participation: int | None = None,
+                   weighting: str = "unbiased") -> RoundLaw:
+    """The exact law of the linear step ``U = Σ_k ω_k Δ_k`` a rule is built on.
 
     Parameters
     ----------
@@ -98,11 +99,21 @@ def rule_round_law(problem: QuadraticProblem, aggregator: str | Aggregator, eta:
         ``τ_k``.
     server_lr : float
         Server step ``s`` (stored on the law; a linear rule's round is ``w' = w − s B(w − c) + s ε``).
+    participation : int, optional
+        ``m`` clients (draws) per round, drawn and weighted as :func:`fedsde.sim.simulate` does (``weighting``);
+        default all.
+    weighting : {"unbiased", "renormalised", "multinomial"}
 
     Returns
     -------
     RoundLaw
-        ``B = B_rule``, ``Ba``, ``noise_cov = N_rule``, ``p = ω`` (module docstring).
+        ``B = B_rule``, ``Ba``, ``noise_cov = N_rule``, ``p = ω`` (module docstring); under client sampling a
+        :class:`~fedsde.sde.sampled.SampledRoundLaw` (``p = E ω``, ``noise_cov = N₀`` and the sampling term).
+
+    Raises
+    ------
+    NoSDEError
+        Client sampling with a rule that does not declare how its weights depend on the sample.
     """
     agg = rule_kind(aggregator, ("linear", "momentum", "adaptive"))
     eta = positive_float("eta", eta)
@@ -112,12 +123,37 @@ def rule_round_law(problem: QuadraticProblem, aggregator: str | Aggregator, eta:
     solver.check_eta(eta)
     agg.bind(problem)
     norms = solver.norm_table(int(tau.max()), eta)[tau]
-    omega = np.asarray(agg.sde_weights(problem.p, norms, tau.astype(np.float64), p=problem.p), dtype=np.float64)
     M, Gamma = prox_round_maps(problem, eta, tau, float(solver.prox))
+    from fedsde.sim.participation import is_sampled
+
+    if participation is not None and is_sampled(participation, problem.Q, weighting):
+        return _sampled_law(problem, agg, (eta, server_lr), (tau, norms, M, Gamma), participation, weighting)
+    omega = np.asarray(agg.sde_weights(problem.p, norms, tau.astype(np.float64), p=problem.p), dtype=np.float64)
     return RoundLaw(
         B=np.einsum("q,qij->ij", omega, M), Ba=np.einsum("q,qij,qj->i", omega, M, problem.a),
         noise_cov=eta**2 * np.einsum("q,qij->ij", omega**2, Gamma), eta=eta, server_lr=server_lr,
         local_steps=tau, participation=None, M=M, Gamma=Gamma, p=omega, a=problem.a,
+    )
+
+
+def _sampled_law(problem, agg, rates, clients, participation, weighting):
+    """The :class:`~fedsde.sde.sampled.SampledRoundLaw` of :func:`rule_round_law` under client sampling
+    (``rates = (η, s)``, ``clients = (τ, ‖a‖₁, M, Γ)``)."""
+    from fedsde.sde.sampled import SampledRoundLaw, SamplingTerm, weight_moments
+
+    (eta, server_lr), (tau, norms, M, Gamma) = rates, clients
+    form = agg.sampled_sde_weights(norms.astype(np.float64), tau.astype(np.float64), p=problem.p)
+    if form is None:
+        raise NoSDEError(f"aggregator={agg.name or type(agg).__name__!r}, participation={participation}: the rule "
+                         "does not declare how its weights depend on the sampled clients, so its SDE holds under "
+                         "full participation only")
+    mu, K = weight_moments(form, problem.p, participation, weighting)
+    C = K - np.outer(mu, mu)
+    term = SamplingTerm(0.5 * (C + C.T), M, problem.a, int(participation), weighting)
+    return SampledRoundLaw(
+        B=np.einsum("q,qij->ij", mu, M), Ba=np.einsum("q,qij,qj->i", mu, M, problem.a),
+        noise_cov=eta**2 * np.einsum("q,qij->ij", np.diag(K), Gamma), eta=eta, server_lr=server_lr,
+        local_steps=tau, participation=None, M=M, Gamma=Gamma, p=mu, a=problem.a, sampling=term,
     )
 
 
@@ -127,8 +163,9 @@ class RuleSDE:
 
     Attributes
     ----------
-    sde : LinearSDE
-        ``dw = −A(w − c) dt + b dB``: ``A = (s_eff/h) B_rule``, ``c = c_rule``, ``b bᵀ = (s_eff²/h) N_rule``.
+    sde : LinearSDE or SampledSDE
+        ``dw = −A(w − c) dt + b dB``: ``A = (s_eff/h) B_rule``, ``c = c_rule``, ``b bᵀ = (s_eff²/h) N_rule``; under
+        client sampling a :class:`~fedsde.sde.sampled_sde.SampledSDE` (its diffusion quadratic in ``w``).
     law : RoundLaw
         The exact law of the rule's linear step.
     aggregator : Aggregator
@@ -146,11 +183,17 @@ class RuleSDE:
     effective_server_lr: float
     momentum: MomentumForm | None = None
 
+    @property
+    def sampling(self):
+        """The between-sample term of the round (:class:`~fedsde.sde.sampled.SamplingTerm`), or ``None`` under full
+        participation."""
+        return getattr(self.law, "sampling", None)
+
     def underdamped(self) -> LinearSDE | None:
         """The second-order SDE on ``(w, u)`` (heavy ball; module docstring), a :class:`LinearSDE` in dimension
-        ``2d`` centred at ``(c, 0)``; ``None`` for a linear rule."""
+        ``2d`` centred at ``(c, 0)``; ``None`` for a linear rule or under client sampling."""
         mf = self.momentum
-        if mf is None:
+        if mf is None or self.sampling is not None:
             return None
         d, h, s, g = self.sde.d, self.sde.h, self.law.server_lr, mf.gain
         A = np.zeros((2 * d, 2 * d))
@@ -173,7 +216,12 @@ class RuleSDE:
             "stationary": None if st is None else {"mean": st.mean, "cov": st.cov},
             "round_law": {"B": self.law.B, "c": self.sde.c, "noise_cov": self.law.noise_cov},
         }
-        if self.momentum is not None:
+        if self.sampling is not None:
+            sm = self.sampling
+            out["sampling"] = {"participation": sm.participation, "weighting": sm.weighting, "C": sm.C,
+                               "diffusion": "diffusion_cov + (s_eff^2/h) sum_kl C_kl M_k (w - a_k)(w - a_l)^T M_l^T",
+                               "M": self.law.M, "a": self.law.a}
+        if self.momentum is not None and self.sampling is None:
             ud = self.underdamped()
             out["momentum"] = {"beta": self.momentum.beta, "gain": self.momentum.gain,
                                "nesterov": self.momentum.nesterov, "step_factor": self.momentum.step_factor}
@@ -183,8 +231,11 @@ class RuleSDE:
 
 
 def rule_sde(problem: QuadraticProblem, aggregator: str | Aggregator, eta: float, local_steps: int | np.ndarray,
-             server_lr: float = 1.0, h: float | None = None) -> RuleSDE:
-    """The first-order SDE of a linear or momentum rule (module docstring); ``h`` defaults to ``η``.
+             server_lr: float = 1.0, h: float | None = None, *, participation: int | None = None,
+             weighting: str = "unbiased") -> RuleSDE:
+    """The first-order SDE of a linear or momentum rule (module docstring); ``h`` defaults to ``η``; under client
+    sampling (``participation``, ``weighting`` as :func:`rule_round_law`) its diffusion gains the sampling term
+    (:mod:`fedsde.sde.sampled_sde`).
 
     Raises
     ------
@@ -194,13 +245,20 @@ def rule_sde(problem: QuadraticProblem, aggregator: str | Aggregator, eta: float
         ``B_rule`` singular (no unique fixed point) or bad arguments.
     """
     agg = rule_kind(aggregator)
-    law = rule_round_law(problem, agg, eta, local_steps, server_lr)
+    law = rule_round_law(problem, agg, eta, local_steps, server_lr, participation=participation, weighting=weighting)
     h = law.eta if h is None else positive_float("h", h)
     mf = agg.momentum_form() if agg.sde_kind == "momentum" else None
     s_eff = law.server_lr * (mf.step_factor if mf is not None else 1.0)
     D = (s_eff * s_eff / h) * law.noise_cov
-    sde = LinearSDE(A=(s_eff / h) * law.B, c=law.c, diffusion_cov=0.5 * (D + D.T), variant=f"rule:{agg.sde_kind}",
-                    h=h, server_lr=s_eff, eta=law.eta, local_steps=law.local_steps)
+    common = dict(A=(s_eff / h) * law.B, c=law.c, diffusion_cov=0.5 * (D + D.T), h=h, server_lr=s_eff, eta=law.eta,
+                  local_steps=law.local_steps)
+    if getattr(law, "sampling", None) is not None:
+        from fedsde.sde.sampled_sde import SampledSDE
+
+        sde = SampledSDE(sampling=law.sampling, scale=s_eff * s_eff / h, variant=f"rule:{agg.sde_kind}:sampled",
+                         **common)
+    else:
+        sde = LinearSDE(variant=f"rule:{agg.sde_kind}", **common)
     return RuleSDE(sde, law, agg, agg.sde_kind, s_eff, mf)
 
 
@@ -255,7 +313,12 @@ def linear_chain_moments(law: RoundLaw, rounds: int, w0, *, record=None) -> Mome
 
 
 def rule_chain_moments(rsde: RuleSDE, rounds: int, w0, *, record=None) -> Moments:
-    """Exact moments of the rule's chain (linear or momentum) from the point ``w0``."""
+    """Exact moments of the rule's chain (linear or momentum, any participation) from the point ``w0``."""
+    if rsde.sampling is not None:
+        from fedsde.sde.sampled_sde import chain_moments
+
+        T, L = chain_transition(rsde)
+        return chain_moments(T, L, rsde.law, positive_int("rounds", rounds, minimum=0), w0, record=record)
     if rsde.momentum is not None:
         return momentum_chain_moments(rsde, rounds, w0, record=record)
     return linear_chain_moments(rsde.law, rounds, w0, record=record)
@@ -267,6 +330,10 @@ def chain_stationary_law(rsde: RuleSDE) -> tuple[np.ndarray, np.ndarray] | None:
     import scipy.linalg
 
     law, d = rsde.law, rsde.law.d
+    if rsde.sampling is not None:
+        from fedsde.sde.sampled_sde import chain_stationary
+
+        return chain_stationary(*chain_transition(rsde), law)
     if rsde.momentum is None:
         T, noise = law.transition, law.server_noise_cov
     else:
@@ -276,6 +343,14 @@ def chain_stationary_law(rsde: RuleSDE) -> tuple[np.ndarray, np.ndarray] | None:
         return None
     P = scipy.linalg.solve_discrete_lyapunov(T, noise)[:d, :d]
     return rsde.sde.c.copy(), 0.5 * (P + P.T)
+
+
+def chain_transition(rsde: RuleSDE) -> tuple[np.ndarray, np.ndarray]:
+    """``(T, L)`` of the chain ``z' = Tz + Lε`` on ``z = w − c`` (``I − sB``, ``sI``) or ``(w − c, v)``
+    (:func:`momentum_transition`)."""
+    if rsde.momentum is not None:
+        return momentum_transition(rsde.law, rsde.momentum)
+    return rsde.law.transition, rsde.law.server_lr * np.eye(rsde.law.d)
 
 
 def chain_spectral_radius(rsde: RuleSDE) -> float:
@@ -298,6 +373,13 @@ def simulate_rule_sde(rsde: RuleSDE, rounds: int, replicates: int, seed: int, w0
     rounds = positive_int("rounds", rounds, minimum=0)
     replicates = positive_int("replicates", replicates)
     substeps = positive_int("substeps", substeps)
+    if rsde.sampling is not None:
+        if method == "exact":
+            raise FedsdeInputError("method='exact': under client sampling the SDE's diffusion depends on w, so it has "
+                                   "no exact Gaussian transition; use method='euler' (with substeps)")
+        from fedsde.sde.sampled_sde import euler_paths
+
+        return euler_paths(rsde.sde, rounds, replicates, seed, w0, substeps=substeps, record=record)
     sde, d = rsde.sde, rsde.sde.d
     dt = sde.h / substeps
     if method == "exact":
@@ -327,6 +409,7 @@ __all__ = [
     "RuleSDE",
     "chain_spectral_radius",
     "chain_stationary_law",
+    "chain_transition",
     "linear_chain_moments",
     "momentum_chain_moments",
     "momentum_transition",

@@ -1,4 +1,4 @@
-"""The validity test of a server rule other than FedAvg against its own SDE (quadratic clients).
+"""The adaptive server rules' SVAG chains on quadratic clients and their weak error against the adaptive SDE.
 
 * Adaptive rules (FedAdam, FedYogi; :mod:`fedsde.sde.adaptive`): the SVAG test of Malladi et al. (NeurIPS 2022,
   §5 and their code): the chain with ``k`` runs server step ``s/k``, ``1 − β_i → (1 − β_i)/k²``, ``τ → kτ`` and ``k²``
@@ -9,24 +9,19 @@
   with ``Σ_k → k²Σ_k`` — or, equally in law and faster, one draw per round from the exact round law
   (:func:`round_law_chain`, the default).  As ``k → ∞`` the chain tends to the SDE (their Theorem 4.2/4.4, weak
   order 1 in ``1/ℓ``); the rule (``k = 1``) is judged against the order-1 Richardson limit of the two largest ``ℓ``
-  by the three-outcome verdict of :func:`fedsde.validity.verdict.validity_verdict`, with the 1/ℓ report.  Clock
+  by the three-outcome verdict of :func:`fedsde.validity.verdict.validity_verdict`, with the 1/ℓ report
+  (:func:`fedsde.validity.rules.rule_validity_test`, which runs the rule's own chains on any problem).  Clock
   ``t = n·s²`` by default.
-* Linear and momentum rules (:mod:`fedsde.sde.rules`): the rule sampled from its exact round law
-  (:func:`linear_rule_chain`) against its first-order SDE's exact law.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from fedsde._validate import positive_float, positive_int, start_point
+from fedsde._validate import positive_int, start_point
 from fedsde.aggregators import Aggregator, get_aggregator
 from fedsde.errors import FedsdeInputError
-from fedsde.problems.metrics import evaluate_metrics, metric_names
-from fedsde.problems.quadratic.problem import QuadraticProblem
-from fedsde.validity.core import ValidityResult
-from fedsde.validity.reference import ell_ratios, exact_gaps, exact_sde_paths, svag_gaps
-from fedsde.validity.verdict import richardson_limit, validity_verdict
+from fedsde.problems.quadratic import QuadraticProblem
 
 #: SVAG parameters ``k`` of the adaptive test (``ℓ = k²``: 1, 4, 16, 64)
 DEFAULT_KS = (1, 2, 4, 8)
@@ -75,36 +70,6 @@ def round_law_chain(problem: QuadraticProblem, aggregator: Aggregator, *, eta: f
     return np.stack(out)
 
 
-def linear_rule_chain(problem: QuadraticProblem, aggregator: Aggregator, *, eta: float, local_steps, rounds: int,
-                      replicates: int, seed: int, server_lr: float, w0=None, record=None) -> np.ndarray:
-    """Weights (T, R, d) of a linear or momentum rule sampled from its exact round law: ``z' = T z + L ε`` on
-    ``z = (w − c)`` or ``(w − c, v)`` (:func:`fedsde.sde.rules.momentum_transition`), ``ε ~ N(0, N_rule)``,
-    ``v_0 = 0`` (numpy ``default_rng(seed)``)."""
-    from fedsde.sde.coefficients import psd_sqrt
-    from fedsde.sde.rules import momentum_transition, rule_sde
-
-    r = rule_sde(problem, aggregator, eta, local_steps, server_lr)
-    law, d = r.law, problem.d
-    if r.momentum is None:
-        T, L = law.transition, server_lr * np.eye(d)
-    else:
-        T, L = momentum_transition(law, r.momentum)
-    root = L @ psd_sqrt(law.noise_cov, name="N")
-    R = positive_int("replicates", replicates)
-    rng = np.random.default_rng(seed)
-    z = np.zeros((R, T.shape[0]))
-    z[:, :d] = start_point(w0, d) - r.sde.c
-    keep = set(range(rounds + 1)) if record is None else {int(k) for k in record}
-    out = []
-    for n in range(rounds + 1):
-        if n in keep:
-            out.append(z[:, :d] + r.sde.c)
-        if n == rounds:
-            break
-        z = z @ T.T + rng.standard_normal((R, d)) @ root.T
-    return np.stack(out)
-
-
 def adaptive_svag_chain(problem: QuadraticProblem, aggregator: Aggregator, *, eta: float, local_steps, rounds: int,
                         k: int, replicates: int, seed: int, server_lr: float, w0=None, record=None,
                         device: str = "cpu", method: str = "round-law") -> np.ndarray:
@@ -130,139 +95,66 @@ def adaptive_svag_chain(problem: QuadraticProblem, aggregator: Aggregator, *, et
     return res.weights
 
 
-def rule_validity_test(problem: QuadraticProblem, aggregator: str | Aggregator, *, eta: float, local_steps,
-                       rounds: int, replicates: int, seed: int, server_lr: float = 1.0, h: float | None = None,
-                       w0=None, ks=None, tolerance: float = 0.05, alpha: float = 0.05, record_every: int = 1,
-                       device: str = "cpu") -> ValidityResult:
-    """Is the rule's own SDE a good model of the rule on ``problem``?  (Module docstring.)
-
-    Parameters
-    ----------
-    problem : QuadraticProblem
-    aggregator : str or Aggregator
-        A rule with an SDE (:attr:`~fedsde.aggregators.Aggregator.sde_kind`).
-    eta, local_steps, server_lr
-        Client rate, local steps ``τ_k``, server step ``s``.
-    rounds, replicates, seed
-        Base rounds ``n``, replicates ``R`` per chain, seed.
-    h : float, optional
-        Clock step (default: ``s²`` for adaptive rules, ``η`` otherwise).
-    ks : sequence of int, optional
-        SVAG parameters ``k`` of the adaptive test (default :data:`DEFAULT_KS`; 1 is the rule itself).
-    tolerance, alpha, record_every, device
-        As :func:`fedsde.validity.validity_test`.
-
-    Returns
-    -------
-    ValidityResult
-        ``ells`` are ``ℓ = k²`` (adaptive) or ``[1]``; ``verdict`` one of the three outcomes.
-    """
-    from fedsde.sde.rules import NoSDEError
-
-    agg = get_aggregator(aggregator)
-    if agg.sde_kind is None:
-        raise NoSDEError(agg.sde_refusal)
-    if not isinstance(problem, QuadraticProblem):
-        raise FedsdeInputError("problem: the SDEs of the rules other than FedAvg are built on quadratic clients")
-    rounds = positive_int("rounds", rounds)
-    R = positive_int("replicates", replicates, minimum=2)
-    server_lr = positive_float("server_lr", server_lr)
-    every = positive_int("record_every", record_every)
-    adaptive = agg.sde_kind == "adaptive"
-    hh = (server_lr**2 if adaptive else float(eta)) if h is None else positive_float("h", h)
-    w0_arr = start_point(w0, problem.d)
-    grid = np.unique(np.r_[np.arange(0, rounds + 1, every), rounds])
-    names = list(metric_names(problem))
-    ks = sorted({positive_int("ks", k) for k in (DEFAULT_KS if ks is None else ks)}) if adaptive else [1]
-    if adaptive and len(ks) < 2:
-        raise FedsdeInputError(f"ks={ks}: the SVAG reference needs at least two values of k")
-    values = {m: np.empty((len(ks), grid.size, R)) for m in names}
-    final = []
-    for i, k in enumerate(ks):
-        if adaptive:
-            w = adaptive_svag_chain(problem, agg, eta=eta, local_steps=local_steps, rounds=rounds, k=k, replicates=R,
-                                    seed=seed, server_lr=server_lr, w0=w0_arr, record=grid, device=device)
-        else:
-            w = linear_rule_chain(problem, agg, eta=eta, local_steps=local_steps, rounds=rounds, replicates=R,
-                                  seed=seed, server_lr=server_lr, w0=w0_arr, record=grid)
-        for m, v in evaluate_metrics(problem, w, w0_arr, names).items():
-            values[m][i] = v
-        final.append(w[-1])
-    ells = [k * k for k in ks]
-    times = grid * hh
-    if adaptive:
-        gaps = svag_gaps(ells, values, names)
-        regime = ell_ratios(ells, times, values, names, alpha=alpha)
-    else:
-        from fedsde.sde.rules import rule_sde
-
-        law = rule_sde(problem, agg, eta, local_steps, server_lr, hh).sde
-        gaps = exact_gaps({m: values[m][0] for m in names}, exact_sde_paths(problem, law, grid, hh, w0_arr, names))
-        regime = None
-    base = agg.name or type(agg).__name__
-    verdict = validity_verdict(times, gaps, replicates=R, reference="svag" if adaptive else "exact",
-                               tolerance=tolerance, alpha=alpha, regime=regime, base=base, base_ell=1)
-    summary = {m: {"mean": v.mean(-1), "se": v.std(-1, ddof=1) / np.sqrt(R)} for m, v in values.items()}
-    extrapolated = {}
-    if len(ells) >= 2:
-        for m, s in summary.items():
-            em, es = richardson_limit(ells, s["mean"], s["se"])
-            extrapolated[m] = {"mean": em, "se": es}
-    config = {"aggregator": agg.describe(), "sde": agg.sde_kind, "eta": float(eta),
-              "local_steps": np.atleast_1d(local_steps).tolist(), "server_lr": server_lr, "h": hh, "rounds": rounds,
-              "replicates": R, "seed": seed, "ells": ells, "ks": ks, "reference": verdict.reference,
-              "tolerance": tolerance, "alpha": alpha, "record_every": every}
-    return ValidityResult(ells=ells, rounds=grid, times=times, metrics=summary,
-                          final_mean=np.array([f.mean(0) for f in final]),
-                          final_cov=np.array([np.atleast_2d(np.cov(f, rowvar=False)) for f in final]),
-                          verdict=verdict, extrapolated=extrapolated, values=values, config=config,
-                          sde={m: {"mean": g.sde_mean, "se": g.sde_se} for m, g in gaps.items()})
-
-
 def adaptive_weak_error(problem: QuadraticProblem, aggregator: str | Aggregator, *, eta: float, local_steps,
                         rounds: int, replicates: int, seed: int, server_lr: float, w0=None, ks=(1, 2, 4),
-                        substeps: int = 4, phi: str = "loss", level: float = 0.95, device: str = "cpu"):
+                        substeps: int = 4, phi: str = "loss", level: float = 0.95, device: str = "cpu",
+                        participation: int | None = None, weighting: str = "unbiased"):
     """Monte-Carlo weak error of the adaptive SDE against the SVAG chains at ``t = n·s²`` as ``ℓ = k² → ∞``.
 
-    For each ``k``: ``replicates`` chains (:func:`adaptive_svag_chain`) and the difference of ``E φ(w_T)`` from
-    ``replicates`` SDE paths (:func:`fedsde.sde.adaptive.adaptive_sde_paths`, ``substeps·k²`` Euler steps per
-    round, independent seed) with a normal interval at ``level``; the slope is fitted to ``log |error|`` against
-    ``log(s²/ℓ)``, the chain's step on the clock (expected 1, Malladi et al. 2022, Theorem 4.2/4.4), and flattens
-    once the error falls below the Monte-Carlo noise (compare ``errors`` with ``stderr``).
+    For each ``k``: ``replicates`` chains (:func:`adaptive_svag_chain` from the exact Gaussian round law; under
+    client sampling, whose round is not Gaussian, the rule's own SVAG chain :func:`fedsde.sde.rule_svag.
+    rule_svag_chain`) and the difference of ``E φ(w_T)`` from ``replicates`` SDE paths
+    (:func:`fedsde.sde.adaptive.adaptive_sde_paths`, ``substeps·k_max²`` Euler steps per round, independent seed)
+    with a normal interval at ``level``; the slope is fitted to ``log |error|`` against ``log(s²/ℓ)``, the chain's
+    step on the clock (expected 1, Malladi et al. 2022, Theorem 4.2/4.4), with a parametric-bootstrap interval that
+    accounts for the one set of SDE paths shared by every ``k`` (``config["slope_interval"]``; ``resolved``: which
+    errors exceed their interval's half-width).
 
     Returns
     -------
     WeakErrorCurve
-        ``steps`` ``s²/k²``, ``rounds`` ``n·k²``, ``errors``, ``stderr``, ``ci``, ``slope``.
+        ``steps`` ``s²/k²``, ``rounds`` ``n·k²``, ``errors``, ``stderr``, ``ci``, ``slope``; ``config`` with
+        ``slope_interval``, ``resolved``, ``sde_se`` (the SDE value's standard error).
     """
-    from fedsde.compare.weak_error import WeakErrorCurve, fit_loglog_slope, mc_difference, phi_function
+    from fedsde.compare.slope_curve import weak_error_curve
+    from fedsde.compare.weak_error import phi_function
     from fedsde.sde.adaptive import adaptive_sde_paths
+    from fedsde.sim.participation import is_sampled
 
     agg = get_aggregator(aggregator)
     ks = sorted({positive_int("ks", k) for k in ks})
     if len(ks) < 2:
         raise FedsdeInputError(f"ks={ks}: need at least two values of k for a slope")
+    R = positive_int("replicates", replicates, minimum=2)
     fn = phi_function(problem, phi)
     w0_arr = start_point(w0, problem.d)
-    sde = adaptive_sde_paths(problem, agg, eta=eta, local_steps=local_steps, rounds=rounds, replicates=replicates,
+    sampled = participation is not None and is_sampled(participation, problem.Q, weighting)
+    sde = adaptive_sde_paths(problem, agg, eta=eta, local_steps=local_steps, rounds=rounds, replicates=R,
                              seed=seed + 1, server_lr=server_lr, w0=w0_arr, substeps=substeps * max(ks) ** 2,
-                             record=[rounds], device=device)["weights"][-1]
-    errs, ses, cis, ea, eb = (np.empty(len(ks)) for _ in range(5))
-    cis = np.empty((len(ks), 2))
+                             record=[rounds], device=device, participation=participation,
+                             weighting=weighting)["weights"][-1]
+    fs = fn(sde)
+    means, ses = np.empty(len(ks)), np.empty(len(ks))
     for j, k in enumerate(ks):
-        w = adaptive_svag_chain(problem, agg, eta=eta, local_steps=local_steps, rounds=rounds, k=k,
-                                replicates=replicates, seed=seed, server_lr=server_lr, w0=w0_arr, record=[rounds],
-                                device=device)[-1]
-        diff = mc_difference(w, sde, fn, level)
-        errs[j], ses[j], cis[j], ea[j], eb[j] = diff.abs, diff.stderr, diff.ci, diff.mean_a, diff.mean_b
-    steps = server_lr**2 / np.asarray(ks, dtype=np.float64) ** 2
-    slope, intercept = fit_loglog_slope(steps, errs)
+        if sampled:
+            from fedsde.sde.rule_svag import rule_svag_chain
+
+            w = rule_svag_chain(problem, agg, eta=eta, local_steps=local_steps, rounds=rounds, ell=k * k,
+                                replicates=R, seed=seed, server_lr=server_lr, w0=w0_arr, participation=participation,
+                                weighting=weighting, record=[rounds], device=device).weights[-1]
+        else:
+            w = adaptive_svag_chain(problem, agg, eta=eta, local_steps=local_steps, rounds=rounds, k=k,
+                                    replicates=R, seed=seed, server_lr=server_lr, w0=w0_arr, record=[rounds],
+                                    device=device)[-1]
+        v = fn(w)
+        means[j], ses[j] = v.mean(), v.std(ddof=1) / np.sqrt(R)
+    sde_se = float(fs.std(ddof=1) / np.sqrt(R))
     config = {"aggregator": agg.name, "sde": "adaptive", "eta": float(eta), "server_lr": float(server_lr),
               "local_steps": np.atleast_1d(local_steps).tolist(), "t_end": rounds * server_lr**2, "ks": ks,
-              "phi": phi, "paths": replicates, "seed": seed, "substeps": substeps, "method": "monte-carlo",
-              "level": level}
-    return WeakErrorCurve(steps, rounds * np.asarray(ks) ** 2, errs, slope, intercept, ea, eb, ses, cis, config)
+              "phi": phi, "paths": R, "seed": seed, "substeps": substeps, "method": "monte-carlo",
+              "participation": participation, "weighting": weighting, "reference": "sde paths", "sde_se": sde_se}
+    return weak_error_curve(np.asarray(ks) ** 2, server_lr**2, rounds, means, ses, float(fs.mean()), ref_se=sde_se,
+                            level=level, config=config)
 
 
-__all__ = ["DEFAULT_KS", "adaptive_svag_chain", "adaptive_weak_error", "linear_rule_chain", "round_law_chain",
-           "rule_validity_test"]
+__all__ = ["DEFAULT_KS", "adaptive_svag_chain", "adaptive_weak_error", "round_law_chain"]
