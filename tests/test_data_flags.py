@@ -84,7 +84,8 @@ def _without(record: dict, *keys) -> dict:
     return record
 
 
-TIMES = ("seconds", "wall_s", "cost_ratio", "timing", "threads", "file", "problem_file", "batching")
+TIMES = ("seconds", "wall_s", "cost_ratio", "timing", "threads", "file", "problem_file", "batching",
+         "memory_budget_bytes")  # the free memory when the command started
 
 
 @pytest.mark.parametrize("argv", [

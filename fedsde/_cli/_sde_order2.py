@@ -32,7 +32,7 @@ def order2_setup(args: argparse.Namespace, problem) -> int | None:
     if args.variant not in ("corrected", "general"):
         raise FedsdeInputError(f"--variant={args.variant}: --order 2 on a data problem integrates the order-2 SDE; "
                                "drop --variant")
-    for flag, value, default in (("--method", args.method, None), ("--integrator", args.integrator, "mc-euler"),
+    for flag, value, default in (("--method", args.method, None), ("--integrator", args.integrator, None),
                                  ("--ell", args.ell, None), ("--inner-samples", args.inner_samples, None),
                                  ("--chunk-size", args.chunk_size, None)):
         if value != default:
