@@ -147,9 +147,10 @@ def test_pages_follow_the_convention():
     assert not errors, "\n".join(errors)
 
 
-#: pages whose default blocks take a minute or more (a network's verdict, reproduce --quick): in the long set that CI
+#: pages whose default blocks take a minute or more (a network's verdict, reproduce --quick, the rules' SDEs under
+#: sampling, populations of 10⁶ clients): in the long set that CI
 #: runs after the default one (``pytest -m long``)
-LONG_PAGES = ("own_model.md", "quickstart.md")
+LONG_PAGES = ("own_model.md", "quickstart.md", "aggregator_sdes.md", "cross_device.md")
 
 
 @pytest.mark.parametrize("page", [pytest.param(p, marks=pytest.mark.long) if p.name in LONG_PAGES else p

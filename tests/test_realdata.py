@@ -165,6 +165,7 @@ def test_epoch_steps_rules():
     assert plus.max_batch() == 129
 
 
+@pytest.mark.long
 def test_simulation_on_data_is_bit_identical_and_chunk_invariant(digits):
     steps = EpochSteps(tuple(digits.sizes), (2, 5), (10, None))
     for agg in (Scaffold("I"), FedAWARE(), FedNova(momentum=0.5), FedDisco("fedavg")):

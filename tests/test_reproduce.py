@@ -16,6 +16,7 @@ from fedsde.problems import paper_table_problem
 from fedsde.report.config import FIGURE_IDS, builtin_config, load_config, parse_only, validate
 
 
+@pytest.mark.long
 def test_reproduce_stationary_figures(tmp_path, capsys):
     out = tmp_path / "res"
     code = main(["reproduce", "--quick", "--only", "F2,F3", "--no-claims", "--out", str(out), "--seed", "1",
