@@ -38,6 +38,7 @@ from fedsde._tolerances import PSD_TOL, SINGULAR_TOL
 from fedsde._validate import choice, positive_float
 from fedsde.errors import FedsdeInputError, NoStationaryLawError
 from fedsde.exact.round_law import RoundLaw, round_law
+from fedsde.params import Schedule, unpack
 from fedsde.problems.quadratic.problem import QuadraticProblem
 
 #: the quadratic SDE variants (``corrected`` is the default everywhere)
@@ -210,8 +211,8 @@ def _matched(law: RoundLaw, h: float) -> tuple[np.ndarray, np.ndarray]:
 
 def quadratic_sde_coefficients(
     problem: QuadraticProblem,
-    eta: float,
-    local_steps: int | np.ndarray,
+    eta: float | Schedule,
+    local_steps: int | np.ndarray | None = None,
     server_lr: float = 1.0,
     h: float | None = None,
     variant: str = "corrected",
@@ -221,8 +222,9 @@ def quadratic_sde_coefficients(
     Parameters
     ----------
     problem : QuadraticProblem
-    eta : float
-        Client learning rate ``η > 0``.
+    eta : float or Schedule
+        Client learning rate ``η > 0``; or a :class:`~fedsde.params.Schedule` whose ``eta``, ``local_steps``,
+        ``server_lr`` and ``h`` are used (checked where it was built).
     local_steps : int or array of int, shape (Q,)
         ``E`` (or per-client ``τ_k``; the ``paper`` variant needs one ``E`` for all clients).
     server_lr : float
@@ -243,10 +245,14 @@ def quadratic_sde_coefficients(
         ``matched`` when some eigenvalue of ``I − sB`` is ``>= 1`` (no stationary law to match).
     """
     choice("variant", variant, VARIANTS)
-    eta = positive_float("eta", eta)
-    server_lr = positive_float("server_lr", server_lr)
-    h = eta if h is None else positive_float("h", h)
-    law = round_law(problem, eta, local_steps, server_lr, warn=False)
+    sched, eta, local_steps, server_lr = unpack(eta, local_steps, server_lr)
+    if sched is None:
+        eta = positive_float("eta", eta)
+        server_lr = positive_float("server_lr", server_lr)
+        h = eta if h is None else positive_float("h", h)
+    else:  # checked where the Schedule was built
+        eta, server_lr, h = float(eta), float(server_lr), sched.time_step if h is None else h
+    law = round_law(problem, sched or eta, local_steps, server_lr, warn=False)
     c = law.c
     s = server_lr
     if variant == "corrected":
