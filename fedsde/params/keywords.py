@@ -38,12 +38,32 @@ def _is_default(value, default) -> bool:
     return np.ndim(value) == 0 and not callable(value) and default is not None and value == default
 
 
-def takes_values(**uses: Sequence[str]) -> Callable[[F], F]:
+@functools.cache
+def _default_value(cls: type):
+    """The value built from the defaults alone (``Precision()``: float64 on the CPU, as checked), or ``None`` for a
+    class with required fields; its fields are the defaults a function that does not read them accepts."""
+    if any(f.init and f.default is dataclasses.MISSING for f in dataclasses.fields(cls)):
+        return None
+    return cls()
+
+
+def _unused_ok(value, cls: type, f) -> bool:
+    """Field ``f`` of ``value`` holds its default, as given or as the value checks it (``"cpu"`` → a device)."""
+    current = getattr(value, f.name)
+    base = _default_value(cls)
+    return _is_default(current, f.default) or (base is not None and _is_default(current, getattr(base, f.name)))
+
+
+def takes_values(positional: Sequence[str] = (), **uses: Sequence[str]) -> Callable[[F], F]:
     """Decorator: a function that takes values (``schedule``, ``replication``, ``precision``) also takes the old
     keywords of the fields it reads, folded into the values once, at the call.
 
     Parameters
     ----------
+    positional : sequence of str, optional
+        Old positional parameters, in order, that stood where the first value parameter now stands
+        (``f(problem, eta, local_steps, rounds)``): a call whose argument there is not a value passes them on as
+        those keywords.
     **uses : sequence of str
         ``schedule=("eta", "local_steps", "rounds", "server_lr")``: the value parameter (a name of
         :data:`VALUE_TYPES`, a parameter of the decorated function) and the fields the function reads.
@@ -56,7 +76,9 @@ def takes_values(**uses: Sequence[str]) -> Callable[[F], F]:
       as is a value whose fields the function does not read set away from their defaults (``Schedule(h=…)`` to
       the simulator), and a value of the wrong class.
     * A value parameter with no default must be given one of the two ways (``TypeError`` otherwise, as Python
-      says of a missing argument); one whose default is ``None`` stays ``None`` when nothing is given.
+      says of a missing argument); one whose default is ``None`` stays ``None`` when nothing is given, when its
+      keywords are all ``None`` (their old defaults), or when its required fields are missing (``seed=`` without
+      ``replicates=``: nothing to replicate, as before).
     * The wrapper's signature lists the old keywords after the function's own (``help()`` shows both).
     """
 
@@ -73,9 +95,21 @@ def takes_values(**uses: Sequence[str]) -> Callable[[F], F]:
                 raise TypeError(f"takes_values({param}=…): {sorted(unknown or clash)} are not free fields of "
                                 f"{VALUE_TYPES[param].__name__} for {name}")
         order = list(params)
+        old_order = tuple(positional)
+        first = min(order.index(p) for p in uses)
+        first_cls = VALUE_TYPES[order[first]]
 
         @functools.wraps(func)
         def wrapper(*args, **kwargs):
+            if old_order and len(args) > first and not isinstance(args[first], first_cls):
+                old = args[first:]
+                if len(old) > len(old_order):
+                    raise TypeError(f"{name}() takes at most {first + len(old_order)} positional arguments")
+                clash = [k for k in old_order[:len(old)] if k in kwargs]
+                if clash:
+                    raise TypeError(f"{name}() got multiple values for argument {clash[0]!r}")
+                args = args[:first]
+                kwargs.update(zip(old_order, old, strict=False))
             for param, fields in uses.items():
                 cls = VALUE_TYPES[param]
                 slot = order.index(param)
@@ -91,6 +125,8 @@ def takes_values(**uses: Sequence[str]) -> Callable[[F], F]:
                             f"{cls.__name__} or its fields, not both")
                     missing = [f.name for f in dataclasses.fields(cls)
                                if f.init and f.default is dataclasses.MISSING and f.name not in given]
+                    if missing and params[param].default is None:
+                        continue  # an optional value without its required fields: none (e.g. a seed, no replicates)
                     if missing:
                         raise TypeError(f"{name}() missing keyword argument(s): "
                                         f"{', '.join(repr(m) for m in missing)} (or {param}=)")
@@ -104,7 +140,7 @@ def takes_values(**uses: Sequence[str]) -> Callable[[F], F]:
                 elif not isinstance(whole, cls):
                     raise FedsdeInputError(f"{param}={whole!r}: must be a fedsde.params.{cls.__name__}")
                 for f in dataclasses.fields(cls):
-                    if f.init and f.name not in fields and not _is_default(getattr(whole, f.name), f.default):
+                    if f.init and f.name not in fields and not _unused_ok(whole, cls, f):
                         raise FedsdeInputError(f"{param}.{f.name}={getattr(whole, f.name)!r}: not used by {name}; "
                                                "leave it at its default")
             return func(*args, **kwargs)

@@ -38,7 +38,7 @@ from fedsde._tolerances import PSD_TOL, SINGULAR_TOL
 from fedsde._validate import choice, positive_float
 from fedsde.errors import FedsdeInputError, NoStationaryLawError
 from fedsde.exact.round_law import RoundLaw, round_law
-from fedsde.params import Schedule, unpack
+from fedsde.params import Schedule, fedavg_rates, unpack
 from fedsde.problems.quadratic.problem import QuadraticProblem
 
 #: the quadratic SDE variants (``corrected`` is the default everywhere)
@@ -251,7 +251,8 @@ def quadratic_sde_coefficients(
         server_lr = positive_float("server_lr", server_lr)
         h = eta if h is None else positive_float("h", h)
     else:  # checked where the Schedule was built
-        eta, server_lr, h = float(eta), float(server_lr), sched.time_step if h is None else h
+        eta, _, server_lr = fedavg_rates(sched, None, None, problem.Q)  # one number each (no schedules here)
+        h = sched.time_step if h is None else h
     law = round_law(problem, sched or eta, local_steps, server_lr, warn=False)
     c = law.c
     s = server_lr

@@ -46,6 +46,7 @@ from fedsde.params import (
     Schedule,
     takes_values,
 )
+from fedsde.params.options import METHODS as INTEGRATION_METHODS
 from fedsde.problems.quadratic.problem import QuadraticProblem
 from fedsde.sde.brownian import STEPS_PER_WINDOW, GridBrownian
 from fedsde.sde.coefficients import VARIANTS, psd_sqrt, quadratic_sde_coefficients
@@ -57,6 +58,8 @@ from fedsde.sim.workers import diverged, plan_workers, resolve_workers, run_chun
 
 #: what :func:`simulate_sde` can integrate: the quadratic variants and the general (Monte-Carlo) SDE
 MODELS = (*VARIANTS, "general")
+#: the integration methods (:class:`fedsde.params.Integrator` checks them)
+METHODS = INTEGRATION_METHODS
 #: integration methods: torchsde Euler–Maruyama, or exact OU transitions (quadratic variants only)
 
 
@@ -296,10 +299,10 @@ def simulate_sde(
 
     try:
         run_chunks(run, chunks, workers, on_error=out.abort if moments_only else None,
-                   before_raise=lambda exc: watch.flush(before=getattr(exc, "fedsde_when", -1), stacklevel=6))
+                   before_raise=lambda exc: watch.flush(before=getattr(exc, "fedsde_when", -1), stacklevel=8))
     finally:
         bar.close()
-    watch.flush(stacklevel=3)
+    watch.flush(stacklevel=6)  # the caller, past the decorators (renamed, takes_values)
     config = {
         "variant": variant, "method": method, "eta": proto.eta.describe(), "server_lr": proto.server_lr.describe(),
         "local_steps": np.atleast_1d(local_steps).tolist(), "h": hh, "rounds": rounds, "paths": replicates,

@@ -250,8 +250,8 @@ def svag_chain(
                  dtype=dtype, etas=etas, lrs=lrs, steps=steps, w_start=w_start, keep=keep, on_grid=on_grid, bar=bar,
                  watch=BlowUpWatch(problem_scale(problem, w_start), what or f"the SVAG chain (ell={ell})"))
     run_chunks(run, chunks, workers, on_error=on_error,
-               before_raise=lambda exc: run.watch.flush(before=getattr(exc, "fedsde_when", -1), stacklevel=7))
-    run.watch.flush(stacklevel=3)
+               before_raise=lambda exc: run.watch.flush(before=getattr(exc, "fedsde_when", -1), stacklevel=8))
+    run.watch.flush(stacklevel=5)  # the caller, past the keywords' adapter (takes_values)
     config = {"ell": ell, "eta": etas.tolist() if np.ndim(eta) else float(eta), "local_steps": steps.tolist(),
               "rounds": rounds, "replicates": R, "seed": base_seed, "h": h,
               "server_lr": lrs.tolist() if np.ndim(server_lr) else float(server_lr), "device": str(dev),

@@ -196,7 +196,7 @@ def simulate(
     )
     keep, drift_keep, R = plan.record, plan.drift_rounds, plan.replicates
     if getattr(problem, "p", None) is not None:
-        weights_warning(problem.p, plan.participation, plan.weighting)
+        weights_warning(problem.p, plan.participation, plan.weighting, stacklevel=4)
     chunks = plan_workers(R, plan.chunk_size, plan.block_size, plan.workers, plan.slots * plan.d)
     out_w = StreamingMoments(keep.size, plan.d, plan.block_size) if moments_only else np.empty((keep.size, R, plan.d))
     out_drift = np.empty((drift_keep.size, plan.max_steps, R, plan.Q)) if drift_keep.size else None
@@ -204,11 +204,11 @@ def simulate(
     try:
         run_chunks(lambda a, b, halt: run_chunk(plan, a, b - a, out_w, out_drift, bar, halt), chunks, plan.workers,
                    on_error=out_w.abort if moments_only else None,
-                   before_raise=lambda exc: plan.watch.flush(before=getattr(exc, "fedsde_when", -1), stacklevel=6),
+                   before_raise=lambda exc: plan.watch.flush(before=getattr(exc, "fedsde_when", -1), stacklevel=7),
                    one_thread=plan.device.type == "cpu" and plan.sparse and R * plan.slots * plan.d < SMALL_KERNELS)
     finally:
         bar.close()
-    plan.watch.flush(stacklevel=3)
+    plan.watch.flush(stacklevel=5)  # the caller of simulate, past the keywords' adapter (takes_values)
     config = _config(plan, eta, server_lr)
     if moments_only:
         return SimulationResult(rounds=keep, weights=None, config=config, streamed=out_w)
@@ -220,8 +220,8 @@ def simulate(
         res.metrics = res.evaluate(problem, w0=plan.w_start, progress=progress)
         if "train_loss" in res.metrics and keep.size > 1:
             loss = res.metrics["train_loss"]
-            if growth_warning(keep, loss) is None:
-                rise_warning(keep, loss, p=getattr(problem, "p", None), participation=plan.participation,
+            if growth_warning(keep, loss, stacklevel=4) is None:
+                rise_warning(keep, loss, stacklevel=4, p=getattr(problem, "p", None), participation=plan.participation,
                              weighting=plan.weighting)
     return res
 

@@ -19,9 +19,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedsde._validate import positive_float, positive_int, start_point
+from fedsde._validate import positive_int, start_point
 from fedsde.aggregators import Aggregator, get_aggregator
 from fedsde.errors import FedsdeInputError
+from fedsde.params import (
+    DEFAULT_EQUIVALENCE,
+    DEFAULT_RECORDING,
+    Equivalence,
+    Integrator,
+    Precision,
+    Recording,
+    Replication,
+    Schedule,
+    takes_values,
+)
 from fedsde.problems.metrics import evaluate_metrics, metric_names
 from fedsde.problems.quadratic.problem import QuadraticProblem
 from fedsde.validity.core import ValidityResult
@@ -105,14 +116,25 @@ def linear_rule_chain(problem: QuadraticProblem, aggregator: Aggregator, *, eta:
     return np.stack(out)
 
 
-def adaptive_svag_chain(problem: QuadraticProblem, aggregator: Aggregator, *, eta: float, local_steps, rounds: int,
-                        k: int, replicates: int, seed: int, server_lr: float, w0=None, record=None,
-                        device: str = "cpu", method: str = "round-law") -> np.ndarray:
+@takes_values(schedule=("eta", "local_steps", "rounds", "server_lr"), replication=("replicates", "seed"),
+              precision=("device",), recording=("record",))
+def adaptive_svag_chain(problem: QuadraticProblem, aggregator: Aggregator, schedule: Schedule,
+                        replication: Replication, precision: Precision | None = None, *, k: int, w0=None,
+                        recording: Recording | None = None, method: str = "round-law") -> np.ndarray:
     """Weights (T, R, d) of the adaptive SVAG chain with ``k`` at the base rounds ``record`` (default all; module
     docstring).  ``method="round-law"`` (default) samples the round from its exact law (:func:`round_law_chain`);
-    ``"simulate"`` runs the clients' local SGD in the simulator (the same law, slower)."""
+    ``"simulate"`` runs the clients' local SGD in the simulator (the same law, slower).  The values
+    (:class:`~fedsde.params.Schedule`: ``eta``, ``local_steps``, ``rounds``, ``server_lr``;
+    :class:`~fedsde.params.Replication`: ``replicates``, ``seed``; :class:`~fedsde.params.Precision`: ``device``;
+    :class:`~fedsde.params.Recording`: ``record``) may be given as the keywords of their fields
+    (:func:`fedsde.params.takes_values`)."""
     from fedsde._validate import choice
     from fedsde.sde.adaptive import svag_aggregator
+
+    eta, local_steps, rounds, server_lr = schedule.eta, schedule.local_steps, schedule.rounds, schedule.server_lr
+    replicates, seed = replication.replicates, replication.need_seed()
+    device = (precision or Precision()).device
+    record = (recording or DEFAULT_RECORDING).record
 
     choice("method", method, ("round-law", "simulate"))
     k = positive_int("k", k)
@@ -130,10 +152,12 @@ def adaptive_svag_chain(problem: QuadraticProblem, aggregator: Aggregator, *, et
     return res.weights
 
 
-def rule_validity_test(problem: QuadraticProblem, aggregator: str | Aggregator, *, eta: float, local_steps,
-                       rounds: int, replicates: int, seed: int, server_lr: float = 1.0, h: float | None = None,
-                       w0=None, ks=None, tolerance: float = 0.05, alpha: float = 0.05, record_every: int = 1,
-                       device: str = "cpu") -> ValidityResult:
+@takes_values(schedule=("eta", "local_steps", "rounds", "server_lr", "h"), replication=("replicates", "seed"),
+              precision=("device",), equivalence=("tolerance", "alpha"), recording=("record_every",))
+def rule_validity_test(problem: QuadraticProblem, aggregator: str | Aggregator, schedule: Schedule,
+                       replication: Replication, precision: Precision | None = None, *, w0=None, ks=None,
+                       equivalence: Equivalence | None = None,
+                       recording: Recording | None = None) -> ValidityResult:
     """Is the rule's own SDE a good model of the rule on ``problem``?  (Module docstring.)
 
     Parameters
@@ -141,6 +165,12 @@ def rule_validity_test(problem: QuadraticProblem, aggregator: str | Aggregator, 
     problem : QuadraticProblem
     aggregator : str or Aggregator
         A rule with an SDE (:attr:`~fedsde.aggregators.Aggregator.sde_kind`).
+    schedule, replication, precision, equivalence, recording : values of :mod:`fedsde.params`
+        :class:`~fedsde.params.Schedule` (``eta``, ``local_steps``, ``rounds``, ``server_lr``, ``h``),
+        :class:`~fedsde.params.Replication` (``replicates``, ``seed``), :class:`~fedsde.params.Precision`
+        (``device``), :class:`~fedsde.params.Equivalence` (``tolerance``, ``alpha``) and
+        :class:`~fedsde.params.Recording` (``record_every``); each field may be given instead as the keyword of its
+        name (:func:`fedsde.params.takes_values`); the fields mean:
     eta, local_steps, server_lr
         Client rate, local steps ``τ_k``, server step ``s``.
     rounds, replicates, seed
@@ -164,12 +194,17 @@ def rule_validity_test(problem: QuadraticProblem, aggregator: str | Aggregator, 
         raise NoSDEError(agg.sde_refusal)
     if not isinstance(problem, QuadraticProblem):
         raise FedsdeInputError("problem: the SDEs of the rules other than FedAvg are built on quadratic clients")
-    rounds = positive_int("rounds", rounds)
-    R = positive_int("replicates", replicates, minimum=2)
-    server_lr = positive_float("server_lr", server_lr)
-    every = positive_int("record_every", record_every)
+    eta, local_steps, rounds, server_lr, h = (schedule.eta, schedule.local_steps, schedule.rounds,
+                                              schedule.server_lr, schedule.h)
+    R, seed, device = replication.replicates, replication.need_seed(), (precision or Precision()).device
+    equivalence = equivalence or DEFAULT_EQUIVALENCE
+    tolerance, alpha, every = equivalence.tolerance, equivalence.alpha, (recording or DEFAULT_RECORDING).record_every
+    if rounds < 1:
+        raise FedsdeInputError(f"rounds={rounds}: must be an integer >= 1")
+    if R < 2:
+        raise FedsdeInputError(f"replicates={R}: must be an integer >= 2")
     adaptive = agg.sde_kind == "adaptive"
-    hh = (server_lr**2 if adaptive else float(eta)) if h is None else positive_float("h", h)
+    hh = (server_lr**2 if adaptive else float(eta)) if h is None else h
     w0_arr = start_point(w0, problem.d)
     grid = np.unique(np.r_[np.arange(0, rounds + 1, every), rounds])
     names = list(metric_names(problem))
@@ -219,16 +254,22 @@ def rule_validity_test(problem: QuadraticProblem, aggregator: str | Aggregator, 
                           sde={m: {"mean": g.sde_mean, "se": g.sde_se} for m, g in gaps.items()})
 
 
-def adaptive_weak_error(problem: QuadraticProblem, aggregator: str | Aggregator, *, eta: float, local_steps,
-                        rounds: int, replicates: int, seed: int, server_lr: float, w0=None, ks=(1, 2, 4),
-                        substeps: int = 4, phi: str = "loss", level: float = 0.95, device: str = "cpu"):
+@takes_values(schedule=("eta", "local_steps", "rounds", "server_lr"), replication=("replicates", "seed"),
+              precision=("device",), integrator=("substeps",))
+def adaptive_weak_error(problem: QuadraticProblem, aggregator: str | Aggregator, schedule: Schedule,
+                        replication: Replication, precision: Precision | None = None, *, w0=None, ks=(1, 2, 4),
+                        integrator: Integrator | None = None, phi: str = "loss", level: float = 0.95):
     """Monte-Carlo weak error of the adaptive SDE against the SVAG chains at ``t = n·s²`` as ``ℓ = k² → ∞``.
 
     For each ``k``: ``replicates`` chains (:func:`adaptive_svag_chain`) and the difference of ``E φ(w_T)`` from
     ``replicates`` SDE paths (:func:`fedsde.sde.adaptive.adaptive_sde_paths`, ``substeps·k²`` Euler steps per
     round, independent seed) with a normal interval at ``level``; the slope is fitted to ``log |error|`` against
     ``log(s²/ℓ)``, the chain's step on the clock (expected 1, Malladi et al. 2022, Theorem 4.2/4.4), and flattens
-    once the error falls below the Monte-Carlo noise (compare ``errors`` with ``stderr``).
+    once the error falls below the Monte-Carlo noise (compare ``errors`` with ``stderr``).  The values
+    (:class:`~fedsde.params.Schedule`: ``eta``, ``local_steps``, ``rounds``, ``server_lr``;
+    :class:`~fedsde.params.Replication`: ``replicates``, ``seed``; :class:`~fedsde.params.Precision`: ``device``;
+    :class:`~fedsde.params.Integrator`: ``substeps``, default 4) may be given as the keywords of their fields
+    (:func:`fedsde.params.takes_values`).
 
     Returns
     -------
@@ -238,6 +279,9 @@ def adaptive_weak_error(problem: QuadraticProblem, aggregator: str | Aggregator,
     from fedsde.compare.weak_error import WeakErrorCurve, fit_loglog_slope, mc_difference, phi_function
     from fedsde.sde.adaptive import adaptive_sde_paths
 
+    eta, local_steps, rounds, server_lr = schedule.eta, schedule.local_steps, schedule.rounds, schedule.server_lr
+    replicates, seed, device = replication.replicates, replication.need_seed(), (precision or Precision()).device
+    substeps = 4 if integrator is None else integrator.substeps
     agg = get_aggregator(aggregator)
     ks = sorted({positive_int("ks", k) for k in ks})
     if len(ks) < 2:

@@ -268,7 +268,7 @@ def validity_test(
     if mode == "exact":
         if replicates is not None:
             warnings.warn(f"replicates={replicates}: not used — FedAvg's side is exact (fedavg='exact'); pass "
-                          "fedavg='sampled' to sample it", UserWarning, stacklevel=2)
+                          "fedavg='sampled' to sample it", UserWarning, stacklevel=3)
         return _exact_test(problem, schedule, w0=w0, equivalence=equivalence, metrics=metrics, every=every,
                            precision=precision, how=how)
     if replicates is None or seed is None:
@@ -289,7 +289,7 @@ def validity_test(
     w0_arr = start_point(start, problem.d)
     grid = np.unique(np.r_[np.arange(0, rounds + 1, every), rounds])
     hh = schedule.time_step
-    known = warn_stability(problem, schedule)  # what `fedsde exact` warns about
+    known = warn_stability(problem, schedule, stacklevel=4)  # what `fedsde exact` warns about
     sde_exact = None
     if reference == "exact":  # closed form, before any chain runs (its errors are the user's to fix first)
         law = exact_sde_law(problem, schedule)
@@ -398,7 +398,7 @@ def _exact_test(problem, schedule: Schedule, *, w0, equivalence: Equivalence, me
     w0_arr = start_point(default_start(problem, w0), problem.d)
     grid = np.unique(np.r_[np.arange(0, rounds + 1, every), rounds])
     hh = schedule.time_step
-    warn_stability(problem, schedule)  # what `fedsde exact` warns about
+    warn_stability(problem, schedule, stacklevel=5)  # what `fedsde exact` warns about
     law = exact_sde_law(problem, schedule)
     sde = exact_sde_paths(problem, law, grid, hh, w0_arr, names)
     fed, final_mean, final_cov = exact_fedavg_paths(problem, eta=schedule, grid=grid, w0=w0_arr, names=names)

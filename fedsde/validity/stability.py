@@ -39,9 +39,10 @@ def stability_messages(problem, eta, local_steps=None, server_lr: float = 1.0, k
     return [] if known is None else known.messages(unpack(eta)[1])
 
 
-def warn_stability(problem, eta, local_steps=None, server_lr: float = 1.0):
-    """Raise :func:`stability_messages` as ``RuntimeWarning`` s; returns :func:`stability` (or ``None``)."""
+def warn_stability(problem, eta, local_steps=None, server_lr: float = 1.0, *, stacklevel: int = 3):
+    """Raise :func:`stability_messages` as ``RuntimeWarning`` s (attributed ``stacklevel`` frames up); returns
+    :func:`stability` (or ``None``)."""
     known = stability(problem, eta, local_steps, server_lr)
     for msg in stability_messages(problem, eta, local_steps, server_lr, known):
-        warnings.warn(msg, RuntimeWarning, stacklevel=3)
+        warnings.warn(msg, RuntimeWarning, stacklevel=stacklevel)
     return known
