@@ -76,9 +76,9 @@ def takes_values(positional: Sequence[str] = (), **uses: Sequence[str]) -> Calla
       as is a value whose fields the function does not read set away from their defaults (``Schedule(h=…)`` to
       the simulator), and a value of the wrong class.
     * A value parameter with no default must be given one of the two ways (``TypeError`` otherwise, as Python
-      says of a missing argument); one whose default is ``None`` stays ``None`` when nothing is given, when its
-      keywords are all ``None`` (their old defaults), or when its required fields are missing (``seed=`` without
-      ``replicates=``: nothing to replicate, as before).
+      says of a missing argument); one whose default is ``None`` stays ``None`` when nothing is given, and when
+      its required fields are missing or ``None`` (their old defaults: ``seed=0`` without ``replicates=`` has
+      nothing to replicate, as before).
     * The wrapper's signature lists the old keywords after the function's own (``help()`` shows both).
     """
 
@@ -116,8 +116,8 @@ def takes_values(positional: Sequence[str] = (), **uses: Sequence[str]) -> Calla
                 positional = slot < len(args) and params[param].kind != inspect.Parameter.KEYWORD_ONLY
                 whole = args[slot] if positional else kwargs.get(param)
                 given = {f: kwargs.pop(f) for f in fields if f in kwargs}
-                if params[param].default is None and all(v is None for v in given.values()):
-                    given = {}  # the old keywords' defaults (None) of an optional value: not given
+                if params[param].default is None:  # an optional value: its old keywords' None is "not given"
+                    given = {f: v for f, v in given.items() if v is not None}
                 if given:
                     if whole is not None:
                         raise FedsdeInputError(
