@@ -30,6 +30,7 @@ from fedsde.params import (
     Recording,
     Replication,
     Schedule,
+    fedavg_rates,
     takes_values,
 )
 from fedsde.problems.metrics import evaluate_metrics_torch, metric_names
@@ -262,6 +263,7 @@ def validity_test(
     alpha, verdict_metrics = equivalence.alpha, equivalence.verdict_metrics
     if rounds < 1:
         raise FedsdeInputError(f"rounds={rounds}: must be an integer >= 1")
+    fedavg_rates(schedule, None, None, problem.Q)  # one number each (no schedules here), τ one per client
     how = resolve_final_cov("final_cov", final_cov, problem.d)
     reference = resolve_reference(problem, reference)
     mode = resolve_fedavg(problem, fedavg, reference, ells)

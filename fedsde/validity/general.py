@@ -39,6 +39,7 @@ from fedsde.params import (
     Replication,
     Schedule,
     derive,
+    fedavg_rates,
     takes_values,
 )
 from fedsde.sde.svag import default_oracle_factory, svag_chain
@@ -204,6 +205,7 @@ def general_sde_study(
         raise FedsdeInputError(f"rounds={rounds}: must be an integer >= 1")
     if R < 2:
         raise FedsdeInputError(f"replicates={R}: must be an integer >= 2")
+    fedavg_rates(schedule, None, None, problem.Q)  # one number each (no schedules here), τ one per client
     ells = parse_ells(ells)
     if ells[0] != 1 or len(ells) < 3:
         raise FedsdeInputError(f"ells={ells}: must contain 1 (FedAvg) and at least two larger values")
