@@ -365,3 +365,45 @@ def test_warnings_are_attributed_to_the_callers_line_past_the_adapter(problem):
     with pytest.warns(UserWarning, match="diverges with these settings") as rec:
         quadratic_sde_study(problem, eta=0.5, local_steps=4, rounds=2, server_lr=3.0, h_grid=[0.5, 0.25])
     assert {r.filename for r in rec if "diverges" in str(r.message)} == {__file__}
+
+
+def test_the_inner_layers_take_a_schedule_for_their_rates_and_give_the_same_numbers(problem):
+    from fedsde.exact import round_law, transient_moments
+    from fedsde.exact.stability import known_divergence
+    from fedsde.sde import quadratic_sde_coefficients
+    from fedsde.validity.exact_fedavg import exact_fedavg_paths
+    from fedsde.validity.reference import exact_sde_law
+
+    s = Schedule(0.1, [2, 3], 4, 0.5, h=0.2)
+    _same(round_law(problem, s).B, round_law(problem, 0.1, [2, 3], 0.5).B)
+    _same(quadratic_sde_coefficients(problem, s).A, quadratic_sde_coefficients(problem, 0.1, [2, 3], 0.5, 0.2).A)
+    _same(transient_moments(problem, s).cov, transient_moments(problem, 0.1, [2, 3], 4, 0.5).cov)
+    _same(exact_sde_law(problem, s).diffusion_cov,
+          exact_sde_law(problem, eta=0.1, local_steps=[2, 3], server_lr=0.5, h=0.2).diffusion_cov)
+    grid = np.arange(5)
+    _same(exact_fedavg_paths(problem, eta=s, grid=grid, w0=np.ones(2), names=["train_loss"])[0],
+          exact_fedavg_paths(problem, eta=0.1, local_steps=[2, 3], server_lr=0.5, grid=grid, w0=np.ones(2),
+                             names=["train_loss"])[0])
+    fast = Schedule(0.5, 4, 2, 3.0)
+    assert known_divergence(problem, fast) == known_divergence(problem, 0.5, 4, 3.0) != []
+    per_round = Schedule([0.1, 0.05, 0.05], 2, 3)
+    _same(transient_moments(problem, per_round).mean, transient_moments(problem, [0.1, 0.05, 0.05], 2, 3).mean)
+
+
+def test_positional_old_calls_and_simulated_path_give_the_same_numbers():
+    from fedsde.exact import least_squares_transient_moments
+    from fedsde.problems import load_problem
+    from fedsde.theory.problems import sec4_quadratic
+    from fedsde.theory.schedules import PowerSchedule
+
+    reg = load_problem("examples/problems/my_data.toml")
+    a = least_squares_transient_moments(reg, 0.05, 2, 3, 0.5, record=[3])
+    b = least_squares_transient_moments(reg, Schedule(0.05, 2, 3, 0.5), record=[3])
+    c = least_squares_transient_moments(reg, eta=0.05, local_steps=2, rounds=3, server_lr=0.5, record=[3])
+    _same(a.final_cov, b.final_cov)
+    _same(a.final_mean, c.final_mean)
+    with pytest.raises(TypeError, match="multiple values for argument 'rounds'"):
+        least_squares_transient_moments(reg, 0.05, 2, 3, rounds=3)
+    pr, ps = sec4_quadratic(), PowerSchedule(0.5, 1.0)
+    kw = dict(local_steps=2, h=0.5, rounds=5, w0=[3.0])
+    _same(simulated_path(pr, ps, replicates=16, seed=7, **kw).gap, simulated_path(pr, ps, Replication(16, 7), **kw).gap)
