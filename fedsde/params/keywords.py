@@ -131,7 +131,10 @@ def takes_values(positional: Sequence[str] = (), **uses: Sequence[str]) -> Calla
                         raise TypeError(f"{name}() missing keyword argument(s): "
                                         f"{', '.join(repr(m) for m in missing)} (or {param}=)")
                     whole = cls(**given)
-                    kwargs[param] = whole
+                    if positional:  # given as None in its place: the value takes it
+                        args = (*args[:slot], whole, *args[slot + 1:])
+                    else:
+                        kwargs[param] = whole
                 elif whole is None:
                     if params[param].default is inspect.Parameter.empty:
                         keys = ", ".join(f"{f}=" for f in fields)
