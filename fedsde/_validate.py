@@ -89,6 +89,20 @@ def client_steps(name: str, value: int | Sequence[int] | np.ndarray, Q: int) -> 
     return out
 
 
+def seed(name: str, value) -> int:
+    """A non-negative integer seed from an int or a ``torch.Generator`` (one draw from it); ``None`` is refused
+    (fedsde never uses the global RNG)."""
+    if type(value).__name__ == "Generator" and type(value).__module__.startswith("torch"):
+        import torch  # only for a Generator: an int seed does not load torch
+
+        return int(torch.randint(0, 2**62, (1,), generator=value).item())
+    if value is None:
+        raise FedsdeInputError(f"{name}: required (an int or a torch.Generator); fedsde never uses global RNG")
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
+        raise FedsdeInputError(f"{name}={value!r}: must be a non-negative integer or a torch.Generator")
+    return int(value)
+
+
 def device_dtype(device, dtype) -> tuple[torch.device, torch.dtype]:
     """A usable torch device (``"cpu"``, ``"cuda"``, ``"cuda:1"``, …) and a float dtype (float64 or float32)."""
     import torch  # here, so that the validators of light modules (symbolic, report, CLI flags) do not load torch

@@ -19,7 +19,7 @@ PACKAGE = ROOT / "fedsde"
 #: lower floor into one on a higher floor runs back up.  Rooms on one floor may import each other (no circle).
 FLOORS: list[set[str]] = [
     {"fedsde", "errors", "_atomic", "_tolerances", "_stats", "_memory", "_validate", "_samples", "_io", "_compat",
-     "_threads", "_progress", "_output"},
+     "_threads", "_progress", "_output", "params"},
     {"problems"},
     {"clients"},
     {"aggregators"},
@@ -222,6 +222,28 @@ def positional_heavy(limit: int = 8) -> list[tuple[str, int, str, int]]:
     return out
 
 
+def parameter_count(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """Every parameter of a function (``self``/``cls`` excluded), ``*args`` and ``**kwargs`` counting as one each."""
+    a = node.args
+    names = [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs if x.arg not in ("self", "cls")]
+    return len(names) + (a.vararg is not None) + (a.kwarg is not None)
+
+
+def wide_functions(limit: int = 12) -> list[tuple[str, int, str, int]]:
+    """Public functions and methods (name not starting with ``_``) with more than ``limit`` parameters, all kinds
+    counted (:func:`parameter_count`): (file, line, name, count).  Values of :mod:`fedsde.params` group what
+    travels together."""
+    out = []
+    for path in modules().values():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and not node.name.startswith("_"):
+                n = parameter_count(node)
+                if n > limit:
+                    out.append((str(path.relative_to(ROOT)), node.lineno, node.name, n))
+    return out
+
+
 def name_comparisons() -> list[tuple[str, int, str]]:
     """Comparisons (==, !=, in) of anything with an aggregator's name string, outside fedsde/aggregators/ and
     the figures' labels (fedsde/report/)."""
@@ -264,6 +286,10 @@ def main() -> None:
     heavy = positional_heavy()
     print(f"functions with > 8 positional parameters: {len(heavy)}")
     for f, line, name, n in heavy:
+        print(f"  {f}:{line} {name} ({n})")
+    wide = wide_functions()
+    print(f"public functions with > 12 parameters: {len(wide)}")
+    for f, line, name, n in sorted(wide, key=lambda w: -w[3]):
         print(f"  {f}:{line} {name} ({n})")
     names = name_comparisons()
     print(f"aggregator-name comparisons outside aggregators/: {len(names)}")

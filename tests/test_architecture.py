@@ -1,8 +1,11 @@
 """The package's shape, read from its own source (tests/architecture.py): no import circles, at most one import
-running back up the layers, no function with more than 8 positional parameters, no dispatch on aggregator names
-outside fedsde/aggregators/, no module over 450 lines."""
+running back up the layers, no function with more than 8 positional parameters, no public function with more than
+12 parameters (the listed exceptions aside), no dispatch on aggregator names outside fedsde/aggregators/, no module
+over 450 lines."""
 
 from __future__ import annotations
+
+import ast
 
 from architecture import (
     cycles,
@@ -11,11 +14,13 @@ from architecture import (
     module_cycles,
     module_sizes,
     name_comparisons,
+    parameter_count,
     positional_heavy,
     problem_up_imports,
     room,
     room_graph,
     up_imports,
+    wide_functions,
 )
 
 #: the one import allowed to run back up: the Python API's default command table for sweeps
@@ -49,6 +54,44 @@ def test_no_function_takes_more_than_eight_positional_parameters():
     assert positional_heavy(8) == []
 
 
+#: public functions still above 12 parameters (all kinds; ``**kwargs`` counts one), with their count today and why:
+#: the rule holds everywhere else, and an entry may only shrink or go (a value of fedsde.params taking its place)
+WIDE_EXCEPTIONS = {
+    # not run parameters: a problem's own data and model options, one keyword per key of its problem file (the
+    # file's keys, spelt as the TOML spells them; what travels through the layers is the problem built from them)
+    "from_clients": (16, "a classification problem's data and model keys"),
+    "module_problem": (16, "a module problem's data, model and batching keys"),
+    "federated_classification": (15, "a classification problem's dataset, partition and model keys"),
+    "module_population_problem": (13, "a module population's data, model and batching keys"),
+    "create": (13, "a population's generator keys"),
+    # the symbols of a theorem, named as printed (seed 000, Thm 4.1): grouping them would hide the correspondence
+    "thm_4_1": (13, "the symbols of FedAWARE's Theorem 4.1"),
+    # the one local-SGD loop: the tensors of one round, keyword-only, called every round of every chunk
+    "run_local_steps": (14, "the tensors and hooks of one round of local steps"),
+    # not yet taking values: the weak-error refinement (t_end, time_steps, server_rate) and the map's sweep options
+    "weak_error_mc_vs_step": (17, "pending: a value for the refinement at fixed t"),
+    "run_map": (16, "pending: the sweep's options (out, refine, workers, scheduler, resume, max_cells)"),
+    # not yet taking values: the order-2 SDE's and the server rules' entry points (written beside the values)
+    "validity_test": (13, "pending: the SDE side (reference, ells, order) as one value"),
+    "quadratic_sde_study": (13, "pending: the order refinement (order, etas) as one value"),
+    "coupled_order_study": (16, "pending: schedule, replication and precision values"),
+    "coupled_paths": (17, "pending: schedule, replication and precision values"),
+    "simulate_order2": (16, "pending: schedule, replication and precision values"),
+    "rule_svag_chain": (21, "pending: schedule, replication and precision values"),
+    "rule_svag_weak_error": (17, "pending: schedule, replication and precision values"),
+    "rule_general_study": (18, "pending: schedule, replication and precision values"),
+    "rule_validity_test": (25, "pending: schedule, replication, precision, equivalence and recording values"),
+}
+
+
+def test_no_public_function_takes_more_than_twelve_parameters():
+    wide = {name: n for _, _, name, n in wide_functions(12)}
+    assert set(wide) <= set(WIDE_EXCEPTIONS), sorted(set(wide) - set(WIDE_EXCEPTIONS))
+    assert all(n <= WIDE_EXCEPTIONS[name][0] for name, n in wide.items()), wide
+    gone = set(WIDE_EXCEPTIONS) - set(wide)
+    assert not gone, f"no longer wide, drop from WIDE_EXCEPTIONS: {sorted(gone)}"
+
+
 def test_no_comparison_with_an_aggregator_name_outside_the_aggregators():
     assert name_comparisons() == []
 
@@ -62,3 +105,5 @@ def test_the_checks_can_fail():
     graph = {"a": {"b"}, "b": {"a"}, "c": set()}
     assert cycles(graph) == [["a", "b"]]
     assert floor_of("errors") < floor_of("sim") < floor_of("report") < floor_of("cli")
+    assert floor_of("params") == floor_of("_validate")
+    assert parameter_count(ast.parse("def f(self, a, /, b, *c, d, **e): pass").body[0]) == 5

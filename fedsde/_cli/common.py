@@ -338,10 +338,11 @@ def fmt_array(a) -> str:
     return np.array2string(np.asarray(a), precision=6, suppress_small=False, max_line_width=100)
 
 
-def refuse_known_divergence(problem, eta: float, local_steps, server_lr: float = 1.0, *, aggregator="fedavg",
+def refuse_known_divergence(problem, eta, local_steps=None, server_lr: float = 1.0, *, aggregator="fedavg",
                             participation: int | None = None) -> None:
     """Raise a one-line :class:`FedsdeInputError` when :func:`known_divergence` finds a reason (commands that run
-    the algorithm or its SDE call this before any work); ``local_steps`` old name: ``steps``."""
+    the algorithm or its SDE call this before any work); ``local_steps`` old name: ``steps``; ``eta`` may be a
+    :class:`~fedsde.params.Schedule` holding the rates."""
     from fedsde.exact.stability import known_divergence
 
     why = known_divergence(problem, eta, local_steps, server_lr, aggregator=aggregator, participation=participation)

@@ -145,8 +145,9 @@ def _ells(text: str | None, reference: str) -> list[int] | None:
 def run(args: argparse.Namespace) -> int:
 
     from fedsde._cli._data_flags import problem_from_args
-    from fedsde._validate import positive_float
+    from fedsde._cli.common import options_named
     from fedsde.errors import FedsdeInputError
+    from fedsde.params import Equivalence, Schedule
     from fedsde.validity.core import DEFAULT_ELLS, check_order
     from fedsde.validity.exact_fedavg import resolve_fedavg
     from fedsde.validity.reference import resolve_reference
@@ -187,38 +188,37 @@ def run(args: argparse.Namespace) -> int:
             raise FedsdeInputError("--seed: required with --fedavg sampled (the chains are random)")
     elif args.replicates is not None and args.replicates < 2:
         raise FedsdeInputError(f"--replicates={args.replicates}: must be an integer >= 2 (a standard error needs two)")
-    positive_float("--tolerance", args.tolerance)
-    positive_float("--accuracy-tolerance", args.accuracy_tolerance)
+    # the run's values, checked once, here (errors name the flags), and passed whole
+    with options_named(args, "tolerance", "accuracy_tolerance", "alpha"):
+        equivalence = Equivalence(args.tolerance, args.accuracy_tolerance, args.alpha,
+                                  _names("--verdict-metrics", args.verdict_metrics))
+    schedule = Schedule(args.eta, steps, args.rounds, args.server_lr, args.h)
     # known divergence on quadratic clients, up front: local SGD (eta·λ_max >= 2) and the server recursion of the
     # mean at the server step of every chain (s for ℓ = 1, s/ℓ for the SVAG chains)
     for ell in sorted(set(DEFAULT_ELLS[reference] if ells is None else ells)):
         try:
-            refuse_known_divergence(problem, args.eta, steps, args.server_lr / ell)
+            refuse_known_divergence(problem, schedule.with_server_lr(schedule.server_lr / ell))
         except FedsdeInputError as err:
             if ell == 1:
                 raise
             raise FedsdeInputError(f"SVAG chain ell={ell} (server step s/ell = {args.server_lr / ell:g}): {err}") \
                 from None
-    from fedsde._cli.common import options_named
-
     with options_named(args, "final_cov", "replicates", "record_every"):  # errors name the flags
-        res = _validity(args, problem, steps, w0, ells, reference, fedavg)
+        res = _validity(args, problem, schedule, equivalence, w0, ells, reference, fedavg)
     return emit(args, res.to_dict(), human_report(res, problem, args))
 
 
-def _validity(args: argparse.Namespace, problem, steps, w0, ells, reference, fedavg):
-    import torch
-
+def _validity(args: argparse.Namespace, problem, schedule, equivalence, w0, ells, reference, fedavg):
+    from fedsde.params import Precision, Recording, Replication
     from fedsde.validity import validity_test
 
-    return validity_test(
-        problem, eta=args.eta, local_steps=steps, rounds=args.rounds, replicates=args.replicates, seed=args.seed,
-        server_lr=args.server_lr, ells=ells, h=args.h, w0=w0, reference=reference, tolerance=args.tolerance,
-        accuracy_tolerance=args.accuracy_tolerance, alpha=args.alpha, metrics=_names("--metrics", args.metrics),
-        verdict_metrics=_names("--verdict-metrics", args.verdict_metrics), record_every=args.record_every,
-        device=args.device, dtype=torch.float32 if args.float32 else torch.float64, progress=show_progress(args),
-        fedavg=fedavg, final_cov=args.final_cov, order=args.order,
-    )
+    replication = None if args.replicates is None else Replication(args.replicates, args.seed)
+    recording = Recording(metrics=_names("--metrics", args.metrics), record_every=args.record_every,
+                          final_cov=args.final_cov)
+    precision = Precision("float32" if args.float32 else "float64", args.device)
+    return validity_test(problem, schedule, replication, precision, ells=ells, w0=w0, reference=reference,
+                         equivalence=equivalence, recording=recording, progress=show_progress(args), fedavg=fedavg,
+                         order=args.order)
 
 
 def human_report(res, problem, args: argparse.Namespace) -> str:

@@ -62,10 +62,10 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from fedsde._validate import client_steps
 from fedsde.aggregators.sde_forms import MomentumForm, SampledWeights
 from fedsde.clients.solvers import SGD, LocalSolver
 from fedsde.errors import NoExactLawError
+from fedsde.params import local_steps_of
 
 
 @dataclass(frozen=True)
@@ -296,7 +296,7 @@ class Aggregator(ABC):
             The rule keeps server state, its clients run another local solver, its weights depend on the sampled
             clients (``participation < Q`` unless :attr:`exact_under_sampling`), or it is not linear.
         """
-        tau = client_steps("local_steps", local_steps, problem.Q).astype(np.float64)
+        tau = local_steps_of(local_steps, problem.Q).astype(np.float64)
         if self.stateful:
             raise NoExactLawError(
                 f"aggregator={self._label!r}: keeps server state across rounds, so the chain of the weights alone has "

@@ -27,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from fedsde import _validate
 from fedsde.errors import FedsdeInputError
 
 #: replicates per random stream; chunk sizes are rounded to multiples of it
@@ -37,14 +38,9 @@ _GROUP_TAG = 0x67726F75  # separates the group streams of a device from the bloc
 
 
 def resolve_seed(seed: int | torch.Generator | None) -> int:
-    """A non-negative integer seed from an int or a ``torch.Generator`` (one draw from it)."""
-    if isinstance(seed, torch.Generator):
-        return int(torch.randint(0, 2**62, (1,), generator=seed).item())
-    if seed is None:
-        raise FedsdeInputError("seed: required (an int or a torch.Generator); fedsde never uses global RNG")
-    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
-        raise FedsdeInputError(f"seed={seed!r}: must be a non-negative integer or a torch.Generator")
-    return int(seed)
+    """A non-negative integer seed from an int or a ``torch.Generator`` (one draw from it):
+    :func:`fedsde._validate.seed`."""
+    return _validate.seed("seed", seed)
 
 
 def block_seed(seed: int, block: int, purpose: int = 0, block_size: int = BLOCK) -> int:

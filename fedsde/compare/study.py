@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fedsde._compat import renamed
-from fedsde._validate import positive_int
 from fedsde.compare.distances import gaussian_w2, ks_per_coordinate
 from fedsde.compare.moments import MomentComparison, compare_moments, sde_moments
 from fedsde.compare.weak_error import (
@@ -45,6 +44,15 @@ from fedsde.compare.weak_error import (
 from fedsde.errors import FedsdeInputError, NoStationaryLawError
 from fedsde.exact import stationary_law, transient_moments
 from fedsde.exact.moments import Moments
+from fedsde.params import (
+    DEFAULT_INTEGRATOR,
+    Integrator,
+    Precision,
+    Recording,
+    Replication,
+    Schedule,
+    takes_values,
+)
 from fedsde.problems.quadratic.problem import QuadraticProblem
 from fedsde.sde.coefficients import quadratic_sde_coefficients
 
@@ -192,16 +200,25 @@ class QuadraticSDEStudy(ExactSDEStudy):
 
 
 @renamed(paths="replicates")
-def quadratic_sde_study(problem: QuadraticProblem, *, eta: float, local_steps, rounds: int, server_lr: float = 1.0,
-                        h: float | None = None, variant: str = "corrected", w0=None, record_every: int | None = None,
-                        h_grid=None, noise_scaling: str = "diffusive", replicates: int | None = None, seed: int = 0,
-                        substeps: int = 1, device: str = "cpu", progress: bool = False, order: int | None = None,
+@takes_values(schedule=("eta", "local_steps", "rounds", "server_lr", "h"), replication=("replicates", "seed"),
+              precision=("device",), integrator=("substeps",), recording=("record_every",))
+def quadratic_sde_study(problem: QuadraticProblem, schedule: Schedule, replication: Replication | None = None,
+                        precision: Precision | None = None, *, variant: str = "corrected", w0=None,
+                        recording: Recording | None = None, h_grid=None, noise_scaling: str = "diffusive",
+                        integrator: Integrator | None = None, progress: bool = False, order: int | None = None,
                         etas=None) -> QuadraticSDEStudy:
     """Compare FedAvg on quadratic clients with a linear SDE variant, exactly and optionally by sampling.
 
     Parameters
     ----------
     problem : QuadraticProblem
+    schedule, replication, precision, recording, integrator : values of :mod:`fedsde.params`
+        :class:`~fedsde.params.Schedule` (``eta``, ``local_steps``, ``rounds``, ``server_lr``, ``h``),
+        :class:`~fedsde.params.Replication` (``replicates``, ``seed``; none: no Monte Carlo),
+        :class:`~fedsde.params.Precision` (``device``), :class:`~fedsde.params.Recording` (``record_every``; none:
+        about 20 records) and :class:`~fedsde.params.Integrator` (``substeps``).  Each field may be given instead
+        as the keyword of its name, the call of earlier releases (:func:`fedsde.params.takes_values`); the fields
+        mean:
     eta : float
         client learning rate ``η``.
     local_steps : int or array of int, shape (Q,)
@@ -226,7 +243,7 @@ def quadratic_sde_study(problem: QuadraticProblem, *, eta: float, local_steps, r
         also simulate this many SDE paths (>= 2) and compare them with the chain's law at round ``n`` (old name:
         ``paths``).
     seed, substeps, device, progress
-        of the Monte-Carlo part: seed, Euler steps per round, torch device, a progress bar on stderr.
+        of the Monte-Carlo part: seed (default 0), Euler steps per round, torch device, a progress bar on stderr.
     order : {1, 2}, optional
         also the order refinement of the order-``order`` SDE (:func:`fedsde.compare.order2.order_refinement`: ``η``
         shrinks with ``h/η`` and ``s`` fixed at ``t = rounds·h``; client steps ``etas``, default ``η, η/2, …,
@@ -242,19 +259,24 @@ def quadratic_sde_study(problem: QuadraticProblem, *, eta: float, local_steps, r
         the fitted slope is unreliable (local slopes differ from it by more than :data:`UNSETTLED_SLOPE`); the
         chain is known to diverge with these settings.
     """
-    n = positive_int("rounds", rounds)
-    lin = quadratic_sde_coefficients(problem, eta, local_steps, server_lr, h, variant)
+    eta, local_steps, n, server_lr = schedule.eta, schedule.local_steps, schedule.rounds, schedule.server_lr
+    replicates, seed = (None, 0) if replication is None else (replication.replicates, replication.seed or 0)
+    record_every = None if recording is None else recording.record_every
+    substeps, device = (integrator or DEFAULT_INTEGRATOR).substeps, (precision or Precision()).device
+    if n < 1:
+        raise FedsdeInputError(f"rounds={n}: must be an integer >= 1")
+    lin = quadratic_sde_coefficients(problem, schedule, variant=variant)
     h = lin.h
     t_end = n * h
     if h_grid is None:
         hs = h / 2.0 ** np.arange(DEFAULT_REFINEMENT)
     else:
         hs = refinement_grid(h_grid, t_end, name=f"h_grid={h_grid!r}")
-    if replicates is not None:
-        positive_int("replicates", replicates, minimum=2)  # a covariance needs two paths
-    every = max(1, n // 20) if record_every is None else positive_int("record_every", record_every)
+    if replicates is not None and replicates < 2:  # a covariance needs two paths
+        raise FedsdeInputError(f"replicates={replicates}: must be an integer >= 2")
+    every = max(1, n // 20) if record_every is None else record_every
     record = sorted(set(range(0, n + 1, every)) | {n})
-    chain = transient_moments(problem, eta, local_steps, n, server_lr, w0=w0, record=record)
+    chain = transient_moments(problem, schedule, w0=w0, record=record)
     sde = sde_moments(problem, eta, local_steps, n, server_lr, h, variant, w0=w0, record=record)
     weak = {phi: weak_error_exact(problem, chain, sde, phi)[1] for phi in PHIS}
     slopes = {}
@@ -274,11 +296,11 @@ def quadratic_sde_study(problem: QuadraticProblem, *, eta: float, local_steps, r
     if unsettled:
         warnings.warn("the weak error is not in its asymptotic regime over the time steps h (local log–log "
                       f"slopes differ from the fit by more than {UNSETTLED_SLOPE}: {'; '.join(unsettled)}); the "
-                      "fitted slope is unreliable", UserWarning, stacklevel=2)
+                      "fitted slope is unreliable", UserWarning, stacklevel=4)  # past renamed and takes_values
     from fedsde.exact.stability import known_divergence
 
-    for why in known_divergence(problem, eta, local_steps, server_lr):
-        warnings.warn(f"the chain diverges with these settings: {why}", UserWarning, stacklevel=2)
+    for why in known_divergence(problem, schedule):
+        warnings.warn(f"the chain diverges with these settings: {why}", UserWarning, stacklevel=4)
     config = {"variant": variant, "eta": eta, "server_lr": server_lr, "h": h, "rounds": n,
               "local_steps": np.atleast_1d(local_steps).tolist(), "noise_scaling": noise_scaling}
     study = QuadraticSDEStudy(chain=chain, sde=sde, distances=compare_moments(chain, sde, h), weak_error=weak,

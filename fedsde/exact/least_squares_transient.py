@@ -15,7 +15,7 @@ import numpy as np
 
 from fedsde._threads import small_products
 from fedsde._tolerances import STATIONARY_MARGIN
-from fedsde._validate import choice, constant_or_schedule, positive_float, positive_int, record_rounds
+from fedsde._validate import choice, record_rounds
 from fedsde.errors import NoStationaryLawError
 from fedsde.exact.least_squares import (
     DENSE_MAX_D,
@@ -28,6 +28,7 @@ from fedsde.exact.least_squares import (
     least_squares_stationary_law,
 )
 from fedsde.exact.moments import Moments
+from fedsde.params import Schedule, takes_values
 
 #: with more rounds than this (and constant rates) the transient is not computed round by round
 DIRECT_ROUNDS = 64
@@ -36,12 +37,11 @@ MAX_JUMPS = 8
 
 
 @small_products
+@takes_values(positional=("eta", "local_steps", "rounds", "server_lr"),
+              schedule=("eta", "local_steps", "rounds", "server_lr"))
 def least_squares_transient_moments(
     problem,
-    eta: float | Sequence[float] | np.ndarray,
-    local_steps: int | Sequence[int] | np.ndarray,
-    rounds: int,
-    server_lr: float | Sequence[float] | np.ndarray = 1.0,
+    schedule: Schedule,
     *,
     w0=None,
     cov0=None,
@@ -65,6 +65,9 @@ def least_squares_transient_moments(
     Parameters
     ----------
     problem : RegressionProblem
+    schedule : Schedule
+        :class:`~fedsde.params.Schedule` (``eta``, ``local_steps``, ``rounds``, ``server_lr``), or those four as
+        arguments (positional, as in earlier releases, or keywords: :func:`fedsde.params.takes_values`):
     eta, server_lr : float or array, shape (rounds,)
         Constant or per-round client rate and server step.
     local_steps : int or array of int, shape (Q,)
@@ -86,10 +89,9 @@ def least_squares_transient_moments(
         ``rounds`` (T,), ``mean`` (T, d), ``cov`` (T, d, d).
     """
     _check_problem(problem)
-    rounds = positive_int("rounds", rounds, minimum=0)
+    local_steps, rounds = schedule.local_steps, schedule.rounds
     choice("method", method, METHODS)
-    etas = constant_or_schedule("eta", eta, rounds) if rounds else np.array([positive_float("eta", np.ravel(eta)[0])])
-    lrs = constant_or_schedule("server_lr", server_lr, rounds) if rounds else np.array([np.ravel(server_lr)[0]])
+    etas, lrs = (_rates(schedule, k) for k in ("eta", "server_lr"))
     m, P = _initial(problem.d, problem.initial_weights() if w0 is None else w0, cov0)
     keep = record_rounds("record", record, rounds)
     kw = {"participation": participation, "weighting": weighting, "weights": weights}
@@ -100,6 +102,17 @@ def least_squares_transient_moments(
         if fast is not None:
             return fast
     return _iterate(problem, etas, lrs, local_steps, m, P, keep, kw)
+
+
+def _rates(schedule: Schedule, name: str) -> np.ndarray:
+    """The checked rate ``name`` per round (a constant as a broadcast view), or its first value when no round
+    runs."""
+    value = getattr(schedule, name)
+    if callable(value) or (schedule.rounds and np.ndim(value)):
+        return schedule.per_round(name)
+    if not schedule.rounds:
+        return np.array([float(np.ravel(value)[0])])
+    return np.broadcast_to(float(value), (schedule.rounds,))
 
 
 def _iterate(problem, etas, lrs, local_steps, m, P, keep, kw) -> Moments:

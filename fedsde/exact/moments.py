@@ -16,6 +16,7 @@ from fedsde._tolerances import POWER_ITERATION_RTOL, PSD_TOL, STATIONARY_MARGIN,
 from fedsde._validate import constant_or_schedule, positive_int, record_rounds, start_point
 from fedsde.errors import FedsdeInputError, NoStationaryLawError
 from fedsde.exact.round_law import RoundLaw, _steps_repr, round_law
+from fedsde.params import Schedule, derive, unpack
 from fedsde.problems.quadratic.problem import QuadraticProblem
 
 
@@ -70,9 +71,9 @@ def _initial(problem: QuadraticProblem, w0, cov0) -> tuple[np.ndarray, np.ndarra
 
 def transient_moments(
     problem: QuadraticProblem,
-    eta: float | Sequence[float] | np.ndarray,
-    local_steps: int | np.ndarray,
-    rounds: int,
+    eta: float | Sequence[float] | np.ndarray | Schedule,
+    local_steps: int | np.ndarray | None = None,
+    rounds: int | None = None,
     server_lr: float | Sequence[float] | np.ndarray = 1.0,
     *,
     w0=None,
@@ -86,8 +87,10 @@ def transient_moments(
     Parameters
     ----------
     problem : QuadraticProblem
-    eta : float or array, shape (rounds,)
-        Client learning rate, constant or one value per round (round ``n`` uses ``eta[n]``).
+    eta : float or array, shape (rounds,), or Schedule
+        Client learning rate, constant or one value per round (round ``n`` uses ``eta[n]``); or a
+        :class:`~fedsde.params.Schedule` whose ``eta``, ``local_steps``, ``rounds`` (unless given) and
+        ``server_lr`` are used, checked where it was built.
     local_steps : int or array of int, shape (Q,)
         ``E`` or per-client ``τ_k`` (fixed across rounds).
     rounds : int
@@ -108,10 +111,21 @@ def transient_moments(
     Moments
         ``rounds``, ``mean`` (T, d), ``cov`` (T, d, d) at the recorded rounds.
     """
-    rounds = positive_int("rounds", rounds, minimum=0)
-    etas = constant_or_schedule("eta", eta, rounds) if rounds else np.zeros(0)
-    lrs = constant_or_schedule("server_lr", server_lr, rounds) if rounds else np.zeros(0)
-    if rounds == 0:
+    sched, eta, local_steps, server_lr = unpack(eta, local_steps, server_lr)
+    if sched is not None and rounds in (None, sched.rounds):  # checked where the Schedule was built
+        rounds = sched.rounds
+        etas, lrs = (np.broadcast_to(float(getattr(sched, k)), (rounds,)) if np.ndim(getattr(sched, k)) == 0
+                     else sched.per_round(k) for k in ("eta", "server_lr"))
+    else:
+        sched = None
+        rounds = positive_int("rounds", rounds, minimum=0)
+        etas = constant_or_schedule("eta", eta, rounds) if rounds else np.zeros(0)
+        lrs = constant_or_schedule("server_lr", server_lr, rounds) if rounds else np.zeros(0)
+
+    def at(e: float, s: float):  # round_law's rates: a Schedule derived from a checked one is not checked again
+        return e if sched is None else derive(sched, eta=e, server_lr=s)
+
+    if rounds == 0 and sched is None:
         # validate scalar inputs even when nothing is run
         round_law(problem, float(np.ravel(eta)[0]), local_steps, float(np.ravel(server_lr)[0]),
                   participation=participation, weights=weights, warn=False)
@@ -119,10 +133,10 @@ def transient_moments(
     keep = record_rounds("record", record, rounds)
     if rounds > 64 and keep.size <= 8 and all(a.strides == (0,) or bool(np.all(a == a[0])) for a in (etas, lrs)):
         if participation is None or participation == problem.Q:
-            law = round_law(problem, float(etas[0]), local_steps, float(lrs[0]), weights=weights)
+            law = round_law(problem, at(float(etas[0]), float(lrs[0])), local_steps, float(lrs[0]), weights=weights)
             return _power_moments(law, m, P, keep)
-        fast = _tail_moments(problem, float(etas[0]), local_steps, float(lrs[0]), participation=participation,
-                             weights=weights, m=m, P=P, keep=keep)
+        fast = _tail_moments(problem, at(float(etas[0]), float(lrs[0])), local_steps, float(lrs[0]),
+                             participation=participation, weights=weights, m=m, P=P, keep=keep)
         if fast is not None:
             return fast
     keep_set = {int(k): i for i, k in enumerate(keep)}
@@ -135,7 +149,7 @@ def transient_moments(
         key = (float(etas[n]), float(lrs[n]))
         law = laws.get(key)
         if law is None:
-            law = laws[key] = round_law(problem, key[0], local_steps, key[1], participation=participation,
+            law = laws[key] = round_law(problem, at(*key), local_steps, key[1], participation=participation,
                                         weights=weights, warn=len(laws) == 0)
         m, P = law.step(m, P)
         if n + 1 in keep_set:

@@ -30,8 +30,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fedsde._compat import renamed
-from fedsde._validate import client_steps, client_weights, positive_float, positive_int
+from fedsde._validate import client_weights, positive_int
 from fedsde.errors import FedsdeInputError
+from fedsde.params import Schedule, fedavg_rates
 from fedsde.problems.quadratic.problem import QuadraticProblem
 
 
@@ -293,8 +294,8 @@ def _steps_repr(local_steps: np.ndarray) -> str:
 
 def round_law(
     problem: QuadraticProblem,
-    eta: float,
-    local_steps: int | np.ndarray,
+    eta: float | Schedule,
+    local_steps: int | np.ndarray | None = None,
     server_lr: float = 1.0,
     *,
     participation: int | None = None,
@@ -306,8 +307,9 @@ def round_law(
     Parameters
     ----------
     problem : QuadraticProblem
-    eta : float
-        Client learning rate ``η > 0``.
+    eta : float or Schedule
+        Client learning rate ``η > 0``; or a :class:`~fedsde.params.Schedule` whose ``eta``, ``local_steps`` and
+        ``server_lr`` are used (checked where it was built; ``local_steps`` and ``server_lr`` then not given).
     local_steps : int or array of int, shape (Q,)
         ``E`` (same for every client) or per-client ``τ_k``.
     server_lr : float
@@ -321,9 +323,7 @@ def round_law(
     warn : bool
         Emit a ``RuntimeWarning`` when some client's local SGD expands (``η·λ_max(U_k) ≥ 2``).
     """
-    eta = positive_float("eta", eta)
-    server_lr = positive_float("server_lr", server_lr)
-    steps = client_steps("local_steps", local_steps, problem.Q)
+    eta, steps, server_lr = fedavg_rates(eta, local_steps, server_lr, problem.Q)  # a Schedule: checked already
     if participation is not None:
         participation = positive_int("participation", participation)
         if participation > problem.Q:

@@ -14,15 +14,17 @@ from fedsde._tolerances import DIVERGENCE_SLACK, STATIONARY_MARGIN
 from fedsde.errors import FedsdeInputError
 from fedsde.exact.aggregators import aggregator_round_weights
 from fedsde.exact.round_law import round_law
+from fedsde.params import Schedule, unpack
 from fedsde.problems.quadratic.problem import QuadraticProblem
 
 
 @renamed(steps="local_steps")
-def known_divergence(problem, eta: float, local_steps, server_lr: float = 1.0, *, aggregator="fedavg",
-                     participation: int | None = None) -> list[str]:
+def known_divergence(problem, eta: float | Schedule, local_steps=None, server_lr: float = 1.0, *,
+                     aggregator="fedavg", participation: int | None = None) -> list[str]:
     """Why these settings diverge on quadratic clients, known before running (empty list: nothing known).
 
-    ``local_steps`` (old name: ``steps``): an int, or one per client.
+    ``local_steps`` (old name: ``steps``): an int, or one per client.  ``eta`` may be a
+    :class:`~fedsde.params.Schedule` holding the three rates (checked where it was built, handed on whole).
 
     * the local solver expands on a client: the linear map of one local step on the direction of ``λ_max(U_k)``
       has spectral radius >= 1 (plain SGD: ``η·λ_max(U_k) >= 2``; heavy-ball momentum ``ρ`` and proximal ``μ``
@@ -39,6 +41,7 @@ def known_divergence(problem, eta: float, local_steps, server_lr: float = 1.0, *
 
     Problems without quadratic clients (data problems) return an empty list.
     """
+    sched, eta, local_steps, server_lr = unpack(eta, local_steps, server_lr)
     if not isinstance(problem, QuadraticProblem) or not (np.isfinite(eta) and eta > 0):
         return []
     from fedsde.aggregators import get_aggregator  # the rules' classes import torch: only on quadratic clients
@@ -67,18 +70,21 @@ def known_divergence(problem, eta: float, local_steps, server_lr: float = 1.0, *
         return [what]
     if agg is None or not (np.isfinite(server_lr) and server_lr > 0) or not agg.local_solver.plain:
         return []
-    return _server_divergence(problem, eta, local_steps, float(server_lr), agg, participation)
+    return _server_divergence(problem, eta, local_steps, float(server_lr), agg, participation, sched)
 
 
-def _server_divergence(problem, eta: float, local_steps, s: float, agg, participation: int | None) -> list[str]:
+def _server_divergence(problem, eta: float, local_steps, s: float, agg, participation: int | None,
+                       sched: Schedule | None = None) -> list[str]:
     """The rule's mean recursion (:meth:`~fedsde.aggregators.Aggregator.server_recursion`) with ``B`` of its exact
-    weights (stateless rules) or of the scheme's weights ``p`` (rules with server state)."""
+    weights (stateless rules) or of the scheme's weights ``p`` (rules with server state); ``sched``: the checked
+    Schedule the rates came from, handed on (not checked again)."""
     try:
-        omega = None if agg.stateful else aggregator_round_weights(problem, agg, local_steps,
+        omega = None if agg.stateful else aggregator_round_weights(problem, agg, sched or local_steps,
                                                                    participation=participation)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            B = round_law(problem, eta, local_steps, s, participation=participation, weights=omega, warn=False).B
+            B = round_law(problem, sched or eta, local_steps, s, participation=participation, weights=omega,
+                          warn=False).B
     except FedsdeInputError:  # no exact law for this rule (or settings refused elsewhere with their own message)
         return []
     if not np.all(np.isfinite(B)):

@@ -36,6 +36,16 @@ import torchsde
 
 from fedsde._validate import positive_float, positive_int
 from fedsde.aggregators import Aggregator
+from fedsde.params import (
+    DEFAULT_INTEGRATOR,
+    DEFAULT_RECORDING,
+    Integrator,
+    Precision,
+    Recording,
+    Replication,
+    Schedule,
+    takes_values,
+)
 from fedsde.problems.quadratic.problem import QuadraticProblem
 from fedsde.sde.brownian import GridBrownian
 from fedsde.sde.coefficients import psd_sqrt
@@ -191,22 +201,31 @@ def adaptive_sde_dict(sde: AdaptiveSDE) -> dict:
                           "dv = c2 E[g^2 sign(g^2 - v)] dt, g ~ N(0, N_ii)"]}
 
 
-def adaptive_sde_paths(problem: QuadraticProblem, aggregator: str | Aggregator, *, eta: float, local_steps,
-                       rounds: int, replicates: int, seed: int, server_lr: float, h: float | None = None, w0=None,
-                       substeps: int = 1, record=None, device: str = "cpu", participation: int | None = None,
-                       weighting: str = "unbiased") -> dict:
+@takes_values(schedule=("eta", "local_steps", "rounds", "server_lr", "h"), replication=("replicates", "seed"),
+              precision=("device",), integrator=("substeps",), recording=("record",))
+def adaptive_sde_paths(problem: QuadraticProblem, aggregator: str | Aggregator, schedule: Schedule,
+                       replication: Replication, precision: Precision | None = None, *, w0=None,
+                       integrator: Integrator | None = None, recording: Recording | None = None,
+                       participation: int | None = None, weighting: str = "unbiased") -> dict:
     """``replicates`` paths of the adaptive SDE on the round grid, by ``torchsde.sdeint(method="euler")``.
 
     Parameters as :func:`adaptive_sde`; ``substeps`` Euler steps per round; ``record`` the rounds kept (default all).
+    The values: :class:`~fedsde.params.Schedule` (``eta``, ``local_steps``, ``rounds``, ``server_lr``, ``h``),
+    :class:`~fedsde.params.Replication` (``replicates``, ``seed``), :class:`~fedsde.params.Precision` (``device``),
+    :class:`~fedsde.params.Integrator` (``substeps``) and :class:`~fedsde.params.Recording` (``record``); each
+    field may be given instead as the keyword of its name (:func:`fedsde.params.takes_values`).
 
     Returns
     -------
     dict
         ``rounds`` (T,), ``weights`` (T, R, d) ndarray, ``state`` (``m``, ``v`` at the last round, (R, d)), ``h``.
     """
-    rounds = positive_int("rounds", rounds, minimum=0)
-    R = positive_int("replicates", replicates, minimum=1)
-    substeps = positive_int("substeps", substeps)
+    precision = precision or Precision()
+    eta, local_steps, rounds, server_lr, h = (schedule.eta, schedule.local_steps, schedule.rounds, schedule.server_lr,
+                                              schedule.h)
+    R, seed, device = replication.replicates, replication.need_seed(), precision.device
+    substeps = (integrator or DEFAULT_INTEGRATOR).substeps
+    record = (recording or DEFAULT_RECORDING).record
     sde = adaptive_sde(problem, aggregator, eta=eta, local_steps=local_steps, server_lr=server_lr, h=h,
                        device=device, participation=participation, weighting=weighting)
     hh = server_lr**2 if h is None else float(h)

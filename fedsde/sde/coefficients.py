@@ -41,6 +41,7 @@ from fedsde._tolerances import PSD_TOL, SINGULAR_TOL
 from fedsde._validate import choice, client_steps, positive_float
 from fedsde.errors import FedsdeInputError, NoStationaryLawError
 from fedsde.exact.round_law import RoundLaw, round_law
+from fedsde.params import Schedule, fedavg_rates, unpack
 from fedsde.problems.quadratic.problem import QuadraticProblem
 
 #: the quadratic SDE variants (``corrected`` is the default everywhere)
@@ -217,8 +218,8 @@ def _matched(law: RoundLaw, h: float) -> tuple[np.ndarray, np.ndarray]:
 
 def quadratic_sde_coefficients(
     problem: QuadraticProblem,
-    eta: float,
-    local_steps: int | np.ndarray,
+    eta: float | Schedule,
+    local_steps: int | np.ndarray | None = None,
     server_lr: float = 1.0,
     h: float | None = None,
     variant: str = "corrected",
@@ -228,8 +229,9 @@ def quadratic_sde_coefficients(
     Parameters
     ----------
     problem : QuadraticProblem
-    eta : float
-        Client learning rate ``η > 0``.
+    eta : float or Schedule
+        Client learning rate ``η > 0``; or a :class:`~fedsde.params.Schedule` whose ``eta``, ``local_steps``,
+        ``server_lr`` and ``h`` are used (checked where it was built).
     local_steps : int or array of int, shape (Q,)
         ``E`` (or per-client ``τ_k``; the ``paper`` variant needs one ``E`` for all clients).
     server_lr : float
@@ -254,10 +256,15 @@ def quadratic_sde_coefficients(
         form = next(f for f, v in ORDER2_FORMS.items() if v == variant)
         return order2_sde_coefficients(problem, eta, local_steps, server_lr, h, form)
     choice("variant", variant, VARIANTS)
-    eta = positive_float("eta", eta)
-    server_lr = positive_float("server_lr", server_lr)
-    h = eta if h is None else positive_float("h", h)
-    law = round_law(problem, eta, local_steps, server_lr, warn=False)
+    sched, eta, local_steps, server_lr = unpack(eta, local_steps, server_lr)
+    if sched is None:
+        eta = positive_float("eta", eta)
+        server_lr = positive_float("server_lr", server_lr)
+        h = eta if h is None else positive_float("h", h)
+    else:  # checked where the Schedule was built
+        eta, _, server_lr = fedavg_rates(sched, None, None, problem.Q)  # one number each (no schedules here)
+        h = sched.time_step if h is None else h
+    law = round_law(problem, sched or eta, local_steps, server_lr, warn=False)
     c = law.c
     s = server_lr
     if variant == "corrected":

@@ -21,7 +21,7 @@ host once, :class:`fedsde.sim.moments.StreamingMoments`).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -31,24 +31,36 @@ from fedsde._compat import renamed
 from fedsde._memory import available_memory
 from fedsde._progress import progress_bar
 from fedsde._samples import ReplicateMoments
-from fedsde._validate import choice, device_dtype, positive_int, record_rounds, start_point
+from fedsde._validate import choice, record_rounds, start_point
 from fedsde.clients.oracles import GradientOracle
-from fedsde.clients.streams import BLOCK, resolve_block_size, resolve_seed
+from fedsde.clients.streams import BLOCK, resolve_block_size
 from fedsde.errors import FedsdeInputError, SimulationDivergedError
+from fedsde.params import (
+    DEFAULT_INTEGRATOR,
+    DEFAULT_RECORDING,
+    PRECISION_FIELDS,
+    Integrator,
+    Precision,
+    Recording,
+    Replication,
+    Schedule,
+    takes_values,
+)
+from fedsde.params.options import METHODS as INTEGRATION_METHODS
 from fedsde.problems.quadratic.problem import QuadraticProblem
 from fedsde.sde.brownian import STEPS_PER_WINDOW, GridBrownian
 from fedsde.sde.coefficients import ORDER2_VARIANTS, VARIANTS, psd_sqrt, quadratic_sde_coefficients
 from fedsde.sde.euler import euler_rounds, record_plan
 from fedsde.sde.models import ClientProblem, FedAvgSDE, QuadraticSDE, rollout_group
-from fedsde.sde.schedules import RateLike
 from fedsde.sde.segments import SEGMENT_STEPS, sdeint_rounds  # noqa: F401 (sdeint_rounds: re-exported)
 from fedsde.sim.moments import BlowUpWatch, StreamingMoments, plan_chunks, problem_scale, working_set
 from fedsde.sim.workers import diverged, plan_workers, resolve_workers, run_chunks
 
 #: what :func:`simulate_sde` can integrate: the quadratic variants and the general (Monte-Carlo) SDE
 MODELS = (*VARIANTS, "general")
+#: the integration methods (:class:`fedsde.params.Integrator` checks them)
+METHODS = INTEGRATION_METHODS
 #: integration methods: torchsde Euler–Maruyama, or exact OU transitions (quadratic variants only)
-METHODS = ("euler", "exact")
 
 
 @dataclass
@@ -90,34 +102,24 @@ def _build_module(problem, model, eta, local_steps, server_lr, h, dev, dtype, *,
 
 
 @renamed(paths="replicates")
+@takes_values(schedule=("eta", "local_steps", "rounds", "server_lr", "h"),
+              replication=("replicates", "seed", "chunk_size", "workers", "memory_limit"),
+              precision=PRECISION_FIELDS, integrator=("method", "substeps", "float32_draws"),
+              recording=("record", "moments_only", "full_cov_rounds", "on_record"))
 def simulate_sde(
     problem: QuadraticProblem | ClientProblem,
+    schedule: Schedule,
+    replication: Replication,
+    precision: Precision | None = None,
     *,
-    eta: RateLike,
-    local_steps: int | np.ndarray,
-    rounds: int,
-    replicates: int,
-    seed: int | torch.Generator,
     variant: str = "corrected",
-    server_lr: RateLike = 1.0,
-    h: float | None = None,
-    substeps: int = 1,
     w0=None,
-    method: str = "euler",
+    integrator: Integrator | None = None,
     inner_samples: int = 16,
     estimator: str = "compensated",
     oracle_factory: Callable[..., GradientOracle] | None = None,
-    device: str | torch.device = "cpu",
-    dtype: torch.dtype = torch.float64,
-    chunk_size: int | None = None,
-    record: Sequence[int] | None = None,
+    recording: Recording | None = None,
     progress: bool = False,
-    float32_draws: bool = False,
-    moments_only: bool = False,
-    memory_limit: int | str | None = None,
-    workers: int | None = None,
-    full_cov_rounds: Sequence[int] | None = None,
-    on_record: Callable[[int, int, torch.Tensor], None] | None = None,
 ) -> SDEPaths:
     """Simulate ``replicates`` independent paths of a FedAvg SDE, returned at round times ``t = n·h``.
 
@@ -125,6 +127,14 @@ def simulate_sde(
     ----------
     problem : QuadraticProblem or ClientProblem
         Clients (non-quadratic problems need ``variant="general"`` and an ``oracle_factory``).
+    schedule, replication, precision, integrator, recording : values of :mod:`fedsde.params`
+        :class:`~fedsde.params.Schedule` (``eta``, ``local_steps``, ``rounds``, ``server_lr``, ``h``),
+        :class:`~fedsde.params.Replication` (``replicates``, ``seed``, ``chunk_size``, ``workers``,
+        ``memory_limit``), :class:`~fedsde.params.Precision` (``device``, ``dtype``),
+        :class:`~fedsde.params.Integrator` (``method``, ``substeps``, ``float32_draws``) and
+        :class:`~fedsde.params.Recording` (``record``, ``moments_only``, ``full_cov_rounds``, ``on_record``).  Each
+        field may be given instead as the keyword of its name, the call of earlier releases
+        (:func:`fedsde.params.takes_values`); the fields mean:
     eta : float, array (rounds,), or callable of t
         Client learning rate ``η(t)``.
     local_steps : int or array of int, shape (Q,)
@@ -192,17 +202,21 @@ def simulate_sde(
     seed, i.e. the Euler increments of round ``n`` divided by ``√h`` when ``substeps = 1``: the two methods are
     coupled path by path.
     """
+    precision, recording = precision or Precision(), recording or DEFAULT_RECORDING
+    integrator = integrator or DEFAULT_INTEGRATOR
+    eta, local_steps, server_lr, h = schedule.eta, schedule.local_steps, schedule.server_lr, schedule.h
+    rounds, replicates, chunk_size = schedule.rounds, replication.replicates, replication.chunk_size
+    memory_limit, workers = replication.memory_limit, replication.workers
+    method, substeps, float32_draws = integrator.method, integrator.substeps, integrator.float32_draws
+    record, moments_only = recording.record, recording.moments_only
+    full_cov_rounds, on_record = recording.full_cov_rounds, recording.on_record
     choice("variant", variant, (*MODELS, *ORDER2_VARIANTS))
-    choice("method", method, METHODS)
     if method == "exact" and variant == "general":
         raise FedsdeInputError("method='exact': only for the linear variants (paper, corrected, matched)")
     if variant != "general" and not isinstance(problem, QuadraticProblem):
         raise FedsdeInputError(f"variant={variant!r}: needs a QuadraticProblem; use variant='general' otherwise")
-    rounds = positive_int("rounds", rounds, minimum=0)
-    replicates = positive_int("replicates", replicates)
-    substeps = positive_int("substeps", substeps)
-    base_seed = resolve_seed(seed)
-    dev, dtype = device_dtype(device, dtype)
+    base_seed = replication.need_seed()
+    dev, dtype = precision.device, precision.dtype
     d = int(problem.d)
     keep = record_rounds("record", record, rounds)
     if keep.size == 0:
@@ -286,10 +300,10 @@ def simulate_sde(
 
     try:
         run_chunks(run, chunks, workers, on_error=out.abort if moments_only else None,
-                   before_raise=lambda exc: watch.flush(before=getattr(exc, "fedsde_when", -1), stacklevel=6))
+                   before_raise=lambda exc: watch.flush(before=getattr(exc, "fedsde_when", -1), stacklevel=8))
     finally:
         bar.close()
-    watch.flush(stacklevel=3)
+    watch.flush(stacklevel=6)  # the caller, past the decorators (renamed, takes_values)
     config = {
         "variant": variant, "method": method, "eta": proto.eta.describe(), "server_lr": proto.server_lr.describe(),
         "local_steps": np.atleast_1d(local_steps).tolist(), "h": hh, "rounds": rounds, "paths": replicates,

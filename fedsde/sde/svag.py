@@ -40,19 +40,17 @@ from fedsde._compat import renamed
 from fedsde._memory import available_memory
 from fedsde._progress import progress_bar
 from fedsde._validate import (
-    client_steps,
-    device_dtype,
     positive_float,
     positive_int,
     record_rounds,
-    schedule,
     start_point,
 )
 from fedsde.clients.least_squares_oracle import least_squares_oracle
 from fedsde.clients.local import run_local_steps, step_limits
 from fedsde.clients.oracles import GaussianQuadraticOracle
-from fedsde.clients.streams import ReplicateStreams, resolve_block_size, resolve_seed
+from fedsde.clients.streams import ReplicateStreams, resolve_block_size
 from fedsde.errors import FedsdeInputError, SimulationDivergedError
+from fedsde.params import DEFAULT_RECORDING, PRECISION_FIELDS, Precision, Recording, Replication, Schedule, takes_values
 from fedsde.problems.module.problem import ModuleProblem
 from fedsde.problems.quadratic.problem import QuadraticProblem
 from fedsde.problems.regression.problem import RegressionProblem
@@ -130,27 +128,22 @@ class SVAGPaths:
         return int(self.final.shape[0])
 
 
+@takes_values(schedule=("eta", "local_steps", "rounds", "server_lr", "h"),
+              replication=("replicates", "seed", "block_size", "workers"), precision=PRECISION_FIELDS,
+              recording=("record",))
 def svag_chain(
     problem,
+    schedule: Schedule,
+    replication: Replication,
+    precision: Precision | None = None,
     *,
-    eta: float | Sequence[float] | np.ndarray,
-    local_steps: int | np.ndarray,
-    rounds: int,
     ell: int,
-    replicates: int,
-    seed: int | torch.Generator,
-    server_lr: float | Sequence[float] | np.ndarray = 1.0,
-    h: float | None = None,
     w0=None,
     oracle_factory: Callable | None = None,
-    record: Sequence[int] | None = None,
+    recording: Recording | None = None,
     on_grid: Callable[[int, torch.Tensor], None] | None = None,
-    device: str | torch.device = "cpu",
-    dtype: torch.dtype = torch.float64,
-    block_size: int | None = None,
     bar=None,
     what: str | None = None,
-    workers: int | None = None,
     on_error: Callable[[], None] | None = None,
 ) -> SVAGPaths:
     """Run the SVAG chain with parameter ``ell`` for ``rounds`` base rounds (``ell·rounds`` SVAG steps).
@@ -159,6 +152,12 @@ def svag_chain(
     ----------
     problem : QuadraticProblem or a data problem
         ``Q``, ``d``, weights ``p``; non-quadratic problems need ``oracle_factory``.
+    schedule, replication, precision, recording : values of :mod:`fedsde.params`
+        :class:`~fedsde.params.Schedule` (``eta``, ``local_steps``, ``rounds``, ``server_lr``, ``h``),
+        :class:`~fedsde.params.Replication` (``replicates``, ``seed``, ``block_size``, ``workers``),
+        :class:`~fedsde.params.Precision` (``device``, ``dtype``) and :class:`~fedsde.params.Recording`
+        (``record``); each field may be given instead as the keyword of its name, the call of earlier releases
+        (:func:`fedsde.params.takes_values`); the fields mean:
     eta : float or array, shape (rounds,)
         Client learning rate (base round ``n`` uses ``eta[n]`` for its ``ℓ`` steps); unchanged by ``ℓ``.
     local_steps : int or array of int, shape (Q,)
@@ -211,27 +210,24 @@ def svag_chain(
     :class:`~fedsde.errors.DivergenceWarning` per chain (:class:`fedsde.sim.moments.BlowUpWatch`, as in the
     simulator).
     """
-    rounds = positive_int("rounds", rounds, minimum=0)
+    precision, recording = precision or Precision(), recording or DEFAULT_RECORDING
+    eta, server_lr, rounds, record = schedule.eta, schedule.server_lr, schedule.rounds, recording.record
     ell = positive_int("ell", ell)
-    R = positive_int("replicates", replicates)
-    block = resolve_block_size(block_size, R)  # default min(R, BLOCK): never pay for replicates not asked for
-    base_seed = resolve_seed(seed)
-    etas = schedule("eta", eta, rounds) if rounds else np.zeros(0)
-    lrs = schedule("server_lr", server_lr, rounds) if rounds else np.zeros(0)
-    if h is None:
-        if np.ndim(eta) != 0:
-            raise FedsdeInputError("h: required when eta is a schedule (h defaults to a constant eta)")
-        h = positive_float("eta", float(eta))
-    h = positive_float("h", h)
+    R, workers = replication.replicates, replication.workers
+    block = resolve_block_size(replication.block_size, R)  # default min(R, BLOCK): no replicates not asked for
+    base_seed = replication.need_seed()
+    etas = schedule.per_round("eta") if rounds else np.zeros(0)
+    lrs = schedule.per_round("server_lr") if rounds else np.zeros(0)
+    h = schedule.time_step
     Q, d = problem.Q, problem.d
-    steps = client_steps("local_steps", local_steps, Q)
+    steps = schedule.steps_for(Q)
     if oracle_factory is None:
         if not isinstance(problem, QuadraticProblem):
             raise FedsdeInputError(
                 f"oracle_factory: required for a {type(problem).__name__} (only quadratic problems have a default)"
             )
         oracle_factory = GaussianQuadraticOracle
-    dev, dtype = device_dtype(device, dtype)
+    dev, dtype = precision.device, precision.dtype
     keep = record_rounds("record", record, rounds, default_all=False)
     rollouts = 1 if ell == 1 else 2
     w_start = start_point(w0, d)
@@ -254,8 +250,8 @@ def svag_chain(
                  dtype=dtype, etas=etas, lrs=lrs, steps=steps, w_start=w_start, keep=keep, on_grid=on_grid, bar=bar,
                  watch=BlowUpWatch(problem_scale(problem, w_start), what or f"the SVAG chain (ell={ell})"))
     run_chunks(run, chunks, workers, on_error=on_error,
-               before_raise=lambda exc: run.watch.flush(before=getattr(exc, "fedsde_when", -1), stacklevel=7))
-    run.watch.flush(stacklevel=3)
+               before_raise=lambda exc: run.watch.flush(before=getattr(exc, "fedsde_when", -1), stacklevel=8))
+    run.watch.flush(stacklevel=5)  # the caller, past the keywords' adapter (takes_values)
     config = {"ell": ell, "eta": etas.tolist() if np.ndim(eta) else float(eta), "local_steps": steps.tolist(),
               "rounds": rounds, "replicates": R, "seed": base_seed, "h": h,
               "server_lr": lrs.tolist() if np.ndim(server_lr) else float(server_lr), "device": str(dev),
@@ -357,10 +353,10 @@ class _Chain:
 
 
 @renamed(paths="replicates")
-def simulate_svag(problem, *, eta, local_steps, rounds: int, replicates: int, seed, ell: int, server_lr=1.0, h=None,
-                  w0=None, oracle_factory=None, record: Sequence[int] | None = None, device="cpu",
-                  dtype=torch.float64, progress: bool = False, moments_only: bool = False,
-                  full_cov_rounds: Sequence[int] | None = None, on_record: Callable | None = None):
+@takes_values(schedule=("eta", "local_steps", "rounds", "server_lr", "h"), replication=("replicates", "seed"),
+              precision=PRECISION_FIELDS, recording=("record", "moments_only", "full_cov_rounds", "on_record"))
+def simulate_svag(problem, schedule: Schedule, replication: Replication, precision: Precision | None = None, *,
+                  ell: int, w0=None, oracle_factory=None, recording: Recording | None = None, progress: bool = False):
     """Paths of SDE (2) by the SVAG integrator (step ``h/ℓ``), as :class:`~fedsde.sde.integrate.SDEPaths`.
 
     The SVAG counterpart of ``simulate_sde(variant="general")``: each step costs two client rounds per path
@@ -374,8 +370,10 @@ def simulate_svag(problem, *, eta, local_steps, rounds: int, replicates: int, se
     from fedsde.sde.integrate import SDEPaths
     from fedsde.sim.moments import StreamingMoments
 
-    rounds = positive_int("rounds", rounds, minimum=0)
-    R = positive_int("replicates", replicates)
+    recording = recording or DEFAULT_RECORDING
+    rounds, R = schedule.rounds, replication.replicates
+    record, moments_only = recording.record, recording.moments_only
+    full_cov_rounds, on_record = recording.full_cov_rounds, recording.on_record
     keep = record_rounds("record", record, rounds) if record is not None else np.arange(rounds + 1)
     index = {int(n): i for i, n in enumerate(keep)}
     moments = None
@@ -396,9 +394,8 @@ def simulate_svag(problem, *, eta, local_steps, rounds: int, replicates: int, se
     hook = on_grid if moments is not None or on_record is not None else None
     bar = progress_bar(rounds * positive_int("ell", ell), f"sde[svag ℓ={ell}]", unit="step", enabled=progress)
     try:
-        res = svag_chain(problem, eta=eta, local_steps=local_steps, rounds=rounds, ell=ell, replicates=R,
-                         seed=seed, server_lr=server_lr, h=h, w0=w0, oracle_factory=oracle_factory,
-                         record=None if moments_only else keep, on_grid=hook, device=device, dtype=dtype, bar=bar,
+        res = svag_chain(problem, schedule, replication, precision, ell=ell, w0=w0, oracle_factory=oracle_factory,
+                         recording=Recording(record=None if moments_only else keep), on_grid=hook, bar=bar,
                          what=f"the SDE (general, svag ell={ell})",
                          on_error=None if moments is None else moments.abort)
     finally:

@@ -7,7 +7,7 @@ sizes.  The chunk loop (:func:`fedsde.sim.runner.run_chunk`) then reads the plan
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +16,7 @@ import torch
 
 from fedsde._compat import renamed
 from fedsde._memory import available_memory, memory_fits
-from fedsde._validate import choice, device_dtype, positive_int, record_rounds, schedule, start_point
+from fedsde._validate import choice, positive_int, record_rounds, start_point
 from fedsde.aggregators import Aggregator, get_aggregator
 from fedsde.clients.data_oracles import DENSE_FACTOR, FLOYD_MAX, minibatch_oracle
 from fedsde.clients.least_squares_oracle import FLOYD_MAX as LS_FLOYD_MAX
@@ -24,8 +24,17 @@ from fedsde.clients.least_squares_oracle import least_squares_oracle
 from fedsde.clients.module_oracle import module_oracle
 from fedsde.clients.oracles import GaussianQuadraticOracle
 from fedsde.clients.steps import EpochSteps, RandomSteps, normalise_steps
-from fedsde.clients.streams import resolve_block_size, resolve_seed
+from fedsde.clients.streams import resolve_block_size
 from fedsde.errors import FedsdeInputError
+from fedsde.params import (
+    DEFAULT_RECORDING,
+    REPLICATION_FIELDS,
+    Precision,
+    Recording,
+    Replication,
+    Schedule,
+    takes_values,
+)
 from fedsde.problems.module import is_module_problem
 from fedsde.problems.quadratic.problem import QuadraticProblem
 from fedsde.problems.regression.problem import RegressionProblem
@@ -158,39 +167,34 @@ def max_local_steps(local_steps: np.ndarray | RandomSteps | EpochSteps) -> int:
     return int(local_steps.max())
 
 
+@takes_values(schedule=("eta", "local_steps", "rounds", "server_lr"), replication=REPLICATION_FIELDS,
+              precision=("device", "dtype"), recording=("record", "record_drift", "moments_only"))
 def make_plan(
     problem,
+    schedule: Schedule,
+    replication: Replication,
+    precision: Precision | None = None,
     *,
-    eta,
-    local_steps,
-    rounds: int,
-    replicates: int,
-    seed: int | torch.Generator,
-    server_lr=1.0,
     w0=None,
     participation: int | None = None,
     weighting: str = "unbiased",
     aggregator: str | Aggregator = "fedavg",
-    record: Sequence[int] | None = None,
-    record_drift: bool | Sequence[int] = False,
-    device: str | torch.device = "cpu",
-    dtype: torch.dtype = torch.float64,
-    chunk_size: int | None = None,
+    recording: Recording | None = None,
     oracle_factory: Callable | None = None,
-    block_size: int | None = None,
-    moments_only: bool = False,
-    memory_limit: int | str | None = None,
-    workers: int | None = None,
 ) -> SimulationPlan:
-    """Validate the arguments of :func:`fedsde.sim.simulate` (same names and meaning) and resolve them."""
-    rounds = positive_int("rounds", rounds, minimum=0)
-    replicates = positive_int("replicates", replicates)
-    block_size = resolve_block_size(block_size, replicates)  # default min(replicates, BLOCK)
-    base_seed = resolve_seed(seed)
-    etas = schedule("eta", eta, rounds) if rounds else np.zeros(0)
-    lrs = schedule("server_lr", server_lr, rounds) if rounds else np.zeros(0)
+    """Resolve the arguments of :func:`fedsde.sim.simulate` (same names and meaning; the values checked where they
+    were built, the rest here)."""
+    precision, recording = precision or Precision(), recording or DEFAULT_RECORDING
+    rounds, replicates = schedule.rounds, replication.replicates
+    chunk_size, memory_limit, workers = replication.chunk_size, replication.memory_limit, replication.workers
+    record, record_drift, moments_only = recording.record, recording.record_drift, recording.moments_only
+    block_size = resolve_block_size(replication.block_size, replicates)  # default min(replicates, BLOCK)
+    base_seed = replication.need_seed()
+    etas = schedule.per_round("eta") if rounds else np.zeros(0)
+    lrs = schedule.per_round("server_lr") if rounds else np.zeros(0)
     Q, d = problem.Q, problem.d
-    steps = normalise_steps(local_steps, Q)
+    local_steps = schedule.local_steps
+    steps = normalise_steps(local_steps, Q) if hasattr(local_steps, "max_steps") else schedule.steps_for(Q)
     if participation is not None:
         participation = positive_int("participation", participation)
         if participation > Q:
@@ -200,7 +204,7 @@ def make_plan(
     if etas.size:
         agg.local_solver.check_eta(float(etas.max()))
     agg.bind(problem)
-    dev, dtype = device_dtype(device, dtype)
+    dev, dtype = precision.device, precision.dtype
     keep = record_rounds("record", record, rounds)
     drift_keep = record_rounds("record_drift", record_drift, rounds - 1)  # local training of rounds 0..rounds − 1
     if w0 is None and hasattr(problem, "initial_weights"):

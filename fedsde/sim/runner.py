@@ -29,7 +29,6 @@ participants: they alone are drawn, trained and aggregated, as ``(R, m, d)`` slo
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from functools import partial
 
 import numpy as np
@@ -41,6 +40,17 @@ from fedsde.clients.local import run_local_steps
 from fedsde.clients.steps import EpochSteps, RandomSteps
 from fedsde.clients.streams import ReplicateStreams
 from fedsde.errors import FedsdeInputError, SimulationDivergedError
+from fedsde.params import (
+    DEFAULT_RECORDING,
+    PRECISION_FIELDS,
+    REPLICATION_FIELDS,
+    Precision,
+    Recording,
+    Replication,
+    Schedule,
+    derive,
+    takes_values,
+)
 from fedsde.problems.quadratic.problem import QuadraticProblem
 from fedsde.sim.health import growth_warning, rise_warning, weights_warning
 from fedsde.sim.metric_budget import default_metric_request
@@ -61,31 +71,21 @@ from fedsde.sim.workers import SMALL_KERNELS, Stop, diverged, plan_workers, run_
 _NOISE, _PARTICIPATION, _STEPS = 0, 1, 2
 
 
+@takes_values(schedule=("eta", "local_steps", "rounds", "server_lr"), replication=REPLICATION_FIELDS,
+              precision=PRECISION_FIELDS, recording=("record", "record_drift", "moments_only", "metrics"))
 def simulate(
     problem: QuadraticProblem,
+    schedule: Schedule,
+    replication: Replication,
+    precision: Precision | None = None,
     *,
-    eta: float | Sequence[float] | np.ndarray,
-    local_steps: int | Sequence[int] | np.ndarray | RandomSteps | EpochSteps,
-    rounds: int,
-    replicates: int,
-    seed: int | torch.Generator,
-    server_lr: float | Sequence[float] | np.ndarray = 1.0,
     w0=None,
     participation: int | None = None,
     weighting: str = "unbiased",
     aggregator: str | Aggregator = "fedavg",
-    record: Sequence[int] | None = None,
-    record_drift: bool | Sequence[int] = False,
-    device: str | torch.device = "cpu",
-    dtype: torch.dtype = torch.float64,
-    chunk_size: int | None = None,
+    recording: Recording | None = None,
     progress: bool = False,
     oracle_factory=None,
-    block_size: int | None = None,
-    moments_only: bool = False,
-    memory_limit: int | str | None = None,
-    workers: int | None = None,
-    metrics: bool | Sequence[str] | MetricRequest | None = None,
 ) -> SimulationResult:
     """Simulate ``replicates`` independent runs of a federated algorithm on ``problem``.
 
@@ -93,6 +93,13 @@ def simulate(
     ----------
     problem : QuadraticProblem or ClassificationProblem
         Anything with ``Q``, ``d`` and client weights ``p``; data problems need a data oracle.
+    schedule, replication, precision, recording : values of :mod:`fedsde.params`
+        :class:`~fedsde.params.Schedule` (``eta``, ``local_steps``, ``rounds``, ``server_lr``),
+        :class:`~fedsde.params.Replication` (``replicates``, ``seed``, ``chunk_size``, ``block_size``, ``workers``,
+        ``memory_limit``), :class:`~fedsde.params.Precision` (``device``, ``dtype``; default float64 on the CPU)
+        and :class:`~fedsde.params.Recording` (``record``, ``record_drift``, ``moments_only``, ``metrics``).  Each
+        field may be given instead as the keyword of its name, the call of earlier releases
+        (:func:`fedsde.params.takes_values`); the fields mean:
     eta : float or array, shape (rounds,)
         Client learning rate, constant or per round.
     local_steps : int, array of int (Q,), RandomSteps or EpochSteps
@@ -178,18 +185,18 @@ def simulate(
     :class:`~fedsde.errors.DivergenceWarning` naming the round, and one that ends above its start a
     :class:`~fedsde.errors.TrainingWarning` with the likely cause (:mod:`fedsde.sim.health`).
     """
+    recording = recording or DEFAULT_RECORDING
+    eta, server_lr, local_steps, rounds = schedule.eta, schedule.server_lr, schedule.local_steps, schedule.rounds
+    metrics, moments_only = recording.metrics, recording.moments_only
     if metrics is not None and metrics is not False and moments_only:
         raise FedsdeInputError("metrics: needs the weights of every replicate; drop moments_only=True")
     plan = make_plan(
-        problem, eta=eta, local_steps=local_steps, rounds=rounds, replicates=replicates, seed=seed,
-        server_lr=server_lr, w0=w0, participation=participation, weighting=weighting, aggregator=aggregator,
-        record=record, record_drift=record_drift, device=device, dtype=dtype, chunk_size=chunk_size,
-        oracle_factory=oracle_factory, block_size=block_size, moments_only=moments_only, memory_limit=memory_limit,
-        workers=workers,
+        problem, schedule, replication, precision, w0=w0, participation=participation, weighting=weighting,
+        aggregator=aggregator, recording=derive(recording, metrics=None), oracle_factory=oracle_factory,
     )
     keep, drift_keep, R = plan.record, plan.drift_rounds, plan.replicates
     if getattr(problem, "p", None) is not None:
-        weights_warning(problem.p, plan.participation, plan.weighting)
+        weights_warning(problem.p, plan.participation, plan.weighting, stacklevel=4)
     chunks = plan_workers(R, plan.chunk_size, plan.block_size, plan.workers, plan.slots * plan.d)
     out_w = StreamingMoments(keep.size, plan.d, plan.block_size) if moments_only else np.empty((keep.size, R, plan.d))
     out_drift = np.empty((drift_keep.size, plan.max_steps, R, plan.Q)) if drift_keep.size else None
@@ -197,11 +204,11 @@ def simulate(
     try:
         run_chunks(lambda a, b, halt: run_chunk(plan, a, b - a, out_w, out_drift, bar, halt), chunks, plan.workers,
                    on_error=out_w.abort if moments_only else None,
-                   before_raise=lambda exc: plan.watch.flush(before=getattr(exc, "fedsde_when", -1), stacklevel=6),
+                   before_raise=lambda exc: plan.watch.flush(before=getattr(exc, "fedsde_when", -1), stacklevel=7),
                    one_thread=plan.device.type == "cpu" and plan.sparse and R * plan.slots * plan.d < SMALL_KERNELS)
     finally:
         bar.close()
-    plan.watch.flush(stacklevel=3)
+    plan.watch.flush(stacklevel=5)  # the caller of simulate, past the keywords' adapter (takes_values)
     config = _config(plan, eta, server_lr)
     if moments_only:
         return SimulationResult(rounds=keep, weights=None, config=config, streamed=out_w)
@@ -213,8 +220,8 @@ def simulate(
         res.metrics = res.evaluate(problem, w0=plan.w_start, progress=progress)
         if "train_loss" in res.metrics and keep.size > 1:
             loss = res.metrics["train_loss"]
-            if growth_warning(keep, loss) is None:
-                rise_warning(keep, loss, p=getattr(problem, "p", None), participation=plan.participation,
+            if growth_warning(keep, loss, stacklevel=4) is None:
+                rise_warning(keep, loss, stacklevel=4, p=getattr(problem, "p", None), participation=plan.participation,
                              weighting=plan.weighting)
     return res
 

@@ -24,6 +24,7 @@ from fedsde._compat import renamed
 from fedsde._validate import positive_float, positive_int
 from fedsde.errors import FedsdeInputError
 from fedsde.exact import transient_moments
+from fedsde.params import Replication, takes_values
 from fedsde.problems.quadratic.problem import QuadraticProblem
 from fedsde.theory.schedules import PowerSchedule
 
@@ -137,15 +138,15 @@ def quadratic_exact_path(
 
 
 @renamed(E="local_steps")
+@takes_values(replication=("replicates", "seed"))
 def simulated_path(
     problem,
     schedule: PowerSchedule,
+    replication: Replication,
     *,
     local_steps: int,
     h: float,
     rounds: int,
-    replicates: int,
-    seed: int,
     w0=None,
     server_schedule: PowerSchedule | None = None,
     grad: Callable | None = None,
@@ -157,15 +158,17 @@ def simulated_path(
 
     ``grad``/``loss`` (``w (..., d) -> (..., d)`` / ``(...)``) default to the problem's own ``grad``/``loss``;
     ``min_loss`` defaults to ``problem.min_loss``.  Extra keyword arguments go to ``simulate`` (e.g.
-    ``oracle_factory``).
+    ``oracle_factory``).  ``replication``: a :class:`~fedsde.params.Replication` (``replicates``, ``seed``), or
+    those keywords (:func:`fedsde.params.takes_values`).
     """
     from fedsde.sim import simulate
 
     rounds = positive_int("rounds", rounds)
     h = positive_float("h", h)
     tn, eta, eta0 = _schedules(schedule, server_schedule, h, rounds)
-    res = simulate(problem, eta=eta, local_steps=int(local_steps), rounds=rounds, replicates=replicates, seed=seed,
-                   server_lr=h * eta0, w0=w0, record=np.arange(rounds), **simulate_kwargs)
+    res = simulate(problem, eta=eta, local_steps=int(local_steps), rounds=rounds, replicates=replication.replicates,
+                   seed=replication.need_seed(), server_lr=h * eta0, w0=w0, record=np.arange(rounds),
+                   **simulate_kwargs)
     W = res.weights  # (T, R, d)
     grad = grad or problem.grad
     loss = loss or problem.loss

@@ -21,7 +21,16 @@ import numpy as np
 from fedsde._validate import positive_int, start_point
 from fedsde.aggregators import Aggregator, get_aggregator
 from fedsde.errors import FedsdeInputError
-from fedsde.problems.quadratic import QuadraticProblem
+from fedsde.params import (
+    DEFAULT_RECORDING,
+    Integrator,
+    Precision,
+    Recording,
+    Replication,
+    Schedule,
+    takes_values,
+)
+from fedsde.problems.quadratic.problem import QuadraticProblem
 
 #: SVAG parameters ``k`` of the adaptive test (``ℓ = k²``: 1, 4, 16, 64)
 DEFAULT_KS = (1, 2, 4, 8)
@@ -70,14 +79,25 @@ def round_law_chain(problem: QuadraticProblem, aggregator: Aggregator, *, eta: f
     return np.stack(out)
 
 
-def adaptive_svag_chain(problem: QuadraticProblem, aggregator: Aggregator, *, eta: float, local_steps, rounds: int,
-                        k: int, replicates: int, seed: int, server_lr: float, w0=None, record=None,
-                        device: str = "cpu", method: str = "round-law") -> np.ndarray:
+@takes_values(schedule=("eta", "local_steps", "rounds", "server_lr"), replication=("replicates", "seed"),
+              precision=("device",), recording=("record",))
+def adaptive_svag_chain(problem: QuadraticProblem, aggregator: Aggregator, schedule: Schedule,
+                        replication: Replication, precision: Precision | None = None, *, k: int, w0=None,
+                        recording: Recording | None = None, method: str = "round-law") -> np.ndarray:
     """Weights (T, R, d) of the adaptive SVAG chain with ``k`` at the base rounds ``record`` (default all; module
     docstring).  ``method="round-law"`` (default) samples the round from its exact law (:func:`round_law_chain`);
-    ``"simulate"`` runs the clients' local SGD in the simulator (the same law, slower)."""
+    ``"simulate"`` runs the clients' local SGD in the simulator (the same law, slower).  The values
+    (:class:`~fedsde.params.Schedule`: ``eta``, ``local_steps``, ``rounds``, ``server_lr``;
+    :class:`~fedsde.params.Replication`: ``replicates``, ``seed``; :class:`~fedsde.params.Precision`: ``device``;
+    :class:`~fedsde.params.Recording`: ``record``) may be given as the keywords of their fields
+    (:func:`fedsde.params.takes_values`)."""
     from fedsde._validate import choice
     from fedsde.sde.adaptive import svag_aggregator
+
+    eta, local_steps, rounds, server_lr = schedule.eta, schedule.local_steps, schedule.rounds, schedule.server_lr
+    replicates, seed = replication.replicates, replication.need_seed()
+    device = (precision or Precision()).device
+    record = (recording or DEFAULT_RECORDING).record
 
     choice("method", method, ("round-law", "simulate"))
     k = positive_int("k", k)
@@ -95,9 +115,11 @@ def adaptive_svag_chain(problem: QuadraticProblem, aggregator: Aggregator, *, et
     return res.weights
 
 
-def adaptive_weak_error(problem: QuadraticProblem, aggregator: str | Aggregator, *, eta: float, local_steps,
-                        rounds: int, replicates: int, seed: int, server_lr: float, w0=None, ks=(1, 2, 4),
-                        substeps: int = 4, phi: str = "loss", level: float = 0.95, device: str = "cpu",
+@takes_values(schedule=("eta", "local_steps", "rounds", "server_lr"), replication=("replicates", "seed"),
+              precision=("device",), integrator=("substeps",))
+def adaptive_weak_error(problem: QuadraticProblem, aggregator: str | Aggregator, schedule: Schedule,
+                        replication: Replication, precision: Precision | None = None, *, w0=None, ks=(1, 2, 4),
+                        integrator: Integrator | None = None, phi: str = "loss", level: float = 0.95,
                         participation: int | None = None, weighting: str = "unbiased"):
     """Monte-Carlo weak error of the adaptive SDE against the SVAG chains at ``t = n·s²`` as ``ℓ = k² → ∞``.
 
@@ -109,6 +131,10 @@ def adaptive_weak_error(problem: QuadraticProblem, aggregator: str | Aggregator,
     step on the clock (expected 1, Malladi et al. 2022, Theorem 4.2/4.4), with a parametric-bootstrap interval that
     accounts for the one set of SDE paths shared by every ``k`` (``config["slope_interval"]``; ``resolved``: which
     errors exceed their interval's half-width).
+    The values (:class:`~fedsde.params.Schedule`: ``eta``, ``local_steps``, ``rounds``, ``server_lr``;
+    :class:`~fedsde.params.Replication`: ``replicates``, ``seed``; :class:`~fedsde.params.Precision`: ``device``;
+    :class:`~fedsde.params.Integrator`: ``substeps``, default 4) may be given as the keywords of their fields
+    (:func:`fedsde.params.takes_values`).
 
     Returns
     -------
@@ -121,6 +147,9 @@ def adaptive_weak_error(problem: QuadraticProblem, aggregator: str | Aggregator,
     from fedsde.sde.adaptive import adaptive_sde_paths
     from fedsde.sim.participation import is_sampled
 
+    eta, local_steps, rounds, server_lr = schedule.eta, schedule.local_steps, schedule.rounds, schedule.server_lr
+    replicates, seed, device = replication.replicates, replication.need_seed(), (precision or Precision()).device
+    substeps = 4 if integrator is None else integrator.substeps
     agg = get_aggregator(aggregator)
     ks = sorted({positive_int("ks", k) for k in ks})
     if len(ks) < 2:

@@ -19,9 +19,20 @@ import torch
 from fedsde._memory import available_memory, keep_memory
 from fedsde._progress import progress_bar
 from fedsde._samples import cov_numbers, replicate_cov, resolve_final_cov
-from fedsde._validate import device_dtype, positive_float, positive_int, start_point, unit_interval
-from fedsde.clients.streams import resolve_seed
+from fedsde._validate import positive_int, start_point
 from fedsde.errors import FedsdeInputError
+from fedsde.params import (
+    DEFAULT_EQUIVALENCE,
+    DEFAULT_RECORDING,
+    PRECISION_FIELDS,
+    Equivalence,
+    Precision,
+    Recording,
+    Replication,
+    Schedule,
+    fedavg_rates,
+    takes_values,
+)
 from fedsde.problems.metrics import evaluate_metrics_torch, metric_names
 from fedsde.sde.svag import default_oracle_factory, svag_chain
 from fedsde.validity.exact_fedavg import exact_fedavg_paths, moments_close, resolve_fedavg
@@ -160,31 +171,23 @@ def parse_ells(ells: Sequence[int]) -> list[int]:
     return out
 
 
+@takes_values(schedule=("eta", "local_steps", "rounds", "server_lr", "h"), replication=("replicates", "seed"),
+              precision=PRECISION_FIELDS, recording=("metrics", "record_every", "final_cov"),
+              equivalence=("tolerance", "accuracy_tolerance", "alpha", "verdict_metrics"))
 def validity_test(
     problem,
+    schedule: Schedule,
+    replication: Replication | None = None,
+    precision: Precision | None = None,
     *,
-    eta: float,
-    local_steps: int | np.ndarray,
-    rounds: int,
-    replicates: int | None = None,
-    seed: int | torch.Generator | None = None,
-    server_lr: float = 1.0,
     ells: Sequence[int] | None = None,
-    h: float | None = None,
     w0=None,
     reference: str | None = None,
-    tolerance: float = 0.05,
-    accuracy_tolerance: float = 0.01,
-    alpha: float = 0.05,
-    metrics: Sequence[str] | None = None,
-    verdict_metrics: Sequence[str] | None = None,
-    record_every: int = 1,
+    equivalence: Equivalence | None = None,
+    recording: Recording | None = None,
     oracle_factory: Callable | None = None,
-    device: str | torch.device = "cpu",
-    dtype: torch.dtype = torch.float64,
     progress: bool = False,
     fedavg: str | None = None,
-    final_cov: str | None = None,
     order: int = 1,
 ) -> ValidityResult:
     """Does seed 002's SDE (2) describe FedAvg on ``problem``?  FedAvg by Monte Carlo against the SDE.
@@ -199,6 +202,14 @@ def validity_test(
     Parameters
     ----------
     problem : QuadraticProblem or a data problem (with a batch size, or pass ``oracle_factory``)
+    schedule, replication, precision, equivalence, recording : values of :mod:`fedsde.params`
+        :class:`~fedsde.params.Schedule` (``eta``, ``local_steps``, ``rounds``, ``server_lr``, ``h``),
+        :class:`~fedsde.params.Replication` (``replicates``, ``seed``; none with ``fedavg="exact"``),
+        :class:`~fedsde.params.Precision` (``device``, ``dtype``), :class:`~fedsde.params.Equivalence`
+        (``tolerance``, ``accuracy_tolerance``, ``alpha``, ``verdict_metrics``) and
+        :class:`~fedsde.params.Recording` (``metrics``, ``record_every``, ``final_cov``).  Each field may be
+        given instead as the keyword of its name, the call of earlier releases
+        (:func:`fedsde.params.takes_values`); the fields mean:
     eta, local_steps, server_lr
         Client learning rate ``η``, local steps ``E`` (or per-client ``τ_k``), server step ``s`` of FedAvg.
     rounds : int
@@ -249,8 +260,16 @@ def validity_test(
         The SDE judged against: seed 002's first-order SDE, or the order-2 SDE of :mod:`fedsde.sde.order2` (its
         exact law: quadratic and least-squares clients only).
     """
-    rounds = positive_int("rounds", rounds)
-    every = positive_int("record_every", record_every)
+    precision, recording = precision or Precision(), recording or DEFAULT_RECORDING
+    equivalence = equivalence or DEFAULT_EQUIVALENCE
+    eta, local_steps, server_lr, rounds = schedule.eta, schedule.local_steps, schedule.server_lr, schedule.rounds
+    replicates, seed = (None, None) if replication is None else (replication.replicates, replication.seed)
+    metrics, every, final_cov = recording.metrics, recording.record_every, recording.final_cov
+    tolerance, accuracy_tolerance = equivalence.tolerance, equivalence.accuracy_tolerance
+    alpha, verdict_metrics = equivalence.alpha, equivalence.verdict_metrics
+    if rounds < 1:
+        raise FedsdeInputError(f"rounds={rounds}: must be an integer >= 1")
+    fedavg_rates(schedule, None, None, problem.Q)  # one number each (no schedules here), τ one per client
     how = resolve_final_cov("final_cov", final_cov, problem.d)
     reference = resolve_reference(problem, reference)
     order = check_order(problem, order, reference)
@@ -258,52 +277,46 @@ def validity_test(
     if mode == "exact":
         if replicates is not None:
             warnings.warn(f"replicates={replicates}: not used — FedAvg's side is exact (fedavg='exact'); pass "
-                          "fedavg='sampled' to sample it", UserWarning, stacklevel=2)
-        return _exact_test(problem, eta=eta, local_steps=local_steps, rounds=rounds, server_lr=server_lr, h=h,
-                           w0=w0, tolerance=tolerance, accuracy_tolerance=accuracy_tolerance, alpha=alpha,
-                           metrics=metrics, verdict_metrics=verdict_metrics, every=every, device=device,
-                           dtype=dtype, how=how, order=order)
+                          "fedavg='sampled' to sample it", UserWarning, stacklevel=3)
+        return _exact_test(problem, schedule, w0=w0, equivalence=equivalence, metrics=metrics, every=every,
+                           precision=precision, how=how, order=order)
     if replicates is None or seed is None:
         raise FedsdeInputError(f"replicates={replicates}, seed={seed}: both are needed to sample the chains "
                                "(fedavg='sampled')")
-    R = positive_int("replicates", replicates, minimum=2)
+    if replicates < 2:
+        raise FedsdeInputError(f"replicates={replicates}: must be an integer >= 2")
+    R = replicates
     ells = parse_ells(DEFAULT_ELLS[reference] if ells is None else ells)
     if reference == "svag" and len(ells) < 2:
         raise FedsdeInputError(f"ells={ells}: the SVAG reference needs at least two values of ℓ (its Richardson "
                                "limit uses the two largest), e.g. 1,2,4,8")
     # the verdict's inputs are checked before any chain runs (a typo must not cost the whole run)
     names, judged = _check_names(problem, metrics, verdict_metrics)
-    tolerance = positive_float("tolerance", tolerance)
-    accuracy_tolerance = positive_float("accuracy_tolerance", accuracy_tolerance)
-    alpha = unit_interval("alpha", alpha, open_left=True)
-    seed = resolve_seed(seed)  # one base seed for every ℓ (a Generator is drawn from once), recorded in config
     if oracle_factory is None:
         oracle_factory = default_oracle_factory(problem)
     start = default_start(problem, w0)
     w0_arr = start_point(start, problem.d)
     grid = np.unique(np.r_[np.arange(0, rounds + 1, every), rounds])
-    hh = positive_float("eta", float(eta)) if h is None else positive_float("h", h)
-    known = warn_stability(problem, float(eta), local_steps, float(server_lr))  # what `fedsde exact` warns about
+    hh = schedule.time_step
+    known = warn_stability(problem, schedule, stacklevel=4)  # what `fedsde exact` warns about
     sde_exact = None
     if reference == "exact":  # closed form, before any chain runs (its errors are the user's to fix first)
-        law = exact_sde_law(problem, eta=float(eta), local_steps=local_steps, server_lr=float(server_lr), h=hh,
-                            order=order)
+        law = exact_sde_law(problem, schedule, order=order)
         sde_exact = exact_sde_paths(problem, law, grid, hh, w0_arr, judged)
     L, T = len(ells), grid.size
     keep_results(problem.d, L, T, R, len(names), how)
     values = {m: np.empty((L, T, R)) for m in names}
     final_mean, covs, traces = np.empty((L, problem.d)), [], np.empty(L)
     seconds: list[float] = []
-    dev, dt = device_dtype(device, dtype)
+    dev, dt = precision.device, precision.dtype
     bar = progress_bar(rounds * sum(ells), "validity", unit="step", enabled=progress)
     try:
         for li, ell in enumerate(ells):
             bar.set_description(f"validity ℓ={ell}")
             on_grid = MetricGrid(problem, names, grid, R, w0_arr, dev, dt)
             tic = time.perf_counter()
-            res = svag_chain(problem, eta=eta, local_steps=local_steps, rounds=rounds, ell=ell, replicates=R,
-                             seed=seed, server_lr=server_lr, h=hh, w0=start, oracle_factory=oracle_factory,
-                             on_grid=on_grid, device=dev, dtype=dt, bar=bar)
+            res = svag_chain(problem, schedule, replication, precision, ell=ell, w0=start,
+                             oracle_factory=oracle_factory, on_grid=on_grid, bar=bar)
             seconds.append(time.perf_counter() - tic)
             for m, v in on_grid.host().items():
                 values[m][li] = v
@@ -330,8 +343,7 @@ def validity_test(
         if sde_exact is None or not moments_close(problem):
             return None
         try:
-            return exact_fedavg_paths(problem, eta=float(eta), local_steps=local_steps, server_lr=float(server_lr),
-                                      grid=grid, w0=w0_arr, names=judged)[0]
+            return exact_fedavg_paths(problem, eta=schedule, grid=grid, w0=w0_arr, names=judged)[0]
         except FedsdeInputError:  # its moments overflow: the divergence test is left
             return None
 
@@ -399,25 +411,22 @@ def check_order(problem, order: int, reference: str) -> int:
     return int(order)
 
 
-def _exact_test(problem, *, eta, local_steps, rounds, server_lr, h, w0, tolerance, accuracy_tolerance, alpha,
-                metrics, verdict_metrics, every, device, dtype, how, order=1) -> ValidityResult:
+def _exact_test(problem, schedule: Schedule, *, w0, equivalence: Equivalence, metrics, every: int,
+                precision: Precision, how: str, order: int = 1) -> ValidityResult:
     """``fedavg="exact"``: FedAvg's exact moments against the SDE's exact law (:mod:`fedsde.validity.exact_fedavg`);
     the verdict's intervals collapse onto the exact gap.  The exact laws are d × d by nature (quadratic and
     least-squares clients); ``how`` keeps their covariance's diagonal or nothing."""
-    names, judged = _check_names(problem, metrics, verdict_metrics)
-    tolerance = positive_float("tolerance", tolerance)
-    accuracy_tolerance = positive_float("accuracy_tolerance", accuracy_tolerance)
-    alpha = unit_interval("alpha", alpha, open_left=True)
-    dev, dt = device_dtype(device, dtype)  # checked, though nothing runs on it
+    eta, local_steps, server_lr, rounds = schedule.eta, schedule.local_steps, schedule.server_lr, schedule.rounds
+    tolerance, accuracy_tolerance, alpha = equivalence.tolerance, equivalence.accuracy_tolerance, equivalence.alpha
+    names, judged = _check_names(problem, metrics, equivalence.verdict_metrics)
+    dev, dt = precision.device, precision.dtype  # checked, though nothing runs on it
     w0_arr = start_point(default_start(problem, w0), problem.d)
     grid = np.unique(np.r_[np.arange(0, rounds + 1, every), rounds])
-    hh = positive_float("eta", float(eta)) if h is None else positive_float("h", h)
-    warn_stability(problem, float(eta), local_steps, float(server_lr))  # what `fedsde exact` warns about
-    law = exact_sde_law(problem, eta=float(eta), local_steps=local_steps, server_lr=float(server_lr), h=hh,
-                        order=order)
+    hh = schedule.time_step
+    warn_stability(problem, schedule, stacklevel=5)  # what `fedsde exact` warns about
+    law = exact_sde_law(problem, schedule, order=order)
     sde = exact_sde_paths(problem, law, grid, hh, w0_arr, names)
-    fed, final_mean, final_cov = exact_fedavg_paths(problem, eta=float(eta), local_steps=local_steps,
-                                                    server_lr=float(server_lr), grid=grid, w0=w0_arr, names=names)
+    fed, final_mean, final_cov = exact_fedavg_paths(problem, eta=schedule, grid=grid, w0=w0_arr, names=names)
     gaps = {}
     for m in judged:
         if sde[m] is None or fed[m] is None:

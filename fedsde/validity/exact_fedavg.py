@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from fedsde.errors import FedsdeInputError
+from fedsde.params import unpack
 
 #: values of ``fedavg``
 FEDAVG_MODES = ("exact", "sampled")
@@ -51,12 +52,14 @@ def resolve_fedavg(problem, fedavg: str | None, reference: str, ells) -> str:
     return fedavg
 
 
-def exact_fedavg_paths(problem, *, eta: float, local_steps, server_lr: float, grid: np.ndarray, w0: np.ndarray,
+def exact_fedavg_paths(problem, *, eta, local_steps=None, server_lr: float = 1.0, grid: np.ndarray, w0: np.ndarray,
                        names) -> tuple[dict, np.ndarray, np.ndarray]:
     """``E φ_FedAvg`` at the grid rounds (name → (T,) or ``None`` without a closed form), and the chain's mean (d,)
-    and covariance (d, d) at the last round, exactly."""
+    and covariance (d, d) at the last round, exactly (``eta``: a number, or a :class:`~fedsde.params.Schedule`
+    holding the rates, checked where it was built)."""
     from fedsde.validity.reference import _is_least_squares, gaussian_metric_means, moment_metric_means
 
+    sched, eta, local_steps, server_lr = unpack(eta, local_steps, server_lr)
     rounds = int(grid[-1])
     record = [int(n) for n in grid]
     if _is_least_squares(problem):
@@ -67,7 +70,7 @@ def exact_fedavg_paths(problem, *, eta: float, local_steps, server_lr: float, gr
     else:
         from fedsde.exact import transient_moments
 
-        mom = transient_moments(problem, eta, local_steps, rounds, server_lr, w0=w0, record=record)
+        mom = transient_moments(problem, sched or eta, local_steps, rounds, server_lr, w0=w0, record=record)
         means = gaussian_metric_means(problem, mom.mean, mom.cov, w0, names)
     if not (np.all(np.isfinite(mom.mean)) and np.all(np.isfinite(mom.cov))):
         raise FedsdeInputError(f"eta={eta:g}, server_lr={server_lr:g}: FedAvg's exact moments overflow within "

@@ -29,7 +29,19 @@ import torch
 from fedsde._progress import progress_bar
 from fedsde._stats import fit_slope_interval
 from fedsde._tolerances import Z95
-from fedsde._validate import device_dtype, positive_int, start_point
+from fedsde._validate import positive_int, start_point
+from fedsde.params import (
+    DEFAULT_INTEGRATOR,
+    DEFAULT_RECORDING,
+    PRECISION_FIELDS,
+    Precision,
+    Recording,
+    Replication,
+    Schedule,
+    derive,
+    fedavg_rates,
+    takes_values,
+)
 from fedsde.sde.svag import default_oracle_factory, svag_chain
 from fedsde.validity.core import MetricGrid, default_start, parse_ells
 from fedsde.validity.verdict import richardson_limit
@@ -152,25 +164,20 @@ def _summary(vals: dict[str, np.ndarray]) -> tuple[dict, dict]:
     return ({m: v.mean(-1) for m, v in vals.items()}, {m: v.std(-1, ddof=1) / np.sqrt(R) for m, v in vals.items()})
 
 
+@takes_values(schedule=("eta", "local_steps", "rounds", "server_lr", "h"), replication=("replicates", "seed"),
+              precision=PRECISION_FIELDS, recording=("metrics", "record_every"))
 def general_sde_study(
     problem,
+    schedule: Schedule,
+    replication: Replication,
+    precision: Precision | None = None,
     *,
-    eta: float,
-    local_steps: int | np.ndarray,
-    rounds: int,
-    replicates: int,
-    seed: int,
-    server_lr: float = 1.0,
-    h: float | None = None,
     ells: Sequence[int] = (1, 2, 4, 8),
     mc_substeps: Sequence[int] = (1, 2),
     inner_samples: int = 16,
-    metrics: Sequence[str] | None = None,
-    record_every: int = 1,
+    recording: Recording | None = None,
     w0=None,
     oracle_factory: Callable | None = None,
-    device: str | torch.device = "cpu",
-    dtype: torch.dtype = torch.float64,
     progress: bool = False,
 ) -> GeneralSDEStudy:
     """Weak error of ``E φ(w_T)`` and cost of both samplers of SDE (2), against FedAvg (see the module docstring).
@@ -180,16 +187,27 @@ def general_sde_study(
     names of :func:`fedsde.problems.metrics.metric_names` (default ``train_loss`` and, where the problem has a test
     set, ``test_accuracy``); a name the problem does not define is refused in one line.  ``progress``: one bar on
     stderr over the timing runs and every scheme's run (in SVAG steps and Euler rounds).
+
+    The values of :mod:`fedsde.params`: :class:`~fedsde.params.Schedule` (``eta``, ``local_steps``, ``rounds``,
+    ``server_lr``, ``h``), :class:`~fedsde.params.Replication` (``replicates``, ``seed``),
+    :class:`~fedsde.params.Precision` (``device``, ``dtype``) and :class:`~fedsde.params.Recording` (``metrics``,
+    ``record_every``); each field may be given instead as the keyword of its name, the call of earlier releases
+    (:func:`fedsde.params.takes_values`).
     """
+    from fedsde.errors import FedsdeInputError
     from fedsde.sde.integrate import simulate_sde
 
-    rounds = positive_int("rounds", rounds)
-    R = positive_int("replicates", replicates, minimum=2)
-    every = positive_int("record_every", record_every)
+    precision, recording = precision or Precision(), recording or DEFAULT_RECORDING
+    rounds, R, seed = schedule.rounds, replication.replicates, replication.need_seed()
+    metrics, every = recording.metrics, recording.record_every
+    eta, local_steps, server_lr = schedule.eta, schedule.local_steps, schedule.server_lr
+    if rounds < 1:
+        raise FedsdeInputError(f"rounds={rounds}: must be an integer >= 1")
+    if R < 2:
+        raise FedsdeInputError(f"replicates={R}: must be an integer >= 2")
+    fedavg_rates(schedule, None, None, problem.Q)  # one number each (no schedules here), τ one per client
     ells = parse_ells(ells)
     if ells[0] != 1 or len(ells) < 3:
-        from fedsde.errors import FedsdeInputError
-
         raise FedsdeInputError(f"ells={ells}: must contain 1 (FedAvg) and at least two larger values")
     subs = sorted({positive_int("mc_substeps", k) for k in mc_substeps})
     if oracle_factory is None:
@@ -204,22 +222,24 @@ def general_sde_study(
     keep_memory(f"the metric values of {runs_n} schemes ({len(names)} × {grid.size} × {R} numbers each)",
                 16 * runs_n * len(names) * grid.size * R + json_bytes(runs_n * len(names) * (8 + 6 * grid.size)),
                 "use fewer replicates or record fewer rounds (record_every)")
-    common = dict(eta=eta, local_steps=local_steps, rounds=rounds, server_lr=server_lr, h=h, w0=start,
-                  oracle_factory=oracle_factory, device=device, dtype=dtype)
+    common = dict(w0=start, oracle_factory=oracle_factory)
+    one_round = derive(schedule, rounds=1)  # the timing runs: one base round each
+    mc_rep = derive(replication, seed=seed + 1)  # the Euler scheme's own random streams
 
     # cost per base round of every scheme: wall time of one-round runs with the same replicates, the minimum over
     # TIMING_REPEATS after a warm-up run of every code path (one-time costs and other work on shared cores must not
     # enter the ratios); the measured runs below are timed too (``seconds``) but not used for the ratios
-    one = common | {"rounds": 1}
     units = (3 + (1 if subs else 0) + (TIMING_REPEATS + rounds) * (sum(ells) + len(subs)))  # steps, timing included
     bar = progress_bar(units, "compare: timing", unit="step", enabled=progress)
 
     def svag_once(ell: int) -> None:
-        svag_chain(problem, ell=ell, replicates=R, seed=seed, bar=bar, **one)
+        svag_chain(problem, one_round, replication, precision, ell=ell, bar=bar, **common)
 
     def mc_once(k: int) -> None:
-        simulate_sde(problem, variant="general", replicates=R, seed=seed + 1, substeps=k,
-                     inner_samples=inner_samples, record=[1], moments_only=True, full_cov_rounds=(), **one)
+        simulate_sde(problem, one_round, mc_rep, precision, variant="general",
+                     integrator=derive(DEFAULT_INTEGRATOR, substeps=k), inner_samples=inner_samples,
+                     recording=derive(DEFAULT_RECORDING, record=[1], moments_only=True, full_cov_rounds=()),
+                     **common)
         bar.update()
 
     with warnings.catch_warnings():
@@ -232,12 +252,12 @@ def general_sde_study(
         per_round |= {("mc-euler", k): _best_time(mc_once, k) for k in subs}
     runs = []  # (scheme, param, step, seconds, values (T, R) per metric)
     hh = None
-    dev, dt = device_dtype(device, dtype)
+    dev, dt = precision.device, precision.dtype
     for ell in ells:  # metrics on the chains' device as they run (MetricGrid: one transfer per chain)
         bar.set_description(f"compare: {'FedAvg' if ell == 1 else f'svag ℓ={ell}'}")
         on_grid = MetricGrid(problem, names, grid, R, w0_arr, dev, dt)
         tic = time.perf_counter()
-        res = svag_chain(problem, ell=ell, replicates=R, seed=seed, on_grid=on_grid, bar=bar, **common)
+        res = svag_chain(problem, schedule, replication, precision, ell=ell, on_grid=on_grid, bar=bar, **common)
         sec = time.perf_counter() - tic
         hh = res.h
         runs.append(("svag", ell, hh / ell, sec, on_grid.host()))
@@ -245,9 +265,10 @@ def general_sde_study(
         bar.set_description(f"compare: mc-euler k={k}")
         on_grid = MetricGrid(problem, names, grid, R, w0_arr, dev, dt)
         tic = time.perf_counter()
-        simulate_sde(problem, variant="general", replicates=R, seed=seed + 1, substeps=k,
-                     inner_samples=inner_samples, record=grid, moments_only=True, full_cov_rounds=(),
-                     on_record=on_grid, progress=progress, **common)  # a bar of its own
+        simulate_sde(problem, schedule, mc_rep, precision, variant="general",
+                     integrator=derive(DEFAULT_INTEGRATOR, substeps=k), inner_samples=inner_samples,
+                     recording=derive(DEFAULT_RECORDING, record=grid, moments_only=True, full_cov_rounds=(),
+                                      on_record=on_grid), progress=progress, **common)  # a bar of its own
         sec = time.perf_counter() - tic
         bar.update(rounds)
         runs.append(("mc-euler", k, hh / k, sec, on_grid.host()))

@@ -36,6 +36,7 @@ import numpy as np
 import scipy.integrate
 
 from fedsde.errors import FedsdeInputError
+from fedsde.params import Schedule
 from fedsde.validity.tails import tail_diagnostic
 from fedsde.validity.verdict import GapPath, bonferroni_quantile, richardson_weights
 
@@ -44,9 +45,13 @@ GAUSSIAN_METRICS = ("train_loss", "grad_norm_sq", "distance_from_start")
 REFERENCES = ("exact", "svag")
 
 
-def exact_sde_law(problem, *, eta: float, local_steps, server_lr: float, h: float, order: int = 1):
+def exact_sde_law(problem, schedule: Schedule | None = None, *, eta: float | None = None, local_steps=None,
+                  server_lr: float = 1.0, h: float | None = None, order: int = 1):
     """The SDE (2) of ``problem`` with an exact law: a :class:`fedsde.sde.LinearSDE`, a
     :class:`fedsde.exact.LeastSquaresSDE` (least-squares clients), or ``None``.
+
+    The rates and ``h``: a :class:`~fedsde.params.Schedule` (checked where it was built; ``h`` defaults to a
+    constant ``eta``), or the keywords ``eta``, ``local_steps``, ``server_lr``, ``h`` (checked here).
 
     A problem's own ``exact_sde_law(eta=, local_steps=, server_lr=, h=)`` comes first; quadratic clients get
     the ``corrected`` variant (eq. (2) with the exact round moments, seed 002 §3b), least-squares clients
@@ -54,6 +59,8 @@ def exact_sde_law(problem, *, eta: float, local_steps, server_lr: float, h: floa
     order-2 SDE of :mod:`fedsde.sde.order2` (its ``round-law`` form, the command line's) on quadratic and
     least-squares clients, ``None`` elsewhere (a problem's own law is of order 1).
     """
+    if schedule is not None:
+        eta, local_steps, server_lr, h = schedule.eta, schedule.local_steps, schedule.server_lr, schedule.time_step
     if order not in (1, 2):
         raise FedsdeInputError(f"order={order!r}: must be 1 or 2")
     if order == 2:
@@ -80,7 +87,7 @@ def exact_sde_law(problem, *, eta: float, local_steps, server_lr: float, h: floa
     if isinstance(problem, QuadraticProblem):
         from fedsde.sde import quadratic_sde_coefficients
 
-        return quadratic_sde_coefficients(problem, eta, local_steps, server_lr, h, variant="corrected")
+        return quadratic_sde_coefficients(problem, schedule or eta, local_steps, server_lr, h, variant="corrected")
     return None
 
 

@@ -11,19 +11,22 @@ from __future__ import annotations
 
 import warnings
 
+from fedsde.params import unpack
 
-def stability(problem, eta: float, local_steps, server_lr: float):
-    """:class:`~fedsde.exact.stability.LeastSquaresStability` on least-squares clients, else ``None``."""
+
+def stability(problem, eta, local_steps=None, server_lr: float = 1.0):
+    """:class:`~fedsde.exact.stability.LeastSquaresStability` on least-squares clients, else ``None`` (``eta``: a
+    number, or a :class:`~fedsde.params.Schedule` holding the rates)."""
     from fedsde.validity.reference import _is_least_squares
 
     if not _is_least_squares(problem):
         return None
     from fedsde.exact.stability import least_squares_stability
 
-    return least_squares_stability(problem, eta, local_steps, server_lr)
+    return least_squares_stability(problem, *unpack(eta, local_steps, server_lr)[1:])
 
 
-def stability_messages(problem, eta: float, local_steps, server_lr: float, known=None) -> list[str]:
+def stability_messages(problem, eta, local_steps=None, server_lr: float = 1.0, known=None) -> list[str]:
     """The warnings ``fedsde exact`` gives for these settings (``known``: the :func:`stability` already computed)."""
     from fedsde.problems.quadratic import QuadraticProblem
 
@@ -33,12 +36,13 @@ def stability_messages(problem, eta: float, local_steps, server_lr: float, known
         return [f"the algorithm diverges with these settings: {why}"
                 for why in known_divergence(problem, eta, local_steps, server_lr)]
     known = stability(problem, eta, local_steps, server_lr) if known is None else known
-    return [] if known is None else known.messages(eta)
+    return [] if known is None else known.messages(unpack(eta)[1])
 
 
-def warn_stability(problem, eta: float, local_steps, server_lr: float):
-    """Raise :func:`stability_messages` as ``RuntimeWarning`` s; returns :func:`stability` (or ``None``)."""
+def warn_stability(problem, eta, local_steps=None, server_lr: float = 1.0, *, stacklevel: int = 3):
+    """Raise :func:`stability_messages` as ``RuntimeWarning`` s (attributed ``stacklevel`` frames up); returns
+    :func:`stability` (or ``None``)."""
     known = stability(problem, eta, local_steps, server_lr)
     for msg in stability_messages(problem, eta, local_steps, server_lr, known):
-        warnings.warn(msg, RuntimeWarning, stacklevel=3)
+        warnings.warn(msg, RuntimeWarning, stacklevel=stacklevel)
     return known
