@@ -148,9 +148,9 @@ def run(args: argparse.Namespace) -> int:
     from fedsde._cli.common import options_named
     from fedsde.errors import FedsdeInputError
     from fedsde.params import Equivalence, Schedule
-    from fedsde.validity.core import DEFAULT_ELLS, check_order
+    from fedsde.validity.core import DEFAULT_ELLS
     from fedsde.validity.exact_fedavg import resolve_fedavg
-    from fedsde.validity.reference import resolve_reference
+    from fedsde.validity.reference import check_order, resolve_reference
 
     problem = problem_from_args(args)
     steps = local_steps_from_args(args, problem.Q)

@@ -226,8 +226,8 @@ def run_map(
     from fedsde.problems import load_problem
     from fedsde.problems.metrics import metric_names
     from fedsde.sweep.spec import MAX_CELLS
-    from fedsde.validity.core import DEFAULT_ELLS, check_order
-    from fedsde.validity.reference import resolve_reference
+    from fedsde.validity.core import DEFAULT_ELLS
+    from fedsde.validity.reference import check_order, resolve_reference
 
     max_cells = MAX_CELLS if max_cells is None else max_cells
     check_grid(grid, max_cells)

@@ -39,8 +39,7 @@ from fedsde.validity.exact_fedavg import exact_fedavg_paths, moments_close, reso
 from fedsde.validity.heavy import divergence_record, sampled_sides
 from fedsde.validity.reference import (
     NO_NORM_MEAN,
-    _is_least_squares,
-    _is_quadratic,
+    check_order,
     ell_ratios,
     exact_gaps,
     exact_sde_law,
@@ -394,21 +393,6 @@ def _check_names(problem, metrics, verdict_metrics) -> tuple[list[str], list[str
     if unknown:
         raise FedsdeInputError(f"verdict_metrics={unknown}: not recorded (recorded: {', '.join(names)})")
     return names, (names if verdict_metrics is None else list(dict.fromkeys(verdict_metrics)))
-
-
-def check_order(problem, order: int, reference: str) -> int:
-    """``order`` (1 or 2) checked against the reference: the order-2 SDE's value is its exact law, which exists on
-    quadratic and least-squares clients; the SVAG chains sample the first-order SDE only."""
-    if isinstance(order, bool) or order not in (1, 2):
-        raise FedsdeInputError(f"order={order!r}: must be 1 or 2")
-    if order == 2 and not (_is_quadratic(problem) or _is_least_squares(problem)):
-        raise FedsdeInputError(f"order=2: the order-2 SDE's value is its exact law, which a {type(problem).__name__} "
-                               "does not have (quadratic and least-squares clients do; the SVAG chains sample the "
-                               "first-order SDE); measure it against FedAvg with `fedsde compare --order 2`")
-    if order == 2 and reference != "exact":
-        raise FedsdeInputError(f"order=2: needs reference='exact' (its exact law), not {reference!r} (the SVAG chains "
-                               "sample the first-order SDE)")
-    return int(order)
 
 
 def _exact_test(problem, schedule: Schedule, *, w0, equivalence: Equivalence, metrics, every: int,

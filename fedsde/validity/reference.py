@@ -344,3 +344,18 @@ def ell_ratios(ells, times: np.ndarray, values: dict, names, *, alpha: float, de
                 f"(±{r['half_width']:.3g})")
         return {"status": "not checked", "note": note, "ratios": rows}
     return {"status": "ok", "note": "successive SVAG gaps keep the 1/ℓ ratio within noise", "ratios": rows}
+
+
+def check_order(problem, order: int, reference: str) -> int:
+    """``order`` (1 or 2) checked against the reference: the order-2 SDE's value is its exact law, which exists on
+    quadratic and least-squares clients; the SVAG chains sample the first-order SDE only."""
+    if isinstance(order, bool) or order not in (1, 2):
+        raise FedsdeInputError(f"order={order!r}: must be 1 or 2")
+    if order == 2 and not (_is_quadratic(problem) or _is_least_squares(problem)):
+        raise FedsdeInputError(f"order=2: the order-2 SDE's value is its exact law, which a {type(problem).__name__} "
+                               "does not have (quadratic and least-squares clients do; the SVAG chains sample the "
+                               "first-order SDE); measure it against FedAvg with `fedsde compare --order 2`")
+    if order == 2 and reference != "exact":
+        raise FedsdeInputError(f"order=2: needs reference='exact' (its exact law), not {reference!r} (the SVAG chains "
+                               "sample the first-order SDE)")
+    return int(order)
