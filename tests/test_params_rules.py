@@ -176,3 +176,16 @@ def test_the_default_clock_as_before(problem):
     assert simulate_order2(problem, **kw).h == 0.1
     with pytest.raises(FedsdeInputError, match="eta: a schedule; this needs one number"):
         rule_svag_chain(problem, "fedavgm", ell=1, **{**kw, "eta": [0.1]})
+
+
+def test_the_blow_up_warning_names_the_callers_line_past_the_adapter(problem):
+    # FedAvg with s = 3 grows without bound: warned at the caller's line, whether the chain ends or raises on NaN
+    from fedsde.errors import DivergenceWarning, SimulationDivergedError
+
+    kw = dict(eta=0.9, local_steps=1, ell=1, replicates=4, seed=0, server_lr=3.0)
+    with pytest.warns(DivergenceWarning, match="blowing up") as caught:
+        rule_svag_chain(problem, "fedavg", rounds=60, **kw)
+    assert {w.filename for w in caught} == {__file__}
+    with pytest.warns(DivergenceWarning, match="blowing up") as caught, pytest.raises(SimulationDivergedError):
+        rule_svag_chain(problem, "fedavg", rounds=2000, **kw)
+    assert {w.filename for w in caught} == {__file__}

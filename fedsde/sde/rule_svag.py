@@ -154,8 +154,8 @@ def rule_svag_chain(problem, aggregator: str | Aggregator, schedule: Schedule, r
                      sampling=(participation, weighting), on_grid=on_grid, bar=bar,
                      watch=BlowUpWatch(problem_scale(problem, w_start), f"the {agg.name} SVAG chain (ell={ell})"))
     run_chunks(run, chunks, workers,
-               before_raise=lambda exc: run.watch.flush(before=getattr(exc, "fedsde_when", -1), stacklevel=8))
-    run.watch.flush(stacklevel=4)  # the caller, past the keywords' adapter (takes_values)
+               before_raise=lambda exc: run.watch.flush(before=getattr(exc, "fedsde_when", -1), stacklevel=7))
+    run.watch.flush(stacklevel=5)  # the caller, past the keywords' adapter (takes_values)
     config = {"aggregator": agg.describe(), "sde": agg.sde_kind, "ell": ell, "k": k, "eta": eta,
               "local_steps": steps.tolist(), "rounds": rounds, "replicates": R, "seed": run.seed, "h": h,
               "server_lr": server_lr, "participation": participation, "weighting": weighting, "device": str(dev),
