@@ -189,3 +189,16 @@ def test_the_blow_up_warning_names_the_callers_line_past_the_adapter(problem):
     with pytest.warns(DivergenceWarning, match="blowing up") as caught, pytest.raises(SimulationDivergedError):
         rule_svag_chain(problem, "fedavg", rounds=2000, **kw)
     assert {w.filename for w in caught} == {__file__}
+
+
+def test_order2_coefficients_read_a_schedule(problem):
+    # the order-2 variants took the Schedule itself as η (fedsde compare --order 2 failed); now its numbers
+    from fedsde.sde.coefficients import quadratic_sde_coefficients
+
+    a = quadratic_sde_coefficients(problem, Schedule(0.05, [1, 2], 3, 0.5, 0.1), variant="order2")
+    b = quadratic_sde_coefficients(problem, 0.05, [1, 2], 0.5, 0.1, variant="order2")
+    assert a.h == b.h == 0.1
+    _same(a.A, b.A)
+    _same(a.diffusion_cov, b.diffusion_cov)
+    _same(a.c, b.c)
+    assert a.variant == b.variant == "order2"
