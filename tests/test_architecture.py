@@ -71,16 +71,13 @@ WIDE_EXCEPTIONS = {
     # not yet taking values: the weak-error refinement (t_end, time_steps, server_rate) and the map's sweep options
     "weak_error_mc_vs_step": (17, "pending: a value for the refinement at fixed t"),
     "run_map": (16, "pending: the sweep's options (out, refine, workers, scheduler, resume, max_cells)"),
-    # not yet taking values: the order-2 SDE's and the server rules' entry points (written beside the values)
+    # taking values, not yet for all: the validity test's SDE side and the quadratic study's order refinement
     "validity_test": (13, "pending: the SDE side (reference, ells, order) as one value"),
     "quadratic_sde_study": (13, "pending: the order refinement (order, etas) as one value"),
-    "coupled_order_study": (16, "pending: schedule, replication and precision values"),
-    "coupled_paths": (17, "pending: schedule, replication and precision values"),
-    "simulate_order2": (16, "pending: schedule, replication and precision values"),
-    "rule_svag_chain": (21, "pending: schedule, replication and precision values"),
-    "rule_svag_weak_error": (17, "pending: schedule, replication and precision values"),
-    "rule_general_study": (18, "pending: schedule, replication and precision values"),
-    "rule_validity_test": (25, "pending: schedule, replication, precision, equivalence and recording values"),
+    # the rules' chain and test take the values; what is left over twelve is client sampling (participation,
+    # weighting), and for the test also the SDE side (reference, ells), which validity_test has as well
+    "rule_svag_chain": (13, "pending: client sampling (participation, weighting) as one value"),
+    "rule_validity_test": (14, "pending: client sampling and the SDE side (reference, ells), each as one value"),
 }
 
 

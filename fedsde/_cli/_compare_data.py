@@ -85,6 +85,7 @@ def run_rule_data(args: argparse.Namespace, problem, agg, local_steps, w0, sampl
     import numpy as np
 
     from fedsde.errors import FedsdeInputError
+    from fedsde.params import Precision, Recording, Replication, Schedule
     from fedsde.problems.metrics import metric_names
     from fedsde.sde.rules import NoSDEError
     from fedsde.validity.general import Z95
@@ -113,10 +114,10 @@ def run_rule_data(args: argparse.Namespace, problem, agg, local_steps, w0, sampl
         raise FedsdeInputError(f"--record-every={every}: must be an integer >= 1")
     ells = None if args.ells is None else _ints("--ells", args.ells, minimum=1)
     names = [m for m in ("train_loss", "test_accuracy") if m in metric_names(problem)]
-    st = rule_general_study(problem, agg, eta=args.eta, local_steps=local_steps, rounds=args.rounds,
-                            replicates=args.replicates, seed=args.seed, server_lr=args.server_lr, h=args.h, ells=ells,
-                            participation=sampling[0], weighting=sampling[1], metrics=names, record_every=every,
-                            w0=w0, device=args.device)
+    st = rule_general_study(problem, agg, Schedule(args.eta, local_steps, args.rounds, args.server_lr, args.h),
+                            Replication(args.replicates, args.seed), Precision(device=args.device), ells=ells,
+                            participation=sampling[0], weighting=sampling[1],
+                            recording=Recording(metrics=names, record_every=every), w0=w0)
     result = {"kind": "data", "aggregator": agg.describe(), "sde": f"{agg.sde_kind} (the rule's own, sampled by its "
               "SVAG chains)", **st.to_dict()}
     T = st.times[-1]

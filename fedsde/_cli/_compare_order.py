@@ -96,6 +96,7 @@ def run_data_order(args: argparse.Namespace, problem, steps, w0) -> int:
     from fedsde._cli.common import emit
     from fedsde.compare.order2_mc import coupled_order_study
     from fedsde.errors import FedsdeInputError
+    from fedsde.params import Integrator, Precision, Replication, Schedule
     from fedsde.sde.svag import default_oracle_factory
     from fedsde.validity.core import default_start
 
@@ -106,10 +107,11 @@ def run_data_order(args: argparse.Namespace, problem, steps, w0) -> int:
         raise FedsdeInputError(f"--variant={args.variant}: --order compares the order-1 and order-2 SDEs of "
                                "docs/order2.md; drop --variant")
     etas = check_etas(args)
-    st = coupled_order_study(problem, eta=args.eta, local_steps=steps, rounds=args.rounds, server_lr=args.server_lr,
-                             replicates=args.replicates, seed=args.seed, etas=etas, h_ratio=_h_ratio(args),
-                             w0=default_start(problem, w0), oracle_factory=default_oracle_factory(problem),
-                             substeps=args.substeps, device=args.device, progress=show_progress(args))
+    st = coupled_order_study(problem, Schedule(args.eta, steps, args.rounds, args.server_lr),
+                             Replication(args.replicates, args.seed), Precision(device=args.device), etas=etas,
+                             h_ratio=_h_ratio(args), w0=default_start(problem, w0),
+                             oracle_factory=default_oracle_factory(problem),
+                             integrator=Integrator(substeps=args.substeps), progress=show_progress(args))
     lines = [f"problem: {type(problem).__name__} Q={problem.Q}, d={problem.d}  E={np.atleast_1d(steps).tolist()}  "
              f"s={args.server_lr}  replicates={args.replicates} (coupled: FedAvg and both SDEs share the minibatches)",
              f"order refinement: h = η, t = {st['t_end']:.6g}; η = " + ", ".join(f"{e:.4g}" for e in st["etas"])

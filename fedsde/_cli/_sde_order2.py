@@ -42,10 +42,9 @@ def order2_setup(args: argparse.Namespace, problem) -> int | None:
 
 
 def _run_data(args: argparse.Namespace, problem) -> int:
-    import torch
-
     from fedsde._cli.common import check_start, emit, fmt_array, local_steps_from_args, parse_vector
     from fedsde.errors import FedsdeInputError
+    from fedsde.params import Integrator, Precision, Recording, Replication, Schedule
     from fedsde.problems.metrics import evaluate_metrics
     from fedsde.sde.order2_paths import simulate_order2
     from fedsde.sde.svag import default_oracle_factory
@@ -65,11 +64,11 @@ def _run_data(args: argparse.Namespace, problem) -> int:
         raise FedsdeInputError(f"--record-every={every}: must be an integer >= 1")
     record = sorted(set(range(0, args.rounds + 1, every)) | {args.rounds})
     start = default_start(problem, w0)
-    res = simulate_order2(problem, eta=args.eta, local_steps=steps, rounds=args.rounds, replicates=args.replicates,
-                          seed=args.seed, server_lr=args.server_lr, h=args.h, w0=start,
-                          oracle_factory=default_oracle_factory(problem), substeps=args.substeps, device=args.device,
-                          dtype=torch.float32 if args.float32 else torch.float64, record=record,
-                          progress=show_progress(args))
+    res = simulate_order2(problem, Schedule(args.eta, steps, args.rounds, args.server_lr, args.h),
+                          Replication(args.replicates, args.seed),
+                          Precision("float32" if args.float32 else "float64", args.device), w0=start,
+                          oracle_factory=default_oracle_factory(problem), integrator=Integrator(substeps=args.substeps),
+                          recording=Recording(record=record), progress=show_progress(args))
     from fedsde._samples import resolve_final_cov
 
     how = resolve_final_cov("--final-cov", args.final_cov, problem.d)  # no d × d array unless asked for

@@ -285,11 +285,10 @@ def human_report(res, problem, args: argparse.Namespace) -> str:
 def _rule(args: argparse.Namespace, problem, agg, steps, w0) -> int:
     """``--aggregator A``: the rule against its own SDE on any problem kind (:func:`fedsde.validity.rules.
     rule_validity_test`); for adaptive rules ``--ells`` are the SVAG ``ℓ = k²`` (squares: 1,4,16,64 by default)."""
-    import torch
-
     from fedsde._cli.common import options_named, rule_sampling_from_args
     from fedsde._validate import positive_float
     from fedsde.errors import FedsdeInputError
+    from fedsde.params import Equivalence, Precision, Recording, Replication, Schedule
     from fedsde.sde.rules import NoSDEError
     from fedsde.validity.rules import rule_validity_test
     from fedsde.validity.text import bounds_text
@@ -313,14 +312,16 @@ def _rule(args: argparse.Namespace, problem, agg, steps, w0) -> int:
 
     how = resolve_final_cov("--final-cov", args.final_cov, problem.d)
     with options_named(args, "reference", "ells", "metrics", "verdict_metrics", "participation", "weighting"):
+        # the run's values, checked once, here (errors name the flags), and passed whole
+        equivalence = Equivalence(args.tolerance, args.accuracy_tolerance, args.alpha,
+                                  _names("--verdict-metrics", args.verdict_metrics))
+        recording = Recording(metrics=_names("--metrics", args.metrics), record_every=args.record_every,
+                              final_cov=how)
         res = rule_validity_test(
-            problem, agg, eta=args.eta, local_steps=steps, rounds=args.rounds, replicates=args.replicates,
-            seed=args.seed, server_lr=args.server_lr, h=args.h, w0=w0, ells=ells, reference=args.reference,
-            participation=participation, weighting=weighting, tolerance=args.tolerance,
-            accuracy_tolerance=args.accuracy_tolerance, alpha=args.alpha, metrics=_names("--metrics", args.metrics),
-            verdict_metrics=_names("--verdict-metrics", args.verdict_metrics), record_every=args.record_every,
-            device=args.device, dtype=torch.float32 if args.float32 else torch.float64, progress=show_progress(args),
-            final_cov=how)
+            problem, agg, Schedule(args.eta, steps, args.rounds, args.server_lr, args.h),
+            Replication(args.replicates, args.seed), Precision("float32" if args.float32 else "float64", args.device),
+            w0=w0, ells=ells, reference=args.reference, participation=participation, weighting=weighting,
+            equivalence=equivalence, recording=recording, progress=show_progress(args))
     result = res.to_dict()
     result["config"] = {**result["config"], "final_cov": how}
     v = res.verdict

@@ -23,9 +23,20 @@ import torch
 from tqdm.auto import tqdm
 
 from fedsde._stats import loglog_slope_interval
-from fedsde._validate import positive_float, positive_int, start_point
+from fedsde._validate import positive_float, start_point
 from fedsde.compare.order2 import refinement_etas
 from fedsde.errors import FedsdeInputError
+from fedsde.params import (
+    DEFAULT_INTEGRATOR,
+    PRECISION_FIELDS,
+    Integrator,
+    Precision,
+    Replication,
+    Schedule,
+    derive,
+    fedavg_rates,
+    takes_values,
+)
 
 #: the test functions of the Monte-Carlo refinement
 PHIS = ("mean", "second_moment", "loss")
@@ -44,16 +55,24 @@ def _phis(problem, W: np.ndarray, w0: np.ndarray, u: np.ndarray) -> dict[str, np
     return {"mean": D @ u, "second_moment": np.sum(D * D, axis=-1), "loss": np.asarray(loss, dtype=np.float64)}
 
 
-def coupled_order_study(problem, *, eta: float, local_steps, rounds: int, server_lr: float = 1.0, replicates: int,
-                        seed: int, etas: Sequence[float] | None = None, levels: int = DEFAULT_LEVELS,
-                        h_ratio: float = 1.0, w0=None, oracle_factory=None, substeps: int = 1, device="cpu",
-                        dtype=torch.float64, progress: bool = False) -> dict:
+@takes_values(schedule=("eta", "local_steps", "rounds", "server_lr"), replication=("replicates", "seed"),
+              precision=PRECISION_FIELDS, integrator=("substeps",))
+def coupled_order_study(problem, schedule: Schedule, replication: Replication, precision: Precision | None = None, *,
+                        etas: Sequence[float] | None = None, levels: int = DEFAULT_LEVELS, h_ratio: float = 1.0,
+                        w0=None, oracle_factory=None, integrator: Integrator | None = None,
+                        progress: bool = False) -> dict:
     """Weak errors of the order-1 and order-2 SDEs against FedAvg as ``η → 0``, by coupled Monte Carlo.
 
     Parameters
     ----------
     problem
         Any problem with torch client losses (:func:`fedsde.sde.order2_general.client_loss`) and a gradient oracle.
+    schedule, replication, precision, integrator : values of :mod:`fedsde.params`
+        :class:`~fedsde.params.Schedule` (``eta``, ``local_steps``, ``rounds``, ``server_lr``; ``h`` is ``η·h_ratio``
+        at each level), :class:`~fedsde.params.Replication` (``replicates``, ``seed``),
+        :class:`~fedsde.params.Precision` (``device``, ``dtype``) and :class:`~fedsde.params.Integrator`
+        (``substeps``); each field may be given instead as the keyword of its name, the call of earlier releases
+        (:func:`fedsde.params.takes_values`); the fields mean:
     eta, local_steps, rounds, server_lr, etas, levels, h_ratio
         As :func:`fedsde.compare.order2.order_refinement` (``levels`` defaults to 4 here: η … η/8).
     replicates, seed
@@ -73,9 +92,15 @@ def coupled_order_study(problem, *, eta: float, local_steps, rounds: int, server
     """
     from fedsde.sde.order2_paths import coupled_paths
 
-    R = positive_int("replicates", replicates, minimum=2)
-    rounds = positive_int("rounds", rounds)
-    server_lr = positive_float("server_lr", server_lr)
+    eta, local_steps, rounds = schedule.eta, schedule.local_steps, schedule.rounds
+    R, seed, precision = replication.replicates, replication.need_seed(), precision or Precision()
+    substeps = DEFAULT_INTEGRATOR.substeps if integrator is None else integrator.substeps
+    if rounds < 1:
+        raise FedsdeInputError(f"rounds={rounds}: must be an integer >= 1")
+    if R < 2:
+        raise FedsdeInputError(f"replicates={R}: must be an integer >= 2")
+    _, _, server_lr = fedavg_rates(schedule, None, None, problem.Q)  # one number each, τ one per client
+    h_ratio = positive_float("h_ratio", h_ratio)
     grid = refinement_etas(eta, etas, levels)
     ns = np.rint(rounds * grid[0] / grid).astype(np.int64)
     start = start_point(w0, problem.d)
@@ -90,9 +115,9 @@ def coupled_order_study(problem, *, eta: float, local_steps, rounds: int, server
     bar = tqdm(total=int(ns.sum()), desc="compare[order 1, 2]", unit="round", disable=not progress, leave=False)
     try:
         for e, n in zip(grid, ns, strict=True):
-            out = coupled_paths(problem, eta=float(e), local_steps=local_steps, rounds=int(n), replicates=R,
-                                seed=seed, server_lr=server_lr, h=float(e) * h_ratio, w0=start, orders=(1, 2),
-                                oracle_factory=oracle_factory, substeps=substeps, device=device, dtype=dtype, bar=bar)
+            level = derive(schedule, eta=float(e), rounds=int(n), h=float(e) * h_ratio)  # from checked numbers
+            out = coupled_paths(problem, level, replication, precision, w0=start, orders=(1, 2),
+                                oracle_factory=oracle_factory, integrator=integrator, bar=bar)
             ch = _phis(problem, out["chain"], start, u)
             for phi in PHIS:
                 chain_means[phi].append(float(ch[phi].mean()))

@@ -22,11 +22,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from fedsde._validate import positive_float, positive_int, start_point
+from fedsde._validate import positive_int, start_point
 from fedsde.aggregators import Aggregator, get_aggregator
 from fedsde.compare.slope_curve import weak_error_curve
 from fedsde.compare.weak_error import WeakErrorCurve, expected_phi, phi_function
 from fedsde.errors import FedsdeInputError
+from fedsde.params import Integrator, Precision, Recording, Replication, Schedule, derive, fedavg_rates, takes_values
 
 
 def slope_summary(curve: WeakErrorCurve) -> str:
@@ -41,11 +42,12 @@ def slope_summary(curve: WeakErrorCurve) -> str:
     return text
 
 
-def rule_svag_weak_error(problem, aggregator: str | Aggregator, *, eta: float, local_steps, rounds: int,
-                         replicates: int, seed: int, server_lr: float, h: float | None = None, w0=None,
-                         ells: Sequence[int] = (1, 2, 4, 8), phi: str = "dist2", participation: int | None = None,
-                         weighting: str = "unbiased", level: float = 0.95, substeps: int = 4,
-                         device: str = "cpu") -> WeakErrorCurve:
+@takes_values(schedule=("eta", "local_steps", "rounds", "server_lr", "h"), replication=("replicates", "seed"),
+              precision=("device",), integrator=("substeps",))
+def rule_svag_weak_error(problem, aggregator: str | Aggregator, schedule: Schedule, replication: Replication,
+                         precision: Precision | None = None, *, w0=None, ells: Sequence[int] = (1, 2, 4, 8),
+                         phi: str = "dist2", participation: int | None = None, weighting: str = "unbiased",
+                         level: float = 0.95, integrator: Integrator | None = None) -> WeakErrorCurve:
     """Weak error of ``E φ(w_T)``, ``T = rounds·h``, of the rule's SVAG chains against its SDE (module docstring).
 
     Parameters
@@ -53,10 +55,15 @@ def rule_svag_weak_error(problem, aggregator: str | Aggregator, *, eta: float, l
     problem : QuadraticProblem
     aggregator : str or Aggregator
         A linear or momentum rule (adaptive rules: :func:`fedsde.validity.adaptive.adaptive_weak_error`).
+    schedule, replication, precision, integrator : values of :mod:`fedsde.params`
+        :class:`~fedsde.params.Schedule` (``eta``, ``local_steps``, ``rounds``, ``server_lr``, ``h``),
+        :class:`~fedsde.params.Replication` (``replicates``, ``seed``), :class:`~fedsde.params.Precision`
+        (``device``) and :class:`~fedsde.params.Integrator` (``substeps``); each field may be given instead as the
+        keyword of its name (:func:`fedsde.params.takes_values`); the fields mean:
     eta, local_steps, server_lr, rounds, replicates, seed
         As :func:`fedsde.sde.rule_svag.rule_svag_chain` (every ``ℓ`` its own streams, the same seed).
     h : float, optional
-        Clock step (default ``η``; adaptive rules ``s²``).
+        Clock step (default ``η``).
     ells : sequence of int
         At least two.
     phi : {"dist2", "loss"}
@@ -65,7 +72,8 @@ def rule_svag_weak_error(problem, aggregator: str | Aggregator, *, eta: float, l
     level : float
         Level of the error intervals and of the slope's.
     substeps : int
-        Adaptive rules: Euler steps of the SDE paths per SVAG step of the finest chain.
+        Kept for the calls of earlier releases; not read (adaptive rules, whose SDE paths it would refine, are
+        refused here).
 
     Returns
     -------
@@ -75,6 +83,8 @@ def rule_svag_weak_error(problem, aggregator: str | Aggregator, *, eta: float, l
     """
     from fedsde.problems.quadratic import QuadraticProblem
 
+    eta, local_steps, rounds, h = schedule.eta, schedule.local_steps, schedule.rounds, schedule.h
+    R, seed, precision = replication.replicates, replication.need_seed(), precision or Precision()
     agg = get_aggregator(aggregator)
     if not isinstance(problem, QuadraticProblem):
         raise FedsdeInputError("problem: the SDE's exact value needs quadratic clients (on other losses compare the "
@@ -82,8 +92,9 @@ def rule_svag_weak_error(problem, aggregator: str | Aggregator, *, eta: float, l
     ells = sorted({positive_int("ells", e) for e in ells})
     if len(ells) < 2:
         raise FedsdeInputError(f"ells={ells}: need at least two values of ℓ for a slope")
-    R = positive_int("replicates", replicates, minimum=2)
-    server_lr = positive_float("server_lr", server_lr)
+    if R < 2:
+        raise FedsdeInputError(f"replicates={R}: must be an integer >= 2")
+    eta, _, server_lr = fedavg_rates(schedule, None, None, problem.Q)  # one number each, τ one per client
     w0_arr = start_point(w0, problem.d)
     if agg.sde_kind == "adaptive":
         raise FedsdeInputError(f"aggregator={agg.name!r}: an adaptive rule's SDE has no exact law; its weak error is "
@@ -91,16 +102,17 @@ def rule_svag_weak_error(problem, aggregator: str | Aggregator, *, eta: float, l
     from fedsde.sde.rule_svag import rule_svag_chain
     from fedsde.sde.rules import rule_sde
 
-    hh = float(eta) if h is None else positive_float("h", h)
+    hh = eta if h is None else h
     r = rule_sde(problem, agg, eta, local_steps, server_lr, hh, participation=participation, weighting=weighting)
     law = r.sde.moments(rounds * hh, w0_arr)
     ref = float(expected_phi(problem, law.mean, law.cov, phi))
     fn = phi_function(problem, phi)
+    chains = derive(schedule, h=hh)  # the chains on the SDE's clock
     means, ses = np.empty(len(ells)), np.empty(len(ells))
     for j, ell in enumerate(ells):
-        w = rule_svag_chain(problem, agg, eta=eta, local_steps=local_steps, rounds=rounds, ell=ell, replicates=R,
-                            seed=seed, server_lr=server_lr, h=hh, w0=w0_arr, participation=participation,
-                            weighting=weighting, record=[rounds], device=device).weights[-1]
+        w = rule_svag_chain(problem, agg, chains, replication, precision, ell=ell, w0=w0_arr,
+                            participation=participation, weighting=weighting,
+                            recording=Recording(record=[rounds])).weights[-1]
         v = fn(w)
         means[j], ses[j] = v.mean(), v.std(ddof=1) / np.sqrt(R)
     exact = svag_chain_expectations(problem, agg, eta=eta, local_steps=local_steps, rounds=rounds, server_lr=server_lr,

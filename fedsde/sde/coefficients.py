@@ -252,11 +252,14 @@ def quadratic_sde_coefficients(
     NoStationaryLawError
         ``matched`` when some eigenvalue of ``I − sB`` is ``>= 1`` (no stationary law to match).
     """
+    sched, eta, local_steps, server_lr = unpack(eta, local_steps, server_lr)
     if variant in ORDER2_VARIANTS:
         form = next(f for f, v in ORDER2_FORMS.items() if v == variant)
+        if sched is not None:  # its numbers (the order-2 coefficients take plain ones)
+            eta, local_steps, server_lr = fedavg_rates(sched, None, None, problem.Q)
+            h = sched.time_step if h is None else h
         return order2_sde_coefficients(problem, eta, local_steps, server_lr, h, form)
     choice("variant", variant, VARIANTS)
-    sched, eta, local_steps, server_lr = unpack(eta, local_steps, server_lr)
     if sched is None:
         eta = positive_float("eta", eta)
         server_lr = positive_float("server_lr", server_lr)

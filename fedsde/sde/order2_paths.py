@@ -17,28 +17,48 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from fedsde._validate import device_dtype, positive_float, positive_int, start_point
+from fedsde._validate import start_point
 from fedsde.clients.local import run_local_steps, step_limits
 from fedsde.clients.oracles import GaussianQuadraticOracle
-from fedsde.clients.streams import ReplicateStreams, resolve_block_size, resolve_seed
+from fedsde.clients.streams import ReplicateStreams, resolve_block_size
 from fedsde.errors import FedsdeInputError, SimulationDivergedError
+from fedsde.params import (
+    DEFAULT_INTEGRATOR,
+    DEFAULT_RECORDING,
+    PRECISION_FIELDS,
+    Integrator,
+    Precision,
+    Recording,
+    Replication,
+    Schedule,
+    fedavg_rates,
+    takes_values,
+)
 from fedsde.problems import QuadraticProblem
-from fedsde.sde.order2_general import Order2Drift, Order2Scheme, client_loss, steps_of
+from fedsde.sde.order2_general import Order2Drift, Order2Scheme, client_loss
 
 #: stream family of the substeps after the first (disjoint from the simulator's 0, 1, 2 and the other samplers')
 _SUBSTEPS = 5 << 20
 
 
-def coupled_paths(problem, *, eta: float, local_steps, rounds: int, replicates: int, seed: int, server_lr: float = 1.0,
-                  h: float | None = None, w0=None, orders: Sequence[int] = (1, 2), chain: bool = True,
-                  oracle_factory: Callable | None = None, substeps: int = 1, device="cpu", dtype=torch.float64,
-                  bar=None, record: Sequence[int] | None = None) -> dict[str, np.ndarray]:
+@takes_values(schedule=("eta", "local_steps", "rounds", "server_lr", "h"), replication=("replicates", "seed"),
+              precision=PRECISION_FIELDS, integrator=("substeps",), recording=("record",))
+def coupled_paths(problem, schedule: Schedule, replication: Replication, precision: Precision | None = None, *,
+                  w0=None, orders: Sequence[int] = (1, 2), chain: bool = True, oracle_factory: Callable | None = None,
+                  integrator: Integrator | None = None, bar=None,
+                  recording: Recording | None = None) -> dict[str, np.ndarray]:
     """Final weights after ``rounds`` rounds of FedAvg (``"chain"``) and of the SDEs (``"order1"``, ``"order2"``).
 
     Parameters
     ----------
     problem
         Quadratic, least-squares, classification or module clients (:func:`fedsde.sde.order2_general.client_loss`).
+    schedule, replication, precision, integrator, recording : values of :mod:`fedsde.params`
+        :class:`~fedsde.params.Schedule` (``eta``, ``local_steps``, ``rounds``, ``server_lr``, ``h``),
+        :class:`~fedsde.params.Replication` (``replicates``, ``seed``), :class:`~fedsde.params.Precision`
+        (``device``, ``dtype``), :class:`~fedsde.params.Integrator` (``substeps``) and
+        :class:`~fedsde.params.Recording` (``record``); each field may be given instead as the keyword of its name,
+        the call of earlier releases (:func:`fedsde.params.takes_values`); the fields mean:
     eta, local_steps, server_lr
         Client step ``η``, ``E`` or per-client ``τ_k``, server step ``s``.
     rounds : int
@@ -57,8 +77,10 @@ def coupled_paths(problem, *, eta: float, local_steps, rounds: int, replicates: 
         The problem's gradient oracle (default: the Gaussian quadratic one; data problems must pass theirs).
     substeps : int
         Substeps of the scheme per round.
-    device, dtype, bar
-        Torch device and precision; a progress bar advanced once per round.
+    device, dtype
+        Torch device and precision.
+    bar : tqdm, optional
+        A progress bar advanced once per round.
     record : sequence of int, optional
         Rounds (0..rounds) whose weights are returned; default the last only.
 
@@ -70,21 +92,22 @@ def coupled_paths(problem, *, eta: float, local_steps, rounds: int, replicates: 
     """
     from fedsde._validate import record_rounds
 
-    R = positive_int("replicates", replicates, minimum=2)
-    rounds = positive_int("rounds", rounds, minimum=0)
-    eta = positive_float("eta", eta)
-    s = positive_float("server_lr", server_lr)
-    h = eta if h is None else positive_float("h", h)
-    substeps = positive_int("substeps", substeps)
+    precision, record = precision or Precision(), (recording or DEFAULT_RECORDING).record
+    substeps = DEFAULT_INTEGRATOR.substeps if integrator is None else integrator.substeps
+    R, rounds, h = replication.replicates, schedule.rounds, schedule.h
+    if R < 2:
+        raise FedsdeInputError(f"replicates={R}: must be an integer >= 2")
+    eta, steps, s = fedavg_rates(schedule, None, None, problem.Q)  # one number each, τ one per client
+    h = eta if h is None else h
     if not set(orders) <= {1, 2}:
         raise FedsdeInputError(f"orders={list(orders)}: each must be 1 or 2")
     if oracle_factory is None:
         if not isinstance(problem, QuadraticProblem):
             raise FedsdeInputError(f"oracle_factory: required for a {type(problem).__name__}")
         oracle_factory = GaussianQuadraticOracle
-    dev, dt = device_dtype(device, dtype)
-    seed = resolve_seed(seed)
-    tau = steps_of(problem, local_steps)
+    dev, dt = precision.device, precision.dtype
+    seed = replication.need_seed()
+    tau = steps.astype(np.float64)
     block = resolve_block_size(None, R)
     nb = -(-R // block)
     Rp, d, Q = nb * block, problem.d, problem.Q
@@ -139,24 +162,29 @@ def coupled_paths(problem, *, eta: float, local_steps, rounds: int, replicates: 
     return {name: run["w"][:R].cpu().numpy() for name, run in runs.items()}
 
 
-def simulate_order2(problem, *, eta: float, local_steps, rounds: int, replicates: int, seed: int,
-                    server_lr: float = 1.0, h: float | None = None, w0=None, order: int = 2,
-                    oracle_factory: Callable | None = None, substeps: int = 1, device="cpu", dtype=torch.float64,
-                    record: Sequence[int] | None = None, progress: bool = False):
+@takes_values(schedule=("eta", "local_steps", "rounds", "server_lr", "h"), replication=("replicates", "seed"),
+              precision=PRECISION_FIELDS, integrator=("substeps",), recording=("record",))
+def simulate_order2(problem, schedule: Schedule, replication: Replication, precision: Precision | None = None, *,
+                    w0=None, order: int = 2, oracle_factory: Callable | None = None,
+                    integrator: Integrator | None = None, recording: Recording | None = None,
+                    progress: bool = False):
     """Paths of the order-``order`` SDE (no chain) recorded at ``record`` rounds (default: every round), as
-    :class:`~fedsde.sde.integrate.SDEPaths`."""
+    :class:`~fedsde.sde.integrate.SDEPaths`; the values and their fields (each also a keyword) as
+    :func:`coupled_paths`."""
     from fedsde._validate import record_rounds
     from fedsde.sde.integrate import SDEPaths
 
-    rounds = positive_int("rounds", rounds, minimum=0)
+    precision, record = precision or Precision(), (recording or DEFAULT_RECORDING).record
+    substeps = DEFAULT_INTEGRATOR.substeps if integrator is None else integrator.substeps
+    eta, local_steps, server_lr, rounds = schedule.eta, schedule.local_steps, schedule.server_lr, schedule.rounds
+    replicates, seed, device, dtype = replication.replicates, replication.seed, precision.device, precision.dtype
     keep = record_rounds("record", record, rounds)
-    hh = positive_float("eta", eta) if h is None else positive_float("h", h)
+    hh = schedule.time_step
     bar = tqdm(total=rounds, desc=f"sde[order {order}]", unit="round", disable=not progress, leave=False)
     try:
-        out = coupled_paths(problem, eta=eta, local_steps=local_steps, rounds=rounds, replicates=replicates, seed=seed,
-                            server_lr=server_lr, h=hh, w0=w0, orders=(order,), chain=False,
-                            oracle_factory=oracle_factory, substeps=substeps, device=device, dtype=dtype, bar=bar,
-                            record=keep)[f"order{order}"]
+        out = coupled_paths(problem, schedule, replication, precision, w0=w0, orders=(order,), chain=False,
+                            oracle_factory=oracle_factory, integrator=integrator, bar=bar,
+                            recording=Recording(record=keep))[f"order{order}"]
     finally:
         bar.close()
     config = {"variant": f"order{order}", "integrator": "Runge-Kutta drift + oracle noise (weak order 2, small noise)",

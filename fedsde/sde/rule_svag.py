@@ -30,27 +30,29 @@ replicates using blocks ``2b`` and ``2b + 1`` for its two rounds.  Memory and ch
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from fedsde._memory import available_memory
-from fedsde._validate import (
-    choice,
-    client_steps,
-    device_dtype,
-    positive_float,
-    positive_int,
-    record_rounds,
-    start_point,
-)
+from fedsde._validate import choice, positive_int, record_rounds, start_point
 from fedsde.aggregators import Aggregator, RoundContext, get_aggregator
 from fedsde.clients.local import run_local_steps
 from fedsde.clients.oracles import GaussianQuadraticOracle
-from fedsde.clients.streams import ReplicateStreams, resolve_block_size, resolve_seed
+from fedsde.clients.streams import ReplicateStreams, resolve_block_size
 from fedsde.errors import FedsdeInputError, SimulationDivergedError
+from fedsde.params import (
+    DEFAULT_RECORDING,
+    PRECISION_FIELDS,
+    Precision,
+    Recording,
+    Replication,
+    Schedule,
+    fedavg_rates,
+    takes_values,
+)
 from fedsde.problems.quadratic import QuadraticProblem
 from fedsde.sde.svag import _SVAG, SVAGPaths, svag_coefficients
 from fedsde.sim.moments import BlowUpWatch, plan_chunks, problem_scale, working_set
@@ -82,16 +84,20 @@ def rule_steps(aggregator: Aggregator, ell: int) -> tuple[Aggregator, int, int]:
     return (aggregator if k == 1 else svag_aggregator(aggregator, k)), k, ell
 
 
-def rule_svag_chain(problem, aggregator: str | Aggregator, *, eta: float, local_steps, rounds: int, ell: int,
-                    replicates: int, seed: int | torch.Generator, server_lr: float = 1.0, h: float | None = None,
-                    w0=None, participation: int | None = None, weighting: str = "unbiased",
-                    oracle_factory: Callable | None = None, record: Sequence[int] | None = None,
-                    on_grid: Callable | None = None, device: str | torch.device = "cpu",
-                    dtype: torch.dtype = torch.float64, block_size: int | None = None, bar=None,
-                    workers: int | None = None) -> SVAGPaths:
+@takes_values(schedule=("eta", "local_steps", "rounds", "server_lr", "h"),
+              replication=("replicates", "seed", "block_size", "workers"), precision=PRECISION_FIELDS,
+              recording=("record",))
+def rule_svag_chain(problem, aggregator: str | Aggregator, schedule: Schedule, replication: Replication,
+                    precision: Precision | None = None, *, ell: int, w0=None, participation: int | None = None,
+                    weighting: str = "unbiased", oracle_factory: Callable | None = None,
+                    recording: Recording | None = None, on_grid: Callable | None = None, bar=None) -> SVAGPaths:
     """Run the rule's SVAG chain with ``ell`` for ``rounds`` base rounds (module docstring).
 
-    Parameters as :func:`fedsde.sde.svag.svag_chain`, and:
+    Parameters as :func:`fedsde.sde.svag.svag_chain` (the values :class:`~fedsde.params.Schedule`: ``eta``,
+    ``local_steps``, ``rounds``, ``server_lr``, ``h``; :class:`~fedsde.params.Replication`: ``replicates``,
+    ``seed``, ``block_size``, ``workers``; :class:`~fedsde.params.Precision`: ``device``, ``dtype``;
+    :class:`~fedsde.params.Recording`: ``record``; each field may be given instead as the keyword of its name,
+    :func:`fedsde.params.takes_values`), and:
 
     aggregator : str or Aggregator
         A rule with an SDE; adaptive rules need ``ell = k²``.
@@ -106,21 +112,20 @@ def rule_svag_chain(problem, aggregator: str | Aggregator, *, eta: float, local_
     -------
     SVAGPaths
     """
+    precision, record = precision or Precision(), (recording or DEFAULT_RECORDING).record
+    rounds, h, R = schedule.rounds, schedule.h, replication.replicates
+    block_size, workers, seed = replication.block_size, replication.workers, replication.need_seed()
     agg = get_aggregator(aggregator)
-    rounds = positive_int("rounds", rounds, minimum=0)
     ell = positive_int("ell", ell)
     rule, k, per_round = rule_steps(agg, ell)
-    R = positive_int("replicates", replicates)
-    eta = positive_float("eta", eta)
-    server_lr = positive_float("server_lr", server_lr)
-    h = (server_lr**2 if agg.sde_kind == "adaptive" else eta) if h is None else positive_float("h", h)
     choice("weighting", weighting, WEIGHTINGS)
     Q, d = problem.Q, problem.d
+    eta, steps, server_lr = fedavg_rates(schedule, None, None, Q)  # constant rates, τ one per client
+    h = (server_lr**2 if agg.sde_kind == "adaptive" else eta) if h is None else h
     if participation is not None:
         participation = positive_int("participation", participation)
         if participation > Q and weighting != "multinomial":
             raise FedsdeInputError(f"participation={participation}: cannot sample more clients than there are (Q={Q})")
-    steps = client_steps("local_steps", local_steps, Q)
     agg.local_solver.check_eta(eta)
     agg.bind(problem)
     rule.bind(problem)
@@ -129,7 +134,7 @@ def rule_svag_chain(problem, aggregator: str | Aggregator, *, eta: float, local_
             raise FedsdeInputError(f"oracle_factory: required for a {type(problem).__name__}")
         oracle_factory = GaussianQuadraticOracle
     block = resolve_block_size(block_size, R)
-    dev, dtype = device_dtype(device, dtype)
+    dev, dtype = precision.device, precision.dtype
     keep = record_rounds("record", record, rounds, default_all=False)
     rollouts = 1 if ell == 1 else 2
     item = torch.finfo(dtype).bits // 8
@@ -144,13 +149,13 @@ def rule_svag_chain(problem, aggregator: str | Aggregator, *, eta: float, local_
     chunks = plan_workers(R, chunk_size, block, workers, rollouts * Q * d)
     w_start = start_point(w0, d)
     run = _RuleChain(problem=problem, agg=agg, rule=rule, ell=ell, k=k, per_round=per_round, R=R, block=block,
-                     seed=resolve_seed(seed), oracle_factory=oracle_factory, dev=dev, dtype=dtype, eta=eta,
+                     seed=seed, oracle_factory=oracle_factory, dev=dev, dtype=dtype, eta=eta,
                      server_lr=server_lr, rounds=rounds, steps=steps, w_start=w_start, keep=keep,
                      sampling=(participation, weighting), on_grid=on_grid, bar=bar,
                      watch=BlowUpWatch(problem_scale(problem, w_start), f"the {agg.name} SVAG chain (ell={ell})"))
     run_chunks(run, chunks, workers,
                before_raise=lambda exc: run.watch.flush(before=getattr(exc, "fedsde_when", -1), stacklevel=7))
-    run.watch.flush(stacklevel=3)
+    run.watch.flush(stacklevel=5)  # the caller, past the keywords' adapter (takes_values)
     config = {"aggregator": agg.describe(), "sde": agg.sde_kind, "ell": ell, "k": k, "eta": eta,
               "local_steps": steps.tolist(), "rounds": rounds, "replicates": R, "seed": run.seed, "h": h,
               "server_lr": server_lr, "participation": participation, "weighting": weighting, "device": str(dev),

@@ -21,9 +21,19 @@ import numpy as np
 import torch
 
 from fedsde._stats import error_slope_interval
-from fedsde._validate import device_dtype, positive_int, start_point
+from fedsde._validate import start_point
 from fedsde.aggregators import Aggregator, get_aggregator
 from fedsde.errors import FedsdeInputError
+from fedsde.params import (
+    DEFAULT_RECORDING,
+    PRECISION_FIELDS,
+    Precision,
+    Recording,
+    Replication,
+    Schedule,
+    derive,
+    takes_values,
+)
 from fedsde.validity.core import MetricGrid, default_start
 from fedsde.validity.general import TIMING, GeneralSDEStudy, SchemeRow, _best_time, _summary, weak_error_slopes
 from fedsde.validity.verdict import richardson_limit
@@ -40,25 +50,38 @@ class RuleSDEStudy(GeneralSDEStudy):
         return {**super().to_dict(), "slope_intervals": self.slope_intervals}
 
 
-def rule_general_study(problem, aggregator: str | Aggregator, *, eta: float, local_steps, rounds: int,
-                       replicates: int, seed: int, server_lr: float = 1.0, h: float | None = None,
-                       ells: Sequence[int] | None = None, participation: int | None = None,
-                       weighting: str = "unbiased", metrics: Sequence[str] = ("train_loss", "test_accuracy"),
-                       record_every: int = 1, w0=None, oracle_factory: Callable | None = None,
-                       device: str | torch.device = "cpu", dtype: torch.dtype = torch.float64) -> RuleSDEStudy:
+#: the metrics of :func:`rule_general_study` when none are given
+DEFAULT_METRICS = ("train_loss", "test_accuracy")
+
+
+@takes_values(schedule=("eta", "local_steps", "rounds", "server_lr", "h"), replication=("replicates", "seed"),
+              precision=PRECISION_FIELDS, recording=("metrics", "record_every"))
+def rule_general_study(problem, aggregator: str | Aggregator, schedule: Schedule, replication: Replication,
+                       precision: Precision | None = None, *, ells: Sequence[int] | None = None,
+                       participation: int | None = None, weighting: str = "unbiased",
+                       recording: Recording | None = None, w0=None,
+                       oracle_factory: Callable | None = None) -> RuleSDEStudy:
     """Weak error of ``E φ(w_T)`` of the rule's SVAG chains against its SDE, with cost (module docstring).
 
     ``ells`` must include 1 (the rule) and at least two more (default ``1, 2, 4, 8``; adaptive rules squares,
-    default ``1, 4, 16, 64``); other parameters as :func:`fedsde.validity.rules.rule_validity_test`.
+    default ``1, 4, 16, 64``); ``metrics`` (of the :class:`~fedsde.params.Recording`) default
+    :data:`DEFAULT_METRICS`; other parameters as :func:`fedsde.validity.rules.rule_validity_test` (each field of the
+    values may be given instead as the keyword of its name, :func:`fedsde.params.takes_values`).
     """
     from fedsde.sde.rule_svag import rule_svag_chain
     from fedsde.sde.svag import default_oracle_factory
     from fedsde.validity.rules import rule_ells
 
+    precision, recording = precision or Precision(), recording or DEFAULT_RECORDING
+    eta, local_steps, server_lr, rounds = schedule.eta, schedule.local_steps, schedule.server_lr, schedule.rounds
+    R, seed = replication.replicates, replication.need_seed()
+    metrics = DEFAULT_METRICS if recording.metrics is None else recording.metrics
+    every, device, dtype = recording.record_every, precision.device, precision.dtype
     agg = get_aggregator(aggregator)
-    rounds = positive_int("rounds", rounds)
-    R = positive_int("replicates", replicates, minimum=2)
-    every = positive_int("record_every", record_every)
+    if rounds < 1:
+        raise FedsdeInputError(f"rounds={rounds}: must be an integer >= 1")
+    if R < 2:
+        raise FedsdeInputError(f"replicates={R}: must be an integer >= 2")
     ells = rule_ells(agg, "svag", ells)
     if ells[0] != 1 or len(ells) < 3:
         raise FedsdeInputError(f"ells={ells}: must contain 1 (the rule itself) and at least two larger values")
@@ -68,24 +91,23 @@ def rule_general_study(problem, aggregator: str | Aggregator, *, eta: float, loc
     w0_arr = start_point(start, problem.d)
     grid = np.unique(np.r_[np.arange(0, rounds + 1, every), rounds])
     names = list(metrics)
-    common = dict(eta=eta, local_steps=local_steps, server_lr=server_lr, h=h, w0=start, participation=participation,
-                  weighting=weighting, oracle_factory=oracle_factory, device=device, dtype=dtype)
+    common = dict(w0=start, participation=participation, weighting=weighting, oracle_factory=oracle_factory)
+    one_round = derive(schedule, rounds=1)
 
     def once(ell: int) -> None:
-        rule_svag_chain(problem, agg, rounds=1, ell=ell, replicates=R, seed=seed, **common)
+        rule_svag_chain(problem, agg, one_round, replication, precision, ell=ell, **common)
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the measured runs below report their own warnings
         once(ells[0])
         once(ells[1])
         per_round = {ell: _best_time(once, ell) for ell in ells}
-    dev, dt = device_dtype(device, dtype)
+    dev, dt = device, dtype
     runs, hh = [], None
     for ell in ells:
         on_grid = MetricGrid(problem, names, grid, R, w0_arr, dev, dt)
         tic = time.perf_counter()
-        res = rule_svag_chain(problem, agg, rounds=rounds, ell=ell, replicates=R, seed=seed, on_grid=on_grid,
-                              **common)
+        res = rule_svag_chain(problem, agg, schedule, replication, precision, ell=ell, on_grid=on_grid, **common)
         hh = res.h
         runs.append((ell, hh / ell, time.perf_counter() - tic, on_grid.host()))
     means = np.stack([[_summary(v)[0][m] for m in names] for *_, v in runs])
@@ -127,4 +149,4 @@ def rule_general_study(problem, aggregator: str | Aggregator, *, eta: float, loc
                         config=config, slope_intervals=intervals)
 
 
-__all__ = ["RuleSDEStudy", "rule_general_study"]
+__all__ = ["DEFAULT_METRICS", "RuleSDEStudy", "rule_general_study"]

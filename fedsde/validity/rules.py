@@ -22,12 +22,23 @@ import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
-import torch
 from tqdm.auto import tqdm
 
-from fedsde._validate import device_dtype, positive_float, positive_int, start_point, unit_interval
+from fedsde._validate import start_point
 from fedsde.aggregators import Aggregator, get_aggregator
 from fedsde.errors import FedsdeInputError
+from fedsde.params import (
+    DEFAULT_EQUIVALENCE,
+    DEFAULT_RECORDING,
+    PRECISION_FIELDS,
+    Equivalence,
+    Precision,
+    Recording,
+    Replication,
+    Schedule,
+    fedavg_rates,
+    takes_values,
+)
 from fedsde.validity.core import MetricGrid, ValidityResult, _check_names, default_start, parse_ells
 from fedsde.validity.reference import ell_ratios, exact_sde_paths, gaussian_metric_means, svag_gaps
 from fedsde.validity.verdict import ABSOLUTE_METRICS, GapPath, richardson_limit, validity_verdict
@@ -84,48 +95,57 @@ def _exact_means(problem, agg, *, eta, local_steps, server_lr, h, w0, grid, name
     return {m: out.get(m) for m in names}
 
 
-def rule_validity_test(problem, aggregator: str | Aggregator, *, eta: float, local_steps, rounds: int,
-                       replicates: int, seed: int, server_lr: float = 1.0, h: float | None = None, w0=None,
-                       ells: Sequence[int] | None = None, reference: str | None = None,
-                       participation: int | None = None, weighting: str = "unbiased", tolerance: float = 0.05,
-                       accuracy_tolerance: float = 0.01, alpha: float = 0.05, metrics: Sequence[str] | None = None,
-                       verdict_metrics: Sequence[str] | None = None, record_every: int = 1,
-                       oracle_factory: Callable | None = None, device: str | torch.device = "cpu",
-                       dtype: torch.dtype = torch.float64, progress: bool = False,
-                       final_cov: str = "full") -> ValidityResult:
+@takes_values(schedule=("eta", "local_steps", "rounds", "server_lr", "h"), replication=("replicates", "seed"),
+              precision=PRECISION_FIELDS, recording=("metrics", "record_every", "final_cov"),
+              equivalence=("tolerance", "accuracy_tolerance", "alpha", "verdict_metrics"))
+def rule_validity_test(problem, aggregator: str | Aggregator, schedule: Schedule, replication: Replication,
+                       precision: Precision | None = None, *, w0=None, ells: Sequence[int] | None = None,
+                       reference: str | None = None, participation: int | None = None, weighting: str = "unbiased",
+                       equivalence: Equivalence | None = None, recording: Recording | None = None,
+                       oracle_factory: Callable | None = None, progress: bool = False) -> ValidityResult:
     """Is the rule's own SDE a good model of the rule on ``problem``?  (Module docstring.)
 
-    Parameters as :func:`fedsde.validity.validity_test`, and ``aggregator`` (a rule with an SDE),
+    Parameters as :func:`fedsde.validity.validity_test` (the values :class:`~fedsde.params.Schedule`,
+    :class:`~fedsde.params.Replication`: ``replicates >= 2``, ``seed``; :class:`~fedsde.params.Precision`,
+    :class:`~fedsde.params.Equivalence` and :class:`~fedsde.params.Recording`: ``metrics``, ``record_every``,
+    ``final_cov``; each field may be given instead as the keyword of its name, :func:`fedsde.params.takes_values`),
+    and ``aggregator`` (a rule with an SDE),
     ``participation``/``weighting`` (client sampling, as :func:`fedsde.sim.simulate`; the SDE carries its term).
     ``ells``: default ``1`` (exact reference), ``1,2,4,8`` or, adaptive rules, ``1,4,16,64`` (SVAG reference).
-    ``final_cov``: what ``final_cov`` keeps per ``ℓ``: ``"full"`` (d × d), ``"diag"`` (d) or ``"none"``.
+    ``final_cov``: what ``final_cov`` keeps per ``ℓ``: ``"full"`` (d × d, the default), ``"diag"`` (d) or
+    ``"none"``.
 
     Returns
     -------
     ValidityResult
         ``config`` names the rule, its SDE kind and the sampling.
     """
-    from fedsde._validate import choice
     from fedsde.sde.rule_svag import rule_svag_chain
     from fedsde.sde.rules import NoSDEError
     from fedsde.sde.svag import default_oracle_factory
 
+    precision, recording = precision or Precision(), recording or DEFAULT_RECORDING
+    equivalence = equivalence or DEFAULT_EQUIVALENCE
+    eta, local_steps, server_lr, rounds, h = (schedule.eta, schedule.local_steps, schedule.server_lr,
+                                              schedule.rounds, schedule.h)
+    R = replication.replicates
+    replication.need_seed()  # the chains are random: refused up front without a seed
+    metrics, every, final_cov = recording.metrics, recording.record_every, recording.final_cov or "full"
+    tolerance, accuracy_tolerance = equivalence.tolerance, equivalence.accuracy_tolerance
+    alpha, verdict_metrics = equivalence.alpha, equivalence.verdict_metrics
     agg = get_aggregator(aggregator)
     if agg.sde_kind is None:
         raise NoSDEError(agg.sde_refusal)
-    choice("final_cov", final_cov, ("full", "diag", "none"))
-    rounds = positive_int("rounds", rounds)
-    R = positive_int("replicates", replicates, minimum=2)
-    every = positive_int("record_every", record_every)
-    server_lr = positive_float("server_lr", server_lr)
+    if rounds < 1:
+        raise FedsdeInputError(f"rounds={rounds}: must be an integer >= 1")
+    if R < 2:
+        raise FedsdeInputError(f"replicates={R}: must be an integer >= 2")
+    eta, _, server_lr = fedavg_rates(schedule, None, None, problem.Q)  # one number each, τ one per client
     reference = rule_reference(problem, agg, reference)
     ells = rule_ells(agg, reference, ells)
     names, judged = _check_names(problem, metrics, verdict_metrics)
-    tolerance = positive_float("tolerance", tolerance)
-    accuracy_tolerance = positive_float("accuracy_tolerance", accuracy_tolerance)
-    alpha = unit_interval("alpha", alpha, open_left=True)
     adaptive = agg.sde_kind == "adaptive"
-    hh = (server_lr**2 if adaptive else positive_float("eta", eta)) if h is None else positive_float("h", h)
+    hh = (server_lr**2 if adaptive else eta) if h is None else h
     start = default_start(problem, w0)
     w0_arr = start_point(start, problem.d)
     grid = np.unique(np.r_[np.arange(0, rounds + 1, every), rounds])
@@ -135,7 +155,7 @@ def rule_validity_test(problem, aggregator: str | Aggregator, *, eta: float, loc
                                  w0=w0_arr, grid=grid, names=judged, sampling=(participation, weighting))
     if oracle_factory is None:
         oracle_factory = default_oracle_factory(problem)
-    dev, dt = device_dtype(device, dtype)
+    dev, dt = precision.device, precision.dtype
     L, T = len(ells), grid.size
     values = {m: np.empty((L, T, R)) for m in names}
     final_mean, covs = np.empty((L, problem.d)), []
@@ -145,10 +165,9 @@ def rule_validity_test(problem, aggregator: str | Aggregator, *, eta: float, loc
         for li, ell in enumerate(ells):
             on_grid = MetricGrid(problem, names, grid, R, w0_arr, dev, dt)
             tic = time.perf_counter()
-            res = rule_svag_chain(problem, agg, eta=eta, local_steps=local_steps, rounds=rounds, ell=ell, replicates=R,
-                                  seed=seed, server_lr=server_lr, h=hh, w0=start, participation=participation,
-                                  weighting=weighting, oracle_factory=oracle_factory, on_grid=on_grid, device=dev,
-                                  dtype=dt, bar=bar)
+            res = rule_svag_chain(problem, agg, schedule, replication, precision, ell=ell, w0=start,
+                                  participation=participation, weighting=weighting, oracle_factory=oracle_factory,
+                                  on_grid=on_grid, bar=bar)
             seconds.append(time.perf_counter() - tic)
             for m, v in on_grid.host().items():
                 values[m][li] = v
