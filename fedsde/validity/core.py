@@ -183,6 +183,7 @@ def validity_test(
     progress: bool = False,
     fedavg: str | None = None,
     final_cov: str | None = None,
+    common_random: bool = True,
 ) -> ValidityResult:
     """Does seed 002's SDE (2) describe FedAvg on ``problem``?  FedAvg by Monte Carlo against the SDE.
 
@@ -203,8 +204,8 @@ def validity_test(
     replicates : int
         ``R >= 2`` per ``ℓ`` (sampled chains only; not used by ``fedavg="exact"``).
     seed : int or torch.Generator
-        ``ℓ = 1`` reproduces :func:`fedsde.sim.simulate` with the same seed; other ``ℓ`` are independent
-        (sampled chains only).
+        ``ℓ = 1`` reproduces :func:`fedsde.sim.simulate` with the same seed; the other ``ℓ`` share its numbers
+        where their steps begin together (``common_random``) or are independent (sampled chains only).
     ells : sequence of int, optional
         SVAG parameters; default ``(1,)`` with the exact reference (add ``ℓ > 1`` for the 1/ℓ report) and
         ``(1, 2, 4, 8)`` with the SVAG reference (which needs at least two).
@@ -242,6 +243,10 @@ def validity_test(
         ``ℓ``, their d variances, or nothing.  Default ``"full"`` up to ``d = 256``
         (:data:`fedsde._samples.FULL_COV_MAX_D`), ``"diag"`` above; ``"full"`` is charged to the memory budget
         up front (``L·d²`` numbers).
+    common_random : bool
+        Drive replicate ``r`` of every chain by the same random numbers where their steps begin at the same time
+        (common random numbers, :mod:`fedsde.sde.svag_streams`): each chain's law is unchanged and the paired
+        differences the verdict averages vary less (measured in docs/validity.md); ``False``: independent chains.
     """
     rounds = positive_int("rounds", rounds)
     every = positive_int("record_every", record_every)
@@ -295,7 +300,7 @@ def validity_test(
             tic = time.perf_counter()
             res = svag_chain(problem, eta=eta, local_steps=local_steps, rounds=rounds, ell=ell, replicates=R,
                              seed=seed, server_lr=server_lr, h=hh, w0=start, oracle_factory=oracle_factory,
-                             on_grid=on_grid, device=dev, dtype=dt, bar=bar)
+                             on_grid=on_grid, device=dev, dtype=dt, bar=bar, common=bool(common_random))
             seconds.append(time.perf_counter() - tic)
             for m, v in on_grid.host().items():
                 values[m][li] = v
@@ -341,7 +346,8 @@ def validity_test(
               "h": hh, "rounds": rounds, "replicates": R, "seed": seed, "ells": ells, "reference": reference,
               "tolerance": tolerance, "accuracy_tolerance": accuracy_tolerance, "alpha": alpha,
               "record_every": every, "device": chain_config["device"], "dtype": chain_config["dtype"],
-              "oracle": chain_config["oracle"], "seconds": seconds, "fedavg": "sampled", "final_cov": how}
+              "oracle": chain_config["oracle"], "seconds": seconds, "fedavg": "sampled", "final_cov": how,
+              "common_random": bool(common_random)}
     return ValidityResult(ells=ells, rounds=grid, times=times, metrics=summary, final_mean=final_mean,
                           final_cov=None if how == "none" else np.stack(covs), verdict=verdict,
                           extrapolated=extrapolated, values=values, config=config, sde=sde, final_cov_trace=traces)
