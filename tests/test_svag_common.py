@@ -3,13 +3,16 @@ unchanged, and the paired difference of the validity test varies less."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
 from torch import nn
 
+from fedsde.cli import main
 from fedsde.clients.streams import ReplicateStreams
-from fedsde.problems import QuadraticProblem, module_problem
+from fedsde.problems import QuadraticProblem, module_problem, save_problem
 from fedsde.sde.svag import default_oracle_factory, svag_chain, svag_transient_moments
 from fedsde.sde.svag_streams import chain_streams, common_purpose
 from fedsde.validity import validity_test
@@ -120,3 +123,43 @@ def test_module_chain_means_agree_with_and_without_sharing():
     z = np.abs(a.mean(0) - b.mean(0)) / se
     assert np.all(z < 5.0), z.max()
     assert not np.array_equal(a, b)
+
+
+def test_cli_shares_by_default_and_independent_chains_on_request(problem, tmp_path, capsys):
+    path = tmp_path / "q.toml"
+    save_problem(problem, path)
+    argv = ["validity", "--problem", str(path), "--eta", "0.05", "--local-steps", "2", "--rounds", "2", "--ells",
+            "1,2,4", "--replicates", "8", "--seed", "1", "--w0", "3,3", "--reference", "svag", "--fedavg", "sampled",
+            "--json"]
+    got = {}
+    for extra in ([], ["--independent-chains"]):
+        assert main([*argv, *extra]) == 0
+        obj = json.loads(capsys.readouterr().out)
+        got[bool(extra)] = obj
+        assert obj["config"]["common_random"] is not bool(extra)
+    # FedAvg (ℓ = 1) has the same numbers either way; the SVAG chains do not
+    a, b = (np.asarray(got[k]["metrics"]["train_loss"]["mean"]) for k in (False, True))
+    np.testing.assert_array_equal(a[0], b[0])
+    assert not np.array_equal(a[1:, 1:], b[1:, 1:])
+
+
+def test_the_common_start_is_evaluated_once(problem, monkeypatch):
+    """Round 0 is w₀ for every replicate of every chain: its metrics are one evaluation, copied to all, and equal the
+    metrics of w₀; every later grid time evaluates every replicate."""
+    import fedsde.validity.core as core
+
+    rows = []
+    real = core.evaluate_metrics
+
+    def counting(pb, w, w0, names):
+        rows.append(w.shape[0])
+        return real(pb, w, w0, names)
+
+    monkeypatch.setattr(core, "evaluate_metrics", counting)
+    R, rounds, ells = 6, 3, [1, 2, 4]
+    res = validity_test(problem, eta=0.05, local_steps=2, rounds=rounds, replicates=R, seed=1, w0=W0, ells=ells,
+                        reference="svag", fedavg="sampled")
+    assert sum(rows) == 1 + len(ells) * rounds * R
+    start = real(problem, torch.tensor([W0], dtype=torch.float64), np.asarray(W0), list(res.values))
+    for m, v in res.values.items():
+        np.testing.assert_array_equal(v[:, 0], np.full((len(ells), R), float(start[m][0])))

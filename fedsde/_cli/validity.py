@@ -79,6 +79,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--verdict-metrics", default=None, metavar="m1,m2,…",
                    help="metrics the verdict judges (default all recorded)")
     p.add_argument("--record-every", type=int, default=1, metavar="m", help="grid spacing in base rounds (default 1)")
+    p.add_argument("--independent-chains", action="store_true",
+                   help="draw every chain's random numbers independently (default: common random numbers — replicate "
+                   "r of every ℓ uses the same minibatches and dropout masks where their steps begin at the same "
+                   "time; each chain's law is unchanged and the paired differences the verdict averages vary less)")
     p.add_argument("--device", default="cpu", help="torch device (cpu, cuda, …)")
     p.add_argument("--float32", action="store_true", help="run the chains in float32 (default float64)")
     p.add_argument("--final-cov", choices=FINAL_COV, default=None,
@@ -204,7 +208,7 @@ def _validity(args: argparse.Namespace, problem, steps, w0, ells, reference, fed
         accuracy_tolerance=args.accuracy_tolerance, alpha=args.alpha, metrics=_names("--metrics", args.metrics),
         verdict_metrics=_names("--verdict-metrics", args.verdict_metrics), record_every=args.record_every,
         device=args.device, dtype=torch.float32 if args.float32 else torch.float64, progress=show_progress(args),
-        fedavg=fedavg, final_cov=args.final_cov,
+        fedavg=fedavg, final_cov=args.final_cov, common_random=not args.independent_chains,
     )
 
 

@@ -65,10 +65,15 @@ class MetricGrid:
     Called as ``on_grid(n, start, w)`` by :func:`fedsde.sde.svag.svag_chain` (rows ``start … start + len(w) − 1``,
     any thread), it evaluates :func:`evaluate_metrics` at the grid's rounds into one
     tensor (M, T, R) on the device; :meth:`host` moves it once: name → ndarray (T, R), float64.
+
+    Round 0 is the same start for every replicate and every chain: its metrics are evaluated once, for one weight
+    vector, kept in ``start`` (a dict shared by the chains of one test) and copied to every replicate.
     """
 
-    def __init__(self, problem, names: Sequence[str], grid: np.ndarray, R: int, w0: np.ndarray, device, dtype):
+    def __init__(self, problem, names: Sequence[str], grid: np.ndarray, R: int, w0: np.ndarray, device, dtype,
+                 start: dict | None = None):
         self.problem, self.names, self.w0 = problem, list(names), w0
+        self.start = {} if start is None else start
         self.gidx = {int(n): i for i, n in enumerate(grid)}
         self.values = torch.empty((len(self.names), len(grid), R), dtype=dtype, device=device)
         if torch.device(device).type == "cpu":  # one pass at a time: its rows' work space and the gradients
@@ -82,7 +87,12 @@ class MetricGrid:
 
     def __call__(self, n: int, start: int, w: torch.Tensor) -> None:
         t = self.gidx.get(int(n))
-        if t is not None:
+        if t is not None and int(n) == 0:  # every row is the start (svag_chain's emit(0))
+            if not self.start:
+                self.start |= evaluate_metrics(self.problem, w[:1], self.w0, self.names)
+            for i, m in enumerate(self.names):
+                self.values[i, t, start:start + w.shape[0]] = self.start[m][0]
+        elif t is not None:
             got = evaluate_metrics(self.problem, w, self.w0, self.names)
             for i, m in enumerate(self.names):
                 self.values[i, t, start:start + w.shape[0]] = got[m]
@@ -293,10 +303,11 @@ def validity_test(
     seconds: list[float] = []
     dev, dt = device_dtype(device, dtype)
     bar = progress_bar(rounds * sum(ells), "validity", unit="step", enabled=progress)
+    at_start: dict = {}  # the metrics of the common start, once for every chain
     try:
         for li, ell in enumerate(ells):
             bar.set_description(f"validity ℓ={ell}")
-            on_grid = MetricGrid(problem, names, grid, R, w0_arr, dev, dt)
+            on_grid = MetricGrid(problem, names, grid, R, w0_arr, dev, dt, start=at_start)
             tic = time.perf_counter()
             res = svag_chain(problem, eta=eta, local_steps=local_steps, rounds=rounds, ell=ell, replicates=R,
                              seed=seed, server_lr=server_lr, h=hh, w0=start, oracle_factory=oracle_factory,
