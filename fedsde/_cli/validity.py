@@ -81,6 +81,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--verdict-metrics", default=None, metavar="m1,m2,…",
                    help="metrics the verdict judges (default all recorded)")
     p.add_argument("--record-every", type=int, default=1, metavar="m", help="grid spacing in base rounds (default 1)")
+    p.add_argument("--independent-chains", action="store_true",
+                   help="draw every chain's random numbers independently (default: common random numbers — replicate "
+                   "r of every ℓ uses the same minibatches and dropout masks where their steps begin at the same "
+                   "time; each chain's law is unchanged and the paired differences the verdict averages vary less)")
     p.add_argument("--device", default="cpu", help="torch device (cpu, cuda, …)")
     p.add_argument("--float32", action="store_true", help="run the chains in float32 (default float64)")
     p.add_argument("--final-cov", choices=FINAL_COV, default=None,
@@ -218,7 +222,7 @@ def _validity(args: argparse.Namespace, problem, schedule, equivalence, w0, ells
     precision = Precision("float32" if args.float32 else "float64", args.device)
     return validity_test(problem, schedule, replication, precision, ells=ells, w0=w0, reference=reference,
                          equivalence=equivalence, recording=recording, progress=show_progress(args), fedavg=fedavg,
-                         order=args.order)
+                         order=args.order, common_random=not args.independent_chains)
 
 
 def human_report(res, problem, args: argparse.Namespace) -> str:

@@ -23,14 +23,14 @@ nothing grows with the number of rounds unless weights are recorded.
 Randomness: ``ℓ = 1`` draws from the simulator's noise streams (same seed, same ``block_size`` → the numbers of
 :func:`fedsde.sim.simulate` with FedAvg and full participation); ``ℓ > 1`` from a stream family of its own per
 ``ℓ`` (so different ``ℓ`` are independent), block ``b`` of replicates using generators ``2b`` and ``2b + 1`` for
-its two rollouts.
+its two rollouts; with ``common=True`` the chains share random numbers where their steps begin at the same time
+(:mod:`fedsde.sde.svag_streams`: each chain's law unchanged).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -40,7 +40,6 @@ from fedsde._compat import renamed
 from fedsde._memory import available_memory
 from fedsde._progress import progress_bar
 from fedsde._validate import (
-    positive_float,
     positive_int,
     record_rounds,
     start_point,
@@ -48,12 +47,14 @@ from fedsde._validate import (
 from fedsde.clients.least_squares_oracle import least_squares_oracle
 from fedsde.clients.local import run_local_steps, step_limits
 from fedsde.clients.oracles import GaussianQuadraticOracle
-from fedsde.clients.streams import ReplicateStreams, resolve_block_size
+from fedsde.clients.streams import resolve_block_size
 from fedsde.errors import FedsdeInputError, SimulationDivergedError
 from fedsde.params import DEFAULT_RECORDING, PRECISION_FIELDS, Precision, Recording, Replication, Schedule, takes_values
 from fedsde.problems.module.problem import ModuleProblem
 from fedsde.problems.quadratic.problem import QuadraticProblem
 from fedsde.problems.regression.problem import RegressionProblem
+from fedsde.sde.svag_law import svag_round_law, svag_transient_moments  # noqa: F401 — re-exported
+from fedsde.sde.svag_streams import chain_streams
 from fedsde.sim.moments import BlowUpWatch, plan_chunks, problem_scale, working_set
 from fedsde.sim.workers import diverged, plan_workers, resolve_workers, run_chunks
 
@@ -145,6 +146,7 @@ def svag_chain(
     bar=None,
     what: str | None = None,
     on_error: Callable[[], None] | None = None,
+    common: bool = False,
 ) -> SVAGPaths:
     """Run the SVAG chain with parameter ``ell`` for ``rounds`` base rounds (``ell·rounds`` SVAG steps).
 
@@ -198,6 +200,9 @@ def svag_chain(
     on_error : callable, optional
         Called when a chunk fails (e.g. to release chunks that ``on_grid`` made wait on another,
         :meth:`fedsde.sim.moments.StreamingMoments.abort`).
+    common : bool
+        Draw from the streams keyed by the time a step begins (:mod:`fedsde.sde.svag_streams`): chains with other
+        ``ℓ`` and the same seed share the numbers of steps that begin together (common random numbers).
 
     Returns
     -------
@@ -248,14 +253,15 @@ def svag_chain(
     chunks = plan_workers(R, chunk_size, block, workers, rollouts * Q * d)
     run = _Chain(problem=problem, ell=ell, R=R, block=block, seed=base_seed, oracle_factory=oracle_factory, dev=dev,
                  dtype=dtype, etas=etas, lrs=lrs, steps=steps, w_start=w_start, keep=keep, on_grid=on_grid, bar=bar,
-                 watch=BlowUpWatch(problem_scale(problem, w_start), what or f"the SVAG chain (ell={ell})"))
+                 watch=BlowUpWatch(problem_scale(problem, w_start), what or f"the SVAG chain (ell={ell})"),
+                 common=bool(common))
     run_chunks(run, chunks, workers, on_error=on_error,
                before_raise=lambda exc: run.watch.flush(before=getattr(exc, "fedsde_when", -1), stacklevel=8))
     run.watch.flush(stacklevel=5)  # the caller, past the keywords' adapter (takes_values)
     config = {"ell": ell, "eta": etas.tolist() if np.ndim(eta) else float(eta), "local_steps": steps.tolist(),
               "rounds": rounds, "replicates": R, "seed": base_seed, "h": h,
               "server_lr": lrs.tolist() if np.ndim(server_lr) else float(server_lr), "device": str(dev),
-              "dtype": str(dtype).replace("torch.", ""), "block_size": block,
+              "dtype": str(dtype).replace("torch.", ""), "block_size": block, "common_random": bool(common),
               "oracle": getattr(oracle_factory, "describe", getattr(oracle_factory, "__name__", repr(oracle_factory)))}
     return SVAGPaths(ell=ell, h=h, rounds=keep, times=keep * h, weights=run.out, final=run.final, config=config)
 
@@ -282,6 +288,7 @@ class _Chain:
     on_grid: Callable | None
     bar: object
     watch: BlowUpWatch
+    common: bool = False
 
     def __post_init__(self):
         self.out = np.empty((self.keep.size, self.R, self.problem.d))
@@ -295,7 +302,7 @@ class _Chain:
         rollouts = 1 if ell == 1 else 2
         nbi = nb * rollouts
         b0 = start // block
-        streams = ReplicateStreams(self.seed, b0 * rollouts, nbi, dev, 0 if ell == 1 else _SVAG + ell, block)
+        streams = chain_streams(self.seed, b0, nb, dev, block, ell, 0 if ell == 1 else _SVAG + ell, self.common)
         oracle = self.oracle_factory(self.problem, nbi, dev, dtype)
         p = torch.as_tensor(np.asarray(self.problem.p, dtype=np.float64), dtype=dtype, device=dev)
         limits = step_limits(self.steps, device=dev)  # None when every client runs the same number of steps
@@ -326,7 +333,8 @@ class _Chain:
                 else:  # block b's two rollouts sit at blocks 2b, 2b + 1
                     wb = w.view(nb, 1, 1, block, d)
                     x = wb.expand(nb, 2, Q, block, d).clone().view(nbi, Q, block, d)
-                run_local_steps(x=x, oracle=oracle, streams=streams, eta=eta_n, n_steps=n_steps, local_steps=limits)
+                run_local_steps(x=x, oracle=oracle, streams=streams[j % len(streams)], eta=eta_n, n_steps=n_steps,
+                                local_steps=limits)
                 if ell == 1:  # the displacements in place (the same numbers, one (Q, d) copy per replicate less)
                     delta = x.sub_(wb).transpose(1, 2).reshape(Rp, Q, d)
                     w = w + s * torch.bmm(weights_p.unsqueeze(1), delta).squeeze(1)
@@ -405,38 +413,3 @@ def simulate_svag(problem, schedule: Schedule, replication: Replication, precisi
     if moments is not None:
         return SDEPaths(rounds=keep, times=keep * res.h, weights=None, h=res.h, config=config, streamed=moments)
     return SDEPaths(rounds=res.rounds, times=res.times, weights=res.weights, h=res.h, config=config)
-
-
-def svag_round_law(problem: QuadraticProblem, eta: float, local_steps, server_lr: float, ell: int):
-    """Exact law of one SVAG step on quadratic clients, as a :class:`~fedsde.exact.round_law.RoundLaw`.
-
-    The mean map is FedAvg's at server step ``s/ℓ`` (``c₁ + c₂ = 1``); the two rollouts' noises are independent,
-    so the noise covariance is ``(c₁² + c₂²) Cov ε = ℓ Cov ε`` and the server noise ``(s/ℓ)² ℓ Cov ε``.
-    """
-    from fedsde.exact.round_law import round_law
-
-    ell = positive_int("ell", ell)
-    law = round_law(problem, eta, local_steps, positive_float("server_lr", server_lr) / ell, warn=False)
-    return dataclasses.replace(law, noise_cov=ell * law.noise_cov)
-
-
-def svag_transient_moments(problem: QuadraticProblem, eta: float, local_steps, rounds: int, server_lr: float,
-                           ell: int, *, w0=None, record: Sequence[int] | None = None):
-    """Exact mean and covariance of the SVAG chain at base rounds (every ``ℓ`` steps), as
-    :class:`~fedsde.exact.moments.Moments`."""
-    from fedsde.exact.moments import Moments
-
-    rounds = positive_int("rounds", rounds, minimum=0)
-    law = svag_round_law(problem, eta, local_steps, server_lr, ell)
-    keep = record_rounds("record", record, rounds)
-    m = start_point(w0, problem.d)
-    P = np.zeros((problem.d, problem.d))
-    idx = {int(k): i for i, k in enumerate(keep)}
-    means, covs = np.empty((keep.size, problem.d)), np.empty((keep.size, problem.d, problem.d))
-    for n in range(rounds + 1):
-        if n in idx:
-            means[idx[n]], covs[idx[n]] = m, P
-        if n < rounds:
-            for _ in range(ell):
-                m, P = law.step(m, P)
-    return Moments(rounds=keep, mean=means, cov=covs)

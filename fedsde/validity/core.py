@@ -77,10 +77,15 @@ class MetricGrid:
     Called as ``on_grid(n, start, w)`` by :func:`fedsde.sde.svag.svag_chain` (rows ``start … start + len(w) − 1``,
     any thread), it evaluates :func:`evaluate_metrics` at the grid's rounds into one
     tensor (M, T, R) on the device; :meth:`host` moves it once: name → ndarray (T, R), float64.
+
+    Round 0 is the same start for every replicate and every chain: its metrics are evaluated once, for one weight
+    vector, kept in ``start`` (a dict shared by the chains of one test) and copied to every replicate.
     """
 
-    def __init__(self, problem, names: Sequence[str], grid: np.ndarray, R: int, w0: np.ndarray, device, dtype):
+    def __init__(self, problem, names: Sequence[str], grid: np.ndarray, R: int, w0: np.ndarray, device, dtype,
+                 start: dict | None = None):
         self.problem, self.names, self.w0 = problem, list(names), w0
+        self.start = {} if start is None else start
         self.gidx = {int(n): i for i, n in enumerate(grid)}
         self.values = torch.empty((len(self.names), len(grid), R), dtype=dtype, device=device)
         if torch.device(device).type == "cpu":  # one pass at a time: its rows' work space and the gradients
@@ -94,7 +99,12 @@ class MetricGrid:
 
     def __call__(self, n: int, start: int, w: torch.Tensor) -> None:
         t = self.gidx.get(int(n))
-        if t is not None:
+        if t is not None and int(n) == 0:  # every row is the start (svag_chain's emit(0))
+            if not self.start:
+                self.start |= evaluate_metrics(self.problem, w[:1], self.w0, self.names)
+            for i, m in enumerate(self.names):
+                self.values[i, t, start:start + w.shape[0]] = self.start[m][0]
+        elif t is not None:
             got = evaluate_metrics(self.problem, w, self.w0, self.names)
             for i, m in enumerate(self.names):
                 self.values[i, t, start:start + w.shape[0]] = got[m]
@@ -188,6 +198,7 @@ def validity_test(
     progress: bool = False,
     fedavg: str | None = None,
     order: int = 1,
+    common_random: bool = True,
 ) -> ValidityResult:
     """Does seed 002's SDE (2) describe FedAvg on ``problem``?  FedAvg by Monte Carlo against the SDE.
 
@@ -216,8 +227,8 @@ def validity_test(
     replicates : int
         ``R >= 2`` per ``ℓ`` (sampled chains only; not used by ``fedavg="exact"``).
     seed : int or torch.Generator
-        ``ℓ = 1`` reproduces :func:`fedsde.sim.simulate` with the same seed; other ``ℓ`` are independent
-        (sampled chains only).
+        ``ℓ = 1`` reproduces :func:`fedsde.sim.simulate` with the same seed; the other ``ℓ`` share its numbers
+        where their steps begin together (``common_random``) or are independent (sampled chains only).
     ells : sequence of int, optional
         SVAG parameters; default ``(1,)`` with the exact reference (add ``ℓ > 1`` for the 1/ℓ report) and
         ``(1, 2, 4, 8)`` with the SVAG reference (which needs at least two).
@@ -258,6 +269,10 @@ def validity_test(
     order : {1, 2}
         The SDE judged against: seed 002's first-order SDE, or the order-2 SDE of :mod:`fedsde.sde.order2` (its
         exact law: quadratic and least-squares clients only).
+    common_random : bool
+        Drive replicate ``r`` of every chain by the same random numbers where their steps begin at the same time
+        (common random numbers, :mod:`fedsde.sde.svag_streams`): each chain's law is unchanged and the paired
+        differences the verdict averages vary less (measured in docs/validity.md); ``False``: independent chains.
     """
     precision, recording = precision or Precision(), recording or DEFAULT_RECORDING
     equivalence = equivalence or DEFAULT_EQUIVALENCE
@@ -309,13 +324,15 @@ def validity_test(
     seconds: list[float] = []
     dev, dt = precision.device, precision.dtype
     bar = progress_bar(rounds * sum(ells), "validity", unit="step", enabled=progress)
+    at_start: dict = {}  # the metrics of the common start, once for every chain
     try:
         for li, ell in enumerate(ells):
             bar.set_description(f"validity ℓ={ell}")
-            on_grid = MetricGrid(problem, names, grid, R, w0_arr, dev, dt)
+            on_grid = MetricGrid(problem, names, grid, R, w0_arr, dev, dt, start=at_start)
             tic = time.perf_counter()
             res = svag_chain(problem, schedule, replication, precision, ell=ell, w0=start,
-                             oracle_factory=oracle_factory, on_grid=on_grid, bar=bar)
+                             oracle_factory=oracle_factory, on_grid=on_grid, bar=bar,
+                             common=bool(common_random))
             seconds.append(time.perf_counter() - tic)
             for m, v in on_grid.host().items():
                 values[m][li] = v
@@ -361,7 +378,7 @@ def validity_test(
               "tolerance": tolerance, "accuracy_tolerance": accuracy_tolerance, "alpha": alpha,
               "record_every": every, "device": chain_config["device"], "dtype": chain_config["dtype"],
               "oracle": chain_config["oracle"], "seconds": seconds, "fedavg": "sampled", "final_cov": how,
-              "order": order}
+              "order": order, "common_random": bool(common_random)}
     return ValidityResult(ells=ells, rounds=grid, times=times, metrics=summary, final_mean=final_mean,
                           final_cov=None if how == "none" else np.stack(covs), verdict=verdict,
                           extrapolated=extrapolated, values=values, config=config, sde=sde, final_cov_trace=traces)
