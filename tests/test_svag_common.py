@@ -146,16 +146,16 @@ def test_cli_shares_by_default_and_independent_chains_on_request(problem, tmp_pa
 def test_the_common_start_is_evaluated_once(problem, monkeypatch):
     """Round 0 is w₀ for every replicate of every chain: its metrics are one evaluation, copied to all, and equal the
     metrics of w₀; every later grid time evaluates every replicate."""
-    import fedsde.validity.core as core
+    import fedsde.validity.metric_grid as grid
 
     rows = []
-    real = core.evaluate_metrics
+    real = grid.evaluate_metrics
 
     def counting(pb, w, w0, names):
         rows.append(w.shape[0])
         return real(pb, w, w0, names)
 
-    monkeypatch.setattr(core, "evaluate_metrics", counting)
+    monkeypatch.setattr(grid, "evaluate_metrics", counting)
     R, rounds, ells = 6, 3, [1, 2, 4]
     res = validity_test(problem, eta=0.05, local_steps=2, rounds=rounds, replicates=R, seed=1, w0=W0, ells=ells,
                         reference="svag", fedavg="sampled")
