@@ -23,7 +23,6 @@ from fedsde.compare.study import quadratic_sde_study
 from fedsde.errors import FedsdeInputError
 from fedsde.exact import least_squares_transient_moments
 from fedsde.params import (
-    VALUE_TYPES,
     Equivalence,
     Integrator,
     Precision,
@@ -179,7 +178,7 @@ def test_the_signature_lists_the_old_keywords_with_their_defaults(name):
         assert value in params
         for field in fields:
             assert params[field].kind is inspect.Parameter.KEYWORD_ONLY
-            default = {x.name: x.default for x in dataclasses.fields(VALUE_TYPES[value])}[field]
+            default = {x.name: x.default for x in dataclasses.fields(f.value_types[value])}[field]
             assert params[field].default == (None if default is dataclasses.MISSING else default)
 
 
@@ -196,6 +195,31 @@ def test_a_field_the_function_does_not_read_and_a_wrong_class_are_refused(proble
         simulate(problem, eta=0.1, local_steps=2, replicates=4, seed=0)
     with pytest.raises(FedsdeInputError, match="seed: required"):
         simulate(problem, eta=0.1, local_steps=2, rounds=2, replicates=4)
+
+
+def test_a_value_class_beyond_the_registry_is_taken_by_its_own_name():
+    @dataclasses.dataclass(frozen=True)
+    class Window:
+        start: int = 0
+        stop: int = 1
+
+        def __post_init__(self):
+            if self.stop <= self.start:
+                raise FedsdeInputError(f"stop={self.stop}: must be > start={self.start}")
+
+    @takes_values(types={"window": Window}, window=("start", "stop"))
+    def span(x, window: Window | None = None):
+        window = window or Window()
+        return x * (window.stop - window.start)
+
+    assert span(2, start=1, stop=4) == span(2, Window(1, 4)) == 6 and span(2) == 2
+    assert span.value_types == {"window": Window}
+    with pytest.raises(FedsdeInputError, match="stop=1: must be > start=3"):
+        span(2, start=3)
+    with pytest.raises(FedsdeInputError, match=r"window=3: must be a .*Window"):
+        span(2, window=3)
+    with pytest.raises(TypeError, match="no value parameter 'frame'"):
+        takes_values(types={"frame": Window}, frame=("start",))(span.__wrapped__)
 
 
 def test_the_adapter_refuses_what_it_cannot_fold():

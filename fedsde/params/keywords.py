@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar, cast
 
 import numpy as np
@@ -54,7 +54,8 @@ def _unused_ok(value, cls: type, f) -> bool:
     return _is_default(current, f.default) or (base is not None and _is_default(current, getattr(base, f.name)))
 
 
-def takes_values(positional: Sequence[str] = (), **uses: Sequence[str]) -> Callable[[F], F]:
+def takes_values(positional: Sequence[str] = (), types: Mapping[str, type] | None = None,
+                 **uses: Sequence[str]) -> Callable[[F], F]:
     """Decorator: a function that takes values (``schedule``, ``replication``, ``precision``) also takes the old
     keywords of the fields it reads, folded into the values once, at the call.
 
@@ -64,6 +65,9 @@ def takes_values(positional: Sequence[str] = (), **uses: Sequence[str]) -> Calla
         Old positional parameters, in order, that stood where the first value parameter now stands
         (``f(problem, eta, local_steps, rounds)``): a call whose argument there is not a value passes them on as
         those keywords.
+    types : mapping of str to type, optional
+        Value parameters beyond :data:`VALUE_TYPES` and their classes (frozen dataclasses checked in
+        ``__post_init__``), e.g. ``types={"sampling": ClientSampling}`` for a value a few functions share.
     **uses : sequence of str
         ``schedule=("eta", "local_steps", "rounds", "server_lr")``: the value parameter (a name of
         :data:`VALUE_TYPES`, a parameter of the decorated function) and the fields the function reads.
@@ -82,22 +86,24 @@ def takes_values(positional: Sequence[str] = (), **uses: Sequence[str]) -> Calla
     * The wrapper's signature lists the old keywords after the function's own (``help()`` shows both).
     """
 
+    kinds = {**VALUE_TYPES, **(types or {})}
+
     def decorate(func: F) -> F:
         sig = inspect.signature(func)
         params = sig.parameters
         name = func.__qualname__
         for param, fields in uses.items():
-            if param not in VALUE_TYPES or param not in params:
+            if param not in kinds or param not in params:
                 raise TypeError(f"takes_values({param}=…): {name} has no value parameter {param!r}")
-            unknown = set(fields) - set(value_fields(VALUE_TYPES[param]))
+            unknown = set(fields) - set(value_fields(kinds[param]))
             clash = set(fields) & set(params)
             if unknown or clash:
                 raise TypeError(f"takes_values({param}=…): {sorted(unknown or clash)} are not free fields of "
-                                f"{VALUE_TYPES[param].__name__} for {name}")
+                                f"{kinds[param].__name__} for {name}")
         order = list(params)
         old_order = tuple(positional)
         first = min(order.index(p) for p in uses)
-        first_cls = VALUE_TYPES[order[first]]
+        first_cls = kinds[order[first]]
 
         @functools.wraps(func)
         def wrapper(*args, **kwargs):
@@ -111,7 +117,7 @@ def takes_values(positional: Sequence[str] = (), **uses: Sequence[str]) -> Calla
                 args = args[:first]
                 kwargs.update(zip(old_order, old, strict=False))
             for param, fields in uses.items():
-                cls = VALUE_TYPES[param]
+                cls = kinds[param]
                 slot = order.index(param)
                 positional = slot < len(args) and params[param].kind != inspect.Parameter.KEYWORD_ONLY
                 whole = args[slot] if positional else kwargs.get(param)
@@ -141,7 +147,8 @@ def takes_values(positional: Sequence[str] = (), **uses: Sequence[str]) -> Calla
                         raise TypeError(f"{name}() missing argument {param!r} (or the keywords {keys})")
                     continue
                 elif not isinstance(whole, cls):
-                    raise FedsdeInputError(f"{param}={whole!r}: must be a fedsde.params.{cls.__name__}")
+                    home = "fedsde.params" if cls in VALUE_TYPES.values() else cls.__module__
+                    raise FedsdeInputError(f"{param}={whole!r}: must be a {home}.{cls.__name__}")
                 for f in dataclasses.fields(cls):
                     if f.init and f.name not in fields and not _unused_ok(whole, cls, f):
                         raise FedsdeInputError(f"{param}.{f.name}={getattr(whole, f.name)!r}: not used by {name}; "
@@ -150,12 +157,13 @@ def takes_values(positional: Sequence[str] = (), **uses: Sequence[str]) -> Calla
 
         legacy = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY,
                                     default=None if f.default is dataclasses.MISSING else f.default)
-                  for param, fields in uses.items() for f in dataclasses.fields(VALUE_TYPES[param])
+                  for param, fields in uses.items() for f in dataclasses.fields(kinds[param])
                   if f.name in fields]
         kept = [p for p in params.values() if p.kind != inspect.Parameter.VAR_KEYWORD]
         tail = [p for p in params.values() if p.kind == inspect.Parameter.VAR_KEYWORD]
         wrapper.__signature__ = sig.replace(parameters=[*kept, *legacy, *tail])
         wrapper.values_fields = {k: tuple(v) for k, v in uses.items()}  # for documentation and tests
+        wrapper.value_types = {k: kinds[k] for k in uses}
         return cast(F, wrapper)
 
     return decorate
