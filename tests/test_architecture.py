@@ -64,10 +64,6 @@ WIDE_EXCEPTIONS = {
     "federated_classification": (15, "a classification problem's dataset, partition and model keys"),
     "module_population_problem": (13, "a module population's data, model and batching keys"),
     "create": (13, "a population's generator keys"),
-    # the symbols of a theorem, named as printed (seed 000, Thm 4.1): grouping them would hide the correspondence
-    "thm_4_1": (13, "the symbols of FedAWARE's Theorem 4.1"),
-    # the one local-SGD loop: the tensors of one round, keyword-only, called every round of every chunk
-    "run_local_steps": (14, "the tensors and hooks of one round of local steps"),
     # not yet taking values: the weak-error refinement (t_end, time_steps, server_rate) and the map's sweep options
     "weak_error_mc_vs_step": (17, "pending: a value for the refinement at fixed t"),
     "run_map": (16, "pending: the sweep's options (out, refine, workers, scheduler, resume, max_cells)"),

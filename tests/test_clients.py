@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedsde.clients.local import run_local_steps, step_limits
+from fedsde.clients.local import RoundBatches, run_local_steps, step_limits
 from fedsde.clients.oracles import GaussianQuadraticOracle, GradientOracle, OracleBase
 from fedsde.clients.solvers import LocalSolver
 from fedsde.clients.streams import ReplicateStreams
@@ -149,9 +149,12 @@ def test_begin_round_is_called_once_with_the_three_keywords():
     run_local_steps(x=x, oracle=oracle, streams=_streams(nb=1), eta=0.1, n_steps=3, batch=batch, max_batch=3,
                     clients=clients)
     run_local_steps(x=x, oracle=oracle, streams=_streams(nb=1), eta=0.1, n_steps=1)
-    assert len(calls) == 2
+    run_local_steps(x=x, oracle=oracle, streams=_streams(nb=1), eta=0.1, n_steps=3,
+                    batches=RoundBatches(batch, 3, clients))
+    assert len(calls) == 3
     assert calls[0][0] is batch and calls[0][1] == 3 and calls[0][2] is clients
     assert calls[1] == (None, None, None)
+    assert calls[2][0] is batch and calls[2][1] == 3 and calls[2][2] is clients  # the value, as the keywords
 
 
 def test_local_solver_run_is_the_loop_with_keyword_only_options():

@@ -17,6 +17,7 @@ import torch
 import fedsde._validate as validators
 from fedsde.aggregators import get_aggregator
 from fedsde.cli import main
+from fedsde.clients.local import RoundBatches, run_local_steps
 from fedsde.compare.order2_mc import coupled_order_study
 from fedsde.compare.rule_svag_weak import rule_svag_weak_error
 from fedsde.compare.study import quadratic_sde_study
@@ -41,6 +42,7 @@ from fedsde.sde.svag import simulate_svag, svag_chain
 from fedsde.sim import simulate
 from fedsde.sim.plan import make_plan
 from fedsde.theory.empirical import simulated_path
+from fedsde.theory.fedaware import FedAwareConstants, FedAwareSettings, thm_4_1
 from fedsde.validity import validity_test
 from fedsde.validity.adaptive import adaptive_svag_chain, adaptive_weak_error
 from fedsde.validity.general import general_sde_study
@@ -137,7 +139,8 @@ TAKERS = {
     "least_squares_transient_moments": least_squares_transient_moments,
     "rule_svag_chain": rule_svag_chain, "rule_general_study": rule_general_study,
     "rule_svag_weak_error": rule_svag_weak_error, "coupled_paths": coupled_paths, "simulate_order2": simulate_order2,
-    "coupled_order_study": coupled_order_study,
+    "coupled_order_study": coupled_order_study, "thm_4_1": thm_4_1,
+    "run_local_steps": run_local_steps,
 }
 
 
@@ -154,7 +157,10 @@ def test_every_function_that_takes_values_is_covered_here():
 #: a checked value of each class, and one of its fields with a value
 SAMPLES = {"schedule": (Schedule(0.1, 2, 3), "eta", 0.1), "replication": (Replication(4, 0), "replicates", 4),
            "precision": (Precision(), "device", "cpu"), "recording": (Recording(), "record_every", 1),
-           "integrator": (Integrator(), "substeps", 1), "equivalence": (Equivalence(), "tolerance", 0.1)}
+           "integrator": (Integrator(), "substeps", 1), "equivalence": (Equivalence(), "tolerance", 0.1),
+           "settings": (FedAwareSettings(eta=1.0, eta_l=0.1, K=2, alpha=0.5, p=1.0), "eta", 1.0),
+           "constants": (FedAwareConstants(L=1.0, sigma_l2=0.0, sigma_g2=1.0), "L", 1.0),
+           "batches": (RoundBatches(), "max_batch", 4)}
 
 
 @pytest.mark.parametrize("name", sorted(TAKERS))

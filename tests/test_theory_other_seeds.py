@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from scipy import optimize
 
+from fedsde.errors import FedsdeInputError
 from fedsde.problems import QuadraticProblem
 from fedsde.theory import fedaware as fa
 from fedsde.theory import feddisco as fd
@@ -186,3 +187,25 @@ def test_fedaware_thm_4_1_by_hand_when_valid():
     assert bv.value == pytest.approx(eps + het)
     # the momentum condition (1−β)²(1 + 2L²η²χ²) <= 1 fails here: the number is reported but flagged
     assert not bv.valid and any("momentum" in n for n in bv.notes)
+
+
+def test_fedaware_thm_4_1_takes_its_symbols_as_two_values_or_as_keywords():
+    lam = np.array([0.5, 0.5])
+    g = np.array([[[1.0, 0.0], [0.0, 1.0]], [[0.5, 0.0], [0.0, 0.5]]])
+    lt = np.array([[0.6, 0.4], [0.5, 0.5]])
+    kw = dict(L=1.0, eta=1.0, eta_l=0.1, K=[1, 2], alpha=0.999, p=1.0, sigma_l2=0.1, sigma_g2=0.5)
+    old = fa.thm_4_1(lt, lam, g, [1.0, 0.8, 0.7], variant="corrected", **kw)
+    settings = fa.FedAwareSettings(eta=1.0, eta_l=0.1, K=[1, 2], alpha=0.999, p=1.0)
+    new = fa.thm_4_1(lt, lam, g, [1.0, 0.8, 0.7], settings, fa.FedAwareConstants(1.0, 0.1, 0.5),
+                     variant="corrected")
+    assert old.value == new.value and old.valid == new.valid
+    np.testing.assert_array_equal(old.terms["rho"], new.terms["rho"])
+    assert settings.beta == pytest.approx(0.001) and not settings.K.flags.writeable
+    for bad, named in [(dict(alpha=1.0), "alpha=1.0"), (dict(p=0.0), "p=0.0"), (dict(K=[1, 0]), "K=\\[1, 0\\]"),
+                       (dict(eta_l=-1.0), "eta_l=-1.0"), (dict(sigma_g2=-0.5), "sigma_g2=-0.5")]:
+        with pytest.raises(FedsdeInputError, match=named):
+            fa.thm_4_1(lt, lam, g, [1.0, 0.8, 0.7], **{**kw, **bad})
+    with pytest.raises(FedsdeInputError, match="K: 3 values for 2 clients"):
+        fa.thm_4_1(lt, lam, g, [1.0, 0.8, 0.7], **{**kw, "K": [1, 2, 3]})
+    with pytest.raises(FedsdeInputError, match="both given"):
+        fa.thm_4_1(lt, lam, g, [1.0, 0.8, 0.7], settings, eta=1.0, **{k: kw[k] for k in ("L", "sigma_l2", "sigma_g2")})

@@ -21,6 +21,7 @@ Monte-Carlo coefficients of :class:`fedsde.sde.models.FedAvgSDE`.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -29,6 +30,7 @@ import torch
 from fedsde.clients.oracles import GradientOracle
 from fedsde.clients.streams import ReplicateStreams
 from fedsde.errors import FedsdeInputError
+from fedsde.params import takes_values
 
 #: ``on_step(i, x)`` after local step ``i`` (0-based) with the client weights ``x`` (a live view: copy what you keep)
 StepHook = Callable[[int, torch.Tensor], None]
@@ -65,6 +67,30 @@ def step_limits(local_steps: np.ndarray, *, device: torch.device | str) -> torch
     return torch.as_tensor(steps.astype(np.int64), device=device).view(1, -1, 1, 1)
 
 
+@dataclass(frozen=True)
+class RoundBatches:
+    """What a round's draws are cut from: the arguments of ``oracle.begin_round``
+    (:class:`~fedsde.clients.oracles.GradientOracle`), built by the caller from its own checked plan.
+
+    Parameters
+    ----------
+    batch : Tensor of int, shape (R, slots), optional
+        Each slot's batch size this round (``None``: the oracle's own).
+    max_batch : int, optional
+        Their padded length.
+    clients : Tensor of int, shape (nb, slots, B), optional
+        The client of each slot (``None``: slot ``k`` is client ``k``).
+    """
+
+    batch: torch.Tensor | None = None
+    max_batch: int | None = None
+    clients: torch.Tensor | None = None
+
+
+_NO_BATCHES = RoundBatches()
+
+
+@takes_values(types={"batches": RoundBatches}, batches=("batch", "max_batch", "clients"))
 def run_local_steps(
     *,
     x: torch.Tensor,
@@ -73,9 +99,7 @@ def run_local_steps(
     eta: float,
     n_steps: int,
     local_steps: torch.Tensor | None = None,
-    batch: torch.Tensor | None = None,
-    max_batch: int | None = None,
-    clients: torch.Tensor | None = None,
+    batches: RoundBatches | None = None,
     solver: LocalSolverLike | None = None,
     anchor: torch.Tensor | None = None,
     correction: torch.Tensor | None = None,
@@ -100,9 +124,10 @@ def run_local_steps(
     local_steps : Tensor of int, broadcastable to (nb, slots, B, 1), optional
         ``τ_k`` of every client (clients stop after their ``τ_k`` steps); ``None`` when all run ``n_steps``
         (see :func:`step_limits`).
-    batch, max_batch, clients
+    batches : RoundBatches, optional
         Handed to ``oracle.begin_round`` (:class:`~fedsde.clients.oracles.GradientOracle`): the round's batch sizes
-        (R, slots), their padded length, the client of each slot (nb, slots, B); ``None`` for the defaults.
+        (R, slots), their padded length, the client of each slot (nb, slots, B); ``None`` for the defaults.  The
+        keywords ``batch=``, ``max_batch=``, ``clients=`` still build it.
     solver : LocalSolver, optional
         Local solver; default plain SGD.
     anchor : Tensor, shape (nb, 1, B, d), optional
@@ -121,7 +146,8 @@ def run_local_steps(
     """
     begin_round = getattr(oracle, "begin_round", None)
     if begin_round is not None:
-        begin_round(batch=batch, max_batch=max_batch, clients=clients)
+        b = batches or _NO_BATCHES
+        begin_round(batch=b.batch, max_batch=b.max_batch, clients=b.clients)
     return local_loop(x=x, oracle=oracle, streams=streams, eta=eta, n_steps=n_steps, local_steps=local_steps,
                       solver=solver, anchor=anchor, correction=correction, keep_first_grad=keep_first_grad,
                       on_step=on_step)

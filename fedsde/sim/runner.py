@@ -36,7 +36,7 @@ import torch
 
 from fedsde._progress import progress_bar
 from fedsde.aggregators import Aggregator, RoundContext
-from fedsde.clients.local import run_local_steps
+from fedsde.clients.local import RoundBatches, run_local_steps
 from fedsde.clients.steps import EpochSteps, RandomSteps
 from fedsde.clients.streams import ReplicateStreams
 from fedsde.errors import FedsdeInputError, SimulationDivergedError
@@ -361,7 +361,7 @@ def run_chunk(plan: SimulationPlan, start: int, R: int, out_w, out_drift: np.nda
             x=x, oracle=oracle, streams=noise, eta=eta, n_steps=n_steps,
             # (nb, slots, B, 1): local steps of each client, to stop clients with fewer steps
             local_steps=None if draws.uniform else tau_s.view(nb, block, slots).transpose(1, 2).unsqueeze(-1),
-            batch=batch, max_batch=max_batch, clients=clients, solver=solver, anchor=wb,
+            batches=RoundBatches(batch, max_batch, clients), solver=solver, anchor=wb,
             correction=None if corr is None else corr.view(nb, block, slots, d).transpose(1, 2),
             keep_first_grad=agg.needs_first_grads,
             on_step=None if rec is None else partial(_record_drift, out_drift, rec, wb=wb, start=start, R=R),

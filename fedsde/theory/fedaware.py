@@ -17,14 +17,87 @@ is vacuous — :func:`thm_4_1` then reports ``valid=False`` and no number.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import numpy as np
 
 from fedsde._tolerances import DIVISION_FLOOR, ROUNDING_SLACK, ZERO_WEIGHT
-from fedsde._validate import choice
+from fedsde._validate import choice, positive_float, unit_interval
 from fedsde.errors import FedsdeInputError
+from fedsde.params import takes_values
 from fedsde.theory.results import BoundValue
 
 VARIANTS = ("paper", "corrected")
+
+
+@dataclass(frozen=True)
+class FedAwareSettings:
+    """FedAWARE's algorithm settings in seed 000's symbols (reference/seed-fedaware.md §3).
+
+    Parameters
+    ----------
+    eta : float
+        Server learning rate ``η > 0``.
+    eta_l : float
+        Client learning rate ``η_l > 0``.
+    K : int or array of int, shape (N,)
+        Local steps ``K_i >= 1`` (one number for every client, or one per client; its length is checked against
+        ``N`` where the weights are known).
+    alpha : float
+        Server momentum ``α`` in ``[0, 1)``.
+    p : float
+        Participation probability ``p`` in ``(0, 1]`` (``β = (1 − α)p``).
+    """
+
+    eta: float
+    eta_l: float
+    K: Any
+    alpha: float
+    p: float
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "eta", positive_float("eta", self.eta))
+        object.__setattr__(self, "eta_l", positive_float("eta_l", self.eta_l))
+        K = np.asarray(self.K)
+        if K.ndim > 1 or K.size == 0 or not np.issubdtype(K.dtype, np.number) or np.any(K < 1) \
+                or np.any(K != np.round(K)):
+            raise FedsdeInputError(f"K={self.K!r}: must be an int >= 1 or one int >= 1 per client")
+        K = K.astype(np.float64)
+        K.setflags(write=False)
+        object.__setattr__(self, "K", K)
+        object.__setattr__(self, "alpha", unit_interval("alpha", self.alpha))
+        object.__setattr__(self, "p", unit_interval("p", self.p, closed_right=True, open_left=True))
+
+    @property
+    def beta(self) -> float:
+        """``β = (1 − α)p``."""
+        return (1.0 - self.alpha) * self.p
+
+
+@dataclass(frozen=True)
+class FedAwareConstants:
+    """The problem's constants in Theorem 4.1 (seed 000, A3.1): ``L``-smooth clients, local noise ``σ_l²``, global
+    variance ``σ_g²``.
+
+    Parameters
+    ----------
+    L : float
+        Smoothness ``L > 0``.
+    sigma_l2 : float
+        Local stochastic-gradient variance ``σ_l² >= 0``.
+    sigma_g2 : float
+        Global (between-client) variance ``σ_g² >= 0``.
+    """
+
+    L: float
+    sigma_l2: float
+    sigma_g2: float
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "L", positive_float("L", self.L))
+        object.__setattr__(self, "sigma_l2", positive_float("sigma_l2", self.sigma_l2, allow_zero=True))
+        object.__setattr__(self, "sigma_g2", positive_float("sigma_g2", self.sigma_g2, allow_zero=True))
 
 
 def _check(lam_tilde: np.ndarray, lam: np.ndarray, grads: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -50,9 +123,15 @@ def chi_quantities(lam_tilde, lam) -> dict:
             "zero_weights": np.sum(lt <= ZERO_WEIGHT, axis=1)}
 
 
-def thm_4_1(lam_tilde, lam, grads, losses, *, L: float, eta: float, eta_l: float, K, alpha: float, p: float,
-            sigma_l2: float, sigma_g2: float, variant: str = "paper") -> BoundValue:
+@takes_values(types={"settings": FedAwareSettings, "constants": FedAwareConstants},
+              settings=("eta", "eta_l", "K", "alpha", "p"), constants=("L", "sigma_l2", "sigma_g2"))
+def thm_4_1(lam_tilde, lam, grads, losses, settings: FedAwareSettings, constants: FedAwareConstants, *,
+            variant: str = "paper") -> BoundValue:
     """Theorem 4.1 (eq. (9)) of seed 000 along a trajectory, with its validity condition.
+
+    ``thm_4_1(lt, lam, g, f, FedAwareSettings(eta=…, eta_l=…, K=…, alpha=…, p=…), FedAwareConstants(L=…,
+    sigma_l2=…, sigma_g2=…))``, or with the symbols as keywords (``thm_4_1(lt, lam, g, f, L=…, eta=…, …)``),
+    folded into the two values at the call.
 
     Parameters
     ----------
@@ -64,8 +143,10 @@ def thm_4_1(lam_tilde, lam, grads, losses, *, L: float, eta: float, eta_l: float
         Client gradients ``∇f_i(x^t)``.
     losses : ndarray, shape (T + 1,)
         ``f(x^t)`` for ``t = 0 … T`` (the "vanishing" telescoping part of ``ε_opt``).
-    K : array of int, shape (N,)
-        Local steps.
+    settings : FedAwareSettings
+        ``η``, ``η_l``, ``K_i``, ``α``, ``p`` (or their keywords ``eta``, ``eta_l``, ``K``, ``alpha``, ``p``).
+    constants : FedAwareConstants
+        ``L``, ``σ_l²``, ``σ_g²`` (or their keywords ``L``, ``sigma_l2``, ``sigma_g2``).
     variant : {"paper", "corrected"}
         ``"paper"``: ``Φ_t = Σ_i 30η_l(K_i − K_min)ζ_i`` and ``σ² = 5η_l(σ_l² + 6K_min²σ_g²)`` as printed;
         ``"corrected"``: the λ-weighted ``Φ_t`` and ``6K_min σ_g²`` re-derived from Lemma A.1.
@@ -80,9 +161,12 @@ def thm_4_1(lam_tilde, lam, grads, losses, *, L: float, eta: float, eta_l: float
     choice("variant", variant, VARIANTS)
     lt, lam, g = _check(lam_tilde, lam, grads)
     T, N, _ = g.shape
-    K = np.broadcast_to(np.asarray(K, dtype=np.float64), (N,))
+    if settings.K.ndim == 1 and settings.K.shape[0] != N:
+        raise FedsdeInputError(f"K: {settings.K.shape[0]} values for {N} clients; give one int or one per client")
+    K = np.broadcast_to(settings.K, (N,))
+    eta, eta_l, beta = settings.eta, settings.eta_l, settings.beta
+    L, sigma_l2, sigma_g2 = constants.L, constants.sigma_l2, constants.sigma_g2
     Kmin, Kt = float(K.min()), float(lam @ K)
-    beta = (1.0 - alpha) * p
     gf = np.einsum("i,tid->td", lam, g)  # ∇f
     gft = np.einsum("ti,tid->td", lt, g)  # ∇f̃
     sq = np.sum(g**2, axis=-1)  # (T, N)
