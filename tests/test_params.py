@@ -20,15 +20,19 @@ from fedsde.cli import main
 from fedsde.compare.order2_mc import coupled_order_study
 from fedsde.compare.rule_svag_weak import rule_svag_weak_error
 from fedsde.compare.study import quadratic_sde_study
+from fedsde.compare.weak_error import weak_error_mc_vs_step
 from fedsde.errors import FedsdeInputError
 from fedsde.exact import least_squares_transient_moments
+from fedsde.maps import run_map
 from fedsde.params import (
     Equivalence,
+    EtaRefinement,
     Integrator,
     Precision,
     Recording,
     Replication,
     Schedule,
+    StepRefinement,
     derive,
     takes_values,
 )
@@ -40,6 +44,8 @@ from fedsde.sde.rule_svag import rule_svag_chain
 from fedsde.sde.svag import simulate_svag, svag_chain
 from fedsde.sim import simulate
 from fedsde.sim.plan import make_plan
+from fedsde.sweep import SweepExecution
+from fedsde.sweep import run as sweep_run
 from fedsde.theory.empirical import simulated_path
 from fedsde.validity import validity_test
 from fedsde.validity.adaptive import adaptive_svag_chain, adaptive_weak_error
@@ -76,6 +82,16 @@ BAD = [
     (Recording, dict(final_cov="half"), "final_cov='half'"),
     (Integrator, dict(method="rk4"), "method='rk4'"),
     (Integrator, dict(substeps=0), "substeps=0"),
+    (Integrator, dict(inner_samples=0), "inner_samples=0"),
+    (Integrator, dict(estimator="biased"), "estimator='biased'"),
+    (StepRefinement, dict(eta=0.1, local_steps=2, t_end=0.0, time_steps=[0.1, 0.05]), "t_end=0.0"),
+    (StepRefinement, dict(eta=0.1, local_steps=2, t_end=0.2, time_steps=[0.1, 0.0]), "time_steps[1]=0.0"),
+    (StepRefinement, dict(eta=0.1, local_steps=2, t_end=0.2, time_steps=[0.1, 0.05], server_rate=-1),
+     "server_rate=-1"),
+    (EtaRefinement, dict(order=3), "order=3"),
+    (EtaRefinement, dict(order=2, etas=[0.1, -0.05, 0.025]), "etas[1]=-0.05"),
+    (SweepExecution, dict(workers=0), "--workers=0"),
+    (SweepExecution, dict(max_cells=0), "--max-cells=0"),
     (Equivalence, dict(tolerance=0.0), "tolerance=0.0"),
     (Equivalence, dict(alpha=1.5), "alpha=1.5"),
 ]
@@ -138,6 +154,7 @@ TAKERS = {
     "rule_svag_chain": rule_svag_chain, "rule_general_study": rule_general_study,
     "rule_svag_weak_error": rule_svag_weak_error, "coupled_paths": coupled_paths, "simulate_order2": simulate_order2,
     "coupled_order_study": coupled_order_study,
+    "weak_error_mc_vs_step": weak_error_mc_vs_step, "run_map": run_map, "run": sweep_run,
 }
 
 
@@ -155,6 +172,9 @@ def test_every_function_that_takes_values_is_covered_here():
 SAMPLES = {"schedule": (Schedule(0.1, 2, 3), "eta", 0.1), "replication": (Replication(4, 0), "replicates", 4),
            "precision": (Precision(), "device", "cpu"), "recording": (Recording(), "record_every", 1),
            "integrator": (Integrator(), "substeps", 1), "equivalence": (Equivalence(), "tolerance", 0.1)}
+SAMPLES["refinement"] = (StepRefinement(0.1, 2, t_end=0.2, time_steps=[0.1, 0.05]), "t_end", 0.2)
+SAMPLES["eta_refinement"] = (EtaRefinement(order=1), "order", 1)
+SAMPLES["execution"] = (SweepExecution(), "workers", 1)
 
 
 @pytest.mark.parametrize("name", sorted(TAKERS))
