@@ -64,13 +64,9 @@ WIDE_EXCEPTIONS = {
     "federated_classification": (15, "a classification problem's dataset, partition and model keys"),
     "module_population_problem": (13, "a module population's data, model and batching keys"),
     "create": (13, "a population's generator keys"),
-    # not yet taking values: the weak-error refinement (t_end, time_steps, server_rate) and the map's sweep options
-    "weak_error_mc_vs_step": (17, "pending: a value for the refinement at fixed t"),
-    "run_map": (16, "pending: the sweep's options (out, refine, workers, scheduler, resume, max_cells)"),
-    # taking values, not yet for all: the validity test's SDE side and the quadratic study's order refinement
+    # taking values, not yet for all: the validity test's SDE side
     "validity_test": (14, "pending: the SDE side (reference, ells, order) and common random numbers as values"),
     "svag_chain": (13, "pending: common random numbers between chains as a field of Replication"),
-    "quadratic_sde_study": (13, "pending: the order refinement (order, etas) as one value"),
     # the rules' chain and test take the values; what is left over twelve is client sampling (participation,
     # weighting), and for the test also the SDE side (reference, ells), which validity_test has as well
     "rule_svag_chain": (13, "pending: client sampling (participation, weighting) as one value"),

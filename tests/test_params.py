@@ -21,15 +21,19 @@ from fedsde.clients.local import RoundBatches, run_local_steps
 from fedsde.compare.order2_mc import coupled_order_study
 from fedsde.compare.rule_svag_weak import rule_svag_weak_error
 from fedsde.compare.study import quadratic_sde_study
+from fedsde.compare.weak_error import weak_error_mc_vs_step
 from fedsde.errors import FedsdeInputError
 from fedsde.exact import least_squares_transient_moments
+from fedsde.maps import run_map
 from fedsde.params import (
     Equivalence,
+    EtaRefinement,
     Integrator,
     Precision,
     Recording,
     Replication,
     Schedule,
+    StepRefinement,
     derive,
     takes_values,
 )
@@ -41,6 +45,8 @@ from fedsde.sde.rule_svag import rule_svag_chain
 from fedsde.sde.svag import simulate_svag, svag_chain
 from fedsde.sim import simulate
 from fedsde.sim.plan import make_plan
+from fedsde.sweep import SweepExecution
+from fedsde.sweep import run as sweep_run
 from fedsde.theory.empirical import simulated_path
 from fedsde.theory.fedaware import FedAwareConstants, FedAwareSettings, thm_4_1
 from fedsde.validity import validity_test
@@ -78,6 +84,16 @@ BAD = [
     (Recording, dict(final_cov="half"), "final_cov='half'"),
     (Integrator, dict(method="rk4"), "method='rk4'"),
     (Integrator, dict(substeps=0), "substeps=0"),
+    (Integrator, dict(inner_samples=0), "inner_samples=0"),
+    (Integrator, dict(estimator="biased"), "estimator='biased'"),
+    (StepRefinement, dict(eta=0.1, local_steps=2, t_end=0.0, time_steps=[0.1, 0.05]), "t_end=0.0"),
+    (StepRefinement, dict(eta=0.1, local_steps=2, t_end=0.2, time_steps=[0.1, 0.0]), "time_steps[1]=0.0"),
+    (StepRefinement, dict(eta=0.1, local_steps=2, t_end=0.2, time_steps=[0.1, 0.05], server_rate=-1),
+     "server_rate=-1"),
+    (EtaRefinement, dict(order=3), "order=3"),
+    (EtaRefinement, dict(order=2, etas=[0.1, -0.05, 0.025]), "etas[1]=-0.05"),
+    (SweepExecution, dict(workers=0), "--workers=0"),
+    (SweepExecution, dict(max_cells=0), "--max-cells=0"),
     (Equivalence, dict(tolerance=0.0), "tolerance=0.0"),
     (Equivalence, dict(alpha=1.5), "alpha=1.5"),
 ]
@@ -141,6 +157,7 @@ TAKERS = {
     "rule_svag_weak_error": rule_svag_weak_error, "coupled_paths": coupled_paths, "simulate_order2": simulate_order2,
     "coupled_order_study": coupled_order_study, "thm_4_1": thm_4_1,
     "run_local_steps": run_local_steps,
+    "weak_error_mc_vs_step": weak_error_mc_vs_step, "run_map": run_map, "run": sweep_run,
 }
 
 
@@ -161,6 +178,9 @@ SAMPLES = {"schedule": (Schedule(0.1, 2, 3), "eta", 0.1), "replication": (Replic
            "settings": (FedAwareSettings(eta=1.0, eta_l=0.1, K=2, alpha=0.5, p=1.0), "eta", 1.0),
            "constants": (FedAwareConstants(L=1.0, sigma_l2=0.0, sigma_g2=1.0), "L", 1.0),
            "batches": (RoundBatches(), "max_batch", 4)}
+SAMPLES["refinement"] = (StepRefinement(0.1, 2, t_end=0.2, time_steps=[0.1, 0.05]), "t_end", 0.2)
+SAMPLES["eta_refinement"] = (EtaRefinement(order=1), "order", 1)
+SAMPLES["execution"] = (SweepExecution(), "workers", 1)
 
 
 @pytest.mark.parametrize("name", sorted(TAKERS))

@@ -24,9 +24,9 @@ def _etas_option(args: argparse.Namespace):
     return None if args.etas is None else parse_vector("--etas", args.etas).tolist()
 
 
-def check_etas(args: argparse.Namespace):
-    """``--etas`` as a list (``None`` when not given), checked: the largest is ``--eta`` and each is ``η/k``."""
-    from fedsde.compare.order2 import refinement_etas
+def _checked_etas(args: argparse.Namespace, check):
+    """``--etas`` given to ``check(etas)`` (``None`` when not given) after the checks of the flags together: it needs
+    ``--order`` and its largest is ``--eta``; the errors of ``check`` name the flag."""
     from fedsde.errors import FedsdeInputError
 
     etas = _etas_option(args)
@@ -38,10 +38,26 @@ def check_etas(args: argparse.Namespace):
         raise FedsdeInputError(f"--etas={args.etas}: the largest must be --eta={args.eta:g} (the horizon is "
                                "t = rounds·η at the largest η)")
     try:
-        refinement_etas(args.eta, etas)
+        return check(etas)
     except FedsdeInputError as err:
         raise FedsdeInputError(f"--{err}") from None
-    return etas
+
+
+def check_etas(args: argparse.Namespace):
+    """``--etas`` as a list (``None`` when not given), checked: the largest is ``--eta`` and each is ``η/k``."""
+    from fedsde.compare.order2 import refinement_etas
+
+    return _checked_etas(args, lambda etas: (refinement_etas(args.eta, etas), etas)[1])
+
+
+def eta_refinement(args: argparse.Namespace):
+    """``--order`` and ``--etas`` as the study's :class:`~fedsde.params.EtaRefinement`, built (and checked) once;
+    ``None`` without ``--order`` (``--etas`` alone is refused)."""
+    from fedsde.params import EtaRefinement
+
+    if args.order is None:
+        return _checked_etas(args, lambda etas: None)  # refuses --etas without --order
+    return _checked_etas(args, lambda etas: EtaRefinement(args.order, etas)) or EtaRefinement(args.order)
 
 
 def exact_order_refinement(args: argparse.Namespace, problem, steps, w0):

@@ -134,7 +134,8 @@ def _sweep_kappas(args, kappas: list[float], workers: int) -> list[dict]:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(args.sweep_out) if args.sweep_out else Path(tmp) / "sweep"
         resume = bool(args.sweep_out) and out.exists()
-        sweep.run(spec, out, workers=workers, resume=resume, progress=_progress(args), commands=cell_commands())
+        execution = sweep.SweepExecution(workers=workers, resume=resume, progress=_progress(args))
+        sweep.run(spec, out, execution, commands=cell_commands())
         recs = read_cells(out)
     by_kappa = {}
     for rec in recs.values():

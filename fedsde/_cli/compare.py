@@ -182,14 +182,16 @@ def run(args: argparse.Namespace) -> int:
                                "needs two paths)")
     if args.record_every is not None and args.record_every < 1:
         raise FedsdeInputError(f"--record-every={args.record_every}: must be an integer >= 1")
-    from fedsde._cli._compare_order import check_etas, order_lines
+    from fedsde._cli._compare_order import eta_refinement, order_lines
+    from fedsde.params import Integrator, Precision, Recording, Replication, Schedule
 
-    etas = check_etas(args)
-    st = quadratic_sde_study(problem, eta=args.eta, local_steps=steps, rounds=n, server_lr=args.server_lr, h=args.h,
-                             variant=variant, w0=w0, record_every=args.record_every, h_grid=h_grid,
-                             noise_scaling=args.noise_scaling, replicates=args.replicates, seed=args.seed,
-                             substeps=args.substeps, device=args.device, progress=show_progress(args),
-                             order=args.order, etas=etas)
+    refinement = eta_refinement(args)  # the study's values, each built (and checked) once
+    every = None if args.record_every is None else Recording(record_every=args.record_every)
+    st = quadratic_sde_study(problem, Schedule(args.eta, steps, n, args.server_lr, args.h),
+                             None if args.replicates is None else Replication(args.replicates, args.seed),
+                             Precision(device=args.device), variant=variant, w0=w0, recording=every, h_grid=h_grid,
+                             noise_scaling=args.noise_scaling, integrator=Integrator(substeps=args.substeps),
+                             progress=show_progress(args), eta_refinement=refinement)
     extra = [] if st.order_refinement is None else order_lines(st.order_refinement)
     return emit(args, st.to_dict(), "\n".join([_human(st, args, problem), *extra]))
 

@@ -129,8 +129,9 @@ def _integers(option: str, text: str) -> list[int]:
     return vals
 
 
-def _check_options(args: argparse.Namespace) -> None:
-    """The options every cell shares, checked before anything runs (one line naming the flag)."""
+def _check_options(args: argparse.Namespace):
+    """The options every cell shares, checked before anything runs (one line naming the flag); the sweeps'
+    :class:`~fedsde.sweep.SweepExecution`, built (and checked) once."""
     from fedsde._cli.common import check_device
     from fedsde._validate import positive_float
     from fedsde.errors import FedsdeInputError
@@ -149,11 +150,12 @@ def _check_options(args: argparse.Namespace) -> None:
     positive_float("--accuracy-tolerance", args.accuracy_tolerance)
     if args.record_every < 1:
         raise FedsdeInputError(f"--record-every={args.record_every}: must be an integer >= 1")
-    if args.workers < 1:
-        raise FedsdeInputError(f"--workers={args.workers}: must be an integer >= 1")
-    if args.max_cells < 1:
-        raise FedsdeInputError(f"--max-cells={args.max_cells}: must be an integer >= 1")
+    from fedsde.sweep import SweepExecution
+
+    execution = SweepExecution(workers=args.workers, scheduler=args.scheduler, resume=args.resume,
+                               max_cells=args.max_cells, progress=show_progress(args))
     check_device(args.device)
+    return execution
 
 
 #: keywords of :func:`fedsde.maps.run_map` whose errors the command line renames to their flags
@@ -172,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
         grid = MapGrid(**{k: tuple(v) for k, v in axes.items()})
     except FedsdeInputError as err:
         raise FedsdeInputError(f"--{str(err).replace('_', '-', 1)}") from None
-    _check_options(args)
+    execution = _check_options(args)
     out = writable_folder("--out", args.out)
     check_workers(args)
     ells = None if args.ells is None else _integers("--ells", args.ells)
@@ -204,9 +206,8 @@ def run(args: argparse.Namespace) -> int:
                     "weighting": None if participation is None else weighting}
     try:
         record = run_map(args.problem, grid, rounds=args.rounds, replicates=args.replicates, seed=args.seed, out=out,
-                         options=options, refine=args.refine, workers=args.workers, scheduler=args.scheduler,
-                         resume=args.resume, max_cells=args.max_cells, progress=show_progress(args),
-                         commands=cell_commands(), problem=problem, rule=rule)
+                         options=options, refine=args.refine, execution=execution, commands=cell_commands(),
+                         problem=problem, rule=rule)
     except FedsdeInputError as err:
         msg = str(err)
         if msg.startswith(_OPTION_NAMES):  # run_map names its keyword; the command line names the flag

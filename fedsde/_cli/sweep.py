@@ -46,13 +46,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from fedsde._cli import cell_commands
+    from fedsde.sweep import SweepExecution
     from fedsde.sweep import run as run_sweep
 
     out = writable_folder("--out", args.out)
     check_workers(args)
-    summary = run_sweep(args.spec, out, workers=args.workers, scheduler=args.scheduler, gpu_workers=args.gpu_workers,
-                        resume=args.resume, progress=show_progress(args), commands=cell_commands(),
-                        max_cells=args.max_cells)
+    execution = SweepExecution(workers=args.workers, scheduler=args.scheduler, gpu_workers=args.gpu_workers,
+                               resume=args.resume, max_cells=args.max_cells, progress=show_progress(args))
+    summary = run_sweep(args.spec, out, execution, commands=cell_commands())
     lines = [f"{summary['cells']} cells in {summary['out']}: {summary['done']} done, {summary['skipped']} skipped "
              f"(finished earlier), {summary['failed']} failed, {summary['warned']} with warnings "
              f"({summary['wall_s']:.1f} s)"]

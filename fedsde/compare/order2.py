@@ -31,6 +31,7 @@ from fedsde.compare.moments import initial_law
 from fedsde.compare.weak_error import at_rounding_level, expected_phi
 from fedsde.errors import FedsdeInputError
 from fedsde.exact.moments import transient_moments
+from fedsde.params.refinement import EtaRefinement, client_step_grid
 from fedsde.sde.coefficients import quadratic_sde_coefficients
 from fedsde.sde.order2 import DEFAULT_FORM, ORDER2_FORMS, ORDERS, order2_sde_coefficients
 
@@ -48,15 +49,7 @@ def refinement_etas(eta: float, etas: Sequence[float] | None = None, levels: int
     if etas is None:
         levels = positive_int("levels", levels, minimum=3)
         return positive_float("eta", eta) / 2.0 ** np.arange(levels)
-    vals = np.sort(np.asarray([positive_float(f"etas[{j}]", e) for j, e in enumerate(etas)], dtype=np.float64))[::-1]
-    if vals.size < 3 or np.unique(vals).size != vals.size:
-        raise FedsdeInputError(f"etas={list(etas)}: need at least three distinct client steps for a slope with an "
-                               "interval")
-    ratio = vals[0] / vals
-    if np.any(np.abs(ratio - np.round(ratio)) > 1e-9 * ratio):
-        raise FedsdeInputError(f"etas={list(etas)}: each must be η_max/k for an integer k (η_max = {vals[0]:g}), so "
-                               "that the horizon t = rounds·η_max is a whole number of rounds of every η")
-    return vals
+    return client_step_grid(etas)
 
 
 @dataclass
@@ -152,7 +145,7 @@ def order_refinement(
     local_steps,
     rounds: int,
     server_lr: float = 1.0,
-    order: int = 2,
+    order: int | EtaRefinement = 2,
     form: str = DEFAULT_FORM,
     h_ratio: float = 1.0,
     w0=None,
@@ -173,7 +166,9 @@ def order_refinement(
         Rounds of the largest ``η`` to the horizon.
     server_lr : float
         Server step ``s`` (fixed).
-    order : {1, 2}
+    order : {1, 2} or EtaRefinement
+        The SDE's order, or an :class:`~fedsde.params.EtaRefinement` holding it with its checked client steps
+        (then ``etas`` is not given: the value's, or the default ones).
     form : {"round-law", "series"}
         Of the order-2 SDE (:mod:`fedsde.sde.order2`).
     h_ratio : float
@@ -188,9 +183,16 @@ def order_refinement(
     rounds = positive_int("rounds", rounds)
     server_lr = positive_float("server_lr", server_lr)
     h_ratio = positive_float("h_ratio", h_ratio)
+    grid = None
+    if isinstance(order, EtaRefinement):  # checked where it was built
+        if etas is not None:
+            raise FedsdeInputError("order_refinement: etas= and an EtaRefinement as order= both given; give the "
+                                   "EtaRefinement or the steps, not both")
+        order, grid = order.order, order.etas  # no etas: the default steps below
     if order == 2 and form not in ORDER2_FORMS:
         raise FedsdeInputError(f"form={form!r}: must be one of {', '.join(ORDER2_FORMS)}")
-    grid = refinement_etas(eta, etas, levels)
+    if grid is None:
+        grid = refinement_etas(eta, etas, levels)
     t_end = rounds * float(grid[0]) * h_ratio
     ns = np.rint(rounds * grid[0] / grid).astype(np.int64)
     if ns.max() > MAX_ROUNDS:

@@ -46,6 +46,7 @@ from fedsde.exact import stationary_law, transient_moments
 from fedsde.exact.moments import Moments
 from fedsde.params import (
     DEFAULT_INTEGRATOR,
+    EtaRefinement,
     Integrator,
     Precision,
     Recording,
@@ -200,25 +201,28 @@ class QuadraticSDEStudy(ExactSDEStudy):
 
 
 @renamed(paths="replicates")
-@takes_values(schedule=("eta", "local_steps", "rounds", "server_lr", "h"), replication=("replicates", "seed"),
-              precision=("device",), integrator=("substeps",), recording=("record_every",))
+@takes_values(types={"eta_refinement": EtaRefinement},
+              schedule=("eta", "local_steps", "rounds", "server_lr", "h"), replication=("replicates", "seed"),
+              precision=("device",), integrator=("substeps",), recording=("record_every",),
+              eta_refinement=("order", "etas"))
 def quadratic_sde_study(problem: QuadraticProblem, schedule: Schedule, replication: Replication | None = None,
                         precision: Precision | None = None, *, variant: str = "corrected", w0=None,
                         recording: Recording | None = None, h_grid=None, noise_scaling: str = "diffusive",
-                        integrator: Integrator | None = None, progress: bool = False, order: int | None = None,
-                        etas=None) -> QuadraticSDEStudy:
+                        integrator: Integrator | None = None, progress: bool = False,
+                        eta_refinement: EtaRefinement | None = None) -> QuadraticSDEStudy:
     """Compare FedAvg on quadratic clients with a linear SDE variant, exactly and optionally by sampling.
 
     Parameters
     ----------
     problem : QuadraticProblem
-    schedule, replication, precision, recording, integrator : values of :mod:`fedsde.params`
+    schedule, replication, precision, recording, integrator, eta_refinement : values of :mod:`fedsde.params`
         :class:`~fedsde.params.Schedule` (``eta``, ``local_steps``, ``rounds``, ``server_lr``, ``h``),
         :class:`~fedsde.params.Replication` (``replicates``, ``seed``; none: no Monte Carlo),
         :class:`~fedsde.params.Precision` (``device``), :class:`~fedsde.params.Recording` (``record_every``; none:
-        about 20 records) and :class:`~fedsde.params.Integrator` (``substeps``).  Each field may be given instead
-        as the keyword of its name, the call of earlier releases (:func:`fedsde.params.takes_values`); the fields
-        mean:
+        about 20 records), :class:`~fedsde.params.Integrator` (``substeps``) and
+        :class:`~fedsde.params.EtaRefinement` (``order``, ``etas``; none: no order refinement).  Each field may be
+        given instead as the keyword of its name, the call of earlier releases (:func:`fedsde.params.takes_values`);
+        the fields mean:
     eta : float
         client learning rate ``η``.
     local_steps : int or array of int, shape (Q,)
@@ -247,7 +251,8 @@ def quadratic_sde_study(problem: QuadraticProblem, schedule: Schedule, replicati
     order : {1, 2}, optional
         also the order refinement of the order-``order`` SDE (:func:`fedsde.compare.order2.order_refinement`: ``η``
         shrinks with ``h/η`` and ``s`` fixed at ``t = rounds·h``; client steps ``etas``, default ``η, η/2, …,
-        η/32``).  The SDE of the rest of the study is ``variant``'s (``order2`` for the order-2 SDE).
+        η/32``; ``etas`` without ``order``: none).  The SDE of the rest of the study is ``variant``'s (``order2``
+        for the order-2 SDE).
 
     Returns
     -------
@@ -306,11 +311,11 @@ def quadratic_sde_study(problem: QuadraticProblem, schedule: Schedule, replicati
     study = QuadraticSDEStudy(chain=chain, sde=sde, distances=compare_moments(chain, sde, h), weak_error=weak,
                               slope=slopes, stationary=_stationary(problem, lin, eta, local_steps, server_lr), h=h,
                               h_grid=hs, config=config)
-    if order is not None:
+    if eta_refinement is not None:
         from fedsde.compare.order2 import order_refinement
 
         study.order_refinement = order_refinement(problem, eta=eta, local_steps=local_steps, rounds=n,
-                                                  server_lr=server_lr, order=order, h_ratio=h / eta, w0=w0, etas=etas)
+                                                  server_lr=server_lr, order=eta_refinement, h_ratio=h / eta, w0=w0)
     if replicates is not None:
         study.monte_carlo = _monte_carlo(problem, chain, eta=eta, local_steps=local_steps, rounds=n,
                                          replicates=replicates, seed=seed, variant=variant, server_lr=server_lr,

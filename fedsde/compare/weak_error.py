@@ -33,10 +33,22 @@ import scipy.stats
 
 from fedsde._compat import renamed
 from fedsde._stats import SLOPE_LEVEL, SlopeFit, fit_slope_interval
-from fedsde._validate import positive_float, positive_int
+from fedsde._validate import positive_float
 from fedsde.compare.moments import initial_law
 from fedsde.errors import FedsdeInputError
 from fedsde.exact.moments import Moments, transient_moments
+from fedsde.params import (
+    DEFAULT_INTEGRATOR,
+    DEFAULT_RECORDING,
+    Integrator,
+    Precision,
+    Replication,
+    StepRefinement,
+    derive,
+    takes_values,
+)
+from fedsde.params.refinement import rounds_for as _rounds_for
+from fedsde.params.refinement import step_sizes as _step_sizes
 from fedsde.problems.quadratic.problem import QuadraticProblem
 from fedsde.sde.coefficients import quadratic_sde_coefficients
 
@@ -161,29 +173,6 @@ def at_rounding_level(errors, chain, sde, *, ulps: float = 1e3) -> bool:
     errors, chain, sde = (np.abs(np.asarray(v, dtype=np.float64)) for v in (errors, chain, sde))
     scale = np.maximum(np.maximum(chain, sde), np.finfo(np.float64).tiny)
     return bool(np.all(errors <= ulps * np.finfo(np.float64).eps * scale))
-
-
-def _rounds_for(t_end: float, h: float) -> int:
-    n = t_end / h
-    k = round(n)
-    if k < 1 or abs(n - k) > 1e-9 * max(1.0, n):
-        raise FedsdeInputError(f"time_steps: t_end={t_end} is not a whole number of steps h={h} (t_end/h={n:.12g})")
-    return k
-
-
-def _step_sizes(time_steps: Sequence[float]) -> np.ndarray:
-    """The refinement's time steps as floats: each finite and > 0, at least two, no two equal."""
-    items = np.asarray(time_steps, dtype=object).reshape(-1)
-    hs = np.asarray([positive_float(f"time_steps[{j}]", h) for j, h in enumerate(items)], dtype=np.float64)
-    if hs.size < 2:
-        raise FedsdeInputError(f"time_steps: need at least two step sizes, got {hs.size}")
-    for j in range(1, hs.size):
-        i = np.flatnonzero(hs[:j] == hs[j])
-        if i.size:
-            raise FedsdeInputError(
-                f"time_steps[{j}]={float(hs[j])!r}: repeats time_steps[{i[0]}]; the step sizes must be distinct"
-            )
-    return hs
 
 
 def local_loglog_slopes(x, y) -> np.ndarray:
@@ -335,63 +324,81 @@ def mc_difference(samples_a, samples_b, phi: Callable[[np.ndarray], np.ndarray],
 
 
 @renamed(steps="time_steps", paths="replicates")
+@takes_values(("eta", "local_steps"), types={"refinement": StepRefinement},
+              refinement=("eta", "local_steps", "t_end", "time_steps", "server_rate"),
+              replication=("replicates", "seed"), precision=("device",), integrator=("substeps", "inner_samples"))
 def weak_error_mc_vs_step(
     problem,
-    eta: float,
-    local_steps: int | np.ndarray,
+    refinement: StepRefinement,
+    replication: Replication,
+    precision: Precision | None = None,
     *,
-    t_end: float,
-    time_steps: Sequence[float],
-    replicates: int,
-    seed: int,
-    server_rate: float = 1.0,
     phi: str | Callable = "loss",
     variant: str = "general",
-    substeps: int = 1,
-    inner_samples: int = 16,
+    integrator: Integrator | None = None,
     oracle_factory=None,
     w0=None,
-    device: str = "cpu",
     level: float = 0.95,
     progress: bool = False,
 ) -> WeakErrorCurve:
     """Monte-Carlo weak error of an SDE against the discrete chain (any loss with a gradient oracle).
 
-    For each step ``h`` of ``time_steps``: ``replicates`` runs of the chain (:func:`fedsde.sim.simulate`, server step
-    ``s = h·η₀``, ``n = t/h`` rounds) and ``replicates`` SDE paths (:func:`fedsde.sde.integrate.simulate_sde`,
-    ``substeps`` Euler steps per round); the error is the difference of the sample means of ``φ`` at ``t``, with a
-    confidence interval.  The fitted slope uses the absolute estimates, so it flattens once the error falls below
-    the Monte-Carlo noise (compare ``errors`` with ``stderr``).  Old names: ``steps`` for ``time_steps``, ``paths``
-    for ``replicates``.
+    For each step ``h_j`` of the refinement: ``replicates`` runs of the chain (:func:`fedsde.sim.simulate`, server
+    step ``s = h_j·η₀``, ``n_j = t/h_j`` rounds) and ``replicates`` SDE paths (:func:`fedsde.sde.integrate.
+    simulate_sde`, ``substeps`` Euler steps per round), each given FedAvg's schedule at that step whole
+    (:meth:`~fedsde.params.StepRefinement.schedule`); the error is the difference of the sample means of ``φ`` at
+    ``t``, with a confidence interval.  The fitted slope uses the absolute estimates, so it flattens once the error
+    falls below the Monte-Carlo noise (compare ``errors`` with ``stderr``).
+
+    Parameters
+    ----------
+    problem
+        Any problem with a gradient oracle (``oracle_factory`` where it has no default).
+    refinement, replication, precision, integrator : values of :mod:`fedsde.params`
+        :class:`~fedsde.params.StepRefinement` (``eta``, ``local_steps``, ``t_end``, ``time_steps``,
+        ``server_rate``), :class:`~fedsde.params.Replication` (``replicates``, ``seed``),
+        :class:`~fedsde.params.Precision` (``device``) and :class:`~fedsde.params.Integrator` (``substeps``,
+        ``inner_samples``).  Each field may be given instead as the keyword of its name (``eta`` and
+        ``local_steps`` also in their old positions), the call of earlier releases
+        (:func:`fedsde.params.takes_values`); old names: ``steps`` for ``time_steps``, ``paths`` for
+        ``replicates``.  ``server_rate`` is ``η₀ = s/h``, fixed as ``h`` shrinks (not a server step).
+    phi : {"dist2", "loss"} or callable of w
+    variant : str
+        The SDE (:func:`fedsde.sde.integrate.simulate_sde`; ``"general"``: eq. (2) with Monte-Carlo
+        coefficients from ``inner_samples`` rollouts per path and step).
+    oracle_factory, w0, progress
+        As :func:`fedsde.sim.simulate` and :func:`~fedsde.sde.integrate.simulate_sde`.
+    level : float
+        Level of the normal confidence intervals, in (0, 1).
+
+    Returns
+    -------
+    WeakErrorCurve
     """
     from fedsde.sde.integrate import simulate_sde
     from fedsde.sim import simulate
 
     _check_phi(phi)
-    t_end = positive_float("t_end", t_end)
-    server_rate = positive_float("server_rate", server_rate)
-    replicates = positive_int("replicates", replicates)
-    hs = _step_sizes(time_steps)
+    precision, integrator = precision or Precision(), integrator or DEFAULT_INTEGRATOR
+    seed = replication.need_seed()
+    hs, rounds = refinement.time_steps, refinement.rounds
     fn = phi_function(problem, phi)
-    rounds = np.empty(hs.size, np.int64)
     errs, ses, cis = np.empty(hs.size), np.empty(hs.size), np.empty((hs.size, 2))
     ea, eb = np.empty(hs.size), np.empty(hs.size)
-    for j, h in enumerate(hs):
-        n = rounds[j] = _rounds_for(t_end, float(h))
-        s = float(h) * server_rate
-        chain = simulate(problem, eta=eta, local_steps=local_steps, rounds=n, replicates=replicates, seed=seed,
-                         server_lr=s, w0=w0, record=[n], device=device, oracle_factory=oracle_factory,
-                         progress=progress)
-        sde = simulate_sde(problem, eta=eta, local_steps=local_steps, rounds=n, replicates=replicates, seed=seed,
-                           variant=variant, server_lr=s, h=float(h), substeps=substeps, w0=w0,
-                           inner_samples=inner_samples, oracle_factory=oracle_factory, device=device, record=[n],
+    for j in range(hs.size):
+        recording = derive(DEFAULT_RECORDING, record=[int(rounds[j])])
+        chain = simulate(problem, refinement.schedule(j, with_h=False), replication, precision, w0=w0,
+                         recording=recording, oracle_factory=oracle_factory, progress=progress)
+        sde = simulate_sde(problem, refinement.schedule(j), replication, precision, variant=variant, w0=w0,
+                           integrator=integrator, oracle_factory=oracle_factory, recording=recording,
                            progress=progress)
         diff = mc_difference(chain.weights[-1], sde.weights[-1], fn, level)
         errs[j], ses[j], cis[j] = diff.abs, diff.stderr, diff.ci
         ea[j], eb[j] = diff.mean_a, diff.mean_b
     slope, intercept = fit_loglog_slope(hs, errs)
-    config = {"eta": float(eta), "local_steps": np.atleast_1d(local_steps).tolist(), "t_end": t_end,
-              "server_rate": server_rate, "variant": variant, "phi": phi if isinstance(phi, str) else "callable",
-              "paths": replicates, "seed": seed, "substeps": substeps, "inner_samples": inner_samples,
-              "method": "monte-carlo", "level": level}
-    return WeakErrorCurve(hs, rounds, errs, slope, intercept, ea, eb, ses, cis, config)
+    config = {"eta": refinement.eta, "local_steps": np.atleast_1d(refinement.local_steps).tolist(),
+              "t_end": refinement.t_end, "server_rate": refinement.server_rate, "variant": variant,
+              "phi": phi if isinstance(phi, str) else "callable", "paths": replication.replicates, "seed": seed,
+              "substeps": integrator.substeps, "inner_samples": integrator.inner_samples, "method": "monte-carlo",
+              "level": level}
+    return WeakErrorCurve(np.array(hs), np.array(rounds), errs, slope, intercept, ea, eb, ses, cis, config)

@@ -71,8 +71,8 @@ class MapGrid:
 
 
 def check_grid(grid: MapGrid, max_cells: int) -> None:
-    """Refuse a grid of more than ``max_cells`` cells (one line: the count, the shape and the limit)."""
-    max_cells = positive_int("max_cells", max_cells)
+    """Refuse a grid of more than ``max_cells`` cells (one line: the count, the shape and the limit); ``max_cells``
+    is a checked limit (:attr:`fedsde.sweep.SweepExecution.max_cells`)."""
     if grid.n_cells > max_cells:
         raise FedsdeInputError(f"grid: {grid.n_cells} cells ({len(grid.eta)} η × {len(grid.local_steps)} E × "
                                f"{len(grid.server_lr)} s), more than --max-cells={max_cells}; use fewer values or "

@@ -28,6 +28,8 @@ from fedsde.maps.grid import (
     sweep_spec,
 )
 from fedsde.maps.refine import DESIGN, LOOKS, combine_looks, look_alpha, plan_refinement
+from fedsde.params import takes_values, value_fields
+from fedsde.sweep.options import DEFAULT_EXECUTION, SweepExecution
 
 #: the sweep folder of the refinement look, inside the map's folder
 REFINE_DIR = "refine"
@@ -159,6 +161,7 @@ def _sweep(spec: dict, out: Path, **kw) -> dict:
     return run_sweep(spec, out, **kw)
 
 
+@takes_values(types={"execution": SweepExecution}, execution=value_fields(SweepExecution))
 def run_map(
     problem_file: str | os.PathLike,
     grid: MapGrid,
@@ -169,11 +172,7 @@ def run_map(
     out: str | os.PathLike,
     options: Mapping[str, Any] | None = None,
     refine: int | None = None,
-    workers: int = 1,
-    scheduler: str | None = None,
-    resume: bool = False,
-    max_cells: int | None = None,
-    progress: bool = True,
+    execution: SweepExecution | None = None,
     commands: Mapping | None = None,
     problem=None,
     rule=None,
@@ -201,8 +200,14 @@ def run_map(
         (:class:`~fedsde.errors.FedsdeInputError`, naming the first cell's), not a map.
     refine
         Replicates per chain to spend on the undecided cells (:mod:`fedsde.maps.refine`); ``None``: one look.
-    workers, scheduler, resume, max_cells, progress, commands
-        As :func:`fedsde.sweep.run` (``max_cells`` is checked here first, from the axis lengths).
+    execution
+        How the cells of both sweeps run (:class:`~fedsde.sweep.SweepExecution`: ``workers``, ``scheduler``,
+        ``gpu_workers``, ``resume``, ``max_cells``, ``progress``; default in this process, with progress bars),
+        passed whole to :func:`fedsde.sweep.run` (``max_cells`` is checked here first, from the axis lengths).
+        Each field may be given instead as the keyword of its name, the call of earlier releases
+        (:func:`fedsde.params.takes_values`).
+    commands
+        As :func:`fedsde.sweep.run`.
     problem
         The problem of ``problem_file`` when already loaded (its cached optimum and Hessians are reused for ``κ``);
         the cells load the file themselves.
@@ -225,12 +230,11 @@ def run_map(
     """
     from fedsde.problems import load_problem
     from fedsde.problems.metrics import metric_names
-    from fedsde.sweep.spec import MAX_CELLS
     from fedsde.validity.core import DEFAULT_ELLS
     from fedsde.validity.reference import check_order, resolve_reference
 
-    max_cells = MAX_CELLS if max_cells is None else max_cells
-    check_grid(grid, max_cells)
+    execution = execution or DEFAULT_EXECUTION
+    check_grid(grid, execution.max_cells)
     rounds = positive_int("rounds", rounds)
     if replicates is not None:
         replicates = positive_int("replicates", replicates, minimum=2)
@@ -238,7 +242,6 @@ def run_map(
         raise FedsdeInputError(f"seed={seed!r}: must be an integer >= 0")
     if refine is not None:
         refine = positive_int("refine", refine)
-    workers = positive_int("workers", workers)
     options = {k: v for k, v in dict(options or {}).items() if v is not None}
     alpha = float(options.pop("alpha", 0.05))
     if not 0.0 < alpha < 1.0:
@@ -256,7 +259,7 @@ def run_map(
         order = 1
         reference, fedavg, replicates, ells = _rule_options(problem, rule, options, replicates, refine)
     recorded = options.get("metrics") or metric_names(problem)
-    concurrent = 1 if scheduler is not None else workers
+    concurrent = 1 if execution.scheduler is not None else execution.workers
     from fedsde._samples import resolve_final_cov
 
     final_cov = resolve_final_cov("final_cov", options.get("final_cov", "none"), problem.d)
@@ -265,8 +268,7 @@ def run_map(
                           record_every=int(options.get("record_every", 1)), metrics=len(recorded) + 1,
                           exact=reference == "exact")
     per_look = look_alpha(alpha, refine is not None)
-    kw = {"workers": workers, "scheduler": scheduler, "resume": resume, "progress": progress,
-          "commands": commands, "max_cells": max_cells}
+    kw = {"execution": execution, "commands": commands}
     spec = sweep_spec(str(path), grid, rounds=rounds, replicates=replicates, seed=seed,
                       options={**options, "alpha": per_look})
     out = Path(out)
@@ -291,7 +293,7 @@ def run_map(
                 refined[i] = {**look, "record": f"{REFINE_DIR}/{look['record']}"}
     kappa_star = kappa_threshold()
     cells = []
-    bar = progress_bar(len(coords), "map: κ", unit="cell", enabled=progress)  # a Hessian's worth per cell
+    bar = progress_bar(len(coords), "map: κ", unit="cell", enabled=execution.progress)  # a Hessian's worth per cell
     for i, (c, first) in enumerate(zip(coords, firsts, strict=True)):
         kappa, why = cell_kappa(problem, c)
         bar.update()

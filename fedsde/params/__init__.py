@@ -11,7 +11,11 @@ layer.  A few values group them, as diffrax groups its options (``SaveAt``, ``PI
 * :class:`Precision` — the torch ``dtype`` and ``device`` of a run;
 * :class:`Recording` — what a run keeps (diffrax's ``SaveAt``): recorded rounds, moments only, metrics;
 * :class:`Integrator` — how the SDE is integrated (torchsde's ``method`` and options): method, substeps, draws;
-* :class:`Equivalence` — the margins and level of the validity test's equivalence test.
+* :class:`Equivalence` — the margins and level of the validity test's equivalence test;
+* :class:`StepRefinement` — a weak error's refinement in the time step ``h`` at a fixed end time ``t``: ``η``,
+  ``E``, the server rate ``η₀ = s/h`` and ``t`` fixed, one FedAvg :class:`Schedule` per step ``h_j``;
+* :class:`EtaRefinement` — the refinement of an approximation order: the SDE's ``order`` and the client steps ``η``
+  that shrink at a fixed horizon.
 
 Each checks its fields in ``__post_init__`` with the shared validators of :mod:`fedsde._validate` (one-line
 :class:`~fedsde.errors.FedsdeInputError` naming the argument, its value and the constraint); a function handed one
@@ -38,6 +42,7 @@ from fedsde.params.options import (
     Integrator,
     Recording,
 )
+from fedsde.params.refinement import EtaRefinement, StepRefinement
 from fedsde.params.run import Precision, Replication, Schedule, derive, fedavg_rates, local_steps_of, unpack
 
 __all__ = [
@@ -46,4 +51,5 @@ __all__ = [
     "Replication", "Schedule", "derive", "fedavg_rates", "local_steps_of", "takes_values",
     "unpack", "value_fields",
 ]
+__all__ += ["EtaRefinement", "StepRefinement"]  # the refinements at a fixed end time
 

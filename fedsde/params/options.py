@@ -13,6 +13,8 @@ from fedsde.errors import FedsdeInputError
 
 #: the SDE's integration methods (:func:`fedsde.sde.simulate_sde`)
 METHODS = ("euler", "exact")
+#: the general SDE's diffusion estimators from its inner rollouts (:class:`fedsde.sde.models.FedAvgSDE`)
+ESTIMATORS = ("compensated", "unbiased")
 
 
 @dataclass(frozen=True)
@@ -76,17 +78,30 @@ class Integrator:
         Euler steps per round (``dt = h/substeps``).
     float32_draws : bool
         Faster float32 Brownian draws (:class:`fedsde.sde.brownian.GridBrownian`).
+    inner_samples : int
+        The general SDE (``variant="general"``) only, integrated by the Monte-Carlo-coefficient Euler scheme: ``K``
+        client rollouts per path and step from which its drift and diffusion are estimated
+        (:class:`fedsde.sde.models.FedAvgSDE`; cost ``paths · K · Σ_k τ_k`` stochastic gradients per step).
+    estimator : {"compensated", "unbiased"}
+        The general SDE only: how the diffusion is estimated from the ``K`` rollouts (``"unbiased"`` needs
+        ``K >= 2``; :class:`fedsde.sde.models.FedAvgSDE`).
     """
 
     method: str = "euler"
     substeps: int = 1
     float32_draws: bool = False
+    inner_samples: int = 16
+    estimator: str = "compensated"
     validated: bool = field(default=False, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         _validate.choice("method", self.method, METHODS)
         object.__setattr__(self, "substeps", _validate.positive_int("substeps", self.substeps))
         object.__setattr__(self, "float32_draws", bool(self.float32_draws))
+        object.__setattr__(self, "inner_samples", _validate.positive_int("inner_samples", self.inner_samples))
+        _validate.choice("estimator", self.estimator, ESTIMATORS)
+        if self.estimator == "unbiased" and self.inner_samples < 2:
+            raise FedsdeInputError(f"inner_samples={self.inner_samples}: estimator='unbiased' needs at least 2")
         object.__setattr__(self, "validated", True)
 
 

@@ -104,7 +104,8 @@ def _build_module(problem, model, eta, local_steps, server_lr, h, dev, dtype, *,
 @renamed(paths="replicates")
 @takes_values(schedule=("eta", "local_steps", "rounds", "server_lr", "h"),
               replication=("replicates", "seed", "chunk_size", "workers", "memory_limit"),
-              precision=PRECISION_FIELDS, integrator=("method", "substeps", "float32_draws"),
+              precision=PRECISION_FIELDS,
+              integrator=("method", "substeps", "float32_draws", "inner_samples", "estimator"),
               recording=("record", "moments_only", "full_cov_rounds", "on_record"))
 def simulate_sde(
     problem: QuadraticProblem | ClientProblem,
@@ -115,8 +116,6 @@ def simulate_sde(
     variant: str = "corrected",
     w0=None,
     integrator: Integrator | None = None,
-    inner_samples: int = 16,
-    estimator: str = "compensated",
     oracle_factory: Callable[..., GradientOracle] | None = None,
     recording: Recording | None = None,
     progress: bool = False,
@@ -131,7 +130,8 @@ def simulate_sde(
         :class:`~fedsde.params.Schedule` (``eta``, ``local_steps``, ``rounds``, ``server_lr``, ``h``),
         :class:`~fedsde.params.Replication` (``replicates``, ``seed``, ``chunk_size``, ``workers``,
         ``memory_limit``), :class:`~fedsde.params.Precision` (``device``, ``dtype``),
-        :class:`~fedsde.params.Integrator` (``method``, ``substeps``, ``float32_draws``) and
+        :class:`~fedsde.params.Integrator` (``method``, ``substeps``, ``float32_draws``, ``inner_samples``,
+        ``estimator``) and
         :class:`~fedsde.params.Recording` (``record``, ``moments_only``, ``full_cov_rounds``, ``on_record``).  Each
         field may be given instead as the keyword of its name, the call of earlier releases
         (:func:`fedsde.params.takes_values`); the fields mean:
@@ -160,8 +160,11 @@ def simulate_sde(
     method : {"euler", "exact"}
         torchsde Euler–Maruyama, or exact OU transitions over each round (linear variants; rates are taken at
         the start of each round).
-    inner_samples, estimator, oracle_factory
-        Of the general SDE (see :class:`~fedsde.sde.models.FedAvgSDE`).
+    inner_samples, estimator
+        Of the general SDE: rollouts per path and step and the diffusion estimator (see
+        :class:`~fedsde.sde.models.FedAvgSDE`).
+    oracle_factory
+        Of the general SDE: the clients' gradient oracle (see :class:`~fedsde.sde.models.FedAvgSDE`).
     device, dtype
         Torch device and precision (float64 by default).
     chunk_size : int, optional
@@ -208,6 +211,7 @@ def simulate_sde(
     rounds, replicates, chunk_size = schedule.rounds, replication.replicates, replication.chunk_size
     memory_limit, workers = replication.memory_limit, replication.workers
     method, substeps, float32_draws = integrator.method, integrator.substeps, integrator.float32_draws
+    inner_samples, estimator = integrator.inner_samples, integrator.estimator
     record, moments_only = recording.record, recording.moments_only
     full_cov_rounds, on_record = recording.full_cov_rounds, recording.on_record
     choice("variant", variant, (*MODELS, *ORDER2_VARIANTS))

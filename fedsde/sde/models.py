@@ -33,12 +33,10 @@ from fedsde.clients.local import run_local_steps, step_limits
 from fedsde.clients.oracles import GaussianQuadraticOracle, GradientOracle
 from fedsde.clients.streams import BLOCK, ReplicateStreams, resolve_block_size, resolve_seed
 from fedsde.errors import FedsdeInputError
+from fedsde.params.options import ESTIMATORS  # the estimators of the diffusion of FedAvgSDE
 from fedsde.problems.quadratic import QuadraticProblem
 from fedsde.sde.coefficients import ORDER2_VARIANTS, VARIANTS, LinearSDE, quadratic_sde_coefficients
 from fedsde.sde.schedules import RateLike, as_schedule
-
-#: estimators of the diffusion of :class:`FedAvgSDE`
-ESTIMATORS = ("compensated", "unbiased")
 
 # stream family of the inner Monte-Carlo rollouts (disjoint from the simulator's and the Brownian motion's)
 _INNER = 1 << 19

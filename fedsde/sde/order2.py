@@ -51,14 +51,13 @@ import numpy as np
 
 from fedsde._validate import choice, client_steps
 from fedsde.exact.least_squares_sde import LeastSquaresSDE, least_squares_sde
+from fedsde.params.refinement import ORDERS  # noqa: F401 (the approximation orders the commands offer)
 from fedsde.sde.coefficients import ORDER2_FORMS, order2_sde_coefficients  # noqa: F401 (their home: coefficients)
 
 #: variant name → form
 FORM_OF = {v: k for k, v in ORDER2_FORMS.items()}
 #: the form the command line uses (docs/order2.md: its validity region contains the first-order SDE's wherever measured)
 DEFAULT_FORM = "round-law"
-#: approximation orders the commands offer
-ORDERS = (1, 2)
 
 
 @dataclass(frozen=True)

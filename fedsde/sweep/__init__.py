@@ -8,6 +8,8 @@
 * :mod:`fedsde.sweep.store`: the sweep folder: ``spec.toml``, its hash, one atomically written file per cell;
 * :mod:`fedsde.sweep.execute`: :func:`run`, in-process, on a ``dask.distributed.LocalCluster`` (its workers warm,
   :mod:`fedsde.sweep.warm`) or on a running Dask cluster;
+* :mod:`fedsde.sweep.options`: :class:`SweepExecution`, how the cells run (workers, scheduler, resume, …) as one
+  value checked once, which :func:`run` and :func:`fedsde.maps.run_map` take whole;
 * :mod:`fedsde.sweep.resources`: cells on an accelerator (``--device cuda``) run only on workers that declare the
   Dask resource ``GPU``; the GPU workers of a LocalCluster; a cluster without such a worker is refused;
 * :mod:`fedsde.sweep.load`: :func:`load` (``xarray.Dataset``) and :func:`load_frame` (``pandas.DataFrame``).
@@ -24,6 +26,8 @@ Python API's default table (:func:`fedsde.sweep.command.default_commands`).
 
 from fedsde.sweep.execute import run, run_cell
 from fedsde.sweep.load import load, load_frame
+from fedsde.sweep.options import SweepExecution
 from fedsde.sweep.spec import MAX_CELLS, Cell, SweepSpec, cell_seed, load_spec
 
-__all__ = ["MAX_CELLS", "Cell", "SweepSpec", "cell_seed", "load", "load_frame", "load_spec", "run", "run_cell"]
+__all__ = ["MAX_CELLS", "Cell", "SweepExecution", "SweepSpec", "cell_seed", "load", "load_frame", "load_spec", "run",
+           "run_cell"]

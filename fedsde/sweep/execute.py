@@ -22,9 +22,11 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from fedsde.errors import FedsdeInputError
+from fedsde.params import takes_values, value_fields
 from fedsde.sweep import resources
 from fedsde.sweep.command import command_info
-from fedsde.sweep.spec import MAX_CELLS, Cell, SweepSpec, cell_argv, load_spec
+from fedsde.sweep.options import DEFAULT_EXECUTION, SweepExecution
+from fedsde.sweep.spec import Cell, SweepSpec, cell_argv, load_spec
 from fedsde.sweep.store import Store
 
 #: cells submitted ahead per worker thread of a cluster (enough to keep every worker busy between results)
@@ -200,9 +202,9 @@ def _next_done(done, watch: resources.Watch | None, pending: dict):
         time.sleep(POLL_S)
 
 
-def run(spec: Any, out: str | os.PathLike, *, workers: int = 1, scheduler: str | None = None,
-        gpu_workers: int | None = None, resume: bool = False, progress: bool = True,
-        commands: Mapping | None = None, max_cells: int = MAX_CELLS) -> dict[str, Any]:
+@takes_values(types={"execution": SweepExecution}, execution=value_fields(SweepExecution))
+def run(spec: Any, out: str | os.PathLike, execution: SweepExecution | None = None, *,
+        commands: Mapping | None = None) -> dict[str, Any]:
     """Run every cell of a sweep and store each one in ``out`` as it finishes.
 
     Parameters
@@ -211,6 +213,11 @@ def run(spec: Any, out: str | os.PathLike, *, workers: int = 1, scheduler: str |
         a spec file (TOML), a dict with the same tables, or a :class:`~fedsde.sweep.SweepSpec`.
     out
         the sweep folder (created; see :mod:`fedsde.sweep.store` for its layout).
+    execution
+        how the cells run (:class:`~fedsde.sweep.options.SweepExecution`: ``workers``, ``scheduler``,
+        ``gpu_workers``, ``resume``, ``max_cells``, ``progress``; default: in this process, with a progress bar),
+        checked where it was built.  Each field may be given instead as the keyword of its name, the call of
+        earlier releases (:func:`fedsde.params.takes_values`); the fields mean:
     workers
         1 (default): run the cells one after the other in this process; N > 1: a local Dask cluster of N
         single-threaded worker processes, closed at the end (the "LocalCluster": a ``dask.distributed.SpecCluster``
@@ -233,14 +240,14 @@ def run(spec: Any, out: str | os.PathLike, *, workers: int = 1, scheduler: str |
         ``cuda`` cells that all finished resumes on a machine without a GPU.
         Without ``resume``, a folder that already holds a sweep is refused (unless it holds this spec and no
         finished cell yet).
+    max_cells
+        refuse a grid of more cells than this (default :data:`~fedsde.sweep.spec.MAX_CELLS`), counted from the
+        axis lengths before anything is built or written.
     progress
         show a progress bar over cells (on stderr).
     commands
         the commands a cell can run: name → ``register(subparsers)`` (see :mod:`fedsde.sweep.command`); default
         the ``fedsde`` command line's (:func:`fedsde.cli.cell_commands`).
-    max_cells
-        refuse a grid of more cells than this (default :data:`~fedsde.sweep.spec.MAX_CELLS`), counted from the
-        axis lengths before anything is built or written.
 
     Returns
     -------
@@ -253,23 +260,12 @@ def run(spec: Any, out: str | os.PathLike, *, workers: int = 1, scheduler: str |
         ``resources`` it needed.
     """
     t0 = time.perf_counter()
-    spec = load_spec(spec, commands=commands, max_cells=max_cells)
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise FedsdeInputError(f"--workers={workers!r}: must be an integer >= 1")
-    if scheduler is not None and workers != 1:
-        raise FedsdeInputError("--workers and --scheduler: give one of them (the cluster at --scheduler has its "
-                               "own workers)")
+    execution = execution or DEFAULT_EXECUTION
+    workers, scheduler, gpu_workers = execution.workers, execution.scheduler, execution.gpu_workers
+    resume, progress = execution.resume, execution.progress
+    spec = load_spec(spec, commands=commands, max_cells=execution.max_cells)
     plan = None
-    if gpu_workers is not None:
-        if isinstance(gpu_workers, bool) or not isinstance(gpu_workers, int) or gpu_workers < 0:
-            raise FedsdeInputError(f"--gpu-workers={gpu_workers!r}: must be an integer >= 0")
-        if scheduler is not None:
-            raise FedsdeInputError(f"--gpu-workers={gpu_workers}: only with --workers N (the cluster at --scheduler "
-                                   "has its own workers)")
-        if gpu_workers > workers or (gpu_workers and workers == 1):
-            raise FedsdeInputError(f"--gpu-workers={gpu_workers}: must be at most --workers={workers}, and given "
-                                   "with --workers N > 1 (one worker runs the cells in this process)")
-    local_cluster = scheduler is None and workers > 1
+    local_cluster = execution.local_cluster
 
     def plan_cluster() -> list:
         return resources.plan_workers(workers, gpu_workers,

@@ -31,9 +31,9 @@ from fedsde._stats import fit_slope_interval
 from fedsde._tolerances import Z95
 from fedsde._validate import positive_int, start_point
 from fedsde.params import (
-    DEFAULT_INTEGRATOR,
     DEFAULT_RECORDING,
     PRECISION_FIELDS,
+    Integrator,
     Precision,
     Recording,
     Replication,
@@ -210,6 +210,7 @@ def general_sde_study(
     if ells[0] != 1 or len(ells) < 3:
         raise FedsdeInputError(f"ells={ells}: must contain 1 (FedAvg) and at least two larger values")
     subs = sorted({positive_int("mc_substeps", k) for k in mc_substeps})
+    mc_integrator = Integrator(inner_samples=inner_samples)  # the Euler scheme's rollouts (substeps: per run)
     if oracle_factory is None:
         oracle_factory = default_oracle_factory(problem)
     start = default_start(problem, w0)
@@ -237,7 +238,7 @@ def general_sde_study(
 
     def mc_once(k: int) -> None:
         simulate_sde(problem, one_round, mc_rep, precision, variant="general",
-                     integrator=derive(DEFAULT_INTEGRATOR, substeps=k), inner_samples=inner_samples,
+                     integrator=derive(mc_integrator, substeps=k),
                      recording=derive(DEFAULT_RECORDING, record=[1], moments_only=True, full_cov_rounds=()),
                      **common)
         bar.update()
@@ -266,7 +267,7 @@ def general_sde_study(
         on_grid = MetricGrid(problem, names, grid, R, w0_arr, dev, dt)
         tic = time.perf_counter()
         simulate_sde(problem, schedule, mc_rep, precision, variant="general",
-                     integrator=derive(DEFAULT_INTEGRATOR, substeps=k), inner_samples=inner_samples,
+                     integrator=derive(mc_integrator, substeps=k),
                      recording=derive(DEFAULT_RECORDING, record=grid, moments_only=True, full_cov_rounds=(),
                                       on_record=on_grid), progress=progress, **common)  # a bar of its own
         sec = time.perf_counter() - tic
