@@ -72,13 +72,7 @@ WIDE_EXCEPTIONS = {
     "weak_error_mc_vs_step": (17, "pending: a value for the refinement at fixed t"),
     "run_map": (16, "pending: the sweep's options (out, refine, workers, scheduler, resume, max_cells)"),
     # taking values, not yet for all: the validity test's SDE side and the quadratic study's order refinement
-    "validity_test": (14, "pending: the SDE side (reference, ells, order) and common random numbers as values"),
-    "svag_chain": (13, "pending: common random numbers between chains as a field of Replication"),
     "quadratic_sde_study": (13, "pending: the order refinement (order, etas) as one value"),
-    # the rules' chain and test take the values; what is left over twelve is client sampling (participation,
-    # weighting), and for the test also the SDE side (reference, ells), which validity_test has as well
-    "rule_svag_chain": (13, "pending: client sampling (participation, weighting) as one value"),
-    "rule_validity_test": (14, "pending: client sampling and the SDE side (reference, ells), each as one value"),
 }
 
 

@@ -12,6 +12,10 @@ layer.  A few values group them, as diffrax groups its options (``SaveAt``, ``PI
 * :class:`Recording` — what a run keeps (diffrax's ``SaveAt``): recorded rounds, moments only, metrics;
 * :class:`Integrator` — how the SDE is integrated (torchsde's ``method`` and options): method, substeps, draws;
 * :class:`Equivalence` — the margins and level of the validity test's equivalence test.
+* :class:`ClientSampling` — client sampling: ``participation`` (clients per round) and their ``weighting``;
+* :class:`SDEReference` — the validity test's SDE side: ``reference``, the SVAG ``ells``, the ``order`` of the SDE
+  and common random numbers between the chains (``common_random``);
+* :class:`ChainHooks` — what a caller plugs into one SVAG chain (an observer, a progress bar, a name, a clean-up).
 
 Each checks its fields in ``__post_init__`` with the shared validators of :mod:`fedsde._validate` (one-line
 :class:`~fedsde.errors.FedsdeInputError` naming the argument, its value and the constraint); a function handed one
@@ -29,6 +33,7 @@ checked where the run is known, once.  This package imports no torch until a :cl
 ``torch.Generator`` seed is built.
 """
 
+from fedsde.params.chains import DEFAULT_SDE_REFERENCE, NO_HOOKS, ChainHooks, SDEReference
 from fedsde.params.keywords import PRECISION_FIELDS, REPLICATION_FIELDS, VALUE_TYPES, takes_values, value_fields
 from fedsde.params.options import (
     DEFAULT_EQUIVALENCE,
@@ -39,6 +44,7 @@ from fedsde.params.options import (
     Recording,
 )
 from fedsde.params.run import Precision, Replication, Schedule, derive, fedavg_rates, local_steps_of, unpack
+from fedsde.params.sampling import FULL_PARTICIPATION, WEIGHTINGS, ClientSampling
 
 __all__ = [
     "DEFAULT_EQUIVALENCE", "DEFAULT_INTEGRATOR", "DEFAULT_RECORDING",
@@ -47,3 +53,5 @@ __all__ = [
     "unpack", "value_fields",
 ]
 
+__all__ += ["DEFAULT_SDE_REFERENCE", "FULL_PARTICIPATION", "NO_HOOKS", "WEIGHTINGS", "ChainHooks", "ClientSampling",
+            "SDEReference"]
