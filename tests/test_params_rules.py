@@ -100,6 +100,27 @@ def test_rule_svag_weak_error(problem):
     _same(a.config, b.config)
 
 
+def test_client_sampling_as_a_value_or_its_keywords_gives_the_same_numbers(problem):
+    from fedsde.params import ClientSampling
+
+    old = dict(eta=0.1, local_steps=1, rounds=2, replicates=6, seed=1, server_lr=0.5)
+    sched, rep, sampling = Schedule(0.1, 1, 2, 0.5), Replication(6, 1), ClientSampling(1, "renormalised")
+    a = rule_general_study(problem, "fednova", ells=(1, 2, 4), metrics=["train_loss"], participation=1,
+                           weighting="renormalised", **old)
+    b = rule_general_study(problem, "fednova", sched, rep, ells=(1, 2, 4), sampling=sampling,
+                           recording=Recording(metrics=["train_loss"]))
+    _same([r.mean for r in a.rows], [r.mean for r in b.rows])
+    assert a.config["participation"] == b.config["participation"] == 1
+    c = rule_svag_weak_error(problem, "fednova", ells=(1, 2), w0=W0, participation=1, weighting="renormalised",
+                             **old)
+    d = rule_svag_weak_error(problem, "fednova", sched, rep, ells=(1, 2), w0=W0, sampling=sampling)
+    _same(c.errors, d.errors)
+    _same(c.config, d.config)
+    assert c.config["weighting"] == "renormalised"
+    with pytest.raises(FedsdeInputError, match="participation= and sampling= both given"):
+        rule_svag_weak_error(problem, "fednova", sched, rep, sampling=sampling, participation=1)
+
+
 def test_coupled_paths_and_simulate_order2(problem):
     old = dict(eta=0.05, local_steps=[1, 2], rounds=3, server_lr=0.5, replicates=6, seed=3)
     a = coupled_paths(problem, w0=W0, substeps=2, record=[0, 3], **old)
