@@ -531,7 +531,11 @@ def test_validity_tests_take_the_sde_side_and_sampling_as_values_and_give_the_sa
 
 
 @pytest.mark.parametrize("extra", [["--fedavg", "sampled", "--ells", "4,1,2", "--w0", "0.5,-0.5"],
-                                   ["--fedavg", "exact", "--ells", "1", "--w0", "0.5", "--reference", "exact"]])
+                                   ["--fedavg", "exact", "--ells", "1", "--w0", "0.5", "--reference", "exact"],
+                                   # a rule against its own SDE (under client sampling, participation and weighting
+                                   # are checked again by the weights' moments of its SDE, sde.sampled.weight_moments)
+                                   ["--aggregator", "fednova", "--ells", "1,2", "--w0", "0.5", "--participation", "1"],
+                                   ["--aggregator", "fedavgm", "--reference", "svag", "--ells", "2,1"]])
 def test_a_validity_command_with_ells_and_a_start_checks_them_once(problem, tmp_path, monkeypatch, capsys, extra):
     path = tmp_path / "q.toml"
     save_problem(problem, path)

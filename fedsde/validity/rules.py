@@ -91,12 +91,11 @@ def _fit_ells(aggregator: Aggregator, reference: str, out: list[int]) -> list[in
     return out
 
 
-def _exact_means(problem, agg, *, eta, local_steps, server_lr, h, w0, grid, names,
-                 sampling: ClientSampling) -> dict:
+def _exact_means(problem, agg, schedule: Schedule, *, h, w0, grid, names, sampling: ClientSampling) -> dict:
     """``E φ`` of the rule's SDE at the grid rounds from its exact law (``None`` where it has no value)."""
     from fedsde.sde.rules import rule_sde
 
-    r = rule_sde(problem, agg, eta, local_steps, server_lr, h, participation=sampling.participation,
+    r = rule_sde(problem, agg, schedule, None, None, h, participation=sampling.participation,
                  weighting=sampling.weighting)
     if r.sampling is None:
         return exact_sde_paths(problem, r.sde, grid, h, w0, names)
@@ -167,8 +166,8 @@ def rule_validity_test(problem, aggregator: str | Aggregator, schedule: Schedule
     grid = np.unique(np.r_[np.arange(0, rounds + 1, every), rounds])
     sde_exact = None
     if reference == "exact":  # before any chain runs
-        sde_exact = _exact_means(problem, agg, eta=eta, local_steps=local_steps, server_lr=server_lr, h=hh,
-                                 w0=w0_arr, grid=grid, names=judged, sampling=sampling)
+        sde_exact = _exact_means(problem, agg, schedule, h=hh, w0=w0_arr, grid=grid, names=judged,
+                                 sampling=sampling)
     if oracle_factory is None:
         oracle_factory = default_oracle_factory(problem)
     dev, dt = precision.device, precision.dtype
