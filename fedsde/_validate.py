@@ -30,6 +30,25 @@ def positive_float(name: str, value: float, *, allow_zero: bool = False) -> floa
 
 def positive_int(name: str, value: int, *, minimum: int = 1) -> int:
     """Return ``value`` as an int, raising if it is not an integer >= ``minimum``."""
+    return _integer(name, value, minimum)
+
+
+def distinct_ints(name: str, values: Sequence[int], *, minimum: int = 1) -> tuple[int, ...]:
+    """Distinct integers >= ``minimum`` in increasing order from a sequence of at least one (e.g. the SVAG
+    parameters ``ells``); an entry is refused as :func:`positive_int` refuses it, named ``name``."""
+    try:
+        items = [] if isinstance(values, str | bytes) else list(values)
+    except TypeError:
+        items = []
+    if not items and (isinstance(values, str | bytes) or np.ndim(values) == 0):
+        raise FedsdeInputError(f"{name}={values!r}: must be a sequence of integers >= {minimum}")
+    out = tuple(sorted({_integer(name, v, minimum) for v in items}))
+    if not out:
+        raise FedsdeInputError(f"{name}={values!r}: must hold at least one integer >= {minimum}")
+    return out
+
+
+def _integer(name: str, value, minimum: int) -> int:
     if isinstance(value, bool):
         raise FedsdeInputError(f"{name}={value!r}: must be an integer >= {minimum}")
     try:

@@ -64,13 +64,6 @@ WIDE_EXCEPTIONS = {
     "federated_classification": (15, "a classification problem's dataset, partition and model keys"),
     "module_population_problem": (13, "a module population's data, model and batching keys"),
     "create": (13, "a population's generator keys"),
-    # taking values, not yet for all: the validity test's SDE side
-    "validity_test": (14, "pending: the SDE side (reference, ells, order) and common random numbers as values"),
-    "svag_chain": (13, "pending: common random numbers between chains as a field of Replication"),
-    # the rules' chain and test take the values; what is left over twelve is client sampling (participation,
-    # weighting), and for the test also the SDE side (reference, ells), which validity_test has as well
-    "rule_svag_chain": (13, "pending: client sampling (participation, weighting) as one value"),
-    "rule_validity_test": (14, "pending: client sampling and the SDE side (reference, ells), each as one value"),
 }
 
 

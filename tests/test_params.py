@@ -26,6 +26,8 @@ from fedsde.errors import FedsdeInputError
 from fedsde.exact import least_squares_transient_moments
 from fedsde.maps import run_map
 from fedsde.params import (
+    ChainHooks,
+    ClientSampling,
     Equivalence,
     EtaRefinement,
     Integrator,
@@ -33,6 +35,7 @@ from fedsde.params import (
     Recording,
     Replication,
     Schedule,
+    SDEReference,
     StepRefinement,
     derive,
     takes_values,
@@ -96,6 +99,15 @@ BAD = [
     (SweepExecution, dict(max_cells=0), "--max-cells=0"),
     (Equivalence, dict(tolerance=0.0), "tolerance=0.0"),
     (Equivalence, dict(alpha=1.5), "alpha=1.5"),
+    (ClientSampling, dict(participation=0), "participation=0"),
+    (ClientSampling, dict(participation=2, weighting="uniform"), "weighting='uniform'"),
+    (SDEReference, dict(reference="law"), "reference='law'"),
+    (SDEReference, dict(ells=[1, 0]), "ells=0"),
+    (SDEReference, dict(ells=[]), "ells=[]"),
+    (SDEReference, dict(ells=4), "ells=4"),
+    (SDEReference, dict(order=3), "order=3"),
+    (ChainHooks, dict(on_grid=3), "on_grid=3"),
+    (ChainHooks, dict(bar="bar"), "bar='bar'"),
 ]
 
 
@@ -181,6 +193,8 @@ SAMPLES = {"schedule": (Schedule(0.1, 2, 3), "eta", 0.1), "replication": (Replic
 SAMPLES["refinement"] = (StepRefinement(0.1, 2, t_end=0.2, time_steps=[0.1, 0.05]), "t_end", 0.2)
 SAMPLES["eta_refinement"] = (EtaRefinement(order=1), "order", 1)
 SAMPLES["execution"] = (SweepExecution(), "workers", 1)
+SAMPLES |= {"sampling": (ClientSampling(), "participation", 1), "sde": (SDEReference(), "reference", "svag"),
+            "hooks": (ChainHooks(), "what", "a chain")}
 
 
 @pytest.mark.parametrize("name", sorted(TAKERS))
@@ -366,6 +380,8 @@ def test_adaptive_rules_old_keywords_give_the_same_result(problem):
 #: the values' fields a `fedsde validity` run checks, each exactly once
 CHECKED_ONCE = ("eta", "local_steps", "rounds", "server_lr", "replicates", "seed", "record_every", "tolerance",
                 "accuracy_tolerance", "alpha")
+#: and the start point w0, given or not (its validator is counted by its own name: its first argument is the point)
+CHECKED_ONCE += ("start_point",)
 
 
 def _count_validations(monkeypatch) -> collections.Counter:
@@ -468,3 +484,94 @@ def test_positional_old_calls_and_simulated_path_give_the_same_numbers():
     pr, ps = sec4_quadratic(), PowerSchedule(0.5, 1.0)
     kw = dict(local_steps=2, h=0.5, rounds=5, w0=[3.0])
     _same(simulated_path(pr, ps, replicates=16, seed=7, **kw).gap, simulated_path(pr, ps, Replication(16, 7), **kw).gap)
+
+
+# --- client sampling, the SDE side and a chain's hooks as values ---------------------------------------------------
+
+def test_the_new_values_are_frozen_checked_and_normalised():
+    s = ClientSampling(np.int64(2), "multinomial")
+    assert s.validated and type(s.participation) is int and ClientSampling() == ClientSampling(None, "unbiased")
+    r = SDEReference("svag", [8, 2, np.int64(4), 2, 1], 1, 0)
+    assert r.ells == (1, 2, 4, 8) and r.common_random is False and r.validated
+    assert SDEReference(order=2.0).order == 2 and type(SDEReference(order=2.0).order) is int
+    with pytest.raises(FedsdeInputError, match=r"^order=True: must be 1 or 2$"):
+        SDEReference(order=True)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.weighting = "renormalised"
+    calls = []
+    ChainHooks(on_grid=lambda n, start, w: calls.append(n), bar=tqdm_like(), what="x", on_error=calls.clear)
+    with pytest.raises(FedsdeInputError, match=r"^what=3: must be a string$"):
+        ChainHooks(what=3)
+
+
+def tqdm_like():
+    return type("Bar", (), {"update": lambda self, n=1: None})()
+
+
+def test_the_svag_chains_take_hooks_and_sampling_as_values_and_give_the_same_numbers(problem):
+    seen_old, seen_new = [], []
+    kw = dict(eta=0.1, local_steps=2, rounds=3, replicates=8, seed=2, block_size=4, workers=2)
+    a = svag_chain(problem, ell=2, on_grid=lambda n, start, w: seen_old.append((n, start, w.sum().item())),
+                   what="chain a", common=True, **kw)
+    b = svag_chain(problem, Schedule(0.1, 2, 3), Replication(8, 2, block_size=4, workers=2), ell=2, common=True,
+                   hooks=ChainHooks(on_grid=lambda n, start, w: seen_new.append((n, start, w.sum().item()))))
+    _same(a.final, b.final)
+    _same(a.config, b.config)
+    assert sorted(seen_old) == sorted(seen_new) and {n for n, *_ in seen_old} == {0, 1, 2, 3}
+    with pytest.raises(FedsdeInputError, match="on_grid= and hooks= both given"):
+        svag_chain(problem, ell=2, on_grid=print, hooks=ChainHooks(), **kw)
+    old = dict(eta=0.1, local_steps=[1, 2], rounds=3, server_lr=0.5, replicates=10, seed=3)
+    c = rule_svag_chain(problem, "fednova", ell=2, w0=[0.5, -0.5], participation=1, weighting="renormalised", **old)
+    d = rule_svag_chain(problem, "fednova", Schedule(0.1, [1, 2], 3, 0.5), Replication(10, 3), ell=2,
+                        w0=[0.5, -0.5], sampling=ClientSampling(1, "renormalised"))
+    _same(c.final, d.final)
+    _same(c.config, d.config)
+    assert c.config["participation"] == 1 and c.config["weighting"] == "renormalised"
+    with pytest.raises(FedsdeInputError, match=r"^weighting='all': must be one of unbiased, renormalised"):
+        rule_svag_chain(problem, "fednova", ell=2, weighting="all", **old)
+    with pytest.raises(FedsdeInputError, match=r"participation=3: cannot sample more clients than there are"):
+        rule_svag_chain(problem, "fednova", ell=2, sampling=ClientSampling(3), **old)
+
+
+def test_validity_tests_take_the_sde_side_and_sampling_as_values_and_give_the_same_result(problem):
+    def same(a, b):
+        da, db = a.to_dict(), b.to_dict()
+        da["config"].pop("seconds"), db["config"].pop("seconds")  # wall-clock time per chain
+        _same(da, db)
+
+    old = dict(eta=0.05, local_steps=2, rounds=3, server_lr=0.5, replicates=8, seed=4)
+    sched, rep = Schedule(0.05, 2, 3, 0.5), Replication(8, 4)
+    same(validity_test(problem, reference="svag", ells=[4, 1, 2], common_random=False, w0=[1.0, 0.0], **old),
+         validity_test(problem, sched, rep, sde=SDEReference("svag", (1, 2, 4), common_random=False), w0=[1.0, 0.0]))
+    same(validity_test(problem, ells=[1, 2], order=1, fedavg="sampled", **old),
+         validity_test(problem, sched, rep, sde=SDEReference(ells=[1, 2]), fedavg="sampled"))
+    with pytest.raises(FedsdeInputError, match="order= and sde= both given"):
+        validity_test(problem, sched, rep, sde=SDEReference(), order=2)
+    r = rule_validity_test(problem, "fednova", reference="svag", ells=[1, 2], participation=1, **old)
+    s = rule_validity_test(problem, "fednova", sched, rep, sde=SDEReference("svag", [1, 2]),
+                           sampling=ClientSampling(participation=1))
+    same(r, s)
+    assert r.config["participation"] == 1 and r.config["ells"] == [1, 2]
+    with pytest.raises(FedsdeInputError, match=r"sde.common_random=False: not used by rule_validity_test"):
+        rule_validity_test(problem, "fednova", sched, rep, sde=SDEReference(common_random=False))
+
+
+@pytest.mark.parametrize("extra", [["--fedavg", "sampled", "--ells", "4,1,2", "--w0", "0.5,-0.5"],
+                                   ["--fedavg", "exact", "--ells", "1", "--w0", "0.5", "--reference", "exact"],
+                                   # a rule against its own SDE (under client sampling, participation and weighting
+                                   # are checked again by the weights' moments of its SDE, sde.sampled.weight_moments)
+                                   ["--aggregator", "fednova", "--ells", "1,2", "--w0", "0.5", "--participation", "1"],
+                                   ["--aggregator", "fedavgm", "--reference", "svag", "--ells", "2,1"]])
+def test_a_validity_command_with_ells_and_a_start_checks_them_once(problem, tmp_path, monkeypatch, capsys, extra):
+    path = tmp_path / "q.toml"
+    save_problem(problem, path)
+    argv = ["validity", "--problem", str(path), "--eta", "0.05", "--local-steps", "2", "--server-lr", "0.5",
+            "--rounds", "3", "--replicates", "8", "--seed", "1", "--json", *extra]
+    assert main(argv) == 0
+    capsys.readouterr()
+    counts = _count_validations(monkeypatch)
+    assert main(argv) == 0
+    capsys.readouterr()
+    once = (*CHECKED_ONCE, "ells")
+    assert {k: counts[k] for k in once} == dict.fromkeys(once, 1), counts
+    assert counts["ell"] == counts["record"] == 0, counts  # every chain's ℓ is one of the checked ells

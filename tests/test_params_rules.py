@@ -100,6 +100,40 @@ def test_rule_svag_weak_error(problem):
     _same(a.config, b.config)
 
 
+def test_client_sampling_as_a_value_or_its_keywords_gives_the_same_numbers(problem):
+    from fedsde.params import ClientSampling
+
+    old = dict(eta=0.1, local_steps=1, rounds=2, replicates=6, seed=1, server_lr=0.5)
+    sched, rep, sampling = Schedule(0.1, 1, 2, 0.5), Replication(6, 1), ClientSampling(1, "renormalised")
+    a = rule_general_study(problem, "fednova", ells=(1, 2, 4), metrics=["train_loss"], participation=1,
+                           weighting="renormalised", **old)
+    b = rule_general_study(problem, "fednova", sched, rep, ells=(1, 2, 4), sampling=sampling,
+                           recording=Recording(metrics=["train_loss"]))
+    _same([r.mean for r in a.rows], [r.mean for r in b.rows])
+    assert a.config["participation"] == b.config["participation"] == 1
+    c = rule_svag_weak_error(problem, "fednova", ells=(1, 2), w0=W0, participation=1, weighting="renormalised",
+                             **old)
+    d = rule_svag_weak_error(problem, "fednova", sched, rep, ells=(1, 2), w0=W0, sampling=sampling)
+    _same(c.errors, d.errors)
+    _same(c.config, d.config)
+    assert c.config["weighting"] == "renormalised"
+    with pytest.raises(FedsdeInputError, match="participation= and sampling= both given"):
+        rule_svag_weak_error(problem, "fednova", sched, rep, sampling=sampling, participation=1)
+
+
+def test_the_rules_sde_takes_a_schedule_for_its_rates_and_gives_the_same_numbers(problem):
+    from fedsde.sde.rules import rule_round_law, rule_sde
+
+    s = Schedule(0.1, [1, 2], 3, 0.5)
+    _same(rule_round_law(problem, "fednova", s, None, None).B, rule_round_law(problem, "fednova", 0.1, [1, 2], 0.5).B)
+    a = rule_sde(problem, "fedavgm", s, None, None, 0.2, participation=1)
+    b = rule_sde(problem, "fedavgm", 0.1, [1, 2], 0.5, 0.2, participation=1)
+    _same(a.sde.diffusion_cov, b.sde.diffusion_cov)
+    _same(a.sde.A, b.sde.A)
+    with pytest.raises(FedsdeInputError, match=r"^eta: a schedule; this needs one number"):
+        rule_round_law(problem, "fednova", Schedule([0.1, 0.1], 1, 2), None, None)
+
+
 def test_coupled_paths_and_simulate_order2(problem):
     old = dict(eta=0.05, local_steps=[1, 2], rounds=3, server_lr=0.5, replicates=6, seed=3)
     a = coupled_paths(problem, w0=W0, substeps=2, record=[0, 3], **old)

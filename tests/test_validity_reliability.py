@@ -255,7 +255,7 @@ def test_verdict_inputs_are_checked_before_any_chain_runs(kw, monkeypatch):
     def no_chain(*a, **k):
         raise AssertionError("a chain ran before the verdict's inputs were checked")
 
-    monkeypatch.setattr(core, "svag_chain", no_chain)
+    monkeypatch.setattr(core, "run_svag_chain", no_chain)
     with pytest.raises(FedsdeInputError):
         core.validity_test(paper_table_problem(), eta=0.05, local_steps=2, rounds=3, replicates=4, seed=0,
                            ells=(1, 2), **kw)

@@ -85,7 +85,7 @@ def run_rule_data(args: argparse.Namespace, problem, agg, local_steps, w0, sampl
     import numpy as np
 
     from fedsde.errors import FedsdeInputError
-    from fedsde.params import Precision, Recording, Replication, Schedule
+    from fedsde.params import ClientSampling, Precision, Recording, Replication, Schedule
     from fedsde.problems.metrics import metric_names
     from fedsde.sde.rules import NoSDEError
     from fedsde.validity.general import Z95
@@ -116,8 +116,8 @@ def run_rule_data(args: argparse.Namespace, problem, agg, local_steps, w0, sampl
     names = [m for m in ("train_loss", "test_accuracy") if m in metric_names(problem)]
     st = rule_general_study(problem, agg, Schedule(args.eta, local_steps, args.rounds, args.server_lr, args.h),
                             Replication(args.replicates, args.seed), Precision(device=args.device), ells=ells,
-                            participation=sampling[0], weighting=sampling[1],
-                            recording=Recording(metrics=names, record_every=every), w0=w0)
+                            sampling=ClientSampling(*sampling), recording=Recording(metrics=names, record_every=every),
+                            w0=w0)
     result = {"kind": "data", "aggregator": agg.describe(), "sde": f"{agg.sde_kind} (the rule's own, sampled by its "
               "SVAG chains)", **st.to_dict()}
     T = st.times[-1]

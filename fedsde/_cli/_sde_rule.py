@@ -91,7 +91,7 @@ def run_rule(args: argparse.Namespace, problem, agg, steps, w0, record, sampling
 
 def _run_data(args: argparse.Namespace, problem, agg, steps, w0, record, sampling) -> int:
     """A data (or module, or least-squares) problem: the rule's SDE sampled by its SVAG chain with ``--ell``."""
-    from fedsde.params import Precision, Recording, Replication, Schedule
+    from fedsde.params import ClientSampling, Precision, Recording, Replication, Schedule
     from fedsde.problems.metrics import evaluate_metrics
     from fedsde.sde.rule_svag import rule_svag_chain
     from fedsde.sde.svag import default_oracle_factory
@@ -116,8 +116,8 @@ def _run_data(args: argparse.Namespace, problem, agg, steps, w0, record, samplin
         res = rule_svag_chain(problem, agg, Schedule(args.eta, steps, args.rounds, args.server_lr, args.h),
                               Replication(args.replicates, args.seed),
                               Precision("float32" if args.float32 else "float64", args.device), ell=ell, w0=start,
-                              participation=sampling[0], weighting=sampling[1],
-                              oracle_factory=default_oracle_factory(problem), recording=Recording(record=record))
+                              sampling=ClientSampling(*sampling), oracle_factory=default_oracle_factory(problem),
+                              recording=Recording(record=record))
     times = res.rounds * res.h
     means = res.weights.mean(1)
     var = res.weights[-1].var(0, ddof=1)

@@ -151,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
     from fedsde._cli._data_flags import problem_from_args
     from fedsde._cli.common import options_named
     from fedsde.errors import FedsdeInputError
-    from fedsde.params import Equivalence, Schedule
+    from fedsde.params import Equivalence, Schedule, SDEReference
     from fedsde.validity.core import DEFAULT_ELLS
     from fedsde.validity.exact_fedavg import resolve_fedavg
     from fedsde.validity.reference import check_order, resolve_reference
@@ -170,18 +170,19 @@ def run(args: argparse.Namespace) -> int:
             raise FedsdeInputError(f"--replicates={args.replicates}: must be an integer >= 2 (a standard error needs "
                                    "two)")
         return _rule(args, problem, agg, steps, w0)
-    rule_sampling_from_args(args, None)
+    rule_sampling_from_args(args, None)  # refuses --participation and --weighting without --aggregator
     try:
         reference = resolve_reference(problem, args.reference)
     except FedsdeInputError as err:
         raise FedsdeInputError(f"--reference={args.reference}: {str(err).split(': ', 1)[-1]}") from None
-    ells = _ells(args.ells, reference)
+    with options_named(args, "ells", "order"):  # the SDE side, checked once, here (errors name the flags)
+        sde = SDEReference(reference, _ells(args.ells, reference), args.order, not args.independent_chains)
     try:
-        check_order(problem, args.order, reference)
+        check_order(problem, sde.order, reference)
     except FedsdeInputError as err:
         raise FedsdeInputError(f"--order={args.order}: {str(err).split(': ', 1)[-1]}") from None
     try:
-        fedavg = resolve_fedavg(problem, args.fedavg, reference, ells)
+        fedavg = resolve_fedavg(problem, args.fedavg, reference, sde.ells)
     except FedsdeInputError as err:
         raise FedsdeInputError(f"--fedavg={args.fedavg}: {str(err).split(': ', 1)[-1]}") from None
     if fedavg == "sampled":
@@ -199,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
     schedule = Schedule(args.eta, steps, args.rounds, args.server_lr, args.h)
     # known divergence on quadratic clients, up front: local SGD (eta·λ_max >= 2) and the server recursion of the
     # mean at the server step of every chain (s for ℓ = 1, s/ℓ for the SVAG chains)
-    for ell in sorted(set(DEFAULT_ELLS[reference] if ells is None else ells)):
+    for ell in DEFAULT_ELLS[reference] if sde.ells is None else sde.ells:
         try:
             refuse_known_divergence(problem, schedule.with_server_lr(schedule.server_lr / ell))
         except FedsdeInputError as err:
@@ -208,11 +209,11 @@ def run(args: argparse.Namespace) -> int:
             raise FedsdeInputError(f"SVAG chain ell={ell} (server step s/ell = {args.server_lr / ell:g}): {err}") \
                 from None
     with options_named(args, "final_cov", "replicates", "record_every"):  # errors name the flags
-        res = _validity(args, problem, schedule, equivalence, w0, ells, reference, fedavg)
+        res = _validity(args, problem, schedule, equivalence, w0, sde, fedavg)
     return emit(args, res.to_dict(), human_report(res, problem, args))
 
 
-def _validity(args: argparse.Namespace, problem, schedule, equivalence, w0, ells, reference, fedavg):
+def _validity(args: argparse.Namespace, problem, schedule, equivalence, w0, sde, fedavg):
     from fedsde.params import Precision, Recording, Replication
     from fedsde.validity import validity_test
 
@@ -220,9 +221,8 @@ def _validity(args: argparse.Namespace, problem, schedule, equivalence, w0, ells
     recording = Recording(metrics=_names("--metrics", args.metrics), record_every=args.record_every,
                           final_cov=args.final_cov)
     precision = Precision("float32" if args.float32 else "float64", args.device)
-    return validity_test(problem, schedule, replication, precision, ells=ells, w0=w0, reference=reference,
-                         equivalence=equivalence, recording=recording, progress=show_progress(args), fedavg=fedavg,
-                         order=args.order, common_random=not args.independent_chains)
+    return validity_test(problem, schedule, replication, precision, sde=sde, w0=w0, equivalence=equivalence,
+                         recording=recording, progress=show_progress(args), fedavg=fedavg)
 
 
 def human_report(res, problem, args: argparse.Namespace) -> str:
@@ -290,9 +290,8 @@ def _rule(args: argparse.Namespace, problem, agg, steps, w0) -> int:
     """``--aggregator A``: the rule against its own SDE on any problem kind (:func:`fedsde.validity.rules.
     rule_validity_test`); for adaptive rules ``--ells`` are the SVAG ``ℓ = k²`` (squares: 1,4,16,64 by default)."""
     from fedsde._cli.common import options_named, rule_sampling_from_args
-    from fedsde._validate import positive_float
     from fedsde.errors import FedsdeInputError
-    from fedsde.params import Equivalence, Precision, Recording, Replication, Schedule
+    from fedsde.params import ClientSampling, Equivalence, Precision, Recording, Replication, Schedule, SDEReference
     from fedsde.sde.rules import NoSDEError
     from fedsde.validity.rules import rule_validity_test
     from fedsde.validity.text import bounds_text
@@ -306,26 +305,27 @@ def _rule(args: argparse.Namespace, problem, agg, steps, w0) -> int:
     if args.seed is None:
         raise FedsdeInputError("--seed: required with --aggregator (the rule's chains are random)")
     participation, weighting = rule_sampling_from_args(args, agg)
-    refuse_known_divergence(problem, args.eta, steps, args.server_lr, aggregator=agg)
-    positive_float("--tolerance", args.tolerance)
-    positive_float("--accuracy-tolerance", args.accuracy_tolerance)
+    schedule = Schedule(args.eta, steps, args.rounds, args.server_lr, args.h)
+    refuse_known_divergence(problem, schedule, aggregator=agg)
     ells = None
     if args.ells is not None:
         ells = _ells(args.ells, "exact")
     from fedsde._samples import resolve_final_cov
 
     how = resolve_final_cov("--final-cov", args.final_cov, problem.d)
-    with options_named(args, "reference", "ells", "metrics", "verdict_metrics", "participation", "weighting"):
+    with options_named(args, "reference", "ells", "metrics", "verdict_metrics", "participation", "weighting",
+                       "tolerance", "accuracy_tolerance", "alpha"):
         # the run's values, checked once, here (errors name the flags), and passed whole
+        sampling = ClientSampling(participation, weighting)
         equivalence = Equivalence(args.tolerance, args.accuracy_tolerance, args.alpha,
                                   _names("--verdict-metrics", args.verdict_metrics))
         recording = Recording(metrics=_names("--metrics", args.metrics), record_every=args.record_every,
                               final_cov=how)
         res = rule_validity_test(
-            problem, agg, Schedule(args.eta, steps, args.rounds, args.server_lr, args.h),
-            Replication(args.replicates, args.seed), Precision("float32" if args.float32 else "float64", args.device),
-            w0=w0, ells=ells, reference=args.reference, participation=participation, weighting=weighting,
-            equivalence=equivalence, recording=recording, progress=show_progress(args))
+            problem, agg, schedule, Replication(args.replicates, args.seed),
+            Precision("float32" if args.float32 else "float64", args.device), w0=w0,
+            sde=SDEReference(args.reference, ells), sampling=sampling, equivalence=equivalence,
+            recording=recording, progress=show_progress(args))
     result = res.to_dict()
     result["config"] = {**result["config"], "final_cov": how}
     v = res.verdict

@@ -27,7 +27,18 @@ from fedsde.aggregators import Aggregator, get_aggregator
 from fedsde.compare.slope_curve import weak_error_curve
 from fedsde.compare.weak_error import WeakErrorCurve, expected_phi, phi_function
 from fedsde.errors import FedsdeInputError
-from fedsde.params import Integrator, Precision, Recording, Replication, Schedule, derive, fedavg_rates, takes_values
+from fedsde.params import (
+    FULL_PARTICIPATION,
+    ClientSampling,
+    Integrator,
+    Precision,
+    Recording,
+    Replication,
+    Schedule,
+    derive,
+    fedavg_rates,
+    takes_values,
+)
 
 
 def slope_summary(curve: WeakErrorCurve) -> str:
@@ -43,11 +54,12 @@ def slope_summary(curve: WeakErrorCurve) -> str:
 
 
 @takes_values(schedule=("eta", "local_steps", "rounds", "server_lr", "h"), replication=("replicates", "seed"),
-              precision=("device",), integrator=("substeps",))
+              precision=("device",), integrator=("substeps",), types={"sampling": ClientSampling},
+              sampling=("participation", "weighting"))
 def rule_svag_weak_error(problem, aggregator: str | Aggregator, schedule: Schedule, replication: Replication,
                          precision: Precision | None = None, *, w0=None, ells: Sequence[int] = (1, 2, 4, 8),
-                         phi: str = "dist2", participation: int | None = None, weighting: str = "unbiased",
-                         level: float = 0.95, integrator: Integrator | None = None) -> WeakErrorCurve:
+                         phi: str = "dist2", sampling: ClientSampling | None = None, level: float = 0.95,
+                         integrator: Integrator | None = None) -> WeakErrorCurve:
     """Weak error of ``E φ(w_T)``, ``T = rounds·h``, of the rule's SVAG chains against its SDE (module docstring).
 
     Parameters
@@ -55,11 +67,12 @@ def rule_svag_weak_error(problem, aggregator: str | Aggregator, schedule: Schedu
     problem : QuadraticProblem
     aggregator : str or Aggregator
         A linear or momentum rule (adaptive rules: :func:`fedsde.validity.adaptive.adaptive_weak_error`).
-    schedule, replication, precision, integrator : values of :mod:`fedsde.params`
+    schedule, replication, precision, integrator, sampling : values of :mod:`fedsde.params`
         :class:`~fedsde.params.Schedule` (``eta``, ``local_steps``, ``rounds``, ``server_lr``, ``h``),
         :class:`~fedsde.params.Replication` (``replicates``, ``seed``), :class:`~fedsde.params.Precision`
-        (``device``) and :class:`~fedsde.params.Integrator` (``substeps``); each field may be given instead as the
-        keyword of its name (:func:`fedsde.params.takes_values`); the fields mean:
+        (``device``), :class:`~fedsde.params.Integrator` (``substeps``) and :class:`~fedsde.params.ClientSampling`
+        (``participation``, ``weighting``); each field may be given instead as the keyword of its name
+        (:func:`fedsde.params.takes_values`); the fields mean:
     eta, local_steps, server_lr, rounds, replicates, seed
         As :func:`fedsde.sde.rule_svag.rule_svag_chain` (every ``ℓ`` its own streams, the same seed).
     h : float, optional
@@ -85,6 +98,8 @@ def rule_svag_weak_error(problem, aggregator: str | Aggregator, schedule: Schedu
 
     eta, local_steps, rounds, h = schedule.eta, schedule.local_steps, schedule.rounds, schedule.h
     R, seed, precision = replication.replicates, replication.need_seed(), precision or Precision()
+    sampling = sampling or FULL_PARTICIPATION
+    participation, weighting = sampling.participation, sampling.weighting
     agg = get_aggregator(aggregator)
     if not isinstance(problem, QuadraticProblem):
         raise FedsdeInputError("problem: the SDE's exact value needs quadratic clients (on other losses compare the "
@@ -110,8 +125,7 @@ def rule_svag_weak_error(problem, aggregator: str | Aggregator, schedule: Schedu
     chains = derive(schedule, h=hh)  # the chains on the SDE's clock
     means, ses = np.empty(len(ells)), np.empty(len(ells))
     for j, ell in enumerate(ells):
-        w = rule_svag_chain(problem, agg, chains, replication, precision, ell=ell, w0=w0_arr,
-                            participation=participation, weighting=weighting,
+        w = rule_svag_chain(problem, agg, chains, replication, precision, ell=ell, w0=w0_arr, sampling=sampling,
                             recording=Recording(record=[rounds])).weights[-1]
         v = fn(w)
         means[j], ses[j] = v.mean(), v.std(ddof=1) / np.sqrt(R)

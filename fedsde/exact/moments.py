@@ -114,16 +114,12 @@ def transient_moments(
     sched, eta, local_steps, server_lr = unpack(eta, local_steps, server_lr)
     if sched is not None and rounds in (None, sched.rounds):  # checked where the Schedule was built
         rounds = sched.rounds
-        etas, lrs = (np.broadcast_to(float(getattr(sched, k)), (rounds,)) if np.ndim(getattr(sched, k)) == 0
-                     else sched.per_round(k) for k in ("eta", "server_lr"))
+        etas, lrs = _rates(sched)
     else:
         sched = None
         rounds = positive_int("rounds", rounds, minimum=0)
         etas = constant_or_schedule("eta", eta, rounds) if rounds else np.zeros(0)
         lrs = constant_or_schedule("server_lr", server_lr, rounds) if rounds else np.zeros(0)
-
-    def at(e: float, s: float):  # round_law's rates: a Schedule derived from a checked one is not checked again
-        return e if sched is None else derive(sched, eta=e, server_lr=s)
 
     if rounds == 0 and sched is None:
         # validate scalar inputs even when nothing is run
@@ -131,6 +127,35 @@ def transient_moments(
                   participation=participation, weights=weights, warn=False)
     m, P = _initial(problem, w0, cov0)
     keep = record_rounds("record", record, rounds)
+    return _moments(problem, sched, etas, lrs, local_steps, m, P, keep, participation=participation, weights=weights)
+
+
+def schedule_moments(problem: QuadraticProblem, schedule: Schedule, start: np.ndarray, keep: np.ndarray) -> Moments:
+    """:func:`transient_moments` of the chain started at the point ``start`` (d,) under ``schedule``, at the rounds
+    ``keep`` (sorted int64 in ``0..rounds``): each checked where it was built (:class:`~fedsde.params.Schedule`,
+    :func:`fedsde._validate.start_point`, :func:`fedsde._validate.record_rounds`), none again (FedAvg's exact side
+    of the validity test, :func:`fedsde.validity.exact_fedavg.exact_fedavg_paths`)."""
+    etas, lrs = _rates(schedule)
+    d = problem.d
+    return _moments(problem, schedule, etas, lrs, schedule.local_steps, start, np.zeros((d, d)), keep,
+                    participation=None, weights=None)
+
+
+def _rates(sched: Schedule) -> tuple[np.ndarray, np.ndarray]:
+    """The client rates and server steps of a checked schedule per round (a constant as a broadcast view)."""
+    return tuple(np.broadcast_to(float(getattr(sched, k)), (sched.rounds,)) if np.ndim(getattr(sched, k)) == 0
+                 else sched.per_round(k) for k in ("eta", "server_lr"))
+
+
+def _moments(problem, sched: Schedule | None, etas, lrs, local_steps, m, P, keep, *, participation,
+             weights) -> Moments:
+    """The recursion of :func:`transient_moments` from the moments ``(m, P)`` over ``len(etas)`` rounds, every input
+    checked (a ``sched`` derived per rate pair is not checked again)."""
+    rounds = etas.shape[0]
+
+    def at(e: float, s: float):  # round_law's rates: a Schedule derived from a checked one is not checked again
+        return e if sched is None else derive(sched, eta=e, server_lr=s)
+
     if rounds > 64 and keep.size <= 8 and all(a.strides == (0,) or bool(np.all(a == a[0])) for a in (etas, lrs)):
         if participation is None or participation == problem.Q:
             law = round_law(problem, at(float(etas[0]), float(lrs[0])), local_steps, float(lrs[0]), weights=weights)

@@ -15,7 +15,11 @@ layer.  A few values group them, as diffrax groups its options (``SaveAt``, ``PI
 * :class:`StepRefinement` — a weak error's refinement in the time step ``h`` at a fixed end time ``t``: ``η``,
   ``E``, the server rate ``η₀ = s/h`` and ``t`` fixed, one FedAvg :class:`Schedule` per step ``h_j``;
 * :class:`EtaRefinement` — the refinement of an approximation order: the SDE's ``order`` and the client steps ``η``
-  that shrink at a fixed horizon.
+  that shrink at a fixed horizon;
+* :class:`ClientSampling` — client sampling: ``participation`` (clients per round) and their ``weighting``;
+* :class:`SDEReference` — the validity test's SDE side: ``reference``, the SVAG ``ells``, the ``order`` of the SDE
+  and common random numbers between the chains (``common_random``);
+* :class:`ChainHooks` — what a caller plugs into one SVAG chain (an observer, a progress bar, a name, a clean-up).
 
 Each checks its fields in ``__post_init__`` with the shared validators of :mod:`fedsde._validate` (one-line
 :class:`~fedsde.errors.FedsdeInputError` naming the argument, its value and the constraint); a function handed one
@@ -33,6 +37,7 @@ checked where the run is known, once.  This package imports no torch until a :cl
 ``torch.Generator`` seed is built.
 """
 
+from fedsde.params.chains import DEFAULT_SDE_REFERENCE, NO_HOOKS, ChainHooks, SDEReference
 from fedsde.params.keywords import PRECISION_FIELDS, REPLICATION_FIELDS, VALUE_TYPES, takes_values, value_fields
 from fedsde.params.options import (
     DEFAULT_EQUIVALENCE,
@@ -44,6 +49,7 @@ from fedsde.params.options import (
 )
 from fedsde.params.refinement import EtaRefinement, StepRefinement
 from fedsde.params.run import Precision, Replication, Schedule, derive, fedavg_rates, local_steps_of, unpack
+from fedsde.params.sampling import FULL_PARTICIPATION, WEIGHTINGS, ClientSampling
 
 __all__ = [
     "DEFAULT_EQUIVALENCE", "DEFAULT_INTEGRATOR", "DEFAULT_RECORDING",
@@ -53,3 +59,5 @@ __all__ = [
 ]
 __all__ += ["EtaRefinement", "StepRefinement"]  # the refinements at a fixed end time
 
+__all__ += ["DEFAULT_SDE_REFERENCE", "FULL_PARTICIPATION", "NO_HOOKS", "WEIGHTINGS", "ChainHooks", "ClientSampling",
+            "SDEReference"]

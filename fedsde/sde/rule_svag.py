@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 from fedsde._memory import available_memory
-from fedsde._validate import choice, positive_int, record_rounds, start_point
+from fedsde._validate import positive_int, record_rounds, start_point
 from fedsde.aggregators import Aggregator, RoundContext, get_aggregator
 from fedsde.clients.local import run_local_steps
 from fedsde.clients.oracles import GaussianQuadraticOracle
@@ -45,7 +45,11 @@ from fedsde.clients.streams import ReplicateStreams, resolve_block_size
 from fedsde.errors import FedsdeInputError, SimulationDivergedError
 from fedsde.params import (
     DEFAULT_RECORDING,
+    FULL_PARTICIPATION,
+    NO_HOOKS,
     PRECISION_FIELDS,
+    ChainHooks,
+    ClientSampling,
     Precision,
     Recording,
     Replication,
@@ -54,9 +58,9 @@ from fedsde.params import (
     takes_values,
 )
 from fedsde.problems.quadratic import QuadraticProblem
-from fedsde.sde.svag import _SVAG, SVAGPaths, svag_coefficients
+from fedsde.sde.svag import _SVAG, SVAGPaths, _coefficients
 from fedsde.sim.moments import BlowUpWatch, plan_chunks, problem_scale, working_set
-from fedsde.sim.participation import WEIGHTINGS, draw_participation, is_sampled, participant_slots, scatter_slots
+from fedsde.sim.participation import draw_participation, is_sampled, participant_slots, scatter_slots
 from fedsde.sim.workers import diverged, plan_workers, resolve_workers, run_chunks
 
 #: stream family of the participation draws of the chains with ℓ > 1: purpose = _PART + ℓ
@@ -86,17 +90,19 @@ def rule_steps(aggregator: Aggregator, ell: int) -> tuple[Aggregator, int, int]:
 
 @takes_values(schedule=("eta", "local_steps", "rounds", "server_lr", "h"),
               replication=("replicates", "seed", "block_size", "workers"), precision=PRECISION_FIELDS,
-              recording=("record",))
+              recording=("record",), types={"sampling": ClientSampling, "hooks": ChainHooks},
+              sampling=("participation", "weighting"), hooks=("on_grid", "bar", "what", "on_error"))
 def rule_svag_chain(problem, aggregator: str | Aggregator, schedule: Schedule, replication: Replication,
-                    precision: Precision | None = None, *, ell: int, w0=None, participation: int | None = None,
-                    weighting: str = "unbiased", oracle_factory: Callable | None = None,
-                    recording: Recording | None = None, on_grid: Callable | None = None, bar=None) -> SVAGPaths:
+                    precision: Precision | None = None, *, ell: int, w0=None, sampling: ClientSampling | None = None,
+                    oracle_factory: Callable | None = None, recording: Recording | None = None,
+                    hooks: ChainHooks | None = None) -> SVAGPaths:
     """Run the rule's SVAG chain with ``ell`` for ``rounds`` base rounds (module docstring).
 
     Parameters as :func:`fedsde.sde.svag.svag_chain` (the values :class:`~fedsde.params.Schedule`: ``eta``,
     ``local_steps``, ``rounds``, ``server_lr``, ``h``; :class:`~fedsde.params.Replication`: ``replicates``,
     ``seed``, ``block_size``, ``workers``; :class:`~fedsde.params.Precision`: ``device``, ``dtype``;
-    :class:`~fedsde.params.Recording`: ``record``; each field may be given instead as the keyword of its name,
+    :class:`~fedsde.params.Recording`: ``record``; :class:`~fedsde.params.ChainHooks`: ``on_grid``, ``bar``,
+    ``what``, ``on_error``; each field may be given instead as the keyword of its name,
     :func:`fedsde.params.takes_values`), and:
 
     aggregator : str or Aggregator
@@ -105,27 +111,38 @@ def rule_svag_chain(problem, aggregator: str | Aggregator, schedule: Schedule, r
         Client rate and server step ``s`` of the base run (constant).
     h : float, optional
         Time step of a base round (default ``s²`` for adaptive rules, ``η`` otherwise); only labels times.
-    participation, weighting
-        Clients per round and their weights, as :func:`fedsde.sim.simulate` (every rollout draws its own).
+    sampling : ClientSampling, optional
+        Clients per round and their weights (``participation``, ``weighting``: also as those keywords), as
+        :func:`fedsde.sim.simulate` draws them (every rollout draws its own); default every client.
 
     Returns
     -------
     SVAGPaths
     """
-    precision, record = precision or Precision(), (recording or DEFAULT_RECORDING).record
+    record = (recording or DEFAULT_RECORDING).record
+    keep = record_rounds("record", record, schedule.rounds, default_all=False)
+    return run_rule_svag_chain(problem, aggregator, schedule, replication, precision or Precision(),
+                               ell=positive_int("ell", ell), start=start_point(w0, problem.d),
+                               sampling=sampling or FULL_PARTICIPATION, oracle_factory=oracle_factory, keep=keep,
+                               hooks=hooks or NO_HOOKS)
+
+
+def run_rule_svag_chain(problem, aggregator: str | Aggregator, schedule: Schedule, replication: Replication,
+                        precision: Precision, *, ell: int, start: np.ndarray, sampling: ClientSampling,
+                        oracle_factory: Callable | None, keep: np.ndarray, hooks: ChainHooks) -> SVAGPaths:
+    """:func:`rule_svag_chain` with its arguments checked where they were built, not again (``ell`` an int >= 1,
+    ``start`` float64 of shape (d,), ``keep`` the recorded base rounds), as :func:`fedsde.sde.svag.run_svag_chain`
+    (for :func:`fedsde.validity.rules.rule_validity_test`)."""
     rounds, h, R = schedule.rounds, schedule.h, replication.replicates
     block_size, workers, seed = replication.block_size, replication.workers, replication.need_seed()
     agg = get_aggregator(aggregator)
-    ell = positive_int("ell", ell)
     rule, k, per_round = rule_steps(agg, ell)
-    choice("weighting", weighting, WEIGHTINGS)
+    participation, weighting = sampling.participation, sampling.weighting
     Q, d = problem.Q, problem.d
     eta, steps, server_lr = fedavg_rates(schedule, None, None, Q)  # constant rates, τ one per client
     h = (server_lr**2 if agg.sde_kind == "adaptive" else eta) if h is None else h
-    if participation is not None:
-        participation = positive_int("participation", participation)
-        if participation > Q and weighting != "multinomial":
-            raise FedsdeInputError(f"participation={participation}: cannot sample more clients than there are (Q={Q})")
+    if participation is not None and participation > Q and weighting != "multinomial":
+        raise FedsdeInputError(f"participation={participation}: cannot sample more clients than there are (Q={Q})")
     agg.local_solver.check_eta(eta)
     agg.bind(problem)
     rule.bind(problem)
@@ -135,7 +152,6 @@ def rule_svag_chain(problem, aggregator: str | Aggregator, schedule: Schedule, r
         oracle_factory = GaussianQuadraticOracle
     block = resolve_block_size(block_size, R)
     dev, dtype = precision.device, precision.dtype
-    keep = record_rounds("record", record, rounds, default_all=False)
     rollouts = 1 if ell == 1 else 2
     item = torch.finfo(dtype).bits // 8
     available = available_memory(dev, None)
@@ -147,15 +163,16 @@ def rule_svag_chain(problem, aggregator: str | Aggregator, schedule: Schedule, r
                              working_set=working_set(dev, available))
     workers = resolve_workers(workers, dev)
     chunks = plan_workers(R, chunk_size, block, workers, rollouts * Q * d)
-    w_start = start_point(w0, d)
+    w_start = start
     run = _RuleChain(problem=problem, agg=agg, rule=rule, ell=ell, k=k, per_round=per_round, R=R, block=block,
                      seed=seed, oracle_factory=oracle_factory, dev=dev, dtype=dtype, eta=eta,
                      server_lr=server_lr, rounds=rounds, steps=steps, w_start=w_start, keep=keep,
-                     sampling=(participation, weighting), on_grid=on_grid, bar=bar,
-                     watch=BlowUpWatch(problem_scale(problem, w_start), f"the {agg.name} SVAG chain (ell={ell})"))
-    run_chunks(run, chunks, workers,
-               before_raise=lambda exc: run.watch.flush(before=getattr(exc, "fedsde_when", -1), stacklevel=7))
-    run.watch.flush(stacklevel=5)  # the caller, past the keywords' adapter (takes_values)
+                     sampling=(participation, weighting), on_grid=hooks.on_grid, bar=hooks.bar,
+                     watch=BlowUpWatch(problem_scale(problem, w_start),
+                                       hooks.what or f"the {agg.name} SVAG chain (ell={ell})"))
+    run_chunks(run, chunks, workers, on_error=hooks.on_error,
+               before_raise=lambda exc: run.watch.flush(before=getattr(exc, "fedsde_when", -1), stacklevel=8))
+    run.watch.flush(stacklevel=6)  # the caller of rule_svag_chain (or the test), past the keywords' adapter
     config = {"aggregator": agg.describe(), "sde": agg.sde_kind, "ell": ell, "k": k, "eta": eta,
               "local_steps": steps.tolist(), "rounds": rounds, "replicates": R, "seed": run.seed, "h": h,
               "server_lr": server_lr, "participation": participation, "weighting": weighting, "device": str(dev),
@@ -242,7 +259,7 @@ class _RuleChain:
                                  block) if sampled else None)
         oracle = self.oracle_factory(self.problem, nbi, dev, dtype)
         p = torch.as_tensor(np.asarray(self.problem.p, dtype=np.float64), dtype=dtype, device=dev)
-        c1, c2 = svag_coefficients(ell)
+        c1, c2 = _coefficients(ell)
         s = self.server_lr / self.k
         w = torch.as_tensor(self.w_start, dtype=dtype, device=dev).expand(Rp, d).clone()
         state = self.rule.init(w)
@@ -284,4 +301,4 @@ class _RuleChain:
         self.final[start:stop] = w[:R].cpu().numpy()
 
 
-__all__ = ["rule_steps", "rule_svag_chain"]
+__all__ = ["rule_steps", "rule_svag_chain", "run_rule_svag_chain"]

@@ -42,11 +42,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedsde._validate import client_steps, positive_float, positive_int
+from fedsde._validate import positive_float, positive_int
 from fedsde.aggregators import Aggregator, MomentumForm, get_aggregator
 from fedsde.errors import FedsdeInputError
 from fedsde.exact.moments import Moments
 from fedsde.exact.round_law import RoundLaw, _eig, client_round_maps, geometric_sum
+from fedsde.params import fedavg_rates
 from fedsde.problems.quadratic.problem import QuadraticProblem
 from fedsde.sde.coefficients import LinearSDE
 
@@ -93,8 +94,9 @@ def rule_round_law(problem: QuadraticProblem, aggregator: str | Aggregator, eta:
     problem : QuadraticProblem
     aggregator : str or Aggregator
         A rule of kind ``"linear"``, ``"momentum"`` or ``"adaptive"`` (their buffers run on this step).
-    eta : float
-        Client rate ``η``.
+    eta : float or Schedule
+        Client rate ``η``; or a :class:`~fedsde.params.Schedule` holding ``η``, ``τ_k`` and ``s`` (constant),
+        checked where it was built (``local_steps`` and ``server_lr`` are then not read).
     local_steps : int or array of int, shape (Q,)
         ``τ_k``.
     server_lr : float
@@ -116,9 +118,7 @@ def rule_round_law(problem: QuadraticProblem, aggregator: str | Aggregator, eta:
         Client sampling with a rule that does not declare how its weights depend on the sample.
     """
     agg = rule_kind(aggregator, ("linear", "momentum", "adaptive"))
-    eta = positive_float("eta", eta)
-    server_lr = positive_float("server_lr", server_lr)
-    tau = client_steps("local_steps", local_steps, problem.Q)
+    eta, tau, server_lr = fedavg_rates(eta, local_steps, server_lr, problem.Q)  # a Schedule: checked already
     solver = agg.local_solver
     solver.check_eta(eta)
     agg.bind(problem)
@@ -235,7 +235,8 @@ def rule_sde(problem: QuadraticProblem, aggregator: str | Aggregator, eta: float
              weighting: str = "unbiased") -> RuleSDE:
     """The first-order SDE of a linear or momentum rule (module docstring); ``h`` defaults to ``η``; under client
     sampling (``participation``, ``weighting`` as :func:`rule_round_law`) its diffusion gains the sampling term
-    (:mod:`fedsde.sde.sampled_sde`).
+    (:mod:`fedsde.sde.sampled_sde`).  ``eta`` may be a :class:`~fedsde.params.Schedule` holding the rates, as in
+    :func:`rule_round_law`.
 
     Raises
     ------

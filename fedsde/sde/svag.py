@@ -49,7 +49,17 @@ from fedsde.clients.local import run_local_steps, step_limits
 from fedsde.clients.oracles import GaussianQuadraticOracle
 from fedsde.clients.streams import resolve_block_size
 from fedsde.errors import FedsdeInputError, SimulationDivergedError
-from fedsde.params import DEFAULT_RECORDING, PRECISION_FIELDS, Precision, Recording, Replication, Schedule, takes_values
+from fedsde.params import (
+    DEFAULT_RECORDING,
+    NO_HOOKS,
+    PRECISION_FIELDS,
+    ChainHooks,
+    Precision,
+    Recording,
+    Replication,
+    Schedule,
+    takes_values,
+)
 from fedsde.problems.module.problem import ModuleProblem
 from fedsde.problems.quadratic.problem import QuadraticProblem
 from fedsde.problems.regression.problem import RegressionProblem
@@ -69,7 +79,10 @@ def svag_coefficients(ell: int) -> tuple[float, float]:
     ``c₁ + c₂ = 1`` (the mean is kept) and ``c₁² + c₂² = ℓ`` (the variance of two independent rounds is amplified
     ``ℓ`` times); ``ℓ = 1`` gives ``(1, 0)``.
     """
-    ell = positive_int("ell", ell)
+    return _coefficients(positive_int("ell", ell))
+
+
+def _coefficients(ell: int) -> tuple[float, float]:
     r = math.sqrt(2 * ell - 1)
     return (1.0 + r) / 2.0, (1.0 - r) / 2.0
 
@@ -131,7 +144,7 @@ class SVAGPaths:
 
 @takes_values(schedule=("eta", "local_steps", "rounds", "server_lr", "h"),
               replication=("replicates", "seed", "block_size", "workers"), precision=PRECISION_FIELDS,
-              recording=("record",))
+              recording=("record",), types={"hooks": ChainHooks}, hooks=("on_grid", "bar", "what", "on_error"))
 def svag_chain(
     problem,
     schedule: Schedule,
@@ -142,10 +155,7 @@ def svag_chain(
     w0=None,
     oracle_factory: Callable | None = None,
     recording: Recording | None = None,
-    on_grid: Callable[[int, torch.Tensor], None] | None = None,
-    bar=None,
-    what: str | None = None,
-    on_error: Callable[[], None] | None = None,
+    hooks: ChainHooks | None = None,
     common: bool = False,
 ) -> SVAGPaths:
     """Run the SVAG chain with parameter ``ell`` for ``rounds`` base rounds (``ell·rounds`` SVAG steps).
@@ -154,11 +164,12 @@ def svag_chain(
     ----------
     problem : QuadraticProblem or a data problem
         ``Q``, ``d``, weights ``p``; non-quadratic problems need ``oracle_factory``.
-    schedule, replication, precision, recording : values of :mod:`fedsde.params`
+    schedule, replication, precision, recording, hooks : values of :mod:`fedsde.params`
         :class:`~fedsde.params.Schedule` (``eta``, ``local_steps``, ``rounds``, ``server_lr``, ``h``),
         :class:`~fedsde.params.Replication` (``replicates``, ``seed``, ``block_size``, ``workers``),
-        :class:`~fedsde.params.Precision` (``device``, ``dtype``) and :class:`~fedsde.params.Recording`
-        (``record``); each field may be given instead as the keyword of its name, the call of earlier releases
+        :class:`~fedsde.params.Precision` (``device``, ``dtype``), :class:`~fedsde.params.Recording`
+        (``record``) and :class:`~fedsde.params.ChainHooks` (``on_grid``, ``bar``, ``what``, ``on_error``); each
+        field may be given instead as the keyword of its name, the call of earlier releases
         (:func:`fedsde.params.takes_values`); the fields mean:
     eta : float or array, shape (rounds,)
         Client learning rate (base round ``n`` uses ``eta[n]`` for its ``ℓ`` steps); unchanged by ``ℓ``.
@@ -215,9 +226,25 @@ def svag_chain(
     :class:`~fedsde.errors.DivergenceWarning` per chain (:class:`fedsde.sim.moments.BlowUpWatch`, as in the
     simulator).
     """
-    precision, recording = precision or Precision(), recording or DEFAULT_RECORDING
-    eta, server_lr, rounds, record = schedule.eta, schedule.server_lr, schedule.rounds, recording.record
     ell = positive_int("ell", ell)
+    if oracle_factory is None and not isinstance(problem, QuadraticProblem):
+        raise FedsdeInputError(
+            f"oracle_factory: required for a {type(problem).__name__} (only quadratic problems have a default)"
+        )
+    keep = record_rounds("record", (recording or DEFAULT_RECORDING).record, schedule.rounds, default_all=False)
+    return run_svag_chain(problem, schedule, replication, precision or Precision(), ell=ell,
+                          start=start_point(w0, problem.d), keep=keep, oracle_factory=oracle_factory,
+                          hooks=hooks or NO_HOOKS, common=bool(common))
+
+
+def run_svag_chain(problem, schedule: Schedule, replication: Replication, precision: Precision, *, ell: int,
+                   start: np.ndarray, keep: np.ndarray, oracle_factory: Callable | None, hooks: ChainHooks,
+                   common: bool) -> SVAGPaths:
+    """:func:`svag_chain` with its arguments checked where they were built, not again: ``ell`` an int >= 1,
+    ``start`` the start point, float64 of shape (d,) (:func:`fedsde._validate.start_point`), ``keep`` the recorded
+    base rounds (:func:`fedsde._validate.record_rounds`), ``oracle_factory`` given unless the problem is quadratic
+    (for the caller that checked them once for many chains: :func:`fedsde.validity.validity_test`)."""
+    eta, server_lr, rounds = schedule.eta, schedule.server_lr, schedule.rounds
     R, workers = replication.replicates, replication.workers
     block = resolve_block_size(replication.block_size, R)  # default min(R, BLOCK): no replicates not asked for
     base_seed = replication.need_seed()
@@ -226,16 +253,10 @@ def svag_chain(
     h = schedule.time_step
     Q, d = problem.Q, problem.d
     steps = schedule.steps_for(Q)
-    if oracle_factory is None:
-        if not isinstance(problem, QuadraticProblem):
-            raise FedsdeInputError(
-                f"oracle_factory: required for a {type(problem).__name__} (only quadratic problems have a default)"
-            )
-        oracle_factory = GaussianQuadraticOracle
+    oracle_factory = GaussianQuadraticOracle if oracle_factory is None else oracle_factory
     dev, dtype = precision.device, precision.dtype
-    keep = record_rounds("record", record, rounds, default_all=False)
     rollouts = 1 if ell == 1 else 2
-    w_start = start_point(w0, d)
+    w_start = start
     # per replicate: the clients' weights and a few (rollouts, Q, d) work tensors of the local round; stored: the
     # recorded weights; chunks of blocks run in parallel threads (fedsde.sim.workers: the same numbers)
     item = torch.finfo(dtype).bits // 8
@@ -252,16 +273,17 @@ def svag_chain(
     workers = resolve_workers(workers, dev)
     chunks = plan_workers(R, chunk_size, block, workers, rollouts * Q * d)
     run = _Chain(problem=problem, ell=ell, R=R, block=block, seed=base_seed, oracle_factory=oracle_factory, dev=dev,
-                 dtype=dtype, etas=etas, lrs=lrs, steps=steps, w_start=w_start, keep=keep, on_grid=on_grid, bar=bar,
-                 watch=BlowUpWatch(problem_scale(problem, w_start), what or f"the SVAG chain (ell={ell})"),
-                 common=bool(common))
-    run_chunks(run, chunks, workers, on_error=on_error,
+                 dtype=dtype, etas=etas, lrs=lrs, steps=steps, w_start=w_start, keep=keep, on_grid=hooks.on_grid,
+                 bar=hooks.bar, watch=BlowUpWatch(problem_scale(problem, w_start),
+                                                  hooks.what or f"the SVAG chain (ell={ell})"),
+                 common=common)
+    run_chunks(run, chunks, workers, on_error=hooks.on_error,
                before_raise=lambda exc: run.watch.flush(before=getattr(exc, "fedsde_when", -1), stacklevel=8))
-    run.watch.flush(stacklevel=5)  # the caller, past the keywords' adapter (takes_values)
+    run.watch.flush(stacklevel=6)  # the caller of svag_chain (or validity_test), past the keywords' adapter
     config = {"ell": ell, "eta": etas.tolist() if np.ndim(eta) else float(eta), "local_steps": steps.tolist(),
               "rounds": rounds, "replicates": R, "seed": base_seed, "h": h,
               "server_lr": lrs.tolist() if np.ndim(server_lr) else float(server_lr), "device": str(dev),
-              "dtype": str(dtype).replace("torch.", ""), "block_size": block, "common_random": bool(common),
+              "dtype": str(dtype).replace("torch.", ""), "block_size": block, "common_random": common,
               "oracle": getattr(oracle_factory, "describe", getattr(oracle_factory, "__name__", repr(oracle_factory)))}
     return SVAGPaths(ell=ell, h=h, rounds=keep, times=keep * h, weights=run.out, final=run.final, config=config)
 
@@ -307,7 +329,7 @@ class _Chain:
         p = torch.as_tensor(np.asarray(self.problem.p, dtype=np.float64), dtype=dtype, device=dev)
         limits = step_limits(self.steps, device=dev)  # None when every client runs the same number of steps
         n_steps = int(self.steps.max())
-        c1, c2 = svag_coefficients(ell)
+        c1, c2 = _coefficients(ell)
         coef = torch.tensor([c1, c2], dtype=dtype, device=dev).view(1, 2, 1, 1)
         w = torch.as_tensor(self.w_start, dtype=dtype, device=dev).expand(Rp, d).clone()
         weights_p = p.expand(Rp, Q)
@@ -403,9 +425,9 @@ def simulate_svag(problem, schedule: Schedule, replication: Replication, precisi
     bar = progress_bar(rounds * positive_int("ell", ell), f"sde[svag ℓ={ell}]", unit="step", enabled=progress)
     try:
         res = svag_chain(problem, schedule, replication, precision, ell=ell, w0=w0, oracle_factory=oracle_factory,
-                         recording=Recording(record=None if moments_only else keep), on_grid=hook, bar=bar,
-                         what=f"the SDE (general, svag ell={ell})",
-                         on_error=None if moments is None else moments.abort)
+                         recording=Recording(record=None if moments_only else keep),
+                         hooks=ChainHooks(on_grid=hook, bar=bar, what=f"the SDE (general, svag ell={ell})",
+                                          on_error=None if moments is None else moments.abort))
     finally:
         bar.close()
     config = {("paths" if k == "replicates" else k): v for k, v in res.config.items()}  # the keys of mc-euler's

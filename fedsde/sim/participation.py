@@ -31,10 +31,7 @@ import torch
 
 from fedsde.clients.data_oracles import floyd_sample
 from fedsde.clients.streams import BLOCK, ReplicateStreams
-
-#: participation schemes: uniform m-subsets weighted p_k Q/m or p_k/Σ_S p_j; m draws with replacement ∝ p, 1/m each
-WEIGHTINGS = ("unbiased", "renormalised", "multinomial")
-
+from fedsde.params.sampling import WEIGHTINGS  # the schemes (their home: what a ClientSampling accepts)
 
 #: cross-device regime (module docstring): at least this many clients …
 CROSS_DEVICE_Q = 10_000

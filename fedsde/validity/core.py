@@ -18,22 +18,25 @@ import numpy as np
 from fedsde._memory import keep_memory
 from fedsde._progress import progress_bar
 from fedsde._samples import cov_numbers, replicate_cov, resolve_final_cov
-from fedsde._validate import positive_int, start_point
+from fedsde._validate import distinct_ints, start_point
 from fedsde.errors import FedsdeInputError
 from fedsde.params import (
     DEFAULT_EQUIVALENCE,
     DEFAULT_RECORDING,
+    DEFAULT_SDE_REFERENCE,
     PRECISION_FIELDS,
+    ChainHooks,
     Equivalence,
     Precision,
     Recording,
     Replication,
     Schedule,
+    SDEReference,
     fedavg_rates,
     takes_values,
 )
 from fedsde.problems.metrics import metric_names
-from fedsde.sde.svag import default_oracle_factory, svag_chain
+from fedsde.sde.svag import default_oracle_factory, run_svag_chain
 from fedsde.validity.exact_fedavg import exact_fedavg_paths, moments_close, resolve_fedavg
 from fedsde.validity.heavy import divergence_record, sampled_sides
 from fedsde.validity.metric_grid import METRIC_WORK, MetricGrid, evaluate_metrics  # noqa: F401 (re-exported)
@@ -122,32 +125,28 @@ class ValidityResult:
 
 
 def parse_ells(ells: Sequence[int]) -> list[int]:
-    """Distinct integers ``ℓ >= 1`` in increasing order."""
-    out = sorted({positive_int("ells", e) for e in ells})
-    if not out:
-        raise FedsdeInputError("ells: need at least one value of ℓ >= 1")
-    return out
+    """Distinct integers ``ℓ >= 1`` in increasing order (:func:`fedsde._validate.distinct_ints`; an
+    :class:`~fedsde.params.SDEReference` holds them checked)."""
+    return list(distinct_ints("ells", ells))
 
 
 @takes_values(schedule=("eta", "local_steps", "rounds", "server_lr", "h"), replication=("replicates", "seed"),
               precision=PRECISION_FIELDS, recording=("metrics", "record_every", "final_cov"),
-              equivalence=("tolerance", "accuracy_tolerance", "alpha", "verdict_metrics"))
+              equivalence=("tolerance", "accuracy_tolerance", "alpha", "verdict_metrics"),
+              types={"sde": SDEReference}, sde=("reference", "ells", "order", "common_random"))
 def validity_test(
     problem,
     schedule: Schedule,
     replication: Replication | None = None,
     precision: Precision | None = None,
     *,
-    ells: Sequence[int] | None = None,
+    sde: SDEReference | None = None,
     w0=None,
-    reference: str | None = None,
     equivalence: Equivalence | None = None,
     recording: Recording | None = None,
     oracle_factory: Callable | None = None,
     progress: bool = False,
     fedavg: str | None = None,
-    order: int = 1,
-    common_random: bool = True,
 ) -> ValidityResult:
     """Does seed 002's SDE (2) describe FedAvg on ``problem``?  FedAvg by Monte Carlo against the SDE.
 
@@ -161,10 +160,11 @@ def validity_test(
     Parameters
     ----------
     problem : QuadraticProblem or a data problem (with a batch size, or pass ``oracle_factory``)
-    schedule, replication, precision, equivalence, recording : values of :mod:`fedsde.params`
+    schedule, replication, precision, sde, equivalence, recording : values of :mod:`fedsde.params`
         :class:`~fedsde.params.Schedule` (``eta``, ``local_steps``, ``rounds``, ``server_lr``, ``h``),
         :class:`~fedsde.params.Replication` (``replicates``, ``seed``; none with ``fedavg="exact"``),
-        :class:`~fedsde.params.Precision` (``device``, ``dtype``), :class:`~fedsde.params.Equivalence`
+        :class:`~fedsde.params.Precision` (``device``, ``dtype``), :class:`~fedsde.params.SDEReference` (the SDE
+        side: ``reference``, ``ells``, ``order``, ``common_random``), :class:`~fedsde.params.Equivalence`
         (``tolerance``, ``accuracy_tolerance``, ``alpha``, ``verdict_metrics``) and
         :class:`~fedsde.params.Recording` (``metrics``, ``record_every``, ``final_cov``).  Each field may be
         given instead as the keyword of its name, the call of earlier releases
@@ -224,7 +224,7 @@ def validity_test(
         differences the verdict averages vary less (measured in docs/validity.md); ``False``: independent chains.
     """
     precision, recording = precision or Precision(), recording or DEFAULT_RECORDING
-    equivalence = equivalence or DEFAULT_EQUIVALENCE
+    equivalence, sde = equivalence or DEFAULT_EQUIVALENCE, sde or DEFAULT_SDE_REFERENCE
     eta, local_steps, server_lr, rounds = schedule.eta, schedule.local_steps, schedule.server_lr, schedule.rounds
     replicates, seed = (None, None) if replication is None else (replication.replicates, replication.seed)
     metrics, every, final_cov = recording.metrics, recording.record_every, recording.final_cov
@@ -234,9 +234,9 @@ def validity_test(
         raise FedsdeInputError(f"rounds={rounds}: must be an integer >= 1")
     fedavg_rates(schedule, None, None, problem.Q)  # one number each (no schedules here), τ one per client
     how = resolve_final_cov("final_cov", final_cov, problem.d)
-    reference = resolve_reference(problem, reference)
-    order = check_order(problem, order, reference)
-    mode = resolve_fedavg(problem, fedavg, reference, ells)
+    reference = resolve_reference(problem, sde.reference)
+    order = check_order(problem, sde.order, reference)
+    mode = resolve_fedavg(problem, fedavg, reference, sde.ells)
     if mode == "exact":
         if replicates is not None:
             warnings.warn(f"replicates={replicates}: not used — FedAvg's side is exact (fedavg='exact'); pass "
@@ -249,7 +249,7 @@ def validity_test(
     if replicates < 2:
         raise FedsdeInputError(f"replicates={replicates}: must be an integer >= 2")
     R = replicates
-    ells = parse_ells(DEFAULT_ELLS[reference] if ells is None else ells)
+    ells = list(DEFAULT_ELLS[reference] if sde.ells is None else sde.ells)  # checked where the value was built
     if reference == "svag" and len(ells) < 2:
         raise FedsdeInputError(f"ells={ells}: the SVAG reference needs at least two values of ℓ (its Richardson "
                                "limit uses the two largest), e.g. 1,2,4,8")
@@ -257,8 +257,7 @@ def validity_test(
     names, judged = _check_names(problem, metrics, verdict_metrics)
     if oracle_factory is None:
         oracle_factory = default_oracle_factory(problem)
-    start = default_start(problem, w0)
-    w0_arr = start_point(start, problem.d)
+    w0_arr = start_point(default_start(problem, w0), problem.d)  # checked once, for every chain
     grid = np.unique(np.r_[np.arange(0, rounds + 1, every), rounds])
     hh = schedule.time_step
     known = warn_stability(problem, schedule, stacklevel=4)  # what `fedsde exact` warns about
@@ -279,9 +278,9 @@ def validity_test(
             bar.set_description(f"validity ℓ={ell}")
             on_grid = MetricGrid(problem, names, grid, R, w0_arr, dev, dt, start=at_start)
             tic = time.perf_counter()
-            res = svag_chain(problem, schedule, replication, precision, ell=ell, w0=start,
-                             oracle_factory=oracle_factory, on_grid=on_grid, bar=bar,
-                             common=bool(common_random))
+            res = run_svag_chain(problem, schedule, replication, precision, ell=ell, start=w0_arr,
+                                 keep=np.zeros(0, np.int64), oracle_factory=oracle_factory,
+                                 hooks=ChainHooks(on_grid=on_grid, bar=bar), common=sde.common_random)
             seconds.append(time.perf_counter() - tic)
             for m, v in on_grid.host().items():
                 values[m][li] = v
@@ -321,16 +320,17 @@ def validity_test(
     verdict = validity_verdict(times, gaps, replicates=R, reference=reference, tolerance=tolerance,
                                accuracy_tolerance=accuracy_tolerance, alpha=alpha, regime=regime, base=base,
                                base_ell=ells[0], divergence=divergence_record(known))
-    sde = {m: {"mean": g.sde_mean, "se": g.sde_se} for m, g in gaps.items()}
+    sde_values = {m: {"mean": g.sde_mean, "se": g.sde_se} for m, g in gaps.items()}
     config = {"eta": float(eta), "local_steps": np.atleast_1d(local_steps).tolist(), "server_lr": float(server_lr),
               "h": hh, "rounds": rounds, "replicates": R, "seed": seed, "ells": ells, "reference": reference,
               "tolerance": tolerance, "accuracy_tolerance": accuracy_tolerance, "alpha": alpha,
               "record_every": every, "device": chain_config["device"], "dtype": chain_config["dtype"],
               "oracle": chain_config["oracle"], "seconds": seconds, "fedavg": "sampled", "final_cov": how,
-              "order": order, "common_random": bool(common_random)}
+              "order": order, "common_random": sde.common_random}
     return ValidityResult(ells=ells, rounds=grid, times=times, metrics=summary, final_mean=final_mean,
                           final_cov=None if how == "none" else np.stack(covs), verdict=verdict,
-                          extrapolated=extrapolated, values=values, config=config, sde=sde, final_cov_trace=traces)
+                          extrapolated=extrapolated, values=values, config=config, sde=sde_values,
+                          final_cov_trace=traces)
 
 
 def keep_results(d: int, L: int, T: int, R: int, metrics: int, how: str) -> int:

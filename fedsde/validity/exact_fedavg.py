@@ -56,7 +56,8 @@ def exact_fedavg_paths(problem, *, eta, local_steps=None, server_lr: float = 1.0
                        names) -> tuple[dict, np.ndarray, np.ndarray]:
     """``E φ_FedAvg`` at the grid rounds (name → (T,) or ``None`` without a closed form), and the chain's mean (d,)
     and covariance (d, d) at the last round, exactly (``eta``: a number, or a :class:`~fedsde.params.Schedule`
-    holding the rates, checked where it was built)."""
+    holding the rates, checked where it was built; ``w0`` the start point and ``grid`` the sorted rounds, checked
+    by the caller: quadratic clients with a schedule check neither again)."""
     from fedsde.validity.reference import _is_least_squares, gaussian_metric_means, moment_metric_means
 
     sched, eta, local_steps, server_lr = unpack(eta, local_steps, server_lr)
@@ -69,8 +70,11 @@ def exact_fedavg_paths(problem, *, eta, local_steps=None, server_lr: float = 1.0
         means = moment_metric_means(problem, mom.mean, mom.cov, names)
     else:
         from fedsde.exact import transient_moments
+        from fedsde.exact.moments import schedule_moments
 
-        mom = transient_moments(problem, sched or eta, local_steps, rounds, server_lr, w0=w0, record=record)
+        mom = (schedule_moments(problem, sched, w0, np.asarray(grid, np.int64)) if sched is not None
+               and rounds == sched.rounds else
+               transient_moments(problem, sched or eta, local_steps, rounds, server_lr, w0=w0, record=record))
         means = gaussian_metric_means(problem, mom.mean, mom.cov, w0, names)
     if not (np.all(np.isfinite(mom.mean)) and np.all(np.isfinite(mom.cov))):
         raise FedsdeInputError(f"eta={eta:g}, server_lr={server_lr:g}: FedAvg's exact moments overflow within "

@@ -33,6 +33,7 @@ from fedsde._validate import positive_int, start_point
 from fedsde.params import (
     DEFAULT_RECORDING,
     PRECISION_FIELDS,
+    ChainHooks,
     Integrator,
     Precision,
     Recording,
@@ -233,8 +234,10 @@ def general_sde_study(
     units = (3 + (1 if subs else 0) + (TIMING_REPEATS + rounds) * (sum(ells) + len(subs)))  # steps, timing included
     bar = progress_bar(units, "compare: timing", unit="step", enabled=progress)
 
+    timing_hooks = ChainHooks(bar=bar)
+
     def svag_once(ell: int) -> None:
-        svag_chain(problem, one_round, replication, precision, ell=ell, bar=bar, **common)
+        svag_chain(problem, one_round, replication, precision, ell=ell, hooks=timing_hooks, **common)
 
     def mc_once(k: int) -> None:
         simulate_sde(problem, one_round, mc_rep, precision, variant="general",
@@ -258,7 +261,8 @@ def general_sde_study(
         bar.set_description(f"compare: {'FedAvg' if ell == 1 else f'svag ℓ={ell}'}")
         on_grid = MetricGrid(problem, names, grid, R, w0_arr, dev, dt)
         tic = time.perf_counter()
-        res = svag_chain(problem, schedule, replication, precision, ell=ell, on_grid=on_grid, bar=bar, **common)
+        res = svag_chain(problem, schedule, replication, precision, ell=ell, hooks=ChainHooks(on_grid=on_grid, bar=bar),
+                         **common)
         sec = time.perf_counter() - tic
         hh = res.h
         runs.append(("svag", ell, hh / ell, sec, on_grid.host()))

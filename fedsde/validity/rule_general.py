@@ -26,7 +26,11 @@ from fedsde.aggregators import Aggregator, get_aggregator
 from fedsde.errors import FedsdeInputError
 from fedsde.params import (
     DEFAULT_RECORDING,
+    FULL_PARTICIPATION,
+    NO_HOOKS,
     PRECISION_FIELDS,
+    ChainHooks,
+    ClientSampling,
     Precision,
     Recording,
     Replication,
@@ -55,20 +59,21 @@ DEFAULT_METRICS = ("train_loss", "test_accuracy")
 
 
 @takes_values(schedule=("eta", "local_steps", "rounds", "server_lr", "h"), replication=("replicates", "seed"),
-              precision=PRECISION_FIELDS, recording=("metrics", "record_every"))
+              precision=PRECISION_FIELDS, recording=("metrics", "record_every"),
+              types={"sampling": ClientSampling}, sampling=("participation", "weighting"))
 def rule_general_study(problem, aggregator: str | Aggregator, schedule: Schedule, replication: Replication,
                        precision: Precision | None = None, *, ells: Sequence[int] | None = None,
-                       participation: int | None = None, weighting: str = "unbiased",
-                       recording: Recording | None = None, w0=None,
+                       sampling: ClientSampling | None = None, recording: Recording | None = None, w0=None,
                        oracle_factory: Callable | None = None) -> RuleSDEStudy:
     """Weak error of ``E φ(w_T)`` of the rule's SVAG chains against its SDE, with cost (module docstring).
 
     ``ells`` must include 1 (the rule) and at least two more (default ``1, 2, 4, 8``; adaptive rules squares,
     default ``1, 4, 16, 64``); ``metrics`` (of the :class:`~fedsde.params.Recording`) default
-    :data:`DEFAULT_METRICS`; other parameters as :func:`fedsde.validity.rules.rule_validity_test` (each field of the
+    :data:`DEFAULT_METRICS`; ``sampling`` (:class:`~fedsde.params.ClientSampling`: ``participation``,
+    ``weighting``) and the other parameters as :func:`fedsde.validity.rules.rule_validity_test` (each field of the
     values may be given instead as the keyword of its name, :func:`fedsde.params.takes_values`).
     """
-    from fedsde.sde.rule_svag import rule_svag_chain
+    from fedsde.sde.rule_svag import run_rule_svag_chain
     from fedsde.sde.svag import default_oracle_factory
     from fedsde.validity.rules import rule_ells
 
@@ -87,15 +92,16 @@ def rule_general_study(problem, aggregator: str | Aggregator, schedule: Schedule
         raise FedsdeInputError(f"ells={ells}: must contain 1 (the rule itself) and at least two larger values")
     if oracle_factory is None:
         oracle_factory = default_oracle_factory(problem)
-    start = default_start(problem, w0)
-    w0_arr = start_point(start, problem.d)
+    w0_arr = start_point(default_start(problem, w0), problem.d)  # checked once, for every chain
     grid = np.unique(np.r_[np.arange(0, rounds + 1, every), rounds])
     names = list(metrics)
-    common = dict(w0=start, participation=participation, weighting=weighting, oracle_factory=oracle_factory)
+    sampling = sampling or FULL_PARTICIPATION
+    participation, weighting = sampling.participation, sampling.weighting
+    common = dict(start=w0_arr, sampling=sampling, oracle_factory=oracle_factory, keep=np.zeros(0, np.int64))
     one_round = derive(schedule, rounds=1)
 
     def once(ell: int) -> None:
-        rule_svag_chain(problem, agg, one_round, replication, precision, ell=ell, **common)
+        run_rule_svag_chain(problem, agg, one_round, replication, precision, ell=ell, hooks=NO_HOOKS, **common)
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the measured runs below report their own warnings
@@ -107,7 +113,8 @@ def rule_general_study(problem, aggregator: str | Aggregator, schedule: Schedule
     for ell in ells:
         on_grid = MetricGrid(problem, names, grid, R, w0_arr, dev, dt)
         tic = time.perf_counter()
-        res = rule_svag_chain(problem, agg, schedule, replication, precision, ell=ell, on_grid=on_grid, **common)
+        res = run_rule_svag_chain(problem, agg, schedule, replication, precision, ell=ell,
+                                  hooks=ChainHooks(on_grid=on_grid), **common)
         hh = res.h
         runs.append((ell, hh / ell, time.perf_counter() - tic, on_grid.host()))
     means = np.stack([[_summary(v)[0][m] for m in names] for *_, v in runs])

@@ -30,12 +30,17 @@ from fedsde.errors import FedsdeInputError
 from fedsde.params import (
     DEFAULT_EQUIVALENCE,
     DEFAULT_RECORDING,
+    DEFAULT_SDE_REFERENCE,
+    FULL_PARTICIPATION,
     PRECISION_FIELDS,
+    ChainHooks,
+    ClientSampling,
     Equivalence,
     Precision,
     Recording,
     Replication,
     Schedule,
+    SDEReference,
     fedavg_rates,
     takes_values,
 )
@@ -71,7 +76,12 @@ def rule_ells(aggregator: Aggregator, reference: str, ells: Sequence[int] | None
     """The chains' ``ℓ`` (default :data:`RULE_ELLS`), checked: distinct, >= 1, squares for adaptive rules, at least
     two against the SVAG reference."""
     adaptive = aggregator.sde_kind == "adaptive"
-    out = parse_ells(RULE_ELLS[(reference, adaptive)] if ells is None else ells)
+    return _fit_ells(aggregator, reference, parse_ells(RULE_ELLS[(reference, adaptive)] if ells is None else ells))
+
+
+def _fit_ells(aggregator: Aggregator, reference: str, out: list[int]) -> list[int]:
+    """Checked ``ℓ`` (distinct, increasing) against the rule and the reference (:func:`rule_ells`)."""
+    adaptive = aggregator.sde_kind == "adaptive"
     if adaptive and any(math.isqrt(e) ** 2 != e for e in out):
         raise FedsdeInputError(f"ells={out}: the adaptive SVAG chain has ℓ = k², so each value must be a square "
                                "(e.g. 1,4,16,64)")
@@ -81,11 +91,12 @@ def rule_ells(aggregator: Aggregator, reference: str, ells: Sequence[int] | None
     return out
 
 
-def _exact_means(problem, agg, *, eta, local_steps, server_lr, h, w0, grid, names, sampling) -> dict:
+def _exact_means(problem, agg, schedule: Schedule, *, h, w0, grid, names, sampling: ClientSampling) -> dict:
     """``E φ`` of the rule's SDE at the grid rounds from its exact law (``None`` where it has no value)."""
     from fedsde.sde.rules import rule_sde
 
-    r = rule_sde(problem, agg, eta, local_steps, server_lr, h, participation=sampling[0], weighting=sampling[1])
+    r = rule_sde(problem, agg, schedule, None, None, h, participation=sampling.participation,
+                 weighting=sampling.weighting)
     if r.sampling is None:
         return exact_sde_paths(problem, r.sde, grid, h, w0, names)
     laws = [r.sde.moments(float(n) * h, w0) for n in grid]
@@ -97,20 +108,23 @@ def _exact_means(problem, agg, *, eta, local_steps, server_lr, h, w0, grid, name
 
 @takes_values(schedule=("eta", "local_steps", "rounds", "server_lr", "h"), replication=("replicates", "seed"),
               precision=PRECISION_FIELDS, recording=("metrics", "record_every", "final_cov"),
-              equivalence=("tolerance", "accuracy_tolerance", "alpha", "verdict_metrics"))
+              equivalence=("tolerance", "accuracy_tolerance", "alpha", "verdict_metrics"),
+              types={"sde": SDEReference, "sampling": ClientSampling}, sde=("reference", "ells"),
+              sampling=("participation", "weighting"))
 def rule_validity_test(problem, aggregator: str | Aggregator, schedule: Schedule, replication: Replication,
-                       precision: Precision | None = None, *, w0=None, ells: Sequence[int] | None = None,
-                       reference: str | None = None, participation: int | None = None, weighting: str = "unbiased",
-                       equivalence: Equivalence | None = None, recording: Recording | None = None,
-                       oracle_factory: Callable | None = None, progress: bool = False) -> ValidityResult:
+                       precision: Precision | None = None, *, w0=None, sde: SDEReference | None = None,
+                       sampling: ClientSampling | None = None, equivalence: Equivalence | None = None,
+                       recording: Recording | None = None, oracle_factory: Callable | None = None,
+                       progress: bool = False) -> ValidityResult:
     """Is the rule's own SDE a good model of the rule on ``problem``?  (Module docstring.)
 
     Parameters as :func:`fedsde.validity.validity_test` (the values :class:`~fedsde.params.Schedule`,
     :class:`~fedsde.params.Replication`: ``replicates >= 2``, ``seed``; :class:`~fedsde.params.Precision`,
-    :class:`~fedsde.params.Equivalence` and :class:`~fedsde.params.Recording`: ``metrics``, ``record_every``,
-    ``final_cov``; each field may be given instead as the keyword of its name, :func:`fedsde.params.takes_values`),
-    and ``aggregator`` (a rule with an SDE),
-    ``participation``/``weighting`` (client sampling, as :func:`fedsde.sim.simulate`; the SDE carries its term).
+    :class:`~fedsde.params.SDEReference`: ``reference``, ``ells``; :class:`~fedsde.params.Equivalence` and
+    :class:`~fedsde.params.Recording`: ``metrics``, ``record_every``, ``final_cov``; each field may be given
+    instead as the keyword of its name, :func:`fedsde.params.takes_values`), and ``aggregator`` (a rule with an
+    SDE), ``sampling`` (:class:`~fedsde.params.ClientSampling`: ``participation``, ``weighting``, as
+    :func:`fedsde.sim.simulate` draws them; the SDE carries its term).
     ``ells``: default ``1`` (exact reference), ``1,2,4,8`` or, adaptive rules, ``1,4,16,64`` (SVAG reference).
     ``final_cov``: what ``final_cov`` keeps per ``ℓ``: ``"full"`` (d × d, the default), ``"diag"`` (d) or
     ``"none"``.
@@ -120,12 +134,14 @@ def rule_validity_test(problem, aggregator: str | Aggregator, schedule: Schedule
     ValidityResult
         ``config`` names the rule, its SDE kind and the sampling.
     """
-    from fedsde.sde.rule_svag import rule_svag_chain
+    from fedsde.sde.rule_svag import run_rule_svag_chain
     from fedsde.sde.rules import NoSDEError
     from fedsde.sde.svag import default_oracle_factory
 
     precision, recording = precision or Precision(), recording or DEFAULT_RECORDING
-    equivalence = equivalence or DEFAULT_EQUIVALENCE
+    equivalence, sde = equivalence or DEFAULT_EQUIVALENCE, sde or DEFAULT_SDE_REFERENCE
+    sampling = sampling or FULL_PARTICIPATION
+    participation, weighting = sampling.participation, sampling.weighting
     eta, local_steps, server_lr, rounds, h = (schedule.eta, schedule.local_steps, schedule.server_lr,
                                               schedule.rounds, schedule.h)
     R = replication.replicates
@@ -141,18 +157,17 @@ def rule_validity_test(problem, aggregator: str | Aggregator, schedule: Schedule
     if R < 2:
         raise FedsdeInputError(f"replicates={R}: must be an integer >= 2")
     eta, _, server_lr = fedavg_rates(schedule, None, None, problem.Q)  # one number each, τ one per client
-    reference = rule_reference(problem, agg, reference)
-    ells = rule_ells(agg, reference, ells)
-    names, judged = _check_names(problem, metrics, verdict_metrics)
+    reference = rule_reference(problem, agg, sde.reference)
     adaptive = agg.sde_kind == "adaptive"
+    ells = _fit_ells(agg, reference, list(RULE_ELLS[(reference, adaptive)] if sde.ells is None else sde.ells))
+    names, judged = _check_names(problem, metrics, verdict_metrics)
     hh = (server_lr**2 if adaptive else eta) if h is None else h
-    start = default_start(problem, w0)
-    w0_arr = start_point(start, problem.d)
+    w0_arr = start_point(default_start(problem, w0), problem.d)  # checked once, for every chain
     grid = np.unique(np.r_[np.arange(0, rounds + 1, every), rounds])
     sde_exact = None
     if reference == "exact":  # before any chain runs
-        sde_exact = _exact_means(problem, agg, eta=eta, local_steps=local_steps, server_lr=server_lr, h=hh,
-                                 w0=w0_arr, grid=grid, names=judged, sampling=(participation, weighting))
+        sde_exact = _exact_means(problem, agg, schedule, h=hh, w0=w0_arr, grid=grid, names=judged,
+                                 sampling=sampling)
     if oracle_factory is None:
         oracle_factory = default_oracle_factory(problem)
     dev, dt = precision.device, precision.dtype
@@ -165,9 +180,9 @@ def rule_validity_test(problem, aggregator: str | Aggregator, schedule: Schedule
         for li, ell in enumerate(ells):
             on_grid = MetricGrid(problem, names, grid, R, w0_arr, dev, dt)
             tic = time.perf_counter()
-            res = rule_svag_chain(problem, agg, schedule, replication, precision, ell=ell, w0=start,
-                                  participation=participation, weighting=weighting, oracle_factory=oracle_factory,
-                                  on_grid=on_grid, bar=bar)
+            res = run_rule_svag_chain(problem, agg, schedule, replication, precision, ell=ell, start=w0_arr,
+                                      sampling=sampling, oracle_factory=oracle_factory, keep=np.zeros(0, np.int64),
+                                      hooks=ChainHooks(on_grid=on_grid, bar=bar))
             seconds.append(time.perf_counter() - tic)
             for m, v in on_grid.host().items():
                 values[m][li] = v
@@ -206,10 +221,10 @@ def rule_validity_test(problem, aggregator: str | Aggregator, schedule: Schedule
               "accuracy_tolerance": accuracy_tolerance, "alpha": alpha, "record_every": every,
               "device": res.config["device"], "dtype": res.config["dtype"], "oracle": res.config["oracle"],
               "seconds": seconds, "fedavg": "sampled"}
-    sde = {m: {"mean": g.sde_mean, "se": g.sde_se} for m, g in gaps.items()}
+    sde_values = {m: {"mean": g.sde_mean, "se": g.sde_se} for m, g in gaps.items()}
     return ValidityResult(ells=ells, rounds=grid, times=times, metrics=summary, final_mean=final_mean,
                           final_cov=np.array(covs) if covs else None, verdict=verdict, extrapolated=extrapolated,
-                          values=values, config=config, sde=sde)
+                          values=values, config=config, sde=sde_values)
 
 
 def _exact_gaps(values: dict, sde: dict) -> dict:
