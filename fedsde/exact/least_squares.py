@@ -42,8 +42,8 @@ from fedsde._validate import (
 )
 from fedsde.errors import FedsdeInputError, NoStationaryLawError
 from fedsde.exact._least_squares_steps import LocalData, weight_moments
+from fedsde.params.sampling import WEIGHTINGS
 
-WEIGHTINGS = ("unbiased", "renormalised", "multinomial")
 METHODS = ("auto", "dense", "matrix-free")
 #: a stationary solve whose relative residual is above this is refused
 SOLVE_RTOL = 1e-9

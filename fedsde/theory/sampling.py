@@ -28,9 +28,8 @@ import numpy as np
 from fedsde._validate import choice, client_steps, client_weights, positive_int
 from fedsde.errors import FedsdeInputError
 from fedsde.exact import client_round_maps
+from fedsde.params.sampling import WEIGHTINGS
 from fedsde.problems.quadratic.problem import QuadraticProblem
-
-WEIGHTINGS = ("unbiased", "renormalised", "multinomial")
 
 
 def weighting_distribution(p, m: int, weighting: str) -> tuple[np.ndarray, np.ndarray]:
