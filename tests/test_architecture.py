@@ -57,13 +57,6 @@ def test_no_function_takes_more_than_eight_positional_parameters():
 #: public functions still above 12 parameters (all kinds; ``**kwargs`` counts one), with their count today and why:
 #: the rule holds everywhere else, and an entry may only shrink or go (a value of fedsde.params taking its place)
 WIDE_EXCEPTIONS = {
-    # not run parameters: a problem's own data and model options, one keyword per key of its problem file (the
-    # file's keys, spelt as the TOML spells them; what travels through the layers is the problem built from them)
-    "from_clients": (16, "a classification problem's data and model keys"),
-    "module_problem": (16, "a module problem's data, model and batching keys"),
-    "federated_classification": (15, "a classification problem's dataset, partition and model keys"),
-    "module_population_problem": (13, "a module population's data, model and batching keys"),
-    "create": (13, "a population's generator keys"),
     # the symbols of a theorem, named as printed (seed 000, Thm 4.1): grouping them would hide the correspondence
     "thm_4_1": (13, "the symbols of FedAWARE's Theorem 4.1"),
     # the one local-SGD loop: the tensors of one round, keyword-only, called every round of every chunk

@@ -33,6 +33,13 @@ from fedsde.params import (
     takes_values,
 )
 from fedsde.problems import QuadraticProblem, save_problem
+from fedsde.problems.classification.datasets import federated_classification
+from fedsde.problems.classification.options import Classifier, Minibatches
+from fedsde.problems.classification.partition import Partition
+from fedsde.problems.evaluation import Evaluation
+from fedsde.problems.module.options import ModuleBatches, ModuleTraining
+from fedsde.problems.module.population import module_population_problem
+from fedsde.problems.module.problem import module_problem
 from fedsde.sde import simulate_sde
 from fedsde.sde.adaptive import adaptive_sde_paths
 from fedsde.sde.order2_paths import coupled_paths, simulate_order2
@@ -78,6 +85,18 @@ BAD = [
     (Integrator, dict(substeps=0), "substeps=0"),
     (Equivalence, dict(tolerance=0.0), "tolerance=0.0"),
     (Equivalence, dict(alpha=1.5), "alpha=1.5"),
+]
+BAD += [  # the problems' options (fedsde.problems)
+    (Classifier, dict(model="svm"), "model='svm'"),
+    (Classifier, dict(model="mlp", hidden=0), "hidden=0"),
+    (Classifier, dict(l2=-1.0), "l2=-1.0"),
+    (Minibatches, dict(sampling="shuffle"), "sampling='shuffle'"),
+    (Evaluation, dict(metric_samples=8), "metric_samples=8"),
+    (Evaluation, dict(batching="jit"), "batching='jit'"),
+    (ModuleTraining, dict(loss="hinge"), "loss='hinge'"),
+    (ModuleBatches, dict(batch_size="all"), "batch_size='all'"),
+    (Partition, dict(alpha=0.0), "alpha=0.0"),
+    (Partition, dict(partition="pathological"), "partition='pathological'"),
 ]
 
 
@@ -155,6 +174,13 @@ def test_every_function_that_takes_values_is_covered_here():
 SAMPLES = {"schedule": (Schedule(0.1, 2, 3), "eta", 0.1), "replication": (Replication(4, 0), "replicates", 4),
            "precision": (Precision(), "device", "cpu"), "recording": (Recording(), "record_every", 1),
            "integrator": (Integrator(), "substeps", 1), "equivalence": (Equivalence(), "tolerance", 0.1)}
+# the problems' constructors and their options (classmethods, which the scan above does not see, are covered in
+# tests/test_problem_options.py)
+TAKERS.update({"federated_classification": federated_classification, "module_problem": module_problem,
+               "module_population_problem": module_population_problem})
+SAMPLES.update({"classifier": (Classifier(), "l2", 0.1), "minibatches": (Minibatches(), "batch_size", 4),
+                "evaluation": (Evaluation(), "metric_samples", 64), "partitioning": (Partition(), "alpha", 0.3),
+                "training": (ModuleTraining(), "l2", 0.1), "batches": (ModuleBatches(), "batch_size", 4)})
 
 
 @pytest.mark.parametrize("name", sorted(TAKERS))
