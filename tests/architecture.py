@@ -37,7 +37,7 @@ FLOORS: list[set[str]] = [
 #: labelled data, populations produced on demand, least squares, a user's module), with the file readers that compose
 #: them and the metrics above the kinds they read.  A "sub-room" is the name after ``fedsde.problems.``.
 PROBLEM_FLOORS: list[set[str]] = [
-    {"_file_keys", "_old_homes", "estimates"},
+    {"_file_keys", "_old_homes", "estimates", "evaluation"},
     {"quadratic"},
     {"classification"},
     {"populations"},

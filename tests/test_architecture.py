@@ -54,25 +54,9 @@ def test_no_function_takes_more_than_eight_positional_parameters():
     assert positional_heavy(8) == []
 
 
-#: public functions still above 12 parameters (all kinds; ``**kwargs`` counts one), with their count today and why:
-#: the rule holds everywhere else, and an entry may only shrink or go (a value of fedsde.params taking its place)
-WIDE_EXCEPTIONS = {
-    # not run parameters: a problem's own data and model options, one keyword per key of its problem file (the
-    # file's keys, spelt as the TOML spells them; what travels through the layers is the problem built from them)
-    "from_clients": (16, "a classification problem's data and model keys"),
-    "module_problem": (16, "a module problem's data, model and batching keys"),
-    "federated_classification": (15, "a classification problem's dataset, partition and model keys"),
-    "module_population_problem": (13, "a module population's data, model and batching keys"),
-    "create": (13, "a population's generator keys"),
-}
-
-
 def test_no_public_function_takes_more_than_twelve_parameters():
-    wide = {name: n for _, _, name, n in wide_functions(12)}
-    assert set(wide) <= set(WIDE_EXCEPTIONS), sorted(set(wide) - set(WIDE_EXCEPTIONS))
-    assert all(n <= WIDE_EXCEPTIONS[name][0] for name, n in wide.items()), wide
-    gone = set(WIDE_EXCEPTIONS) - set(wide)
-    assert not gone, f"no longer wide, drop from WIDE_EXCEPTIONS: {sorted(gone)}"
+    # what travels together is a value (fedsde.params, the problems' options), passed whole; ``**kwargs`` counts one
+    assert wide_functions(12) == []
 
 
 def test_no_comparison_with_an_aggregator_name_outside_the_aggregators():

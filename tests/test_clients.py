@@ -150,7 +150,7 @@ def test_begin_round_is_called_once_with_the_three_keywords():
                     clients=clients)
     run_local_steps(x=x, oracle=oracle, streams=_streams(nb=1), eta=0.1, n_steps=1)
     run_local_steps(x=x, oracle=oracle, streams=_streams(nb=1), eta=0.1, n_steps=3,
-                    batches=RoundBatches(batch, 3, clients))
+                    round_batches=RoundBatches(batch, 3, clients))
     assert len(calls) == 3
     assert calls[0][0] is batch and calls[0][1] == 3 and calls[0][2] is clients
     assert calls[1] == (None, None, None)

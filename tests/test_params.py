@@ -41,6 +41,13 @@ from fedsde.params import (
     takes_values,
 )
 from fedsde.problems import QuadraticProblem, save_problem
+from fedsde.problems.classification.datasets import federated_classification
+from fedsde.problems.classification.options import Classifier, Minibatches
+from fedsde.problems.classification.partition import Partition
+from fedsde.problems.evaluation import Evaluation
+from fedsde.problems.module.options import ModuleBatches, ModuleTraining
+from fedsde.problems.module.population import module_population_problem
+from fedsde.problems.module.problem import module_problem
 from fedsde.sde import simulate_sde
 from fedsde.sde.adaptive import adaptive_sde_paths
 from fedsde.sde.order2_paths import coupled_paths, simulate_order2
@@ -108,6 +115,18 @@ BAD = [
     (SDEReference, dict(order=3), "order=3"),
     (ChainHooks, dict(on_grid=3), "on_grid=3"),
     (ChainHooks, dict(bar="bar"), "bar='bar'"),
+]
+BAD += [  # the problems' options (fedsde.problems)
+    (Classifier, dict(model="svm"), "model='svm'"),
+    (Classifier, dict(model="mlp", hidden=0), "hidden=0"),
+    (Classifier, dict(l2=-1.0), "l2=-1.0"),
+    (Minibatches, dict(sampling="shuffle"), "sampling='shuffle'"),
+    (Evaluation, dict(metric_samples=8), "metric_samples=8"),
+    (Evaluation, dict(batching="jit"), "batching='jit'"),
+    (ModuleTraining, dict(loss="hinge"), "loss='hinge'"),
+    (ModuleBatches, dict(batch_size="all"), "batch_size='all'"),
+    (Partition, dict(alpha=0.0), "alpha=0.0"),
+    (Partition, dict(partition="pathological"), "partition='pathological'"),
 ]
 
 
@@ -189,12 +208,19 @@ SAMPLES = {"schedule": (Schedule(0.1, 2, 3), "eta", 0.1), "replication": (Replic
            "integrator": (Integrator(), "substeps", 1), "equivalence": (Equivalence(), "tolerance", 0.1),
            "settings": (FedAwareSettings(eta=1.0, eta_l=0.1, K=2, alpha=0.5, p=1.0), "eta", 1.0),
            "constants": (FedAwareConstants(L=1.0, sigma_l2=0.0, sigma_g2=1.0), "L", 1.0),
-           "batches": (RoundBatches(), "max_batch", 4)}
+           "round_batches": (RoundBatches(), "max_batch", 4)}
 SAMPLES["refinement"] = (StepRefinement(0.1, 2, t_end=0.2, time_steps=[0.1, 0.05]), "t_end", 0.2)
 SAMPLES["eta_refinement"] = (EtaRefinement(order=1), "order", 1)
 SAMPLES["execution"] = (SweepExecution(), "workers", 1)
 SAMPLES |= {"sampling": (ClientSampling(), "participation", 1), "sde": (SDEReference(), "reference", "svag"),
             "hooks": (ChainHooks(), "what", "a chain")}
+# the problems' constructors and their options (classmethods, which the scan above does not see, are covered in
+# tests/test_problem_options.py)
+TAKERS.update({"federated_classification": federated_classification, "module_problem": module_problem,
+               "module_population_problem": module_population_problem})
+SAMPLES.update({"classifier": (Classifier(), "l2", 0.1), "minibatches": (Minibatches(), "batch_size", 4),
+                "evaluation": (Evaluation(), "metric_samples", 64), "partitioning": (Partition(), "alpha", 0.3),
+                "training": (ModuleTraining(), "l2", 0.1), "batches": (ModuleBatches(), "batch_size", 4)})
 
 
 @pytest.mark.parametrize("name", sorted(TAKERS))

@@ -90,7 +90,7 @@ class RoundBatches:
 _NO_BATCHES = RoundBatches()
 
 
-@takes_values(types={"batches": RoundBatches}, batches=("batch", "max_batch", "clients"))
+@takes_values(types={"round_batches": RoundBatches}, round_batches=("batch", "max_batch", "clients"))
 def run_local_steps(
     *,
     x: torch.Tensor,
@@ -99,7 +99,7 @@ def run_local_steps(
     eta: float,
     n_steps: int,
     local_steps: torch.Tensor | None = None,
-    batches: RoundBatches | None = None,
+    round_batches: RoundBatches | None = None,
     solver: LocalSolverLike | None = None,
     anchor: torch.Tensor | None = None,
     correction: torch.Tensor | None = None,
@@ -124,7 +124,7 @@ def run_local_steps(
     local_steps : Tensor of int, broadcastable to (nb, slots, B, 1), optional
         ``τ_k`` of every client (clients stop after their ``τ_k`` steps); ``None`` when all run ``n_steps``
         (see :func:`step_limits`).
-    batches : RoundBatches, optional
+    round_batches : RoundBatches, optional
         Handed to ``oracle.begin_round`` (:class:`~fedsde.clients.oracles.GradientOracle`): the round's batch sizes
         (R, slots), their padded length, the client of each slot (nb, slots, B); ``None`` for the defaults.  The
         keywords ``batch=``, ``max_batch=``, ``clients=`` still build it.
@@ -146,7 +146,7 @@ def run_local_steps(
     """
     begin_round = getattr(oracle, "begin_round", None)
     if begin_round is not None:
-        b = batches or _NO_BATCHES
+        b = round_batches or _NO_BATCHES
         begin_round(batch=b.batch, max_batch=b.max_batch, clients=b.clients)
     return local_loop(x=x, oracle=oracle, streams=streams, eta=eta, n_steps=n_steps, local_steps=local_steps,
                       solver=solver, anchor=anchor, correction=correction, keep_first_grad=keep_first_grad,

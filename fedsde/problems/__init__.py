@@ -3,11 +3,19 @@ regression and one-hidden-layer MLP clients on real data (scikit-learn's bundled
 (the models themselves in :mod:`fedsde.problems.classification.models`), client populations produced on demand
 (:mod:`fedsde.problems.populations.base`), data problems from files, partitioners, and metrics of
 server weights; least-squares regression clients (a user's CSV, Grunfeld, diabetes) with real minibatch
-sampling, whose exact moments live in :mod:`fedsde.exact.least_squares`."""
+sampling, whose exact moments live in :mod:`fedsde.exact.least_squares`.
+
+The constructors of the data problems take their options as small frozen values, checked once where they are built
+(or, as before, as the keywords of their fields): :class:`Classifier` and :class:`Minibatches` (classification and
+population problems), :class:`ModuleTraining` and :class:`ModuleBatches` (a user's module), :class:`Evaluation`
+(every kind: the metrics' rows, the module's batching) and :class:`Partition` (how a bundled set is split among
+clients, :func:`federated_classification`)."""
 
 from fedsde.problems import _old_homes
 from fedsde.problems.classification.datasets import federated_classification, load_dataset
+from fedsde.problems.classification.options import Classifier, Minibatches
 from fedsde.problems.classification.partition import (
+    Partition,
     dirichlet_partition,
     iid_partition,
     label_histogram,
@@ -18,9 +26,11 @@ from fedsde.problems.classification.partition import (
 from fedsde.problems.classification.problem import ClassificationProblem
 from fedsde.problems.classification.synthetic import synthetic_problem
 from fedsde.problems.data_files import data_problem_from_dict
+from fedsde.problems.evaluation import Evaluation
 from fedsde.problems.io import load_problem, problem_from_dict, save_problem
 from fedsde.problems.metrics import METRICS, evaluate_metrics, metric_names
 from fedsde.problems.module import is_module_problem
+from fedsde.problems.module.options import ModuleBatches, ModuleTraining
 from fedsde.problems.populations.base import ClientPopulation, PopulationProblem
 from fedsde.problems.populations.synthetic import synthetic_population_problem
 from fedsde.problems.quadratic.generate import paper_table_problem, random_quadratic_problem
@@ -63,8 +73,14 @@ def require_quadratic(problem, what: str, why: str) -> None:
 __all__ = [
     "METRICS",
     "ClassificationProblem",
+    "Classifier",
     "ClientPopulation",
+    "Evaluation",
+    "Minibatches",
+    "ModuleBatches",
     "ModuleProblem",
+    "ModuleTraining",
+    "Partition",
     "PopulationProblem",
     "QuadraticProblem",
     "RegressionPopulation",

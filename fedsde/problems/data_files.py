@@ -59,17 +59,16 @@ from fedsde.errors import FedsdeInputError
 from fedsde.problems._file_keys import _Keys
 from fedsde.problems.classification.datasets import federated_classification
 from fedsde.problems.classification.models import check_model_memory
+from fedsde.problems.classification.options import Classifier
+from fedsde.problems.classification.partition import PARTITIONS, SCHEME_KEYS, Partition
 from fedsde.problems.classification.problem import MODELS, SAMPLINGS, ClassificationProblem
 
 if TYPE_CHECKING:
     from fedsde.problems.regression.problem import RegressionProblem
 
 DATASETS = ("digits", "breast_cancer", "synthetic")
-PARTITIONS = ("iid", "dirichlet", "shards", "quantity", "niid2")
 _COMMON = ("kind", "dataset", "model", "hidden", "batch_size", "seed", "init_seed", "clients", "l2", "population",
            "test_fraction", "weights", "sampling", "name")
-_PARTITION_KEYS = {"dirichlet": ("alpha", "min_size"), "quantity": ("quantity_beta", "min_size"),
-                   "shards": ("shards_per_client",), "niid2": ("n_biased", "n_uniform"), "iid": ()}
 _SKLEARN = ("partition", "alpha", "min_size", "shards_per_client", "quantity_beta", "n_biased", "n_uniform",
             "standardise")
 _SYNTHETIC = ("alpha", "beta", "iid", "dim", "n_classes", "max_samples")
@@ -164,19 +163,21 @@ def data_problem_from_dict(data: dict, *, source: str = "problem", base_dir=None
 def _sklearn(k: _Keys, dataset: str, seed: int, test_fraction: float, l2: float,
              weights: str) -> ClassificationProblem:
     partition = k.choice("partition", PARTITIONS, "dirichlet")
-    own = _PARTITION_KEYS[partition]
+    own = SCHEME_KEYS[partition]
     for key in ("alpha", "min_size", "shards_per_client", "quantity_beta", "n_biased", "n_uniform"):
         if k.has(key) and key not in own:
             raise k.fail(f"{key}={k.data[key]!r}: not used by partition={partition!r} "
                          f"(its keys: {', '.join(own) or 'none'})")
     if partition == "niid2" and k.has("clients"):
         raise k.fail("clients: not used by partition='niid2' (it has n_biased + n_uniform clients)")
+    partitioning = Partition(
+        partition, n_clients=k.integer("clients", 10), alpha=k.number("alpha", 0.5),
+        shards_per_client=k.integer("shards_per_client", 2), quantity_beta=k.number("quantity_beta", 1.0),
+        n_biased=k.integer("n_biased", 5), n_uniform=k.integer("n_uniform", 1, minimum=0),
+        min_size=k.integer("min_size", 10, minimum=0))
     return federated_classification(
-        dataset, n_clients=k.integer("clients", 10), partition=partition, seed=seed,
-        alpha=k.number("alpha", 0.5), shards_per_client=k.integer("shards_per_client", 2),
-        quantity_beta=k.number("quantity_beta", 1.0), n_biased=k.integer("n_biased", 5),
-        n_uniform=k.integer("n_uniform", 1, minimum=0), min_size=k.integer("min_size", 10, minimum=0),
-        test_fraction=test_fraction, model="logistic" if dataset == "breast_cancer" else "softmax", l2=l2,
+        dataset, partitioning=partitioning, seed=seed, test_fraction=test_fraction,
+        classifier=Classifier("logistic" if dataset == "breast_cancer" else "softmax", l2=l2),
         standardise=k.boolean("standardise", True), weights=weights,
     )
 

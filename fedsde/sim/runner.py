@@ -361,7 +361,7 @@ def run_chunk(plan: SimulationPlan, start: int, R: int, out_w, out_drift: np.nda
             x=x, oracle=oracle, streams=noise, eta=eta, n_steps=n_steps,
             # (nb, slots, B, 1): local steps of each client, to stop clients with fewer steps
             local_steps=None if draws.uniform else tau_s.view(nb, block, slots).transpose(1, 2).unsqueeze(-1),
-            batches=RoundBatches(batch, max_batch, clients), solver=solver, anchor=wb,
+            round_batches=RoundBatches(batch, max_batch, clients), solver=solver, anchor=wb,
             correction=None if corr is None else corr.view(nb, block, slots, d).transpose(1, 2),
             keep_first_grad=agg.needs_first_grads,
             on_step=None if rec is None else partial(_record_drift, out_drift, rec, wb=wb, start=start, R=R),

@@ -149,8 +149,13 @@ class _Model:
     hidden_layer: ClassVar[bool] = False
 
     @classmethod
+    def check_classes(cls, n_classes: int) -> None:
+        """Refuse a number of classes this kind cannot fit (the logistic model needs two)."""
+
+    @classmethod
     def checked_hidden(cls, n_classes: int, hidden: int | None) -> int:
         """The hidden units of a model of this kind (validated; 0 for the linear models)."""
+        cls.check_classes(n_classes)
         if hidden is not None:
             raise FedsdeInputError(f"hidden={hidden!r}: only allowed with model='mlp' (model={cls.name!r})")
         return 0
@@ -257,10 +262,9 @@ class LogisticModel(_LinearModel):
     curvature: ClassVar[float | None] = 0.25
 
     @classmethod
-    def checked_hidden(cls, n_classes: int, hidden: int | None) -> int:
+    def check_classes(cls, n_classes: int) -> None:
         if n_classes != 2:
             raise FedsdeInputError(f"model='logistic': needs binary labels, found n_classes={n_classes}")
-        return super().checked_hidden(n_classes, hidden)
 
     @property
     def n_outputs(self) -> int:

@@ -13,13 +13,19 @@ was given); together they cover each sample at most once.  All randomness comes 
 * :func:`quantity_skew_partition` — IID labels, client sizes from Dirichlet(β) proportions;
 * :func:`niid2_partition` — seed 004's NIID-2: equal-size clients, ``n_biased`` of them holding ``C/5`` classes
   each and ``n_uniform`` holding every class.
+
+:class:`Partition` holds a scheme and its parameters as one checked value (what
+:func:`~fedsde.problems.classification.datasets.federated_classification` and the ``partition`` keys of a problem
+file describe); :meth:`Partition.split` runs its partitioner.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 
-from fedsde._validate import positive_float, positive_int
+from fedsde._validate import choice, positive_float, positive_int
 from fedsde.errors import FedsdeInputError
 
 
@@ -45,8 +51,10 @@ def label_histogram(labels, parts: list[np.ndarray], n_classes: int | None = Non
 
 def iid_partition(n_samples: int, n_clients: int, *, seed: int) -> list[np.ndarray]:
     """A uniform random split of ``range(n_samples)`` into ``n_clients`` parts whose sizes differ by at most one."""
-    n_samples = positive_int("n_samples", n_samples)
-    n_clients = positive_int("n_clients", n_clients)
+    return _iid(positive_int("n_samples", n_samples), positive_int("n_clients", n_clients), seed)
+
+
+def _iid(n_samples: int, n_clients: int, seed: int) -> list[np.ndarray]:
     if n_clients > n_samples:
         raise FedsdeInputError(f"n_clients={n_clients}: cannot exceed the number of samples ({n_samples})")
     perm = np.random.default_rng(seed).permutation(n_samples)
@@ -60,6 +68,10 @@ def _sorted_parts(values: np.ndarray, counts: np.ndarray) -> list[np.ndarray]:
     return np.split(values[np.lexsort((values, owner))], np.cumsum(counts)[:-1])
 
 
+#: rejected draws of the Dirichlet partitioners before they give up (their default ``max_tries``)
+DIRICHLET_TRIES = 1000
+
+
 def dirichlet_partition(
     labels,
     n_clients: int,
@@ -68,7 +80,7 @@ def dirichlet_partition(
     seed: int,
     min_size: int = 10,
     balance: bool = True,
-    max_tries: int = 1000,
+    max_tries: int = DIRICHLET_TRIES,
 ) -> list[np.ndarray]:
     """Per-class Dirichlet(α) label skew ("hetero-dir"; seed 003 App. B, seed 004 NIID-1, seed 000 Hybrid).
 
@@ -98,11 +110,14 @@ def dirichlet_partition(
     list of ndarray of int
         ``Q`` index arrays into ``labels`` (each shuffled).
     """
-    y, C = _labels(labels)
-    Q = positive_int("n_clients", n_clients)
-    alpha = positive_float("alpha", alpha)
-    min_size = positive_int("min_size", min_size, minimum=0)
-    max_tries = positive_int("max_tries", max_tries)
+    return _dirichlet(_labels(labels), positive_int("n_clients", n_clients), positive_float("alpha", alpha), seed,
+                      positive_int("min_size", min_size, minimum=0), bool(balance),
+                      positive_int("max_tries", max_tries))
+
+
+def _dirichlet(labels: tuple[np.ndarray, int], Q: int, alpha: float, seed: int, min_size: int, balance: bool,
+               max_tries: int) -> list[np.ndarray]:
+    y, C = labels
     N = y.size
     if Q * min_size > N:
         raise FedsdeInputError(
@@ -156,8 +171,10 @@ def shard_partition(labels, n_clients: int, shards_per_client: int = 2, *, seed:
         ``Q`` index arrays of equal size ``shards_per_client · ⌊N / n_shards⌋``.
     """
     y, _ = _labels(labels)
-    Q = positive_int("n_clients", n_clients)
-    spc = positive_int("shards_per_client", shards_per_client)
+    return _shards(y, positive_int("n_clients", n_clients), positive_int("shards_per_client", shards_per_client), seed)
+
+
+def _shards(y: np.ndarray, Q: int, spc: int, seed: int) -> list[np.ndarray]:
     n_shards = Q * spc
     size = y.size // n_shards
     if size < 1:
@@ -180,18 +197,19 @@ def quantity_skew_partition(
     *,
     seed: int,
     min_size: int = 10,
-    max_tries: int = 1000,
+    max_tries: int = DIRICHLET_TRIES,
 ) -> list[np.ndarray]:
     """Quantity skew with IID labels (NIID-Bench "iid-diff-quantity").
 
     Client proportions ``q ~ Dir(β·1_Q)`` are redrawn until every client gets at least ``min_size`` samples
     (stall guard ``max_tries``); a random permutation of the samples is cut at the cumulative proportions.
     """
-    N = positive_int("n_samples", n_samples)
-    Q = positive_int("n_clients", n_clients)
-    beta = positive_float("beta", beta)
-    min_size = positive_int("min_size", min_size, minimum=0)
-    max_tries = positive_int("max_tries", max_tries)
+    return _quantity(positive_int("n_samples", n_samples), positive_int("n_clients", n_clients),
+                     positive_float("beta", beta), seed, positive_int("min_size", min_size, minimum=0),
+                     positive_int("max_tries", max_tries))
+
+
+def _quantity(N: int, Q: int, beta: float, seed: int, min_size: int, max_tries: int) -> list[np.ndarray]:
     if Q * min_size > N:
         raise FedsdeInputError(
             f"min_size={min_size}: {Q} clients x {min_size} samples exceeds the {N} samples available"
@@ -225,12 +243,17 @@ def niid2_partition(
     class can supply (``⌊N_c / demand_c⌋`` minimised over classes; ``⌊N/(C·K)⌋`` for balanced classes, as in the
     reference code).  Biased clients come first, uniform clients last.
     """
-    y, C = _labels(labels)
     nb = positive_int("n_biased", n_biased, minimum=0)
     nu = positive_int("n_uniform", n_uniform, minimum=0)
     if nb + nu < 1:
         raise FedsdeInputError("n_biased + n_uniform: need at least one client")
-    g = C // 5 if classes_per_biased is None else positive_int("classes_per_biased", classes_per_biased)
+    g = None if classes_per_biased is None else positive_int("classes_per_biased", classes_per_biased)
+    return _niid2(_labels(labels), nb, nu, seed, g)
+
+
+def _niid2(labels: tuple[np.ndarray, int], nb: int, nu: int, seed: int, g: int | None) -> list[np.ndarray]:
+    y, C = labels
+    g = C // 5 if g is None else g
     if nb and (g < 1 or C % g):
         raise FedsdeInputError(
             f"classes_per_biased={g}: must be >= 1 and divide the number of classes C={C}"
@@ -258,3 +281,80 @@ def niid2_partition(
     for _ in range(nu):
         parts.append(np.concatenate([pools[c].pop() for c in range(C)]))
     return [rng.permutation(p) for p in parts]
+
+
+#: the partition schemes and the parameters each reads (the keys a problem file may give with it)
+SCHEME_KEYS: dict[str, tuple[str, ...]] = {
+    "iid": (), "dirichlet": ("alpha", "min_size"), "shards": ("shards_per_client",),
+    "quantity": ("quantity_beta", "min_size"), "niid2": ("n_biased", "n_uniform")}
+PARTITIONS = tuple(SCHEME_KEYS)
+
+
+@dataclass(frozen=True)
+class Partition:
+    """How a labelled data set is split among clients: a scheme of this module and its parameters, checked once.
+
+    Parameters
+    ----------
+    partition : {"iid", "dirichlet", "shards", "quantity", "niid2"}
+        :func:`iid_partition`, :func:`dirichlet_partition`, :func:`shard_partition`,
+        :func:`quantity_skew_partition` or :func:`niid2_partition`.
+    n_clients : int
+        ``Q`` (not read by ``niid2``, which has ``n_biased + n_uniform`` clients).
+    alpha : float
+        dirichlet: concentration α > 0 (small = strong label skew).
+    shards_per_client : int
+        shards: shards per client.
+    quantity_beta : float
+        quantity: Dirichlet concentration β > 0 of the client sizes.
+    n_biased, n_uniform : int
+        niid2: clients holding ``C/5`` classes, and holding every class (at least one client in all).
+    min_size : int
+        dirichlet, quantity: least samples per client.
+
+    Notes
+    -----
+    Every field is checked whatever the scheme; those the scheme does not read (:data:`SCHEME_KEYS`) are ignored,
+    as by :func:`~fedsde.problems.classification.datasets.federated_classification` before it took this value
+    (a problem file refuses them instead: :mod:`fedsde.problems.data_files`).
+    """
+
+    partition: str = "dirichlet"
+    n_clients: int = 10
+    alpha: float = 0.5
+    shards_per_client: int = 2
+    quantity_beta: float = 1.0
+    n_biased: int = 5
+    n_uniform: int = 1
+    min_size: int = 10
+    validated: bool = field(default=False, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        choice("partition", self.partition, PARTITIONS)
+        for name, minimum in (("n_clients", 1), ("shards_per_client", 1), ("n_biased", 0), ("n_uniform", 0),
+                              ("min_size", 0)):
+            object.__setattr__(self, name, positive_int(name, getattr(self, name), minimum=minimum))
+        for name in ("alpha", "quantity_beta"):
+            object.__setattr__(self, name, positive_float(name, getattr(self, name)))
+        if self.partition == "niid2" and self.n_biased + self.n_uniform < 1:
+            raise FedsdeInputError("n_biased + n_uniform: need at least one client")
+        object.__setattr__(self, "validated", True)
+
+    def keys(self) -> dict:
+        """The parameters the scheme reads, by name (for records: ``{"alpha": 0.5, "min_size": 10}``)."""
+        return {key: getattr(self, key) for key in SCHEME_KEYS[self.partition]}
+
+    def split(self, labels, *, seed: int) -> list[np.ndarray]:
+        """The clients' index arrays into ``labels`` (shape (N,)), drawn from ``seed`` by the scheme's
+        partitioner (the same draw as calling it with these parameters; the value's fields are not checked
+        again)."""
+        y, C = _labels(labels)
+        if self.partition == "iid":
+            return _iid(y.size, self.n_clients, seed)
+        if self.partition == "dirichlet":
+            return _dirichlet((y, C), self.n_clients, self.alpha, seed, self.min_size, True, DIRICHLET_TRIES)
+        if self.partition == "shards":
+            return _shards(y, self.n_clients, self.shards_per_client, seed)
+        if self.partition == "quantity":
+            return _quantity(y.size, self.n_clients, self.quantity_beta, seed, self.min_size, DIRICHLET_TRIES)
+        return _niid2((y, C), self.n_biased, self.n_uniform, seed, None)

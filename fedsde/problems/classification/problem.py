@@ -34,8 +34,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fedsde._tolerances import LBFGS_FTOL, LBFGS_GTOL, LOCAL_OPTIMUM_GTOL, NEWTON_GTOL, OPTIMUM_GTOL
-from fedsde._validate import choice, positive_float, positive_int
+from fedsde._validate import positive_int
 from fedsde.errors import FedsdeInputError
+from fedsde.params import takes_values
 from fedsde.problems.classification.labelled import (
     LabelledClients,
     checked_arrays,
@@ -48,13 +49,12 @@ from fedsde.problems.classification.models import (
     ClassificationModel,
     central_difference_hessian,
     check_model_memory,
-    checked_model,
     model_type,
     segment_starts,
     segment_sum,
 )
-
-SAMPLINGS = ("minibatch", "epoch")
+from fedsde.problems.classification.options import SAMPLINGS, VALUE_FIELDS, VALUE_TYPES, Classifier, Minibatches
+from fedsde.problems.evaluation import Evaluation
 
 __all__ = ["MODELS", "SAMPLINGS", "ClassificationProblem"]
 
@@ -124,6 +124,7 @@ class ClassificationProblem(LabelledClients):
 
     # ------------------------------------------------------------------ construction
     @classmethod
+    @takes_values(types=VALUE_TYPES, **VALUE_FIELDS)
     def from_clients(
         cls,
         X_clients: Sequence[np.ndarray],
@@ -131,18 +132,13 @@ class ClassificationProblem(LabelledClients):
         X_test_clients: Sequence[np.ndarray] | None = None,
         y_test_clients: Sequence[np.ndarray] | None = None,
         *,
-        model: str | None = None,
         n_classes: int | None = None,
-        l2: float = 1e-3,
+        classifier: Classifier | None = None,
+        minibatches: Minibatches | None = None,
+        evaluation: Evaluation | None = None,
         p=None,
-        fit_intercept: bool = True,
         name: str = "",
         info: dict | None = None,
-        hidden: int | None = None,
-        batch_size: int | None = None,
-        sampling: str = "minibatch",
-        init_seed: int | None = None,
-        metric_samples: int | None = None,
     ) -> ClassificationProblem:
         """A problem from per-client arrays.
 
@@ -152,30 +148,32 @@ class ClassificationProblem(LabelledClients):
         y_clients : sequence of Q int arrays, shapes (N_k,)
         X_test_clients, y_test_clients : sequences of Q arrays, optional
             Per-client test splits (default: empty).
-        model : {"logistic", "softmax", "mlp"}, optional
-            Default: logistic for two classes, softmax otherwise.
         n_classes : int, optional
             Default: ``1 + max label``.
-        l2 : float
-            Ridge coefficient ``λ >= 0`` (with ``λ = 0`` the optimum may not exist on separable data).
+        classifier : Classifier, optional
+            The model and its ridge (:class:`~fedsde.problems.classification.options.Classifier`; default
+            ``Classifier()``: logistic for two classes, softmax otherwise, ``l2 = 1e-3``), or its fields as the
+            keywords ``model``, ``hidden``, ``fit_intercept``, ``l2``, ``init_seed``.
+        minibatches : Minibatches, optional
+            How the clients draw their minibatches (:class:`~fedsde.problems.classification.options.Minibatches`),
+            or the keywords ``batch_size``, ``sampling``.
+        evaluation : Evaluation, optional
+            Its ``metric_samples`` (:class:`~fedsde.problems.evaluation.Evaluation`), or that keyword.
         p : array, shape (Q,), optional
             Client weights; default ``N_k / N``.
-        hidden : int, optional
-            Hidden units of the MLP (required for, and only allowed with, ``model="mlp"``).
-        batch_size, sampling, init_seed, metric_samples
-            See the class attributes.
+        name, info : str, dict
+            A name and the provenance, for records.
         """
         X, y, sizes, Xt, yt, tsizes, C = checked_client_arrays(X_clients, y_clients, X_test_clients,
                                                                y_test_clients, n_classes)
-        return cls._with_settings(
-            dict(X=X, y=y, sizes=sizes, X_test=Xt, y_test=yt, test_sizes=tsizes, n_classes=C),
-            model=model, l2=l2, p=p, fit_intercept=fit_intercept, name=name, info=info, hidden=hidden,
-            batch_size=batch_size, sampling=sampling, init_seed=init_seed, metric_samples=metric_samples,
-        )
+        return cls._with_settings(dict(X=X, y=y, sizes=sizes, X_test=Xt, y_test=yt, test_sizes=tsizes, n_classes=C),
+                                  classifier, minibatches, evaluation, p=p, name=name, info=info)
 
     @classmethod
+    @takes_values(types=VALUE_TYPES, **VALUE_FIELDS)
     def from_arrays(cls, X, y, sizes, X_test=None, y_test=None, test_sizes=None, *, n_classes: int | None = None,
-                    **settings) -> ClassificationProblem:
+                    classifier: Classifier | None = None, minibatches: Minibatches | None = None,
+                    evaluation: Evaluation | None = None, **settings) -> ClassificationProblem:
         """A problem from the samples of all clients concatenated in client order (checks are vectorised: no loop
         over clients).
 
@@ -189,36 +187,30 @@ class ClassificationProblem(LabelledClients):
             The clients' test splits (default: empty).
         n_classes : int, optional
             Default: ``1 + max label``.
+        classifier, minibatches, evaluation
+            The values of :meth:`from_clients`, or the keywords of their fields.
         **settings
-            ``model, l2, p, fit_intercept, name, info, hidden, batch_size, sampling, init_seed, metric_samples`` as
-            in :meth:`from_clients`.
+            ``p``, ``name``, ``info`` as in :meth:`from_clients`.
         """
         X, y, sizes, Xt, yt, tsizes, C = checked_arrays(X, y, sizes, X_test, y_test, test_sizes, n_classes)
         return cls._with_settings(dict(X=X, y=y, sizes=sizes, X_test=Xt, y_test=yt, test_sizes=tsizes, n_classes=C),
-                                  **settings)
+                                  classifier, minibatches, evaluation, **settings)
 
     @classmethod
-    def _with_settings(cls, data: dict, *, model: str | None = None, l2: float = 1e-3, p=None,
-                       fit_intercept: bool = True, name: str = "", info: dict | None = None, hidden: int | None = None,
-                       batch_size: int | None = None, sampling: str = "minibatch", init_seed: int | None = None,
-                       metric_samples: int | None = None) -> ClassificationProblem:
-        """The problem of validated ``data`` (the array fields and ``n_classes``) with validated settings; refuses a
-        model whose weights cannot fit in memory (:func:`check_model_memory`)."""
+    def _with_settings(cls, data: dict, classifier: Classifier | None, minibatches: Minibatches | None,
+                       evaluation: Evaluation | None, *, p=None, name: str = "",
+                       info: dict | None = None) -> ClassificationProblem:
+        """The problem of validated ``data`` (the array fields and ``n_classes``) with checked values (``None``: the
+        default value); refuses a model the labels do not fit and one whose weights cannot fit in memory
+        (:func:`check_model_memory`)."""
+        model_, batches, ev = classifier or Classifier(), minibatches or Minibatches(), evaluation or Evaluation()
         C = int(data["n_classes"])
-        model, hidden = checked_model(model, C, hidden)
-        if batch_size is not None:
-            batch_size = positive_int("batch_size", batch_size)
-        choice("sampling", sampling, SAMPLINGS)
-        if init_seed is not None:
-            init_seed = positive_int("init_seed", init_seed, minimum=0)
-        if metric_samples is not None:
-            metric_samples = positive_int("metric_samples", metric_samples, minimum=32)  # 2·metrics.GROUPS
-        l2 = positive_float("l2", l2, allow_zero=True)
+        model, hidden = model_.for_classes(C)
         p_arr = checked_client_weights(p, data["sizes"])
-        check_model_memory(data["X"].shape[1] + int(bool(fit_intercept)), C, model, hidden)
-        return cls(**data, model=model, l2=l2, p=p_arr, fit_intercept=bool(fit_intercept), name=name,
-                   info=dict(info or {}), hidden=hidden, batch_size=batch_size, sampling=sampling, init_seed=init_seed,
-                   metric_samples=metric_samples)
+        check_model_memory(data["X"].shape[1] + int(model_.fit_intercept), C, model, hidden)
+        return cls(**data, model=model, l2=model_.l2, p=p_arr, fit_intercept=model_.fit_intercept, name=name,
+                   info=dict(info or {}), hidden=hidden, batch_size=batches.batch_size, sampling=batches.sampling,
+                   init_seed=model_.init_seed, metric_samples=ev.metric_samples)
 
     def replace(self, **changes) -> ClassificationProblem:
         """A validated copy with some of ``model, hidden, l2, p, batch_size, sampling, init_seed, metric_samples,
@@ -235,7 +227,10 @@ class ClassificationProblem(LabelledClients):
             kw["hidden"] = None
         kw |= changes
         data = {f: getattr(self, f) for f in ("X", "y", "sizes", "X_test", "y_test", "test_sizes", "n_classes")}
-        return ClassificationProblem._with_settings(data, fit_intercept=self.fit_intercept, **kw)
+        return ClassificationProblem._with_settings(
+            data, Classifier(kw["model"], kw["hidden"], self.fit_intercept, kw["l2"], kw["init_seed"]),
+            Minibatches(kw["batch_size"], kw["sampling"]), Evaluation(kw["metric_samples"]), p=kw["p"],
+            name=kw["name"], info=kw["info"])
 
     def with_weights(self, p) -> ClassificationProblem:
         """A copy with other client weights (normalised)."""

@@ -2,8 +2,8 @@
 :func:`module_problem` (its constructor), the problem files of ``kind = "module"`` (:mod:`.files`) and the
 functional, batched calls behind it (:mod:`.functional`, ``torch.func``); the module trained by a client population
 (:mod:`.population`, npz files read client by client: :mod:`.npz`); what a model and its rows must satisfy, checked
-once when a problem is built (:mod:`.checks`).  The simulator reaches it through
-:class:`fedsde.clients.module_oracle.ModuleOracle`.
+once when a problem is built (:mod:`.checks`); the options the constructors take as values (:mod:`.options`).
+The simulator reaches it through :class:`fedsde.clients.module_oracle.ModuleOracle`.
 
 Names are imported on first use (torch is loaded only by what needs it).
 """
@@ -16,7 +16,7 @@ _NAMES = {"LOSSES": "functional", "MaskedDropout": "functional", "ModuleLoopWarn
           "SAMPLINGS": "problem", "ModuleProblem": "problem", "module_problem": "problem",
           "module_problem_from_dict": "files", "ModulePopulationProblem": "population",
           "module_population_problem": "population", "NpzPopulation": "npz", "LABEL_LOSSES": "functional",
-          "BatchSizeWarning": "checks"}
+          "BatchSizeWarning": "checks", "ModuleTraining": "options", "ModuleBatches": "options"}
 
 __all__ = sorted(_NAMES)
 

@@ -60,9 +60,10 @@ import numpy as np
 
 from fedsde.errors import FedsdeInputError
 from fedsde.problems._file_keys import _Keys
+from fedsde.problems.evaluation import BATCHINGS, Evaluation
 from fedsde.problems.module.checks import check_numeric, first_line
-from fedsde.problems.module.functional import LOSSES
-from fedsde.problems.module.problem import BATCHINGS, SAMPLINGS, ModuleProblem, client_order, module_problem
+from fedsde.problems.module.options import LOSSES, SAMPLINGS, ModuleBatches, ModuleTraining
+from fedsde.problems.module.problem import ModuleProblem, client_order, module_problem
 
 _COMMON = ("kind", "model", "model_options", "loss", "batch_size", "sampling", "l2", "p", "init_seed", "batching",
            "metric_samples", "name")
@@ -110,8 +111,8 @@ def module_problem_from_dict(data: dict, *, source: str = "problem", base_dir=No
         raise k.fail(f"model_options={options!r}: must be a table of keyword arguments")
     base = Path(base_dir) if base_dir is not None else Path.cwd()
     factory = _model_factory(k, base, options)
-    settings = dict(loss=loss, batch_size=batch, sampling=sampling, l2=l2, init_seed=init_seed, batching=batching,
-                    metric_samples=k.integer("metric_samples", None, minimum=32),
+    settings = dict(training=ModuleTraining(loss, l2, init_seed), batches=ModuleBatches(batch, sampling),
+                    evaluation=Evaluation(k.integer("metric_samples", None, minimum=32), batching),
                     name=str(data.get("name", Path(str(data["model"]).partition(":")[0]).stem)))
     pop = _population(k, base)
     if pop is not None:

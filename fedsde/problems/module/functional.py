@@ -41,10 +41,8 @@ import torch
 from torch import nn
 
 from fedsde.errors import FedsdeInputError
+from fedsde.problems.module.options import LABEL_LOSSES, LOSSES  # noqa: F401 (their home: options)
 
-LOSSES = ("cross-entropy", "nll", "mse")
-#: losses of integer class labels (their targets are labels, their metrics include the accuracy)
-LABEL_LOSSES = ("cross-entropy", "nll")
 _DROPOUTS = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d)
 _CHANNEL_DROPOUTS = (nn.Dropout1d, nn.Dropout2d, nn.Dropout3d)
 

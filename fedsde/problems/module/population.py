@@ -36,6 +36,9 @@ import torch
 from fedsde._progress import advance
 from fedsde._validate import positive_int
 from fedsde.errors import FedsdeInputError
+from fedsde.params import takes_values
+from fedsde.problems.evaluation import Evaluation
+from fedsde.problems.module.options import VALUE_FIELDS, VALUE_TYPES, ModuleBatches, ModuleTraining
 from fedsde.problems.populations.base import CACHE_BYTES, OnDemandRows
 
 _LOCK = threading.Lock()
@@ -100,8 +103,10 @@ class ModulePopulationProblem(OnDemandRows):
         if bad:
             raise FedsdeInputError(f"replace: unknown field(s) {', '.join(bad)}")
         template = self.template.replace(**changes) if changes else self.template
-        out = _create(self.population, template, own.get("p", self._given_p()),
-                      own.get("metric_samples", self.metric_samples), own.get("cache_bytes", self.cache_bytes))
+        metric_samples = (Evaluation(own["metric_samples"]).metric_samples if "metric_samples" in own
+                          else self.metric_samples)
+        out = _create(self.population, template, own.get("p", self._given_p()), metric_samples,
+                      own.get("cache_bytes", self.cache_bytes))
         out._cache["rows"] = self.rows_cache
         return out
 
@@ -250,52 +255,54 @@ class ModulePopulationProblem(OnDemandRows):
         return {k: (torch.stack(v, 1 if k == "gb" else 0) if v else None) for k, v in out.items()}
 
 
-def _create(population, template, p, metric_samples, cache_bytes) -> ModulePopulationProblem:
+def _create(population, template, p, metric_samples: int | None, cache_bytes) -> ModulePopulationProblem:
+    """The problem of ``population`` and its ``template`` (``metric_samples`` checked, an
+    :class:`~fedsde.problems.evaluation.Evaluation`'s)."""
     from fedsde.problems.classification.labelled import checked_client_weights
 
     sizes = np.asarray(population.sizes)
     if sizes.ndim != 1 or sizes.size < 1 or sizes.min() < 1:
         raise FedsdeInputError("population: every client needs at least one training sample")
-    if metric_samples is not None:
-        metric_samples = positive_int("metric_samples", metric_samples, minimum=32)
     out = ModulePopulationProblem(population=population, template=template, p=checked_client_weights(p, sizes),
                                   metric_samples=metric_samples, cache_bytes=positive_int("cache_bytes", cache_bytes))
     out._cache["act_floats"] = template._cache["act_floats"]  # a row's activations (the oracle's memory check)
     return out
 
 
-def module_population_problem(module_or_factory, population, *, loss: str = "cross-entropy",
-                              batch_size: int | str | None = "full", sampling: str = "without-replacement",
-                              l2: float = 0.0, p=None, init_seed: int = 0, batching: str = "auto", name: str = "",
-                              info: dict | None = None, metric_samples: int | None = None,
+@takes_values(types=VALUE_TYPES, **VALUE_FIELDS)
+def module_population_problem(module_or_factory, population, *, training: ModuleTraining | None = None,
+                              batches: ModuleBatches | None = None, evaluation: Evaluation | None = None, p=None,
+                              name: str = "", info: dict | None = None,
                               cache_bytes: int = CACHE_BYTES) -> ModulePopulationProblem:
-    """A :class:`ModulePopulationProblem`: the settings of :func:`fedsde.problems.module.module_problem`, the
-    clients and rows of ``population`` (a :class:`~fedsde.problems.populations.base.ClientPopulation`), the weights
-    ``p`` (default ``∝ N_k``), ``metric_samples`` (rows of the metrics' subsample) and ``cache_bytes``."""
+    """A :class:`ModulePopulationProblem`: the values (or their fields' keywords) of
+    :func:`fedsde.problems.module.module_problem` (``evaluation.metric_samples``: rows of the metrics' subsample),
+    the clients and rows of ``population`` (a :class:`~fedsde.problems.populations.base.ClientPopulation`), the
+    weights ``p`` (default ``∝ N_k``) and ``cache_bytes``."""
     import warnings
 
     from fedsde.problems.module.checks import BatchSizeWarning, warn_small_clients
     from fedsde.problems.module.problem import module_problem
 
+    training, evaluation = training or ModuleTraining(), evaluation or Evaluation()
     if not all(hasattr(population, a) for a in ("Q", "sizes", "test_sizes", "client_rows")):
         raise FedsdeInputError(f"population: a {type(population).__name__} is not a ClientPopulation (needs Q, "
                                "sizes, test_sizes, n_features, n_classes, client_rows)")
     check = getattr(population, "check_rows", None)
     if check is not None:  # a file's rows are checked once, streamed, before any is used (NpzPopulation)
-        check(loss)
+        check(training.loss)
     X0, y0 = population.client_rows(0, "train", np.arange(1))
     shape = tuple(getattr(population, "row_shape", (int(population.n_features),)))
     info = dict(info or {}) | {k: v for k, v in population.describe().items() if k not in ("population",)}
     with warnings.catch_warnings():  # the template's one row is not a client: its batch is not warned about
         warnings.simplefilter("ignore", BatchSizeWarning)
         template = module_problem(module_or_factory, np.asarray(X0, dtype=np.float64).reshape(1, *shape), y0,
-                                  np.zeros(1, dtype=np.int64), loss=loss, batch_size=batch_size, sampling=sampling,
-                                  l2=l2, init_seed=init_seed, batching=batching, name=name or "module", info=info)
+                                  np.zeros(1, dtype=np.int64), training=training, batches=batches,
+                                  evaluation=evaluation, name=name or "module", info=info)
     warn_small_clients(template.batch_size, template.sampling, population.sizes)
     if template.uses_labels and template._logits < int(population.n_classes):
         raise FedsdeInputError(f"model: gives {template._logits} outputs per row, the population has "
-                               f"{int(population.n_classes)} classes ({loss} needs one output per class)")
-    return _create(population, template, p, metric_samples, cache_bytes)
+                               f"{int(population.n_classes)} classes ({training.loss} needs one output per class)")
+    return _create(population, template, p, evaluation.metric_samples, cache_bytes)
 
 
 __all__ = ["ModulePopulationProblem", "module_population_problem"]

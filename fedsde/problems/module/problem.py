@@ -29,9 +29,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedsde._validate import choice, client_weights, positive_float, positive_int
+from fedsde._validate import client_weights
 from fedsde.errors import FedsdeInputError
+from fedsde.params import takes_values
 from fedsde.problems.classification.models import segment_starts
+from fedsde.problems.evaluation import BATCHINGS, Evaluation
 from fedsde.problems.module.checks import (
     activation_floats,
     check_numeric,
@@ -41,12 +43,12 @@ from fedsde.problems.module.checks import (
     user_code,
     warn_small_clients,
 )
-from fedsde.problems.module.functional import LABEL_LOSSES, LOSSES, FunctionalModule, refuse_running_stats
+from fedsde.problems.module.functional import LABEL_LOSSES, FunctionalModule, refuse_running_stats
 from fedsde.problems.module.metrics import METRIC_BYTES, module_metrics
+from fedsde.problems.module.options import SAMPLINGS, VALUE_FIELDS, VALUE_TYPES, ModuleBatches, ModuleTraining
 from fedsde.problems.module.views import ModuleViews
 
-SAMPLINGS = ("without-replacement", "with-replacement")
-BATCHINGS = ("auto", "vmap", "loop")
+__all__ = ["BATCHINGS", "SAMPLINGS", "ModuleProblem", "client_order", "module_problem"]
 
 _LOCK = threading.Lock()
 
@@ -158,7 +160,9 @@ class ModuleProblem(ModuleViews):
                                        "factory (a class or function) to module_problem to change init_seed")
             kw["module"] = None
         kw |= changes
-        return _build(**kw)
+        return _build(training=ModuleTraining(kw.pop("loss_name"), kw.pop("l2"), kw.pop("init_seed")),
+                      batches=ModuleBatches(kw.pop("batch_size"), kw.pop("sampling")),
+                      evaluation=Evaluation(kw.pop("metric_samples"), kw.pop("batching")), **kw)
 
     def with_weights(self, p) -> ModuleProblem:
         """A copy with other client weights (normalised)."""
@@ -237,30 +241,22 @@ class ModuleProblem(ModuleViews):
 
 
 # ---------------------------------------------------------------------------------------------- construction
-def _build(*, module, X, y, sizes, X_test, y_test, p, loss_name, l2, batch_size, sampling, init_seed, client_names,
-           batching, name, info, factory, metric_samples=None) -> ModuleProblem:
-    """Validated :class:`ModuleProblem` (the module built from ``factory`` after ``torch.manual_seed(init_seed)``
-    when ``module`` is None)."""
-    choice("loss", loss_name, LOSSES)
-    choice("sampling", sampling, SAMPLINGS)
-    choice("batching", batching, BATCHINGS)
-    l2 = positive_float("l2", l2, allow_zero=True)
-    init_seed = positive_int("init_seed", init_seed, minimum=0)
-    if batch_size is not None:
-        batch_size = positive_int("batch_size", batch_size)
-    if metric_samples is not None:
-        metric_samples = positive_int("metric_samples", metric_samples, minimum=32)  # 2·metrics.GROUPS
+def _build(*, module, X, y, sizes, X_test, y_test, p, training: ModuleTraining, batches: ModuleBatches,
+           evaluation: Evaluation, client_names, name, info, factory) -> ModuleProblem:
+    """A :class:`ModuleProblem` of checked rows and values (the module built from ``factory`` after
+    ``torch.manual_seed(init_seed)`` when ``module`` is None); the module itself is checked here."""
     if module is None:
-        module = _instantiate(factory, init_seed)
+        module = _instantiate(factory, training.init_seed)
     check_parameters(sum(int(t.numel()) for t in module.parameters()), type(module).__name__)
     module = module.to(dtype=torch.float64)
     refuse_running_stats(module)
     w0 = torch.nn.utils.parameters_to_vector(module.parameters()).detach().cpu().numpy().copy()
     sizes = np.asarray(sizes, dtype=np.int64)
     p = sizes / sizes.sum() if p is None else client_weights("p", p, sizes.size)
-    pb = ModuleProblem(module=module, X=X, y=y, sizes=sizes, X_test=X_test, y_test=y_test, p=p, loss_name=loss_name,
-                       l2=l2, batch_size=batch_size, sampling=sampling, init_seed=init_seed,
-                       client_names=tuple(client_names), batching=batching, metric_samples=metric_samples, name=name,
+    pb = ModuleProblem(module=module, X=X, y=y, sizes=sizes, X_test=X_test, y_test=y_test, p=p,
+                       loss_name=training.loss, l2=training.l2, batch_size=batches.batch_size,
+                       sampling=batches.sampling, init_seed=training.init_seed, client_names=tuple(client_names),
+                       batching=evaluation.batching, metric_samples=evaluation.metric_samples, name=name,
                        info=dict(info), factory=factory)
     pb._cache["d"] = int(w0.size)
     pb._cache["w0"] = w0
@@ -303,9 +299,9 @@ def client_order(client) -> tuple[np.ndarray, list]:
     return rank[inverse.reshape(-1)], [values[i].item() if hasattr(values[i], "item") else values[i] for i in order]
 
 
-def module_problem(module_or_factory, x, y, client, *, x_test=None, y_test=None, loss: str = "cross-entropy",
-                   batch_size: int | str | None = "full", sampling: str = "without-replacement", l2: float = 0.0,
-                   p=None, init_seed: int = 0, batching: str = "auto", metric_samples: int | None = None,
+@takes_values(types=VALUE_TYPES, **VALUE_FIELDS)
+def module_problem(module_or_factory, x, y, client, *, x_test=None, y_test=None, training: ModuleTraining | None = None,
+                   batches: ModuleBatches | None = None, evaluation: Evaluation | None = None, p=None,
                    name: str = "", info: dict | None = None) -> ModuleProblem:
     """A :class:`ModuleProblem` (what :func:`fedsde.problems.load_problem` returns for ``kind = "module"``).
 
@@ -322,24 +318,23 @@ def module_problem(module_or_factory, x, y, client, *, x_test=None, y_test=None,
         Client of every row; every distinct value is a client, in order of first appearance.
     x_test, y_test : arrays, optional
         A global test set (test accuracy for cross-entropy).
-    loss : {"cross-entropy", "nll", "mse"}
-        ``nll``: the model ends in ``log_softmax`` (its outputs are checked to be log-probabilities).
-    batch_size : int or "full"
-        Rows per local step, or the client's whole data; without replacement a client with fewer rows uses all of
-        them (a :class:`~fedsde.problems.module.checks.BatchSizeWarning` says which).
-    sampling : {"without-replacement", "with-replacement"}
-    l2 : float
-        Ridge ``λ >= 0`` (``F`` gets ``(λ/2)‖w‖²``, a step ``λw``).
+    training : ModuleTraining, optional
+        The loss, the ridge and the initial weights' seed (:class:`~fedsde.problems.module.options.ModuleTraining`;
+        default: cross-entropy, ``l2 = 0``, ``init_seed = 0``), or the keywords ``loss``, ``l2``, ``init_seed``.
+    batches : ModuleBatches, optional
+        Rows per local step and how they are drawn (:class:`~fedsde.problems.module.options.ModuleBatches`; default:
+        the client's whole data), or the keywords ``batch_size`` (an integer or ``"full"``), ``sampling``.
+    evaluation : Evaluation, optional
+        The metrics' rows and the batching of the module's passes (:class:`~fedsde.problems.evaluation.Evaluation`),
+        or the keywords ``metric_samples``, ``batching``.
     p : array, shape (Q,), optional
         Client weights (normalised; default ``∝ N_k``).
-    init_seed : int
-    batching : {"auto", "vmap", "loop"}
-    metric_samples : int, optional
-        Rows the metrics are estimated on (exact up to this many; at least 32).
     name : str
     info : dict, optional
     """
-    choice("loss", loss, LOSSES)
+    training, batches, evaluation = (training or ModuleTraining(), batches or ModuleBatches(),
+                                     evaluation or Evaluation())
+    loss = training.loss
     X = np.asarray(check_numeric("x", x), dtype=np.float64)
     if X.ndim < 2 or X.shape[0] < 1:
         raise FedsdeInputError(f"x: shape {X.shape} must be (n, …) with n >= 1 rows")
@@ -361,15 +356,10 @@ def module_problem(module_or_factory, x, y, client, *, x_test=None, y_test=None,
             raise FedsdeInputError(f"x_test: shape {Xt.shape} must be (m, {', '.join(map(str, X.shape[1:]))}) "
                                    "with finite numbers")
         Yt = _targets("y_test", y_test, Xt.shape[0], loss)
-    if batch_size == "full":
-        batch_size = None
-    elif isinstance(batch_size, str):
-        raise FedsdeInputError(f"batch_size={batch_size!r}: must be an integer >= 1 or 'full'")
     factory = None if isinstance(module_or_factory, torch.nn.Module) else module_or_factory
     module = None if factory is not None else _copy_module(module_or_factory)
-    pb = _build(module=module, X=X[order], y=Y[order], sizes=sizes, X_test=Xt, y_test=Yt, p=p, loss_name=loss,
-                l2=l2, batch_size=batch_size, sampling=sampling, init_seed=init_seed,
-                client_names=tuple(str(n) for n in names), batching=batching, metric_samples=metric_samples,
+    pb = _build(module=module, X=X[order], y=Y[order], sizes=sizes, X_test=Xt, y_test=Yt, p=p, training=training,
+                batches=batches, evaluation=evaluation, client_names=tuple(str(n) for n in names),
                 name=name or "module", info=info or {}, factory=factory)
     warn_small_clients(pb.batch_size, pb.sampling, pb.sizes)
     return pb

@@ -31,10 +31,13 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from fedsde._validate import choice, positive_float, positive_int
+from fedsde._validate import positive_int
 from fedsde.errors import FedsdeInputError
+from fedsde.params import takes_values
 from fedsde.problems.classification.labelled import checked_client_weights
-from fedsde.problems.classification.models import MODEL_TYPES, check_model_memory, checked_model, model_type
+from fedsde.problems.classification.models import MODEL_TYPES, check_model_memory, model_type
+from fedsde.problems.classification.options import VALUE_FIELDS, VALUE_TYPES, Classifier, Minibatches
+from fedsde.problems.evaluation import Evaluation
 
 #: bytes of client rows a population keeps produced (least recently used out first)
 CACHE_BYTES = 64 << 20
@@ -200,30 +203,23 @@ class PopulationProblem(OnDemandRows):
     _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
-    def create(cls, population: ClientPopulation, *, model: str | None = None, l2: float = 1e-3, p=None,
-               fit_intercept: bool = True, name: str = "", info: dict | None = None, hidden: int | None = None,
-               batch_size: int | None = None, sampling: str = "minibatch", init_seed: int | None = None,
-               metric_samples: int | None = None, cache_bytes: int = CACHE_BYTES) -> PopulationProblem:
-        """A validated problem over ``population`` (settings as :meth:`ClassificationProblem.from_clients`;
-        ``cache_bytes``: bound of the rows kept produced)."""
+    @takes_values(types=VALUE_TYPES, **VALUE_FIELDS)
+    def create(cls, population: ClientPopulation, *, classifier: Classifier | None = None,
+               minibatches: Minibatches | None = None, evaluation: Evaluation | None = None, p=None, name: str = "",
+               info: dict | None = None, cache_bytes: int = CACHE_BYTES) -> PopulationProblem:
+        """A validated problem over ``population``: the values (or their fields' keywords) and ``p``, ``name``,
+        ``info`` of :meth:`ClassificationProblem.from_clients`; ``cache_bytes``: bound of the rows kept produced."""
+        model_, batches, ev = classifier or Classifier(), minibatches or Minibatches(), evaluation or Evaluation()
         C = int(population.n_classes)
-        model, hidden = checked_model(model, C, hidden)
-        if batch_size is not None:
-            batch_size = positive_int("batch_size", batch_size)
-        choice("sampling", sampling, ("minibatch", "epoch"))
-        if init_seed is not None:
-            init_seed = positive_int("init_seed", init_seed, minimum=0)
-        if metric_samples is not None:
-            metric_samples = positive_int("metric_samples", metric_samples, minimum=32)
-        l2 = positive_float("l2", l2, allow_zero=True)
+        model, hidden = model_.for_classes(C)
         sizes = np.asarray(population.sizes)
         if sizes.ndim != 1 or sizes.size < 1 or sizes.min() < 1:
             raise FedsdeInputError("population: every client needs at least one training sample")
         p_arr = checked_client_weights(p, sizes)
-        check_model_memory(int(population.n_features) + int(bool(fit_intercept)), C, model, hidden)
-        return cls(population=population, model=model, l2=l2, p=p_arr, fit_intercept=bool(fit_intercept), name=name,
-                   info=dict(info or {}), hidden=hidden, batch_size=batch_size, sampling=sampling,
-                   init_seed=init_seed, metric_samples=metric_samples,
+        check_model_memory(int(population.n_features) + int(model_.fit_intercept), C, model, hidden)
+        return cls(population=population, model=model, l2=model_.l2, p=p_arr, fit_intercept=model_.fit_intercept,
+                   name=name, info=dict(info or {}), hidden=hidden, batch_size=batches.batch_size,
+                   sampling=batches.sampling, init_seed=model_.init_seed, metric_samples=ev.metric_samples,
                    cache_bytes=positive_int("cache_bytes", cache_bytes))
 
     def replace(self, **changes) -> PopulationProblem:
