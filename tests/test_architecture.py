@@ -1,6 +1,6 @@
 """The package's shape, read from its own source (tests/architecture.py): no import circles, at most one import
 running back up the layers, no function with more than 8 positional parameters, no public function with more than
-12 parameters (the listed exceptions aside), no dispatch on aggregator names outside fedsde/aggregators/, no module
+12 parameters (values group the rest), no dispatch on aggregator names outside fedsde/aggregators/, no module
 over 450 lines."""
 
 from __future__ import annotations
