@@ -23,6 +23,7 @@ from fedsde.compare.rule_svag_weak import rule_svag_weak_error
 from fedsde.compare.study import quadratic_sde_study
 from fedsde.compare.weak_error import weak_error_mc_vs_step
 from fedsde.errors import FedsdeInputError
+from fedsde import exact
 from fedsde.exact import least_squares_transient_moments
 from fedsde.maps import run_map
 from fedsde.params import (
@@ -221,6 +222,10 @@ TAKERS.update({"federated_classification": federated_classification, "module_pro
 SAMPLES.update({"classifier": (Classifier(), "l2", 0.1), "minibatches": (Minibatches(), "batch_size", 4),
                 "evaluation": (Evaluation(), "metric_samples", 64), "partitioning": (Partition(), "alpha", 0.3),
                 "training": (ModuleTraining(), "l2", 0.1), "batches": (ModuleBatches(), "batch_size", 4)})
+# the exact least-squares laws take the client sampling whole (``clients``), or its fields
+TAKERS.update({"least_squares_round_law": exact.least_squares_round_law, "least_squares_sde": exact.least_squares_sde,
+               "least_squares_stationary_law": exact.least_squares_stationary_law})
+SAMPLES["clients"] = (ClientSampling(), "participation", 1)
 
 
 @pytest.mark.parametrize("name", sorted(TAKERS))

@@ -81,7 +81,7 @@ def exact_sde_law(problem, schedule: Schedule | None = None, *, eta: float | Non
         from fedsde.exact import least_squares_sde
 
         problem.optimum  # noqa: B018 — a one-line error when the solution is not unique (singular Hessian)
-        return least_squares_sde(problem, eta, local_steps, server_lr, h)
+        return least_squares_sde(problem, schedule or eta, local_steps, server_lr, h)
     from fedsde.problems.quadratic.problem import QuadraticProblem
 
     if isinstance(problem, QuadraticProblem):
@@ -214,7 +214,8 @@ def exact_sde_paths(problem, law, rounds: np.ndarray, h: float, w0: np.ndarray, 
     metric without a value).
     """
     if hasattr(law, "generator"):  # least squares: moments from the closed linear moment ODE
-        mom = law.moments(np.asarray(rounds, dtype=np.float64) * h, w0)
+        d = w0.shape[0]  # the grid and the start checked by the caller
+        mom = law._moments(np.asarray(rounds, dtype=np.float64) * h, w0, np.zeros((d, d)))
         return moment_metric_means(problem, mom.mean, mom.cov, names)
     d = w0.shape[0]
     means, covs = np.empty((rounds.size, d)), np.empty((rounds.size, d, d))
