@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import fedsde._validate as validators
+from fedsde import exact
 from fedsde.aggregators import get_aggregator
 from fedsde.cli import main
 from fedsde.clients.local import RoundBatches, run_local_steps
@@ -23,7 +24,6 @@ from fedsde.compare.rule_svag_weak import rule_svag_weak_error
 from fedsde.compare.study import quadratic_sde_study
 from fedsde.compare.weak_error import weak_error_mc_vs_step
 from fedsde.errors import FedsdeInputError
-from fedsde import exact
 from fedsde.exact import least_squares_transient_moments
 from fedsde.maps import run_map
 from fedsde.params import (
