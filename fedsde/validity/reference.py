@@ -211,7 +211,8 @@ def exact_sde_paths(problem, law, rounds: np.ndarray, h: float, w0: np.ndarray, 
     A :class:`~fedsde.sde.LinearSDE`: steps the Gaussian law with the exact transition of every distinct spacing
     (:meth:`LinearSDE.transition`).  A :class:`~fedsde.exact.LeastSquaresSDE`: its exact mean and covariance at the
     grid times (:meth:`~fedsde.exact.LeastSquaresSDE.moments`) through :func:`moment_metric_means` (``None`` for a
-    metric without a value).
+    metric without a value).  ``w0`` is the start point (d,) and ``rounds`` the sorted grid, both checked by the
+    caller (:func:`fedsde._validate.start_point`), not again.
     """
     if hasattr(law, "generator"):  # least squares: moments from the closed linear moment ODE
         d = w0.shape[0]  # the grid and the start checked by the caller
