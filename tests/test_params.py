@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import fedsde._validate as validators
+from fedsde import exact
 from fedsde.aggregators import get_aggregator
 from fedsde.cli import main
 from fedsde.clients.local import RoundBatches, run_local_steps
@@ -221,6 +222,10 @@ TAKERS.update({"federated_classification": federated_classification, "module_pro
 SAMPLES.update({"classifier": (Classifier(), "l2", 0.1), "minibatches": (Minibatches(), "batch_size", 4),
                 "evaluation": (Evaluation(), "metric_samples", 64), "partitioning": (Partition(), "alpha", 0.3),
                 "training": (ModuleTraining(), "l2", 0.1), "batches": (ModuleBatches(), "batch_size", 4)})
+# the exact least-squares laws take the client sampling whole (``clients``), or its fields
+TAKERS.update({"least_squares_round_law": exact.least_squares_round_law, "least_squares_sde": exact.least_squares_sde,
+               "least_squares_stationary_law": exact.least_squares_stationary_law})
+SAMPLES["clients"] = (ClientSampling(), "participation", 1)
 
 
 @pytest.mark.parametrize("name", sorted(TAKERS))

@@ -84,7 +84,8 @@ class LeastSquaresMinibatchOracle:
         if not (hasattr(problem, "padded_rows") or self.on_demand):
             raise FedsdeInputError(f"oracle: {type(problem).__name__} has no regression rows; the least-squares "
                                    "oracle needs a RegressionProblem")
-        sampling = choice("sampling", problem.sampling if sampling is None else sampling, SAMPLINGS)
+        # the problem's own batch size and sampling were checked when it was built; given ones are checked here
+        sampling = problem.sampling if sampling is None else choice("sampling", sampling, SAMPLINGS)
         self.problem = problem
         self.Q, self.n_max, self.d = problem.Q, int(np.max(problem.sizes)), problem.d
         # the rows as they are, client after client (memory N·d, not Q·max n_k); row i of client k is at
@@ -97,8 +98,7 @@ class LeastSquaresMinibatchOracle:
                                            device=device)
         self.l2 = float(problem.l2)
         self.replace = sampling == "with-replacement"
-        b = problem.batch_size if batch_size is None else batch_size
-        self.fixed_batch = None if b is None else positive_int("batch_size", b)
+        self.fixed_batch = problem.batch_size if batch_size is None else positive_int("batch_size", batch_size)
         if self.fixed_batch is not None and not self.replace and self.fixed_batch > int(problem.sizes.min()):
             raise FedsdeInputError(f"batch_size={self.fixed_batch}: exceeds the {int(problem.sizes.min())} rows of "
                                    "the smallest client (sampling='without-replacement')")
@@ -183,9 +183,18 @@ def least_squares_oracle(batch_size: int | None = None, sampling: str | None = N
         choice("sampling", sampling, SAMPLINGS)
     if batch_size is not None:
         positive_int("batch_size", batch_size)
+    return _factory(batch_size, sampling, {"batch_size": batch_size, "sampling": sampling})
 
+
+def problem_least_squares_oracle(problem):
+    """:func:`least_squares_oracle` with ``problem``'s own batch size and sampling (checked when the problem was
+    built, not again), recorded as such."""
+    return _factory(None, None, {"batch_size": problem.batch_size, "sampling": problem.sampling})
+
+
+def _factory(batch_size: int | None, sampling: str | None, shown: dict):
     def factory(problem, nblocks, device, dtype):
         return LeastSquaresMinibatchOracle(problem, nblocks, device, dtype, batch_size=batch_size, sampling=sampling)
 
-    factory.describe = {"oracle": "least-squares minibatch", "batch_size": batch_size, "sampling": sampling}
+    factory.describe = {"oracle": "least-squares minibatch", **shown}
     return factory

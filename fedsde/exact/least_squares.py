@@ -32,17 +32,10 @@ import numpy as np
 from fedsde._memory import available_memory, memory_fits
 from fedsde._threads import small_products
 from fedsde._tolerances import DIVISION_FLOOR, PSD_TOL, STATIONARY_MARGIN, SYM_TOL
-from fedsde._validate import (
-    choice,
-    client_steps,
-    client_weights,
-    positive_float,
-    positive_int,
-    start_point,
-)
+from fedsde._validate import choice, client_weights, start_point
 from fedsde.errors import FedsdeInputError, NoStationaryLawError
 from fedsde.exact._least_squares_steps import LocalData, weight_moments
-from fedsde.params.sampling import WEIGHTINGS
+from fedsde.params import FULL_PARTICIPATION, ClientSampling, Schedule, fedavg_rates, takes_values
 
 METHODS = ("auto", "dense", "matrix-free")
 #: a stationary solve whose relative residual is above this is refused
@@ -260,14 +253,14 @@ def check_rows_memory(problem, *, memory_limit: int | str | None = None) -> None
                 "memory is free than detected")
 
 
+@takes_values(types={"clients": ClientSampling}, clients=("participation", "weighting"))
 def least_squares_round_law(
     problem,
-    eta: float,
-    local_steps: int | Sequence[int] | np.ndarray,
+    eta: float | Schedule,
+    local_steps: int | Sequence[int] | np.ndarray | None = None,
     server_lr: float = 1.0,
     *,
-    participation: int | None = None,
-    weighting: str = "unbiased",
+    clients: ClientSampling | None = None,
     weights: np.ndarray | None = None,
     shift: np.ndarray | None = None,
 ) -> LeastSquaresRoundLaw:
@@ -277,12 +270,16 @@ def least_squares_round_law(
     ----------
     problem : RegressionProblem
         With a ``batch_size`` and ``sampling`` (the minibatches of every local step).
-    eta : float
-        Client learning rate ``η > 0``.
+    eta : float or Schedule
+        Client learning rate ``η > 0``; or a :class:`~fedsde.params.Schedule` whose ``eta``, ``local_steps`` and
+        ``server_lr`` are used (checked where it was built).
     local_steps : int or array of int, shape (Q,)
         ``E`` or per-client ``τ_k``.
     server_lr : float
         Actual server step ``s > 0``.
+    clients : ClientSampling, optional
+        :class:`~fedsde.params.ClientSampling` (default: every client), or its fields as keywords
+        (:func:`fedsde.params.takes_values`):
     participation : int, optional
         ``m`` clients per round (default: all).
     weighting : {"unbiased", "renormalised", "multinomial"}
@@ -295,26 +292,34 @@ def least_squares_round_law(
         Internal coordinates ``u = w − shift`` (results are reported in ``w`` whatever it is; used by the SDE).
     """
     _check_problem(problem)
-    eta = positive_float("eta", eta)
-    server_lr = positive_float("server_lr", server_lr)
-    steps = client_steps("local_steps", local_steps, problem.Q)
+    eta, steps, server_lr = fedavg_rates(eta, local_steps, server_lr, problem.Q)  # a Schedule: checked already
     check_rows_memory(problem)
+    clients = FULL_PARTICIPATION if clients is None else clients
+    return round_law_of(problem, eta, steps, server_lr, clients, base_weights(problem, clients, weights), shift)
+
+
+def base_weights(problem, clients: ClientSampling, weights) -> np.ndarray:
+    """The base aggregation weights ``ω`` (Q,): ``p``, or ``weights`` (checked here); ``clients`` (checked where
+    it was built) against the problem's ``Q`` and ``weights``."""
     Q = problem.Q
-    choice("weighting", weighting, WEIGHTINGS)
-    if participation is not None:
-        participation = positive_int("participation", participation)
-        if participation > Q:
-            raise FedsdeInputError(f"participation={participation}: cannot exceed the number of clients Q={Q}")
+    if clients.participation is not None and clients.participation > Q:
+        raise FedsdeInputError(f"participation={clients.participation}: cannot exceed the number of clients Q={Q}")
     if weights is None:
-        omega = problem.p.copy()
-    else:
-        if weighting == "multinomial" and participation is not None:
-            raise FedsdeInputError("weights: not used by weighting='multinomial' (its draws follow p, weights 1/m)")
-        omega = client_weights("weights", weights, Q, normalise=False, noun="")
-    mu, C = weight_moments(omega, participation, weighting, problem.p)
+        return problem.p.copy()
+    if clients.weighting == "multinomial" and clients.participation is not None:
+        raise FedsdeInputError("weights: not used by weighting='multinomial' (its draws follow p, weights 1/m)")
+    return client_weights("weights", weights, Q, normalise=False, noun="")
+
+
+def round_law_of(problem, eta: float, steps: np.ndarray, server_lr: float, clients: ClientSampling,
+                 omega: np.ndarray, shift: np.ndarray | None = None) -> LeastSquaresRoundLaw:
+    """:func:`least_squares_round_law` from checked inputs, none checked again: the rates (numbers), the local
+    steps (int64, shape (Q,)), the :class:`~fedsde.params.ClientSampling` and the base weights of
+    :func:`base_weights` (for the layers that build many laws of one setting: the transient, the SDE)."""
+    mu, C = weight_moments(omega, clients.participation, clients.weighting, problem.p)
     data = LocalData(problem, eta, steps, shift)
-    return LeastSquaresRoundLaw(eta=eta, server_lr=server_lr, local_steps=steps, participation=participation,
-                                weighting=weighting, mu=mu, C=C, J=data.mean_maps(), data=data)
+    return LeastSquaresRoundLaw(eta=eta, server_lr=server_lr, local_steps=steps, participation=clients.participation,
+                                weighting=clients.weighting, mu=mu, C=C, J=data.mean_maps(), data=data)
 
 
 def _initial(d: int, w0, cov0) -> tuple[np.ndarray, np.ndarray]:
@@ -345,14 +350,14 @@ class LeastSquaresStationaryLaw:
 
 
 @small_products
+@takes_values(types={"clients": ClientSampling}, clients=("participation", "weighting"))
 def least_squares_stationary_law(
     problem,
-    eta: float,
-    local_steps: int | Sequence[int] | np.ndarray,
+    eta: float | Schedule,
+    local_steps: int | Sequence[int] | np.ndarray | None = None,
     server_lr: float = 1.0,
     *,
-    participation: int | None = None,
-    weighting: str = "unbiased",
+    clients: ClientSampling | None = None,
     weights: np.ndarray | None = None,
     memory_limit: int | str | None = None,
     method: str = "auto",
@@ -367,6 +372,9 @@ def least_squares_stationary_law(
     ``d <= DENSE_MAX_D`` (or ``method="dense"``), with the d² × d² matrix of ``T`` and a direct solve.  Memory
     grows with the rows times ``d``, checked up front.
 
+    ``eta``, ``local_steps``, ``server_lr``, ``clients`` (or ``participation``, ``weighting``) and ``weights``
+    as :func:`least_squares_round_law`.
+
     Raises
     ------
     NoStationaryLawError
@@ -374,12 +382,17 @@ def least_squares_stationary_law(
     FedsdeInputError
         Bad arguments, or the operator does not fit in memory (with the estimate).
     """
-    from fedsde.exact._least_squares_solve import perron_root, stationary_covariance
-
     choice("method", method, METHODS)
     check_rows_memory(problem, memory_limit=memory_limit)
-    law = least_squares_round_law(problem, eta, local_steps, server_lr, participation=participation,
-                                  weighting=weighting, weights=weights)
+    law = least_squares_round_law(problem, eta, local_steps, server_lr, clients=clients, weights=weights)
+    return stationary_of(problem, law, method, memory_limit)
+
+
+def stationary_of(problem, law: LeastSquaresRoundLaw, method: str, memory_limit=None) -> LeastSquaresStationaryLaw:
+    """:func:`least_squares_stationary_law` of a built round law (``method`` checked by the caller)."""
+    from fedsde.exact._least_squares_solve import perron_root, stationary_covariance
+
+    participation = law.participation
     where = (f"eta={law.eta}, local_steps={_steps_repr(law.local_steps)}, server_lr={law.server_lr}"
              + (f", participation={participation}" if participation is not None else ""))
     rho1 = law.spectral_radius

@@ -34,7 +34,7 @@ import scipy.linalg
 from fedsde._memory import available_memory, memory_fits
 from fedsde._threads import SMALL_PRODUCTS_D, one_blas_thread, small_products
 from fedsde._tolerances import STATIONARY_MARGIN
-from fedsde._validate import choice, positive_float
+from fedsde._validate import choice, client_steps, positive_float
 from fedsde.errors import FedsdeInputError, NoStationaryLawError
 from fedsde.exact.least_squares import (
     _CHUNK_FLOATS,
@@ -42,10 +42,14 @@ from fedsde.exact.least_squares import (
     METHODS,
     SOLVE_RTOL,
     LeastSquaresRoundLaw,
+    _check_problem,
     _initial,
-    least_squares_round_law,
+    base_weights,
+    check_rows_memory,
+    round_law_of,
     work_bytes,
 )
+from fedsde.params import FULL_PARTICIPATION, ClientSampling, Schedule, fedavg_rates, takes_values
 
 
 @dataclass(frozen=True)
@@ -176,8 +180,12 @@ class LeastSquaresSDE:
         t = np.atleast_1d(np.asarray(times, dtype=np.float64))
         if t.ndim != 1 or not np.all(np.isfinite(t)) or np.any(t < 0):
             raise FedsdeInputError(f"times: {np.asarray(times).tolist()!r} must be finite and >= 0")
+        return self._moments(t, *_initial(self.d, w0, cov0))
+
+    def _moments(self, t: np.ndarray, m0: np.ndarray, P0: np.ndarray) -> SDEMoments:
+        """:meth:`moments` from checked inputs: ``t`` (T,) finite ``>= 0``, the start mean (d,) and covariance
+        (d, d) (:func:`fedsde._validate.start_point`), none checked again (the validity test's exact side)."""
         d = self.d
-        m0, P0 = _initial(d, w0, cov0)
         delta = m0 - self.centre
         z0 = np.concatenate([P0.reshape(-1), np.outer(delta, delta).reshape(-1), delta, [1.0]])
         if self.matrix_free:
@@ -273,15 +281,15 @@ class LeastSquaresSDE:
 
 
 @small_products
+@takes_values(types={"clients": ClientSampling}, clients=("participation", "weighting"))
 def least_squares_sde(
     problem,
-    eta: float,
-    local_steps: int | Sequence[int] | np.ndarray,
+    eta: float | Schedule,
+    local_steps: int | Sequence[int] | np.ndarray | None = None,
     server_lr: float = 1.0,
     h: float | None = None,
     *,
-    participation: int | None = None,
-    weighting: str = "unbiased",
+    clients: ClientSampling | None = None,
     weights: np.ndarray | None = None,
     memory_limit: int | str | None = None,
     method: str = "auto",
@@ -291,8 +299,9 @@ def least_squares_sde(
     Parameters
     ----------
     problem : RegressionProblem
-    eta, local_steps, server_lr, participation, weighting, weights
-        As :func:`fedsde.exact.least_squares_round_law`.
+    eta, local_steps, server_lr, clients, participation, weighting, weights
+        As :func:`fedsde.exact.least_squares_round_law` (``eta`` a :class:`~fedsde.params.Schedule`: its ``h``
+        too, checked where it was built).
     h : float, optional
         Time step of the clock ``t = n·h``; default ``η`` (seed 002, Section 6).
     memory_limit : int or str, optional
@@ -301,11 +310,19 @@ def least_squares_sde(
         The generator's matrix (``dense``, ``O(d⁴)`` memory) or only its action (``matrix-free``); ``auto``: dense
         where ``d <= DENSE_MAX_D``.
     """
-    eta = positive_float("eta", eta)
-    h = eta if h is None else positive_float("h", h)
+    _check_problem(problem)
+    if isinstance(eta, Schedule):  # checked where it was built
+        h = eta.time_step if h is None else h
+        eta, steps, server_lr = fedavg_rates(eta, None, None, problem.Q)
+    else:
+        eta, server_lr = positive_float("eta", eta), positive_float("server_lr", server_lr)
+        h = eta if h is None else positive_float("h", h)
+        steps = client_steps("local_steps", local_steps, problem.Q)
     choice("method", method, METHODS)
-    law = least_squares_round_law(problem, eta, local_steps, server_lr, participation=participation,
-                                  weighting=weighting, weights=weights)
+    check_rows_memory(problem)
+    clients = FULL_PARTICIPATION if clients is None else clients
+    omega = base_weights(problem, clients, weights)
+    law = round_law_of(problem, eta, steps, server_lr, clients, omega)
     d = problem.d
     n = 2 * d * d + d + 1
     if method == "dense" or (method == "auto" and d <= DENSE_MAX_D):
@@ -317,9 +334,7 @@ def least_squares_sde(
         memory_fits(f"SDE moment equations (d={d}, matrix-free)", 8 * (d**3 + 40 * n)
                     + work_bytes(d, law.data.rows, batch=chunk), available_memory("cpu", memory_limit),
                     "the matrix-free moment equations need O(d³ + rows·d) memory; use fewer features or rows")
-    centre = law.fixed_point()
-    law = least_squares_round_law(problem, eta, local_steps, server_lr, participation=participation,
-                                  weighting=weighting, weights=weights, shift=centre)
+    law = round_law_of(problem, eta, steps, server_lr, clients, omega, shift=law.fixed_point())
     return LeastSquaresSDE(law=law, h=h, method=method)
 
 

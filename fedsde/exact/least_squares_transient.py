@@ -24,11 +24,13 @@ from fedsde.exact.least_squares import (
     LeastSquaresStationaryLaw,
     _check_problem,
     _initial,
-    least_squares_round_law,
-    least_squares_stationary_law,
+    base_weights,
+    check_rows_memory,
+    round_law_of,
+    stationary_of,
 )
 from fedsde.exact.moments import Moments
-from fedsde.params import Schedule, takes_values
+from fedsde.params import FULL_PARTICIPATION, ClientSampling, Schedule, takes_values
 
 #: with more rounds than this (and constant rates) the transient is not computed round by round
 DIRECT_ROUNDS = 64
@@ -37,16 +39,15 @@ MAX_JUMPS = 8
 
 
 @small_products
-@takes_values(positional=("eta", "local_steps", "rounds", "server_lr"),
-              schedule=("eta", "local_steps", "rounds", "server_lr"))
+@takes_values(positional=("eta", "local_steps", "rounds", "server_lr"), types={"clients": ClientSampling},
+              schedule=("eta", "local_steps", "rounds", "server_lr"), clients=("participation", "weighting"))
 def least_squares_transient_moments(
     problem,
     schedule: Schedule,
     *,
     w0=None,
     cov0=None,
-    participation: int | None = None,
-    weighting: str = "unbiased",
+    clients: ClientSampling | None = None,
     weights: np.ndarray | None = None,
     record: Sequence[int] | np.ndarray | None = None,
     method: str = "auto",
@@ -74,7 +75,7 @@ def least_squares_transient_moments(
     rounds : int
     w0 : array, shape (d,), optional
         Start (default: the problem's ``initial_weights()``); with ``cov0`` the start law has that covariance.
-    participation, weighting, weights
+    clients, participation, weighting, weights
         See :func:`least_squares_round_law`.
     record : sequence of int, optional
         Rounds (0..rounds) to keep; default all.
@@ -89,19 +90,40 @@ def least_squares_transient_moments(
         ``rounds`` (T,), ``mean`` (T, d), ``cov`` (T, d, d).
     """
     _check_problem(problem)
-    local_steps, rounds = schedule.local_steps, schedule.rounds
     choice("method", method, METHODS)
-    etas, lrs = (_rates(schedule, k) for k in ("eta", "server_lr"))
     m, P = _initial(problem.d, problem.initial_weights() if w0 is None else w0, cov0)
-    keep = record_rounds("record", record, rounds)
-    kw = {"participation": participation, "weighting": weighting, "weights": weights}
+    keep = record_rounds("record", record, schedule.rounds)
+    clients = FULL_PARTICIPATION if clients is None else clients
+    return _moments(problem, schedule, m, P, keep, clients=clients, omega=base_weights(problem, clients, weights),
+                    method=method, stationary=stationary)
+
+
+def least_squares_schedule_moments(problem, schedule: Schedule, start: np.ndarray, keep: np.ndarray) -> Moments:
+    """:func:`least_squares_transient_moments` of the chain started at the point ``start`` (d,) under ``schedule``,
+    every client taking part, at the rounds ``keep`` (sorted int64 in ``0..rounds``): each checked where it was
+    built (:class:`~fedsde.params.Schedule`, :func:`fedsde._validate.start_point`,
+    :func:`fedsde._validate.record_rounds`), none again (FedAvg's exact side of the validity test,
+    :func:`fedsde.validity.exact_fedavg.exact_fedavg_paths`)."""
+    _check_problem(problem)
+    d = problem.d
+    return _moments(problem, schedule, start, np.zeros((d, d)), keep, clients=FULL_PARTICIPATION,
+                    omega=base_weights(problem, FULL_PARTICIPATION, None), method="auto", stationary=None)
+
+
+def _moments(problem, schedule: Schedule, m, P, keep, *, clients: ClientSampling, omega, method: str,
+             stationary) -> Moments:
+    """The moments from ``(m, P)`` at the rounds ``keep``, every input checked (module docstring)."""
+    check_rows_memory(problem)
+    steps = schedule.steps_for(problem.Q)
+    etas, lrs = (_rates(schedule, k) for k in ("eta", "server_lr"))
+    kw = {"clients": clients, "omega": omega}
     constant = all(a.strides == (0,) or bool(np.all(a == a[0])) for a in (etas, lrs))
-    if constant and rounds > DIRECT_ROUNDS and keep.size <= MAX_JUMPS:
-        law = least_squares_round_law(problem, float(etas[0]), local_steps, float(lrs[0]), **kw)
+    if constant and schedule.rounds > DIRECT_ROUNDS and keep.size <= MAX_JUMPS:
+        law = round_law_of(problem, float(etas[0]), steps, float(lrs[0]), **kw)
         fast = _jump(problem, law, m, P, keep, method, stationary, kw)
         if fast is not None:
             return fast
-    return _iterate(problem, etas, lrs, local_steps, m, P, keep, kw)
+    return _iterate(problem, etas, lrs, steps, m, P, keep, kw)
 
 
 def _rates(schedule: Schedule, name: str) -> np.ndarray:
@@ -121,14 +143,12 @@ def _iterate(problem, etas, lrs, local_steps, m, P, keep, kw) -> Moments:
     at = {int(k): i for i, k in enumerate(keep)}
     means, covs = np.empty((keep.size, problem.d)), np.empty((keep.size, problem.d, problem.d))
     laws: dict[tuple[float, float], LeastSquaresRoundLaw] = {}
-    if rounds == 0:
-        least_squares_round_law(problem, float(etas[0]), local_steps, float(lrs[0]), **kw)
     if 0 in at:
         means[at[0]], covs[at[0]] = m, P
     for n in range(rounds):
         key = (float(etas[n]), float(lrs[n]))
         if key not in laws:
-            laws[key] = least_squares_round_law(problem, key[0], local_steps, key[1], **kw)
+            laws[key] = round_law_of(problem, key[0], local_steps, key[1], **kw)
         m, P = laws[key].step(m, P)
         if n + 1 in at:
             means[at[n + 1]], covs[at[n + 1]] = m, P
@@ -153,7 +173,7 @@ def _jump(problem, law: LeastSquaresRoundLaw, m0, P0, keep, method, stationary, 
     means, covs = np.empty((keep.size, d)), np.empty((keep.size, d, d))
     dense = method == "dense" or (method == "auto" and d <= DENSE_MAX_D)
     if dense:
-        centred = least_squares_round_law(problem, law.eta, law.local_steps, law.server_lr, shift=mstar, **kw)
+        centred = round_law_of(problem, law.eta, law.local_steps, law.server_lr, shift=mstar, **kw)
         Z = _affine_matrix(centred)
         z = np.concatenate([P0.reshape(-1), np.outer(m0 - mstar, m0 - mstar).reshape(-1), m0 - mstar, [1.0]])
         prev = 0
@@ -171,8 +191,7 @@ def _jump(problem, law: LeastSquaresRoundLaw, m0, P0, keep, method, stationary, 
         return None
     if stationary is None:
         try:
-            stationary = least_squares_stationary_law(problem, law.eta, law.local_steps, law.server_lr,
-                                                      method="matrix-free", **kw)
+            stationary = stationary_of(problem, law, "matrix-free")
         except NoStationaryLawError:
             return None
     _, K = law.step(mstar, np.zeros((d, d)))

@@ -179,18 +179,19 @@ class LeastSquaresStability:
         return out
 
 
-def least_squares_stability(problem, eta: float, local_steps, server_lr: float = 1.0) -> LeastSquaresStability:
+def least_squares_stability(problem, eta, local_steps=None, server_lr: float = 1.0) -> LeastSquaresStability:
     """:class:`LeastSquaresStability` of minibatch FedAvg on a :class:`~fedsde.problems.RegressionProblem`: the
     clients whose local SGD expands and the spectral radii of the exact round law's mean map and second-moment
     operator (:func:`~fedsde.exact.least_squares_round_law`; ``ρ(T)`` by Lanczos, as
-    :func:`~fedsde.exact.least_squares_stationary_law` finds it)."""
+    :func:`~fedsde.exact.least_squares_stationary_law` finds it).  ``eta``: a number, or a
+    :class:`~fedsde.params.Schedule` holding the rates (checked where it was built)."""
     from fedsde.exact._least_squares_solve import perron_root
     from fedsde.exact.least_squares import _steps_repr, least_squares_round_law
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         law = least_squares_round_law(problem, eta, local_steps, server_lr)
-    expanding = tuple(int(k) for k in np.flatnonzero(eta * np.asarray(problem.max_curvature()) >= 2.0))
+    expanding = tuple(int(k) for k in np.flatnonzero(law.eta * np.asarray(problem.max_curvature()) >= 2.0))
     where = f"eta={law.eta}, local_steps={_steps_repr(law.local_steps)}, server_lr={law.server_lr}"
     rho1 = float(law.spectral_radius)
     rho2 = None if rho1 >= 1.0 - STATIONARY_MARGIN else float(perron_root(law.second_moment_map, problem.d))

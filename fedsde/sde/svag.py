@@ -44,7 +44,7 @@ from fedsde._validate import (
     record_rounds,
     start_point,
 )
-from fedsde.clients.least_squares_oracle import least_squares_oracle
+from fedsde.clients.least_squares_oracle import problem_least_squares_oracle
 from fedsde.clients.local import run_local_steps, step_limits
 from fedsde.clients.oracles import GaussianQuadraticOracle
 from fedsde.clients.streams import resolve_block_size
@@ -93,7 +93,7 @@ def default_oracle_factory(problem) -> Callable | None:
     if isinstance(problem, QuadraticProblem):
         return None
     if isinstance(problem, RegressionProblem):
-        return least_squares_oracle(problem.batch_size, sampling=problem.sampling)
+        return problem_least_squares_oracle(problem)  # its batch size and sampling, checked already
     if isinstance(problem, ModuleProblem):
         from fedsde.clients.module_oracle import module_oracle
 

@@ -65,8 +65,11 @@ def exact_fedavg_paths(problem, *, eta, local_steps=None, server_lr: float = 1.0
     record = [int(n) for n in grid]
     if _is_least_squares(problem):
         from fedsde.exact import least_squares_transient_moments
+        from fedsde.exact.least_squares_transient import least_squares_schedule_moments
 
-        mom = least_squares_transient_moments(problem, eta, local_steps, rounds, server_lr, w0=w0, record=record)
+        mom = (least_squares_schedule_moments(problem, sched, w0, np.asarray(grid, np.int64)) if sched is not None
+               and rounds == sched.rounds else
+               least_squares_transient_moments(problem, eta, local_steps, rounds, server_lr, w0=w0, record=record))
         means = moment_metric_means(problem, mom.mean, mom.cov, names)
     else:
         from fedsde.exact import transient_moments

@@ -81,7 +81,7 @@ def exact_sde_law(problem, schedule: Schedule | None = None, *, eta: float | Non
         from fedsde.exact import least_squares_sde
 
         problem.optimum  # noqa: B018 — a one-line error when the solution is not unique (singular Hessian)
-        return least_squares_sde(problem, eta, local_steps, server_lr, h)
+        return least_squares_sde(problem, schedule or eta, local_steps, server_lr, h)
     from fedsde.problems.quadratic.problem import QuadraticProblem
 
     if isinstance(problem, QuadraticProblem):
@@ -211,10 +211,12 @@ def exact_sde_paths(problem, law, rounds: np.ndarray, h: float, w0: np.ndarray, 
     A :class:`~fedsde.sde.LinearSDE`: steps the Gaussian law with the exact transition of every distinct spacing
     (:meth:`LinearSDE.transition`).  A :class:`~fedsde.exact.LeastSquaresSDE`: its exact mean and covariance at the
     grid times (:meth:`~fedsde.exact.LeastSquaresSDE.moments`) through :func:`moment_metric_means` (``None`` for a
-    metric without a value).
+    metric without a value).  ``w0`` is the start point (d,) and ``rounds`` the sorted grid, both checked by the
+    caller (:func:`fedsde._validate.start_point`), not again.
     """
     if hasattr(law, "generator"):  # least squares: moments from the closed linear moment ODE
-        mom = law.moments(np.asarray(rounds, dtype=np.float64) * h, w0)
+        d = w0.shape[0]  # the grid and the start checked by the caller
+        mom = law._moments(np.asarray(rounds, dtype=np.float64) * h, w0, np.zeros((d, d)))
         return moment_metric_means(problem, mom.mean, mom.cov, names)
     d = w0.shape[0]
     means, covs = np.empty((rounds.size, d)), np.empty((rounds.size, d, d))

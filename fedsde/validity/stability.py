@@ -23,7 +23,7 @@ def stability(problem, eta, local_steps=None, server_lr: float = 1.0):
         return None
     from fedsde.exact.stability import least_squares_stability
 
-    return least_squares_stability(problem, *unpack(eta, local_steps, server_lr)[1:])
+    return least_squares_stability(problem, eta, local_steps, server_lr)  # a Schedule passed whole
 
 
 def stability_messages(problem, eta, local_steps=None, server_lr: float = 1.0, known=None) -> list[str]:

@@ -59,7 +59,7 @@ from fedsde.problems.regression.data import (
     grunfeld_clients,
     standardise,
 )
-from fedsde.problems.regression.problem import MODELS, SAMPLINGS, RegressionProblem
+from fedsde.problems.regression.problem import MODELS, RegressionProblem
 
 _COMMON = ("kind", "model", "batch_size", "sampling", "l2", "intercept", "standardise", "standardize", "p", "w0",
            "name")
@@ -105,9 +105,10 @@ def regression_problem_from_dict(data: dict, *, source: str = "problem", base_di
         raise k.fail("standardise, standardize: give one spelling only")
     skey = "standardize" if k.has("standardize") else "standardise"
     std = k.boolean(skey, src != "csv")
-    batch_size = k.integer("batch_size", required=True)
-    sampling = k.choice("sampling", SAMPLINGS, "without-replacement")
-    l2 = k.number("l2", 0.0, allow_zero=True)
+    # typed here, their values checked once by the problem's constructor (its errors name this file too)
+    batch_size = _typed(k, "batch_size", int, "an integer >= 1")
+    sampling = k.data.get("sampling", "without-replacement")
+    l2 = _typed(k, "l2", int | float, "a number >= 0", 0.0)
     intercept = k.boolean("intercept", False)
 
     info: dict = {"source": src}
@@ -139,6 +140,19 @@ def regression_problem_from_dict(data: dict, *, source: str = "problem", base_di
     except FedsdeInputError as exc:
         msg = str(exc)
         raise FedsdeInputError(msg if msg.startswith(source) else f"{source}: {msg}") from None
+
+
+def _typed(k: _Keys, key: str, kinds, what: str, default=None):
+    """The value of ``key`` (``default`` when absent; required without one) if of the type ``kinds`` (a ``bool`` is
+    no number), as given: the value itself is the constructor's to check."""
+    if key not in k.data:
+        if default is None:
+            raise k.fail(f"missing key {key!r} ({what})")
+        return default
+    v = k.data[key]
+    if isinstance(v, bool) or not isinstance(v, kinds):
+        raise k.fail(f"{key}={v!r}: must be {what}")
+    return v
 
 
 def _csv_population(k: _Keys, base_dir, info: dict, std: bool, population: bool, **kw):

@@ -401,8 +401,8 @@ class RegressionProblem:
         return np.linalg.eigvalsh(self.client_hessian())[:, -1]
 
     # ------------------------------------------------------------------ minibatch noise
-    def _batch(self, batch_size, sampling) -> tuple[int, str]:
-        sampling = choice("sampling", self.sampling if sampling is None else sampling, SAMPLINGS)
+    def _batch(self, batch_size, sampling) -> tuple[int, str]:  # the problem's own: checked when it was built
+        sampling = self.sampling if sampling is None else choice("sampling", sampling, SAMPLINGS)
         b = self.batch_size if batch_size is None else positive_int("batch_size", batch_size)
         if b is None:
             raise FedsdeInputError("batch_size: the problem has none; give batch_size (rows per local step)")
