@@ -180,9 +180,9 @@ class LeastSquaresSDE:
         t = np.atleast_1d(np.asarray(times, dtype=np.float64))
         if t.ndim != 1 or not np.all(np.isfinite(t)) or np.any(t < 0):
             raise FedsdeInputError(f"times: {np.asarray(times).tolist()!r} must be finite and >= 0")
-        return self._moments(t, *_initial(self.d, w0, cov0))
+        return self.moments_from(t, *_initial(self.d, w0, cov0))
 
-    def _moments(self, t: np.ndarray, m0: np.ndarray, P0: np.ndarray) -> SDEMoments:
+    def moments_from(self, t: np.ndarray, m0: np.ndarray, P0: np.ndarray) -> SDEMoments:
         """:meth:`moments` from checked inputs: ``t`` (T,) finite ``>= 0``, the start mean (d,) and covariance
         (d, d) (:func:`fedsde._validate.start_point`), none checked again (the validity test's exact side)."""
         d = self.d

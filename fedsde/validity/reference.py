@@ -216,7 +216,7 @@ def exact_sde_paths(problem, law, rounds: np.ndarray, h: float, w0: np.ndarray, 
     """
     if hasattr(law, "generator"):  # least squares: moments from the closed linear moment ODE
         d = w0.shape[0]  # the grid and the start checked by the caller
-        mom = law._moments(np.asarray(rounds, dtype=np.float64) * h, w0, np.zeros((d, d)))
+        mom = law.moments_from(np.asarray(rounds, dtype=np.float64) * h, w0, np.zeros((d, d)))
         return moment_metric_means(problem, mom.mean, mom.cov, names)
     d = w0.shape[0]
     means, covs = np.empty((rounds.size, d)), np.empty((rounds.size, d, d))
