@@ -277,7 +277,7 @@ def _digits(k: _Keys):
     test_fraction = k.number("test_fraction", 0.25, allow_zero=True)
     if test_fraction >= 1.0:
         raise k.fail(f"test_fraction={test_fraction!r}: must lie in [0, 1)")
-    pb = _sklearn(k, "digits", seed, test_fraction, 0.0, "size")
+    pb = _sklearn(k, "digits", seed, test_fraction, "size")
     lead = (1, 8, 8) if shape == "image" else (64,)
     x, xt = pb.X.reshape(-1, *lead), pb.X_test.reshape(-1, *lead)
     info = {"dataset": "digits", "shape": shape, "seed": seed, **{key: v for key, v in pb.info.items()
