@@ -246,7 +246,7 @@ class ClassificationProblem(LabelledClients):
         with zero biases drawn from ``seed`` (default :attr:`init_seed`, else 0), see
         :mod:`fedsde.problems.classification.mlp`.
         """
-        return self.classifier.init(self.init_seed if seed is None else seed)
+        return self.classifier.init(self.init_seed if seed is None else positive_int("seed", seed, minimum=0))
 
     @property
     def classifier(self) -> ClassificationModel:
