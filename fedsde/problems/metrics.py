@@ -267,11 +267,11 @@ def metric_sample(problem: ClassificationProblem, metric_samples: int | None = N
     :attr:`MetricValues.sampling` reports).  See the module docstring.  The arguments are checked once per problem
     (every later call with the same plain ints finds its plan); the problem's own ``metric_samples`` is trusted.
     """
-    given = ("metric_sample_given", metric_samples, metric_seed, groups)
+    m = (getattr(problem, "metric_samples", None) or METRIC_SAMPLES) if metric_samples is None else metric_samples
+    given = ("metric_sample_given", m, metric_seed, groups)  # (a problem's metric_samples: checked by its Evaluation)
     if all(v is None or type(v) is int for v in given[1:]) and given in problem._cache:
         return problem._cache[given]
-    m = positive_int("metric_samples", metric_samples, minimum=2 * GROUPS) if metric_samples is not None else (
-        getattr(problem, "metric_samples", None) or METRIC_SAMPLES)  # a problem's: checked by its Evaluation
+    m = m if metric_samples is None else positive_int("metric_samples", m, minimum=2 * GROUPS)
     seed = positive_int("metric_seed", metric_seed, minimum=0)
     G = GROUPS if groups is None else min(positive_int("metric_groups", groups, minimum=3), m // 2)
     key = ("metric_sample", m, seed) if G == GROUPS else ("metric_sample", m, seed, G)
