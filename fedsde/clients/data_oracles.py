@@ -37,15 +37,14 @@ from __future__ import annotations
 
 import torch
 
-from fedsde._validate import choice, positive_int
 from fedsde.clients.data_rows import ClientRows
 from fedsde.clients.oracles import OracleBase
 from fedsde.clients.population_rows import PopulationRows
 from fedsde.clients.streams import ReplicateStreams
 from fedsde.errors import FedsdeInputError
+from fedsde.params import takes_values
 from fedsde.problems.classification.models import LogisticModel
-
-SAMPLINGS = ("minibatch", "epoch")
+from fedsde.problems.classification.options import DEFAULTS, SAMPLINGS, Minibatches  # noqa: F401 (SAMPLINGS: re-exported)
 
 #: use shared client rows with 0/1 weights while N_max <= DENSE_FACTOR · batch (else gather the batch rows)
 DENSE_FACTOR = 2
@@ -54,7 +53,8 @@ FLOYD_MAX = 32
 
 
 class _DataOracle(OracleBase):
-    """Shared set-up: data layouts, batch sizes, the clients held by each slot, and the model's gradients."""
+    """Shared set-up: data layouts, batch sizes (``batch_size`` checked by the caller: a :class:`Minibatches`'),
+    the clients held by each slot, and the model's gradients."""
 
     #: the simulator may hand over only the round's participants (``clients`` in :meth:`begin_round`)
     participants_only = True
@@ -78,7 +78,7 @@ class _DataOracle(OracleBase):
         self.sizes = torch.as_tensor(problem.sizes, device=device)  # (Q,)
         self.pos = torch.arange(self.n_max, device=device)
         self.dtype, self.device = dtype, device
-        self.fixed_batch = None if batch_size is None else positive_int("batch_size", batch_size)
+        self.fixed_batch = batch_size
         self.batch = None
         self.max_batch = None
         self.clients = None
@@ -308,19 +308,21 @@ class MinibatchOracle(_DataOracle):
     problem : ClassificationProblem
     nblocks : int
     device, dtype
-    batch_size : int, optional
-        Fixed batch size ``b`` (capped at ``N_k``); otherwise taken from ``EpochSteps`` every round.
-    sampling : {"minibatch", "epoch"}
+    minibatches : Minibatches, optional
+        Its ``batch_size``: a fixed batch size ``b`` (capped at ``N_k``; ``None``: taken from ``EpochSteps`` every
+        round) and its ``sampling`` (``"minibatch"``, ``"epoch"``), checked (taken whole, trusted), or those
+        keywords.
     """
 
-    def __init__(self, problem, nblocks, device, dtype, *, batch_size: int | None = None,
-                 sampling: str = "minibatch"):
-        super().__init__(problem, nblocks, device, dtype, batch_size)
-        self.sampling = choice("sampling", sampling, SAMPLINGS)
+    @takes_values(types={"minibatches": Minibatches}, minibatches=("batch_size", "sampling"))
+    def __init__(self, problem, nblocks, device, dtype, *, minibatches: Minibatches | None = None):
+        batches = minibatches or DEFAULTS[1]
+        super().__init__(problem, nblocks, device, dtype, batches.batch_size)
+        self.sampling = batches.sampling
         self._u = None
         self._perm = None
         # every slot's batch covers all its rows: the minibatch is the whole client (no randomness needed)
-        self._whole = batch_size is not None and batch_size >= self.n_max
+        self._whole = batches.batch_size is not None and batches.batch_size >= self.n_max
 
     def _buffer(self, shape: tuple[int, ...]) -> torch.Tensor:
         if self._u is None or self._u.shape != shape:
@@ -370,11 +372,12 @@ class MinibatchOracle(_DataOracle):
 class GaussianMinibatchOracle(_DataOracle):
     """Full client gradient plus Gaussian noise with the minibatch covariance (see the module docstring).
 
-    Parameters are those of :class:`MinibatchOracle` without ``sampling``.
+    Parameters are those of :class:`MinibatchOracle`: of the ``minibatches`` only the ``batch_size`` is read.
     """
 
-    def __init__(self, problem, nblocks, device, dtype, *, batch_size: int | None = None):
-        super().__init__(problem, nblocks, device, dtype, batch_size)
+    @takes_values(types={"minibatches": Minibatches}, minibatches=("batch_size",))
+    def __init__(self, problem, nblocks, device, dtype, *, minibatches: Minibatches | None = None):
+        super().__init__(problem, nblocks, device, dtype, (minibatches or DEFAULTS[1]).batch_size)
         self._z = None
 
     def sample(self, x: torch.Tensor, streams: ReplicateStreams) -> torch.Tensor:
@@ -405,24 +408,26 @@ class FullGradientOracle(_DataOracle):
 
 def minibatch_oracle(batch_size: int | None = None, sampling: str = "minibatch"):
     """Oracle factory ``(problem, nblocks, device, dtype) -> MinibatchOracle`` for :func:`fedsde.sim.simulate`."""
-    choice("sampling", sampling, SAMPLINGS)
-    if batch_size is not None:
-        positive_int("batch_size", batch_size)
+    return minibatches_oracle(Minibatches(batch_size, sampling))
+
+
+def minibatches_oracle(minibatches: Minibatches):
+    """The factory of :func:`minibatch_oracle` from a checked value, taken whole (e.g. a problem's
+    :attr:`~fedsde.problems.ClassificationProblem.minibatches`)."""
 
     def factory(problem, nblocks, device, dtype):
-        return MinibatchOracle(problem, nblocks, device, dtype, batch_size=batch_size, sampling=sampling)
+        return MinibatchOracle(problem, nblocks, device, dtype, minibatches=minibatches)
 
-    factory.describe = {"oracle": "minibatch", "batch_size": batch_size, "sampling": sampling}
+    factory.describe = {"oracle": "minibatch", "batch_size": minibatches.batch_size, "sampling": minibatches.sampling}
     return factory
 
 
 def gaussian_oracle(batch_size: int | None = None):
     """Oracle factory for :class:`GaussianMinibatchOracle`."""
-    if batch_size is not None:
-        positive_int("batch_size", batch_size)
+    batches = Minibatches(batch_size)
 
     def factory(problem, nblocks, device, dtype):
-        return GaussianMinibatchOracle(problem, nblocks, device, dtype, batch_size=batch_size)
+        return GaussianMinibatchOracle(problem, nblocks, device, dtype, minibatches=batches)
 
     factory.describe = {"oracle": "gaussian", "batch_size": batch_size}
     return factory

@@ -53,15 +53,17 @@ when they do not fit in memory).  Synthetic clients are then produced on demand,
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING
 
+from fedsde._validate import unit_interval
 from fedsde.errors import FedsdeInputError
 from fedsde.problems._file_keys import _Keys
-from fedsde.problems.classification.datasets import federated_classification
+from fedsde.problems.classification.datasets import partitioned_problem
 from fedsde.problems.classification.models import check_model_memory
-from fedsde.problems.classification.options import Classifier
+from fedsde.problems.classification.options import Classifier, Minibatches
 from fedsde.problems.classification.partition import PARTITIONS, SCHEME_KEYS, Partition
-from fedsde.problems.classification.problem import MODELS, SAMPLINGS, ClassificationProblem
+from fedsde.problems.classification.problem import MODELS, ClassificationProblem
 
 if TYPE_CHECKING:
     from fedsde.problems.regression.problem import RegressionProblem
@@ -106,52 +108,54 @@ def data_problem_from_dict(data: dict, *, source: str = "problem", base_dir=None
         raise k.fail(f"{why} (allowed: {', '.join(sorted(allowed))})")
 
     seed = k.integer("seed", minimum=0, required=True)
-    batch_size = k.integer("batch_size", required=True)
     n_classes = k.integer("n_classes", 10, minimum=2) if synthetic else _N_CLASSES[dataset]
-    model = k.choice("model", MODELS, "logistic" if n_classes == 2 else "softmax")
+    model = data.get("model", "logistic" if n_classes == 2 else "softmax")
     if model == "logistic" and n_classes != 2:
         raise k.fail(f"model='logistic': needs two classes, dataset={dataset!r} has {n_classes} (use 'softmax' "
                      "or 'mlp')")
-    if model == "mlp":
-        hidden = k.integer("hidden", required=True)
-    elif k.has("hidden"):
+    if model != "mlp" and k.has("hidden") and model in MODELS:  # (a model none of these: the Classifier's error)
         raise k.fail(f"hidden={data['hidden']!r}: only used with model='mlp' (model={model!r})")
-    else:
-        hidden = None
-    init_seed = k.integer("init_seed", seed, minimum=0)
-    if k.has("init_seed") and model != "mlp":
+    if model != "mlp" and k.has("init_seed") and model in MODELS:
         raise k.fail(f"init_seed={data['init_seed']!r}: only used with model='mlp' (linear models start at zero)")
-    l2 = k.number("l2", 1e-3, allow_zero=True)
-    test_fraction = k.number("test_fraction", 0.1 if synthetic else 0.25, allow_zero=True)
-    if test_fraction >= 1.0:
-        raise k.fail(f"test_fraction={test_fraction!r}: must lie in [0, 1)")
+    mlp = model == "mlp"
+    # the keys of the model and of the minibatches, typed here and checked once by the values they build
+    classifier = k.build(Classifier, model, k.integer("hidden", required=mlp, raw=True), True,
+                         k.number("l2", 1e-3, allow_zero=True, raw=True),
+                         k.integer("init_seed", seed, minimum=0, raw=True) if mlp else None)
+    minibatches = k.build(Minibatches, k.integer("batch_size", required=True, raw=True),
+                          data.get("sampling", "minibatch"))
+    test_fraction = k.number("test_fraction", 0.1 if synthetic else 0.25, allow_zero=True, raw=True)
     weights = k.choice("weights", ("size", "uniform"), "size")
-    sampling = k.choice("sampling", SAMPLINGS, "minibatch")
+    settings = {"model": model, "batch_size": minibatches.batch_size, "sampling": minibatches.sampling}
+    info = settings | ({"hidden": classifier.hidden, "init_seed": classifier.init_seed} if mlp else {})
 
     try:
         # the model's weights are checked against the memory available before any data is built (the data
         # themselves in synthetic_problem, once the client sizes are drawn)
         n_features = (k.integer("dim", 60) if synthetic else _N_FEATURES[dataset]) + 1
-        check_model_memory(n_features, n_classes, model, hidden or 0)
+        check_model_memory(n_features, n_classes, model, classifier.hidden or 0)
         if synthetic:
-            problem = _synthetic(k, seed, n_classes, test_fraction, l2)
+            problem = _synthetic(k, seed, n_classes, test_fraction, classifier.l2)
             if weights == "uniform":
                 problem = problem.with_weights([1.0] * problem.Q)
         else:
-            problem = _sklearn(k, dataset, seed, test_fraction, l2, weights)
-            if k.boolean("population", False):  # the partition's clients as a population (slices of its arrays)
+            tf = k.build(unit_interval, "test_fraction", test_fraction)
+            slices = k.boolean("population", False)  # the partition's clients as a population (slices of its arrays)
+            values = {} if slices else {"classifier": classifier, "minibatches": minibatches, "info": info}
+            problem = _sklearn(k, dataset, seed, tf, weights, **values)
+            if not slices:
+                # a file's weights normalised once more, as they always were: the same numbers, bit for bit
+                problem = problem.replace(p=problem.p, name=str(data.get("name", problem.name)))
+            else:
                 from fedsde.problems.populations.base import ArrayPopulation, PopulationProblem
 
-                problem = PopulationProblem.create(ArrayPopulation(problem), model=problem.model, l2=l2,
+                problem = PopulationProblem.create(ArrayPopulation(problem), model=problem.model, l2=classifier.l2,
                                                    p=None if weights == "size" else problem.p, name=problem.name,
                                                    info=problem.info | {"population": "slices"})
-        problem = problem.replace(
-            model=model, hidden=hidden, batch_size=batch_size, sampling=sampling,
-            init_seed=init_seed if model == "mlp" else None,
-            name=str(data.get("name", problem.name)),
-            info=problem.info | {"model": model, "batch_size": batch_size, "sampling": sampling}
-            | ({"hidden": hidden, "init_seed": init_seed} if model == "mlp" else {}),
-        )
+        if synthetic or hasattr(problem, "population"):
+            problem = problem.replace(
+                **settings, hidden=classifier.hidden, init_seed=classifier.init_seed,
+                name=str(data.get("name", problem.name)), info=problem.info | info)
         if hasattr(problem, "population") and not population:
             problem = problem.materialise()
     except FedsdeInputError as exc:
@@ -160,26 +164,27 @@ def data_problem_from_dict(data: dict, *, source: str = "problem", base_dir=None
     return problem
 
 
-def _sklearn(k: _Keys, dataset: str, seed: int, test_fraction: float, l2: float,
-             weights: str) -> ClassificationProblem:
-    partition = k.choice("partition", PARTITIONS, "dirichlet")
-    own = SCHEME_KEYS[partition]
+def _sklearn(k: _Keys, dataset: str, seed: int, test_fraction: float, weights: str,
+             **values) -> ClassificationProblem:
+    """The problem of a bundled set split by the file's partition (checked once, by the :class:`Partition` its keys
+    build), with the file's checked ``classifier``, ``minibatches`` and ``info`` (trusted)."""
+    partition = k.data.get("partition", "dirichlet")
+    known = partition in PARTITIONS  # (another name: the Partition's error, below)
+    own = SCHEME_KEYS[partition] if known else ()
     for key in ("alpha", "min_size", "shards_per_client", "quantity_beta", "n_biased", "n_uniform"):
-        if k.has(key) and key not in own:
+        if known and k.has(key) and key not in own:
             raise k.fail(f"{key}={k.data[key]!r}: not used by partition={partition!r} "
                          f"(its keys: {', '.join(own) or 'none'})")
     if partition == "niid2" and k.has("clients"):
         raise k.fail("clients: not used by partition='niid2' (it has n_biased + n_uniform clients)")
-    partitioning = Partition(
-        partition, n_clients=k.integer("clients", 10), alpha=k.number("alpha", 0.5),
-        shards_per_client=k.integer("shards_per_client", 2), quantity_beta=k.number("quantity_beta", 1.0),
-        n_biased=k.integer("n_biased", 5), n_uniform=k.integer("n_uniform", 1, minimum=0),
-        min_size=k.integer("min_size", 10, minimum=0))
-    return federated_classification(
-        dataset, partitioning=partitioning, seed=seed, test_fraction=test_fraction,
-        classifier=Classifier("logistic" if dataset == "breast_cancer" else "softmax", l2=l2),
-        standardise=k.boolean("standardise", True), weights=weights,
-    )
+    integer, number = partial(k.integer, raw=True), partial(k.number, raw=True)
+    partitioning = k.build(
+        Partition, partition, keys={"n_clients": "clients"}, n_clients=integer("clients", 10),
+        alpha=number("alpha", 0.5), shards_per_client=integer("shards_per_client", 2),
+        quantity_beta=number("quantity_beta", 1.0), n_biased=integer("n_biased", 5),
+        n_uniform=integer("n_uniform", 1, minimum=0), min_size=integer("min_size", 10, minimum=0))
+    return partitioned_problem(dataset, partitioning, seed, test_fraction, standardise=k.boolean("standardise", True),
+                               weights=weights, **values)
 
 
 def _synthetic(k: _Keys, seed: int, n_classes: int, test_fraction: float, l2: float) -> ClassificationProblem:

@@ -215,16 +215,11 @@ def evaluate_metrics_torch(problem, w, w0=None, names: Sequence[str] | None = No
                 chunk_size=chunk_size, grouped_norm_sq=grouped_norm_sq)
             vals |= got
             need = []
-    if need and isinstance(problem, ClassificationProblem):
+    if need and (isinstance(problem, ClassificationProblem) or hasattr(problem, "torch_metrics")):
         plan = metric_sample(problem, metric_samples, metric_seed, metric_groups)
-        sampling = plan["describe"]
-        got, se, bounds = _data_metrics(problem, flat, need, plan)
-        vals |= got
-    elif need and hasattr(problem, "torch_metrics"):  # module problems: their own functional calls
-        plan = metric_sample(problem, metric_samples, metric_seed, metric_groups)
-        sampling = plan["describe"]
-        got, se, *rest = problem.torch_metrics(flat, need, plan)
-        bounds = rest[0] if rest else {}
+        own = not isinstance(problem, ClassificationProblem)  # module problems: their own functional calls
+        got, se, *rest = problem.torch_metrics(flat, need, plan) if own else _data_metrics(problem, flat, need, plan)
+        sampling, bounds = plan["describe"], (rest[0] if rest else {})
         vals |= got
     elif need and _plain_quadratic(problem):
         vals |= _quadratic_metrics(problem, flat, need)
@@ -269,10 +264,14 @@ def metric_sample(problem: ClassificationProblem, metric_samples: int | None = N
 
     Returns a dict with ``rows`` (training row indices, group-major, or ``None``: all, exact), ``test_rows``
     (likewise), ``groups`` (:data:`GROUPS` unless given; at most ``m/2``) and ``describe`` (what
-    :attr:`MetricValues.sampling` reports).  See the module docstring.
+    :attr:`MetricValues.sampling` reports).  See the module docstring.  The arguments are checked once per problem
+    (every later call with the same plain ints finds its plan); the problem's own ``metric_samples`` is trusted.
     """
-    m = metric_samples if metric_samples is not None else getattr(problem, "metric_samples", None)
-    m = METRIC_SAMPLES if m is None else positive_int("metric_samples", m, minimum=2 * GROUPS)
+    m = (getattr(problem, "metric_samples", None) or METRIC_SAMPLES) if metric_samples is None else metric_samples
+    given = ("metric_sample_given", m, metric_seed, groups)  # (a problem's metric_samples: checked by its Evaluation)
+    if all(v is None or type(v) is int for v in given[1:]) and given in problem._cache:
+        return problem._cache[given]
+    m = m if metric_samples is None else positive_int("metric_samples", m, minimum=2 * GROUPS)
     seed = positive_int("metric_seed", metric_seed, minimum=0)
     G = GROUPS if groups is None else min(positive_int("metric_groups", groups, minimum=3), m // 2)
     key = ("metric_sample", m, seed) if G == GROUPS else ("metric_sample", m, seed, G)
@@ -294,9 +293,10 @@ def metric_sample(problem: ClassificationProblem, metric_samples: int | None = N
             "scheme": "exact" if rows is None and test_rows is None else
             f"i.i.d. draws, training rows with probability p_k/N_k; {G} groups for grad_norm_sq",
         }
-        if G != GROUPS:
-            describe["groups"] = G
-        problem._cache[key] = {"rows": rows, "test_rows": test_rows, "groups": G, "describe": describe}
+        problem._cache[key] = {"rows": rows, "test_rows": test_rows, "groups": G,
+                               "describe": describe | ({"groups": G} if G != GROUPS else {})}
+    if all(v is None or type(v) is int for v in given[1:]):
+        problem._cache[given] = problem._cache[key]
     return problem._cache[key]
 
 

@@ -104,8 +104,11 @@ def default_oracle_factory(problem) -> Callable | None:
             f"problem: a {type(problem).__name__} needs a batch size for its minibatch gradients (batch_size in the "
             "problem file, or pass oracle_factory=fedsde.sim.minibatch_oracle(batch_size=...))"
         )
-    from fedsde.clients.data_oracles import minibatch_oracle
+    from fedsde.clients.data_oracles import minibatch_oracle, minibatches_oracle
+    from fedsde.problems.classification.options import Minibatches
 
+    if isinstance(getattr(problem, "minibatches", None), Minibatches):  # the problem's checked value, trusted
+        return minibatches_oracle(problem.minibatches)
     return minibatch_oracle(batch_size=int(batch), sampling=getattr(problem, "sampling", None) or "minibatch")
 
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from fedsde._validate import choice, unit_interval
 from fedsde.params import takes_values, value_fields
-from fedsde.problems.classification.options import Classifier
+from fedsde.problems.classification.options import Classifier, Minibatches
 from fedsde.problems.classification.partition import PARTITIONS, Partition  # noqa: F401 (PARTITIONS: re-exported)
 from fedsde.problems.classification.problem import ClassificationProblem
 
@@ -23,9 +23,13 @@ def load_dataset(name: str) -> tuple[np.ndarray, np.ndarray]:
 
     ``"digits"``: 1797 8×8 images, 10 classes; ``"breast_cancer"``: 569 samples, 30 features, 2 classes.
     """
+    choice("dataset", name, DATASETS)
+    return _bundled(name)
+
+
+def _bundled(name: str) -> tuple[np.ndarray, np.ndarray]:
     from fedsde.problems.classification import bundled
 
-    choice("dataset", name, DATASETS)
     return bundled.digits() if name == "digits" else bundled.breast_cancer()
 
 
@@ -69,10 +73,20 @@ def federated_classification(
     weights : {"size", "uniform"}
         Client weights ``p_k = N_k/N`` or ``1/Q``.
     """
-    partitioning = Partition() if partitioning is None else partitioning
-    X, y = load_dataset(dataset)
+    choice("dataset", dataset, DATASETS)
     tf = unit_interval("test_fraction", test_fraction)
     choice("weights", weights, ("size", "uniform"))
+    return partitioned_problem(dataset, Partition() if partitioning is None else partitioning, seed, tf,
+                               standardise=standardise, weights=weights, classifier=classifier)
+
+
+def partitioned_problem(dataset: str, partitioning: Partition, seed: int, test_fraction: float, *,
+                        standardise: bool = True, weights: str = "size", classifier: Classifier | None = None,
+                        minibatches: Minibatches | None = None, info: dict | None = None) -> ClassificationProblem:
+    """The problem of :func:`federated_classification` from checked input (trusted: the ``dataset`` and ``weights``
+    one of theirs, ``test_fraction`` in ``[0, 1)``), with the values a problem file builds (``classifier`` and
+    ``minibatches``, whole) and ``info`` added to the provenance it records."""
+    X, y = _bundled(dataset)
     ss = np.random.SeedSequence(seed)
     s_part, s_split = (int(s.generate_state(1)[0]) for s in ss.spawn(2))
     parts = partitioning.split(y, seed=s_part)
@@ -80,7 +94,7 @@ def federated_classification(
     train_idx, test_idx = [], []
     for idx in parts:
         idx = rng.permutation(idx)
-        n_test = min(round(tf * idx.size), idx.size - 1)
+        n_test = min(round(test_fraction * idx.size), idx.size - 1)
         test_idx.append(idx[:n_test])
         train_idx.append(idx[n_test:])
     tr, te = np.concatenate(train_idx), np.concatenate(test_idx)
@@ -91,11 +105,11 @@ def federated_classification(
         Xtr, Xte = (Xtr - mu) / sd, (Xte - mu) / sd
     Q = len(parts)
     partition = partitioning.partition
-    info = {"dataset": dataset, "partition": partition, "seed": seed, "test_fraction": tf,
-            "standardise": bool(standardise), **partitioning.keys()}
+    info = {"dataset": dataset, "partition": partition, "seed": seed, "test_fraction": test_fraction,
+            "standardise": bool(standardise), **partitioning.keys(), **(info or {})}
     n_classes = int(y.max()) + 1
     return ClassificationProblem.from_arrays(
         Xtr, y[tr], [i.size for i in train_idx], Xte, y[te], [i.size for i in test_idx], n_classes=n_classes,
-        classifier=classifier, p=None if weights == "size" else np.full(Q, 1.0 / Q), name=f"{dataset}/{partition}",
-        info=info,
+        classifier=classifier, minibatches=minibatches, p=None if weights == "size" else np.full(Q, 1.0 / Q),
+        name=f"{dataset}/{partition}", info=info,
     )

@@ -348,9 +348,10 @@ class MLPModel(_MulticlassOutput, _Model):
         return _mlp.n_params(self.n_features, self.hidden, self.n_outputs)
 
     def init(self, seed: int | None) -> np.ndarray:
-        """Glorot-normal weights with zero biases drawn from ``seed`` (default 0), shape (d,)."""
-        s = 0 if seed is None else positive_int("seed", seed, minimum=0)
-        return _mlp.init_weights(self.n_features, self.hidden, self.n_classes, s, intercept=self.intercept)
+        """Glorot-normal weights with zero biases drawn from ``seed`` (default 0; checked by the caller, a problem's
+        ``initial_weights``), shape (d,)."""
+        return _mlp.init_weights(self.n_features, self.hidden, self.n_classes, 0 if seed is None else seed,
+                                 intercept=self.intercept)
 
     def forward(self, w: np.ndarray, Xd: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Hidden activations (..., n, H) and logits (..., n, C) of design rows ``Xd``."""

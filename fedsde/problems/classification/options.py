@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from fedsde import _validate
 from fedsde.errors import FedsdeInputError
-from fedsde.problems.classification.models import MODEL_TYPES, MODELS
+from fedsde.problems.classification.models import MODEL_TYPES, MODELS, model_type
 from fedsde.problems.evaluation import Evaluation
 
 #: how a client's minibatches are drawn: afresh every step, or consecutive batches of a per-epoch permutation
@@ -111,9 +111,48 @@ class Minibatches:
         object.__setattr__(self, "validated", True)
 
 
+#: the values a problem is built with when none is given (checked once, here)
+DEFAULTS = (Classifier(), Minibatches(), Evaluation())
+#: what :meth:`~fedsde.problems.ClassificationProblem.replace` may change
+REPLACEABLE = ("model", "hidden", "l2", "p", "batch_size", "sampling", "init_seed", "metric_samples", "name", "info")
+
+
+def values_of(problem) -> tuple[Classifier, Minibatches, Evaluation]:
+    """The values a classification problem was built with (kept by it; for one built field by field, made from its
+    attributes and checked)."""
+    if "options" not in problem._cache:
+        problem._cache["options"] = (
+            Classifier(problem.model, problem.hidden or None, problem.fit_intercept, problem.l2, problem.init_seed),
+            Minibatches(problem.batch_size, problem.sampling), Evaluation(problem.metric_samples))
+    return problem._cache["options"]
+
+
+def changed_values(problem, changes: dict) -> tuple[Classifier, Minibatches, Evaluation]:
+    """The values of a copy of ``problem`` with the fields ``changes`` (of :data:`REPLACEABLE`): a value whose fields
+    change is built again from the problem's fields and the changes (checked together: a model without a hidden
+    layer drops ``hidden``), the others are the problem's own (trusted)."""
+    bad = sorted(set(changes) - set(REPLACEABLE))
+    if bad:
+        raise FedsdeInputError(f"replace: unknown field(s) {', '.join(bad)} (allowed: {', '.join(REPLACEABLE)})")
+    classifier, minibatches, evaluation = values_of(problem)
+    kw = {"model": problem.model, "hidden": problem.hidden or None, "l2": problem.l2, "init_seed": problem.init_seed,
+          "batch_size": problem.batch_size, "sampling": problem.sampling, "metric_samples": problem.metric_samples}
+    if not getattr(model_type(changes.get("model", problem.model)), "hidden_layer", False):
+        kw["hidden"] = None
+    kw |= changes
+    if changes.keys() & {"model", "hidden", "l2", "init_seed"}:
+        classifier = Classifier(kw["model"], kw["hidden"], problem.fit_intercept, kw["l2"], kw["init_seed"])
+    if changes.keys() & {"batch_size", "sampling"}:
+        minibatches = Minibatches(kw["batch_size"], kw["sampling"])
+    if "metric_samples" in changes:
+        evaluation = Evaluation(kw["metric_samples"])
+    return classifier, minibatches, evaluation
+
+
 #: the values a classification problem's constructors take (``takes_values(types=…)``) and the fields they read
 VALUE_TYPES = {"classifier": Classifier, "minibatches": Minibatches, "evaluation": Evaluation}
 VALUE_FIELDS = {"classifier": ("model", "hidden", "fit_intercept", "l2", "init_seed"),
                 "minibatches": ("batch_size", "sampling"), "evaluation": ("metric_samples",)}
 
-__all__ = ["SAMPLINGS", "VALUE_FIELDS", "VALUE_TYPES", "Classifier", "Minibatches"]
+__all__ = ["DEFAULTS", "REPLACEABLE", "SAMPLINGS", "VALUE_FIELDS", "VALUE_TYPES", "Classifier", "Minibatches",
+           "changed_values", "values_of"]

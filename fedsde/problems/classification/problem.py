@@ -49,11 +49,19 @@ from fedsde.problems.classification.models import (
     ClassificationModel,
     central_difference_hessian,
     check_model_memory,
-    model_type,
     segment_starts,
     segment_sum,
 )
-from fedsde.problems.classification.options import SAMPLINGS, VALUE_FIELDS, VALUE_TYPES, Classifier, Minibatches
+from fedsde.problems.classification.options import (
+    DEFAULTS,
+    SAMPLINGS,
+    VALUE_FIELDS,
+    VALUE_TYPES,
+    Classifier,
+    Minibatches,
+    changed_values,
+    values_of,
+)
 from fedsde.problems.evaluation import Evaluation
 
 __all__ = ["MODELS", "SAMPLINGS", "ClassificationProblem"]
@@ -198,39 +206,36 @@ class ClassificationProblem(LabelledClients):
 
     @classmethod
     def _with_settings(cls, data: dict, classifier: Classifier | None, minibatches: Minibatches | None,
-                       evaluation: Evaluation | None, *, p=None, name: str = "",
-                       info: dict | None = None) -> ClassificationProblem:
+                       evaluation: Evaluation | None, *, p=None, name: str = "", info: dict | None = None,
+                       p_checked: bool = False) -> ClassificationProblem:
         """The problem of validated ``data`` (the array fields and ``n_classes``) with checked values (``None``: the
-        default value); refuses a model the labels do not fit and one whose weights cannot fit in memory
-        (:func:`check_model_memory`)."""
-        model_, batches, ev = classifier or Classifier(), minibatches or Minibatches(), evaluation or Evaluation()
+        default value) and weights ``p`` (checked here unless ``p_checked``); refuses a model the labels do not fit
+        and one whose weights cannot fit in memory (:func:`check_model_memory`).  The problem keeps its values."""
+        model_, batches, ev = classifier or DEFAULTS[0], minibatches or DEFAULTS[1], evaluation or DEFAULTS[2]
         C = int(data["n_classes"])
         model, hidden = model_.for_classes(C)
-        p_arr = checked_client_weights(p, data["sizes"])
+        p_arr = p if p_checked else checked_client_weights(p, data["sizes"])
         check_model_memory(data["X"].shape[1] + int(model_.fit_intercept), C, model, hidden)
-        return cls(**data, model=model, l2=model_.l2, p=p_arr, fit_intercept=model_.fit_intercept, name=name,
-                   info=dict(info or {}), hidden=hidden, batch_size=batches.batch_size, sampling=batches.sampling,
-                   init_seed=model_.init_seed, metric_samples=ev.metric_samples)
+        out = cls(**data, model=model, l2=model_.l2, p=p_arr, fit_intercept=model_.fit_intercept, name=name,
+                  info=dict(info or {}), hidden=hidden, batch_size=batches.batch_size, sampling=batches.sampling,
+                  init_seed=model_.init_seed, metric_samples=ev.metric_samples)
+        out._cache["options"] = (model_, batches, ev)
+        return out
+
+    @property
+    def minibatches(self) -> Minibatches:
+        """How the clients draw their minibatches (``batch_size``, ``sampling``), the checked value."""
+        return values_of(self)[1]
 
     def replace(self, **changes) -> ClassificationProblem:
-        """A validated copy with some of ``model, hidden, l2, p, batch_size, sampling, init_seed, metric_samples,
-        name, info`` changed (the data stay, shared with this problem)."""
-        allowed = ("model", "hidden", "l2", "p", "batch_size", "sampling", "init_seed", "metric_samples", "name",
-                   "info")
-        bad = sorted(set(changes) - set(allowed))
-        if bad:
-            raise FedsdeInputError(f"replace: unknown field(s) {', '.join(bad)} (allowed: {', '.join(allowed)})")
-        kw = {"model": self.model, "hidden": self.hidden or None, "l2": self.l2, "p": self.p,
-              "batch_size": self.batch_size, "sampling": self.sampling, "init_seed": self.init_seed,
-              "metric_samples": self.metric_samples, "name": self.name, "info": self.info}
-        if not getattr(model_type(changes.get("model", self.model)), "hidden_layer", False):
-            kw["hidden"] = None
-        kw |= changes
+        """A copy with some of ``model, hidden, l2, p, batch_size, sampling, init_seed, metric_samples, name, info``
+        changed (the data stay, shared with this problem); what changes is checked (with the value it belongs to:
+        :func:`~fedsde.problems.classification.options.changed_values`), what stays is this problem's."""
+        classifier, minibatches, evaluation = changed_values(self, changes)
         data = {f: getattr(self, f) for f in ("X", "y", "sizes", "X_test", "y_test", "test_sizes", "n_classes")}
         return ClassificationProblem._with_settings(
-            data, Classifier(kw["model"], kw["hidden"], self.fit_intercept, kw["l2"], kw["init_seed"]),
-            Minibatches(kw["batch_size"], kw["sampling"]), Evaluation(kw["metric_samples"]), p=kw["p"],
-            name=kw["name"], info=kw["info"])
+            data, classifier, minibatches, evaluation, p=changes.get("p", self.p), p_checked="p" not in changes,
+            name=changes.get("name", self.name), info=changes.get("info", self.info))
 
     def with_weights(self, p) -> ClassificationProblem:
         """A copy with other client weights (normalised)."""
@@ -241,7 +246,7 @@ class ClassificationProblem(LabelledClients):
         with zero biases drawn from ``seed`` (default :attr:`init_seed`, else 0), see
         :mod:`fedsde.problems.classification.mlp`.
         """
-        return self.classifier.init(self.init_seed if seed is None else seed)
+        return self.classifier.init(self.init_seed if seed is None else positive_int("seed", seed, minimum=0))
 
     @property
     def classifier(self) -> ClassificationModel:

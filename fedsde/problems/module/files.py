@@ -60,9 +60,9 @@ import numpy as np
 
 from fedsde.errors import FedsdeInputError
 from fedsde.problems._file_keys import _Keys
-from fedsde.problems.evaluation import BATCHINGS, Evaluation
+from fedsde.problems.evaluation import MIN_METRIC_SAMPLES, Evaluation
 from fedsde.problems.module.checks import check_numeric, first_line
-from fedsde.problems.module.options import LOSSES, SAMPLINGS, ModuleBatches, ModuleTraining
+from fedsde.problems.module.options import ModuleBatches, ModuleTraining
 from fedsde.problems.module.problem import ModuleProblem, client_order, module_problem
 
 _COMMON = ("kind", "model", "model_options", "loss", "batch_size", "sampling", "l2", "p", "init_seed", "batching",
@@ -96,23 +96,22 @@ def module_problem_from_dict(data: dict, *, source: str = "problem", base_dir=No
         why = (f"{what} has no key(s) {', '.join(unknown)}"
                if set(unknown) <= set(_DIGITS) | set(_SYNTHETIC) | {"data"} else f"unknown key(s) {', '.join(unknown)}")
         raise k.fail(f"{why} (allowed: {', '.join(sorted(allowed))})")
-    loss = k.choice("loss", LOSSES, "cross-entropy")
-    sampling = k.choice("sampling", SAMPLINGS, "without-replacement")
-    batching = k.choice("batching", BATCHINGS, "auto")
     if not k.has("batch_size"):
         raise k.fail("missing key 'batch_size' (an integer >= 1, or \"full\")")
+    # the keys of the values, typed here and checked once by the values they build
+    training = k.build(ModuleTraining, data.get("loss", "cross-entropy"),
+                       k.number("l2", 0.0, allow_zero=True, raw=True), k.integer("init_seed", 0, minimum=0, raw=True))
     batch = data["batch_size"]
-    if batch != "full":
-        batch = k.integer("batch_size")
-    l2 = k.number("l2", 0.0, allow_zero=True)
-    init_seed = k.integer("init_seed", 0, minimum=0)
+    batches = k.build(ModuleBatches, batch if batch == "full" else k.integer("batch_size", raw=True),
+                      data.get("sampling", "without-replacement"))
+    evaluation = k.build(Evaluation, k.integer("metric_samples", None, minimum=MIN_METRIC_SAMPLES, raw=True),
+                         data.get("batching", "auto"))
     options = data.get("model_options", {})
     if not isinstance(options, dict):
         raise k.fail(f"model_options={options!r}: must be a table of keyword arguments")
     base = Path(base_dir) if base_dir is not None else Path.cwd()
     factory = _model_factory(k, base, options)
-    settings = dict(training=ModuleTraining(loss, l2, init_seed), batches=ModuleBatches(batch, sampling),
-                    evaluation=Evaluation(k.integer("metric_samples", None, minimum=32), batching),
+    settings = dict(training=training, batches=batches, evaluation=evaluation,
                     name=str(data.get("name", Path(str(data["model"]).partition(":")[0]).stem)))
     pop = _population(k, base)
     if pop is not None:
@@ -278,7 +277,7 @@ def _digits(k: _Keys):
     test_fraction = k.number("test_fraction", 0.25, allow_zero=True)
     if test_fraction >= 1.0:
         raise k.fail(f"test_fraction={test_fraction!r}: must lie in [0, 1)")
-    pb = _sklearn(k, "digits", seed, test_fraction, 0.0, "size")
+    pb = _sklearn(k, "digits", seed, test_fraction, "size")
     lead = (1, 8, 8) if shape == "image" else (64,)
     x, xt = pb.X.reshape(-1, *lead), pb.X_test.reshape(-1, *lead)
     info = {"dataset": "digits", "shape": shape, "seed": seed, **{key: v for key, v in pb.info.items()

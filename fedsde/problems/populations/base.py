@@ -275,7 +275,7 @@ class PopulationProblem(OnDemandRows):
 
     def initial_weights(self, seed: int | None = None) -> np.ndarray:
         """Zero for the linear models, seeded Glorot weights for the MLP (as the materialised problem)."""
-        return self.classifier.init(self.init_seed if seed is None else seed)
+        return self.classifier.init(self.init_seed if seed is None else positive_int("seed", seed, minimum=0))
 
     def materialise(self):
         """The :class:`~fedsde.problems.classification.problem.ClassificationProblem` of all clients (cached), refused
