@@ -248,6 +248,8 @@ def test_a_field_a_constructor_does_not_read_and_a_wrong_class_are_refused():
         federated_classification(seed=0, classifier=Classifier("mlp", hidden=3))
     with pytest.raises(FedsdeInputError, match=r"^minibatches=ModuleBatches\(.*must be a .*options.Minibatches$"):
         ClassificationProblem.from_clients(Xs, ys, minibatches=ModuleBatches(4))
+    with pytest.raises(FedsdeInputError, match=r"^seed=-1: must be an integer >= 0$"):
+        federated_classification(seed=-1)  # refused here, not deep in numpy's seeding
     x, y, client = _rows()
     with pytest.raises(FedsdeInputError, match=r"^batch_size='all': must be an integer >= 1 or 'full'$"):
         module_problem(_net, x, y, client, batch_size="all")

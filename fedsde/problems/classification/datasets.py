@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedsde._validate import choice, unit_interval
+from fedsde._validate import choice, positive_int, unit_interval
 from fedsde.params import takes_values, value_fields
 from fedsde.problems.classification.options import Classifier, Minibatches
 from fedsde.problems.classification.partition import PARTITIONS, Partition  # noqa: F401 (PARTITIONS: re-exported)
@@ -74,6 +74,7 @@ def federated_classification(
         Client weights ``p_k = N_k/N`` or ``1/Q``.
     """
     choice("dataset", dataset, DATASETS)
+    seed = positive_int("seed", seed, minimum=0)
     tf = unit_interval("test_fraction", test_fraction)
     choice("weights", weights, ("size", "uniform"))
     return partitioned_problem(dataset, Partition() if partitioning is None else partitioning, seed, tf,
