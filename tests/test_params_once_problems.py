@@ -126,3 +126,84 @@ def test_the_oracle_of_a_value_and_of_its_keywords_give_the_same_numbers():
     assert np.array_equal(old.weights, new.weights) and old.config["oracle"] == new.config["oracle"]
     default = simulate(pb, **kw)  # the problem's own value (batch 16, fresh minibatches)
     assert np.array_equal(default.weights, simulate(pb, oracle_factory=minibatch_oracle(16), **kw).weights)
+
+
+#: what a synthetic file's keys are checked as: the law of its clients (its ``clients`` is ``n_clients``), the model's
+#: and the minibatches' keys
+SYNTHETIC_KEYS = ("dataset", "seed", "alpha", "beta", "n_clients", "dim", "n_classes", "test_fraction", "max_samples",
+                  "model", "l2", "batch_size", "sampling")
+SYNTHETIC = ('kind = "classification"\ndataset = "synthetic"\nclients = 6\ndim = 5\nn_classes = 3\nmax_samples = 40\n'
+             'batch_size = 4\nseed = 2\nalpha = 0.5\nbeta = 0.7\ntest_fraction = 0.2\nl2 = 1e-2\n')
+
+
+def test_a_synthetic_file_is_checked_once_per_validity_command(monkeypatch, capsys, tmp_path):
+    path = tmp_path / "synthetic.toml"
+    path.write_text(SYNTHETIC + 'model = "mlp"\nhidden = 3\ninit_seed = 4\nsampling = "epoch"\nweights = "uniform"\n')
+    loading, command = _counted(monkeypatch, capsys, path, ["--eta", "0.05", *ARGS])
+    _checked_once(loading, command, (*SYNTHETIC_KEYS, "hidden", "init_seed", "weights"))
+    assert max(loading.values()) == 1, loading  # nothing else either (the uniform weights: normalised once)
+
+
+@pytest.mark.parametrize("dataset", ["digits", "synthetic"])
+def test_a_population_file_is_checked_once_per_validity_command(monkeypatch, capsys, tmp_path, dataset):
+    # the population's problem built once from the file's values, then materialised for the command, trusting them
+    path = tmp_path / "population.toml"
+    if dataset == "digits":
+        path.write_text('kind = "classification"\ndataset = "digits"\nclients = 10\npartition = "dirichlet"\n'
+                        'batch_size = 8\nsampling = "epoch"\nl2 = 1e-2\nseed = 3\npopulation = true\n')
+        keys = (*CLASSIFICATION_KEYS, "n_classes")
+    else:
+        path.write_text(SYNTHETIC + "population = true\n")
+        keys = SYNTHETIC_KEYS
+    loading, command = _counted(monkeypatch, capsys, path, ["--eta", "0.05", *ARGS])
+    _checked_once(loading, command, (*keys, "cache_bytes"))
+    # (the weights N_k/N, not a key, are normalised once more, as a file's always were, and the materialised problem
+    # takes them as they are unless that moved them by a rounding error)
+    assert max(v for k, v in loading.items() if k != "p") == 1, loading
+
+
+def test_a_population_replace_checks_what_changes_and_keeps_the_rest(monkeypatch, tmp_path):
+    path = tmp_path / "population.toml"
+    path.write_text(SYNTHETIC + "population = true\n")
+    pb = load_problem(path, population=True)
+    counts = _count_validations(monkeypatch)
+    q = pb.replace(batch_size=8)
+    assert counts["batch_size"] == counts["sampling"] == 1, counts
+    assert counts["model"] == counts["l2"] == counts["p"] == counts["cache_bytes"] == 0, counts
+    assert (q.batch_size, q.model, q.l2, q.cache_bytes, q.name) == (8, pb.model, pb.l2, pb.cache_bytes, pb.name)
+    assert q.p is pb.p and q.rows_cache is pb.rows_cache
+    r = q.replace(cache_bytes=1 << 20, model="mlp", hidden=2)
+    assert counts["cache_bytes"] == counts["hidden"] == 1 and (r.cache_bytes, r.hidden) == (1 << 20, 2)
+    assert r.replace(model="softmax").hidden == 0  # a model without a hidden layer drops it
+    with pytest.raises(FedsdeInputError, match=r"cache_bytes=0: must be an integer >= 1"):
+        pb.replace(cache_bytes=0)
+    with pytest.raises(FedsdeInputError, match=r"replace: unknown field\(s\) bogus \(allowed: .*, cache_bytes\)"):
+        pb.replace(bogus=1)
+
+
+def test_raw_input_of_the_synthetic_generators_is_still_checked():
+    from fedsde.problems import Classifier, synthetic_population_problem, synthetic_problem
+    from fedsde.problems.classification.synthetic import SyntheticData, synthetic_data_problem
+    from fedsde.problems.populations.synthetic import SyntheticPopulation
+
+    with pytest.raises(FedsdeInputError, match=r"n_clients=0: must be an integer >= 1"):
+        synthetic_problem(seed=0, n_clients=0)
+    with pytest.raises(FedsdeInputError, match=r"seed=-1: must be an integer >= 0"):
+        synthetic_problem(seed=-1, n_clients=3, dim=2)
+    with pytest.raises(FedsdeInputError, match=r"max_samples=1: must be an integer >= 2"):
+        SyntheticPopulation(seed=0, max_samples=1)
+    with pytest.raises(FedsdeInputError, match=r"test_fraction=1.0: must lie in \[0, 1\)"):
+        SyntheticData(test_fraction=1.0)
+    with pytest.raises(FedsdeInputError, match=r"n_classes=1: must be an integer >= 2"):
+        synthetic_population_problem(seed=0, n_classes=1)
+    # the value and the keywords: the same clients, bit for bit
+    law = SyntheticData(0.5, 0.7, n_clients=4, dim=3, n_classes=3, max_samples=30)
+    kw = dict(seed=5, n_clients=4, dim=3, n_classes=3, max_samples=30)
+    old, new = synthetic_problem(0.5, 0.7, l2=1e-2, **kw), synthetic_data_problem(
+        law, 5, classifier=Classifier("softmax", l2=1e-2))
+    assert old.name == new.name == "synthetic(0.5,0.7)" and old.info == new.info
+    for a in ("X", "y", "sizes", "X_test", "y_test", "test_sizes", "p"):
+        assert np.array_equal(getattr(old, a), getattr(new, a))
+    lazy, lazy_law = SyntheticPopulation(0.5, 0.7, **kw), SyntheticPopulation.from_data(law, 5)
+    assert lazy.describe() == lazy_law.describe()
+    assert np.array_equal(lazy.client_rows(3)[0], lazy_law.client_rows(3)[0])

@@ -8,8 +8,9 @@ sampling, whose exact moments live in :mod:`fedsde.exact.least_squares`.
 The constructors of the data problems take their options as small frozen values, checked once where they are built
 (or, as before, as the keywords of their fields): :class:`Classifier` and :class:`Minibatches` (classification and
 population problems), :class:`ModuleTraining` and :class:`ModuleBatches` (a user's module), :class:`Evaluation`
-(every kind: the metrics' rows, the module's batching) and :class:`Partition` (how a bundled set is split among
-clients, :func:`federated_classification`)."""
+(every kind: the metrics' rows, the module's batching), :class:`Partition` (how a bundled set is split among
+clients, :func:`federated_classification`) and :class:`SyntheticData` (the law of FedProx's synthetic clients,
+:func:`synthetic_problem`)."""
 
 from fedsde.problems import _old_homes
 from fedsde.problems.classification.datasets import federated_classification, load_dataset
@@ -24,7 +25,7 @@ from fedsde.problems.classification.partition import (
     shard_partition,
 )
 from fedsde.problems.classification.problem import ClassificationProblem
-from fedsde.problems.classification.synthetic import synthetic_problem
+from fedsde.problems.classification.synthetic import SyntheticData, synthetic_problem
 from fedsde.problems.data_files import data_problem_from_dict
 from fedsde.problems.evaluation import Evaluation
 from fedsde.problems.io import load_problem, problem_from_dict, save_problem
@@ -85,6 +86,7 @@ __all__ = [
     "QuadraticProblem",
     "RegressionPopulation",
     "RegressionProblem",
+    "SyntheticData",
     "data_problem_from_dict",
     "dirichlet_partition",
     "evaluate_metrics",

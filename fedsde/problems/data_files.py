@@ -56,6 +56,8 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from fedsde._validate import unit_interval
 from fedsde.errors import FedsdeInputError
 from fedsde.problems._file_keys import _Keys
@@ -64,6 +66,7 @@ from fedsde.problems.classification.models import check_model_memory
 from fedsde.problems.classification.options import Classifier, Minibatches
 from fedsde.problems.classification.partition import PARTITIONS, SCHEME_KEYS, Partition
 from fedsde.problems.classification.problem import MODELS, ClassificationProblem
+from fedsde.problems.classification.synthetic import SyntheticData
 
 if TYPE_CHECKING:
     from fedsde.problems.regression.problem import RegressionProblem
@@ -108,7 +111,13 @@ def data_problem_from_dict(data: dict, *, source: str = "problem", base_dir=None
         raise k.fail(f"{why} (allowed: {', '.join(sorted(allowed))})")
 
     seed = k.integer("seed", minimum=0, required=True)
-    n_classes = k.integer("n_classes", 10, minimum=2) if synthetic else _N_CLASSES[dataset]
+    integer, number = partial(k.integer, raw=True), partial(k.number, raw=True)
+    if synthetic:  # the law of the clients, its keys checked once by the value they build
+        law = k.build(SyntheticData, number("alpha", 1.0, allow_zero=True), number("beta", 1.0, allow_zero=True),
+                      integer("clients", 30), integer("dim", 60), integer("n_classes", 10, minimum=2),
+                      k.boolean("iid", False), number("test_fraction", 0.1, allow_zero=True),
+                      integer("max_samples", None, minimum=2), keys={"n_clients": "clients"})
+    n_classes = law.n_classes if synthetic else _N_CLASSES[dataset]
     model = data.get("model", "logistic" if n_classes == 2 else "softmax")
     if model == "logistic" and n_classes != 2:
         raise k.fail(f"model='logistic': needs two classes, dataset={dataset!r} has {n_classes} (use 'softmax' "
@@ -119,43 +128,35 @@ def data_problem_from_dict(data: dict, *, source: str = "problem", base_dir=None
         raise k.fail(f"init_seed={data['init_seed']!r}: only used with model='mlp' (linear models start at zero)")
     mlp = model == "mlp"
     # the keys of the model and of the minibatches, typed here and checked once by the values they build
-    classifier = k.build(Classifier, model, k.integer("hidden", required=mlp, raw=True), True,
-                         k.number("l2", 1e-3, allow_zero=True, raw=True),
-                         k.integer("init_seed", seed, minimum=0, raw=True) if mlp else None)
-    minibatches = k.build(Minibatches, k.integer("batch_size", required=True, raw=True),
-                          data.get("sampling", "minibatch"))
-    test_fraction = k.number("test_fraction", 0.1 if synthetic else 0.25, allow_zero=True, raw=True)
+    classifier = k.build(Classifier, model, integer("hidden", required=mlp), True, number("l2", 1e-3, allow_zero=True),
+                         integer("init_seed", seed, minimum=0) if mlp else None)
+    minibatches = k.build(Minibatches, integer("batch_size", required=True), data.get("sampling", "minibatch"))
     weights = k.choice("weights", ("size", "uniform"), "size")
     settings = {"model": model, "batch_size": minibatches.batch_size, "sampling": minibatches.sampling}
     info = settings | ({"hidden": classifier.hidden, "init_seed": classifier.init_seed} if mlp else {})
 
     try:
         # the model's weights are checked against the memory available before any data is built (the data
-        # themselves in synthetic_problem, once the client sizes are drawn)
-        n_features = (k.integer("dim", 60) if synthetic else _N_FEATURES[dataset]) + 1
+        # themselves once the client sizes are drawn)
+        n_features = (law.dim if synthetic else _N_FEATURES[dataset]) + 1
         check_model_memory(n_features, n_classes, model, classifier.hidden or 0)
+        values = {"classifier": classifier, "minibatches": minibatches, "info": info}
+        name = str(data["name"]) if "name" in data else None
         if synthetic:
-            problem = _synthetic(k, seed, n_classes, test_fraction, classifier.l2)
-            if weights == "uniform":
-                problem = problem.with_weights([1.0] * problem.Q)
+            problem = _synthetic(k, law, seed, weights, name, **values)
         else:
-            tf = k.build(unit_interval, "test_fraction", test_fraction)
-            slices = k.boolean("population", False)  # the partition's clients as a population (slices of its arrays)
-            values = {} if slices else {"classifier": classifier, "minibatches": minibatches, "info": info}
-            problem = _sklearn(k, dataset, seed, tf, weights, **values)
-            if not slices:
-                # a file's weights normalised once more, as they always were: the same numbers, bit for bit
-                problem = problem.replace(p=problem.p, name=str(data.get("name", problem.name)))
-            else:
-                from fedsde.problems.populations.base import ArrayPopulation, PopulationProblem
+            tf = k.build(unit_interval, "test_fraction", number("test_fraction", 0.25, allow_zero=True))
+            if k.boolean("population", False):  # the partition's clients as a population (slices of its arrays)
+                from fedsde.problems.populations.base import ArrayPopulation
 
-                problem = PopulationProblem.create(ArrayPopulation(problem), model=problem.model, l2=classifier.l2,
-                                                   p=None if weights == "size" else problem.p, name=problem.name,
-                                                   info=problem.info | {"population": "slices"})
-        if synthetic or hasattr(problem, "population"):
-            problem = problem.replace(
-                **settings, hidden=classifier.hidden, init_seed=classifier.init_seed,
-                name=str(data.get("name", problem.name)), info=problem.info | info)
+                whole = _sklearn(k, dataset, seed, tf, weights)
+                problem = _population(ArrayPopulation(whole), weights, whole.p,
+                                      name=whole.name if name is None else name,
+                                      provenance=whole.info | {"population": "slices"}, **values)
+            else:
+                problem = _sklearn(k, dataset, seed, tf, weights, **values)
+                # a file's weights normalised once more, as they always were: the same numbers, bit for bit
+                problem = problem.replace(p=problem.p, name=problem.name if name is None else name)
         if hasattr(problem, "population") and not population:
             problem = problem.materialise()
     except FedsdeInputError as exc:
@@ -187,16 +188,28 @@ def _sklearn(k: _Keys, dataset: str, seed: int, test_fraction: float, weights: s
                                weights=weights, **values)
 
 
-def _synthetic(k: _Keys, seed: int, n_classes: int, test_fraction: float, l2: float) -> ClassificationProblem:
-    from fedsde.problems.classification.synthetic import synthetic_problem
-    from fedsde.problems.populations.synthetic import synthetic_population_problem
+def _synthetic(k: _Keys, law: SyntheticData, seed: int, weights: str, name: str | None, **values):
+    """The problem of a synthetic file: its clients drawn from ``law`` and ``seed`` (on demand from
+    :data:`POPULATION_CLIENTS` clients on, or as the key ``population`` asks), with the file's checked values."""
+    from fedsde.problems.classification.synthetic import synthetic_data_problem
+    from fedsde.problems.populations.synthetic import SyntheticPopulation
 
-    Q = k.integer("clients", 30)
-    on_demand = k.boolean("population", Q >= POPULATION_CLIENTS)
-    pb = (synthetic_population_problem if on_demand else synthetic_problem)(
-        k.number("alpha", 1.0, allow_zero=True), k.number("beta", 1.0, allow_zero=True), seed=seed,
-        n_clients=k.integer("clients", 30), dim=k.integer("dim", 60), n_classes=n_classes,
-        iid=k.boolean("iid", False), test_fraction=test_fraction,
-        max_samples=k.integer("max_samples", None, minimum=2), l2=l2,
-    )
-    return pb
+    if k.boolean("population", law.n_clients >= POPULATION_CLIENTS):
+        population = SyntheticPopulation.from_data(law, seed)
+        return _population(population, weights, np.ones(law.n_clients), name=law.name if name is None else name,
+                           provenance=population.describe(), **values)
+    p = None if weights == "size" else [1.0] * law.n_clients
+    return synthetic_data_problem(law, seed, p=p, name=name, **values)
+
+
+def _population(population, weights: str, uniform, *, classifier: Classifier, minibatches: Minibatches, name: str,
+                provenance: dict, info: dict):
+    """The :class:`~fedsde.problems.populations.base.PopulationProblem` of a file's checked values (its weights:
+    ``N_k/N``, or ``uniform`` normalised; then normalised once more, as a file's always were: the same numbers, bit
+    for bit) and the ``info`` of its keys added to the ``provenance`` of its clients."""
+    from fedsde.problems.populations.base import PopulationProblem
+
+    problem = PopulationProblem.create(population, classifier=classifier, minibatches=minibatches,
+                                       p=None if weights == "size" else uniform, name=name,
+                                       info=provenance | info)
+    return problem.with_weights(problem.p)

@@ -25,12 +25,66 @@ from __future__ import annotations
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import numpy as np
 
 from fedsde._validate import positive_float, positive_int, unit_interval
 from fedsde.problems.classification.models import check_memory
+from fedsde.problems.classification.options import Classifier, Minibatches
 from fedsde.problems.classification.problem import ClassificationProblem
+
+
+@dataclass(frozen=True)
+class SyntheticData:
+    """The law of FedProx's synthetic(α, β) clients (see the module docstring), checked once where it is built; the
+    generators that take it whole (:func:`synthetic_data_problem`,
+    :meth:`fedsde.problems.populations.synthetic.SyntheticPopulation.from_data`) trust it.
+
+    Parameters
+    ----------
+    alpha, beta : float
+        Model and data heterogeneity (standard deviations, ``>= 0``).
+    n_clients, dim, n_classes : int
+        ``Q`` (30 in seeds 003/FedProx), features ``F`` (60) and classes ``C`` (10, at least 2).
+    iid : bool
+        The IID variant.
+    test_fraction : float
+        Held-out fraction of every client's samples, in ``[0, 1)`` (FedProx: 0.1).
+    max_samples : int, optional
+        Cap on ``n_k`` (at least 2; the log-normal law has a heavy tail, the cap keeps padded oracles small).
+        ``None`` reproduces the generator.
+    """
+
+    alpha: float = 1.0
+    beta: float = 1.0
+    n_clients: int = 30
+    dim: int = 60
+    n_classes: int = 10
+    iid: bool = False
+    test_fraction: float = 0.1
+    max_samples: int | None = None
+
+    def __post_init__(self) -> None:
+        checked = {"alpha": positive_float("alpha", self.alpha, allow_zero=True),
+                   "beta": positive_float("beta", self.beta, allow_zero=True),
+                   "n_clients": positive_int("n_clients", self.n_clients), "dim": positive_int("dim", self.dim),
+                   "n_classes": positive_int("n_classes", self.n_classes, minimum=2), "iid": bool(self.iid),
+                   "test_fraction": unit_interval("test_fraction", self.test_fraction)}
+        if self.max_samples is not None:
+            checked["max_samples"] = positive_int("max_samples", self.max_samples, minimum=2)
+        for name, value in checked.items():
+            object.__setattr__(self, name, value)
+
+    @property
+    def name(self) -> str:
+        """``synthetic(α,β)``, `` iid`` appended for the IID variant."""
+        return f"synthetic({self.alpha:g},{self.beta:g})" + (" iid" if self.iid else "")
+
+    def describe(self, seed: int) -> dict:
+        """Provenance of the clients drawn from ``seed``, for records."""
+        return {"dataset": "synthetic", "alpha": self.alpha, "beta": self.beta, "iid": self.iid, "seed": seed,
+                "test_fraction": self.test_fraction, "max_samples": self.max_samples}
 
 
 def synthetic_problem(
@@ -46,33 +100,22 @@ def synthetic_problem(
     max_samples: int | None = None,
     l2: float = 1e-3,
 ) -> ClassificationProblem:
-    """FedProx's synthetic(α, β) problem (see the module docstring).
+    """FedProx's synthetic(α, β) problem (see the module docstring): softmax regression with ridge ``l2`` on the
+    clients of :class:`SyntheticData` ``(alpha, beta, n_clients, dim, n_classes, iid, test_fraction, max_samples)``
+    (its parameters, checked there) drawn from ``seed``."""
+    data = SyntheticData(alpha, beta, n_clients, dim, n_classes, iid, test_fraction, max_samples)
+    return synthetic_data_problem(data, positive_int("seed", seed, minimum=0), classifier=Classifier("softmax", l2=l2))
 
-    Parameters
-    ----------
-    alpha, beta : float
-        Model and data heterogeneity (standard deviations, ``>= 0``).
-    seed : int
-    n_clients, dim, n_classes : int
-        ``Q`` (30 in seeds 003/FedProx), features ``F`` (60) and classes ``C`` (10).
-    iid : bool
-        The IID variant.
-    test_fraction : float
-        Held-out fraction of every client's samples (FedProx: 0.1).
-    max_samples : int, optional
-        Cap on ``n_k`` (the log-normal law has a heavy tail; the cap keeps padded oracles small).  ``None``
-        reproduces the generator.
-    l2 : float
-        Ridge coefficient of the regression.
-    """
-    alpha = positive_float("alpha", alpha, allow_zero=True)
-    beta = positive_float("beta", beta, allow_zero=True)
-    Q = positive_int("n_clients", n_clients)
-    F = positive_int("dim", dim)
-    C = positive_int("n_classes", n_classes, minimum=2)
-    tf = unit_interval("test_fraction", test_fraction)
-    if max_samples is not None:
-        max_samples = positive_int("max_samples", max_samples, minimum=2)
+
+def synthetic_data_problem(data: SyntheticData, seed: int, *, classifier: Classifier,
+                           minibatches: Minibatches | None = None, p=None, name: str | None = None,
+                           info: dict | None = None) -> ClassificationProblem:
+    """The problem of the clients of ``data`` drawn from ``seed`` with the checked values ``classifier`` and
+    ``minibatches`` (trusted, as ``data``: a problem file builds them once), weights ``p`` (default ``N_k/N``;
+    checked), ``name`` (default :attr:`SyntheticData.name`) and ``info`` added to the provenance it records.  The
+    rows are finite and the labels in ``0..C−1`` by construction: they are not checked again."""
+    Q, F, C, iid, tf, max_samples = (data.n_clients, data.dim, data.n_classes, data.iid, data.test_fraction,
+                                     data.max_samples)
     hint = "use fewer clients, a smaller dim or a smaller max_samples"
     least = min(50, max_samples or 50)  # every client has at least this many samples
     check_memory(f"n_clients={Q}, dim={F}", synthetic_memory_need(least * Q, least, F, C, iid=iid),
@@ -84,8 +127,8 @@ def synthetic_problem(
     check_memory(f"n_clients={Q}, dim={F}", synthetic_memory_need(int(sizes.sum()), int(sizes.max()), F, C, iid=iid),
                  hint)
     cov_sd = np.power(np.arange(1, F + 1, dtype=np.float64), -1.2) ** 0.5
-    u = rng.normal(0.0, alpha, Q) if alpha > 0 else np.zeros(Q)
-    B = rng.normal(0.0, beta, Q) if beta > 0 else np.zeros(Q)
+    u = rng.normal(0.0, data.alpha, Q) if data.alpha > 0 else np.zeros(Q)
+    B = rng.normal(0.0, data.beta, Q) if data.beta > 0 else np.zeros(Q)
     shared = (rng.normal(0.0, 1.0, (F, C)), rng.normal(0.0, 1.0, C)) if iid else None
     n_test = np.minimum(np.round(tf * sizes).astype(np.int64), sizes - 1)  # the first n_test rows of each client
     train, test = _Split(sizes - n_test, F), _Split(n_test, F)
@@ -113,12 +156,11 @@ def synthetic_problem(
 
         with ThreadPoolExecutor(max_workers=max(1, min(len(blocks), len(os.sched_getaffinity(0))))) as pool:
             list(pool.map(run, range(len(blocks))))
-    info = {"dataset": "synthetic", "alpha": alpha, "beta": beta, "iid": bool(iid), "seed": seed,
-            "test_fraction": tf, "max_samples": max_samples}
-    return ClassificationProblem.from_arrays(
-        train.X, train.y, train.sizes, test.X, test.y, test.sizes, model="softmax", n_classes=C, l2=l2,
-        name=f"synthetic({alpha:g},{beta:g})" + (" iid" if iid else ""), info=info,
-    )
+    arrays = dict(X=train.X, y=train.y, sizes=train.sizes, X_test=test.X, y_test=test.y, test_sizes=test.sizes,
+                  n_classes=C)
+    return ClassificationProblem._with_settings(arrays, classifier, minibatches, None, p=p,
+                                                name=data.name if name is None else name,
+                                                info=data.describe(seed) | (info or {}))
 
 
 def _parameters(params: np.ndarray, u: np.ndarray, B: np.ndarray, shared, F: int, C: int):

@@ -35,8 +35,17 @@ from fedsde._validate import positive_int
 from fedsde.errors import FedsdeInputError
 from fedsde.params import takes_values
 from fedsde.problems.classification.labelled import checked_client_weights
-from fedsde.problems.classification.models import MODEL_TYPES, check_model_memory, model_type
-from fedsde.problems.classification.options import VALUE_FIELDS, VALUE_TYPES, Classifier, Minibatches
+from fedsde.problems.classification.models import MODEL_TYPES, check_model_memory
+from fedsde.problems.classification.options import (
+    DEFAULTS,
+    REPLACEABLE,
+    VALUE_FIELDS,
+    VALUE_TYPES,
+    Classifier,
+    Minibatches,
+    changed_values,
+    values_of,
+)
 from fedsde.problems.evaluation import Evaluation
 
 #: bytes of client rows a population keeps produced (least recently used out first)
@@ -115,7 +124,10 @@ class ClientCache:
 
 class ArrayPopulation:
     """The clients of a materialised :class:`~fedsde.problems.classification.problem.ClassificationProblem` as a
-    population (slices of its arrays; nothing is copied)."""
+    population (slices of its arrays; nothing is copied).  ``rows_checked``: the problem's rows were checked where it
+    was built (its materialised problem does not check them again)."""
+
+    rows_checked = True
 
     def __init__(self, problem):
         self.problem = problem
@@ -209,32 +221,43 @@ class PopulationProblem(OnDemandRows):
                info: dict | None = None, cache_bytes: int = CACHE_BYTES) -> PopulationProblem:
         """A validated problem over ``population``: the values (or their fields' keywords) and ``p``, ``name``,
         ``info`` of :meth:`ClassificationProblem.from_clients`; ``cache_bytes``: bound of the rows kept produced."""
-        model_, batches, ev = classifier or Classifier(), minibatches or Minibatches(), evaluation or Evaluation()
-        C = int(population.n_classes)
-        model, hidden = model_.for_classes(C)
         sizes = np.asarray(population.sizes)
         if sizes.ndim != 1 or sizes.size < 1 or sizes.min() < 1:
             raise FedsdeInputError("population: every client needs at least one training sample")
-        p_arr = checked_client_weights(p, sizes)
+        return cls._with_settings(population, (classifier or DEFAULTS[0], minibatches or DEFAULTS[1],
+                                               evaluation or DEFAULTS[2]), checked_client_weights(p, sizes),
+                                  name=name, info=info, cache_bytes=positive_int("cache_bytes", cache_bytes))
+
+    @classmethod
+    def _with_settings(cls, population: ClientPopulation, values: tuple[Classifier, Minibatches, Evaluation],
+                       p: np.ndarray, *, name: str, info: dict | None, cache_bytes: int) -> PopulationProblem:
+        """The problem of a checked population with the checked values, weights and cache bound (trusted); refuses a
+        model the labels do not fit and one whose weights cannot fit in memory.  The problem keeps its values."""
+        model_, batches, ev = values
+        C = int(population.n_classes)
+        model, hidden = model_.for_classes(C)
         check_model_memory(int(population.n_features) + int(model_.fit_intercept), C, model, hidden)
-        return cls(population=population, model=model, l2=model_.l2, p=p_arr, fit_intercept=model_.fit_intercept,
-                   name=name, info=dict(info or {}), hidden=hidden, batch_size=batches.batch_size,
-                   sampling=batches.sampling, init_seed=model_.init_seed, metric_samples=ev.metric_samples,
-                   cache_bytes=positive_int("cache_bytes", cache_bytes))
+        out = cls(population=population, model=model, l2=model_.l2, p=p, fit_intercept=model_.fit_intercept,
+                  name=name, info=dict(info or {}), hidden=hidden, batch_size=batches.batch_size,
+                  sampling=batches.sampling, init_seed=model_.init_seed, metric_samples=ev.metric_samples,
+                  cache_bytes=cache_bytes)
+        out._cache["options"] = values
+        return out
 
     def replace(self, **changes) -> PopulationProblem:
-        """A validated copy with some settings changed (the population and its cache stay shared)."""
-        allowed = ("model", "hidden", "l2", "p", "batch_size", "sampling", "init_seed", "metric_samples", "name",
-                   "info", "cache_bytes")
+        """A validated copy with some settings changed (the population and its cache stay shared): what changes is
+        checked (with the value it belongs to: :func:`~fedsde.problems.classification.options.changed_values`), what
+        stays is this problem's."""
+        allowed = (*REPLACEABLE, "cache_bytes")
         bad = sorted(set(changes) - set(allowed))
         if bad:
             raise FedsdeInputError(f"replace: unknown field(s) {', '.join(bad)} (allowed: {', '.join(allowed)})")
-        kw = {f: getattr(self, f) for f in allowed}
-        kw["hidden"] = self.hidden or None
-        if not getattr(model_type(changes.get("model", self.model)), "hidden_layer", False):
-            kw["hidden"] = None
-        kw |= changes
-        out = PopulationProblem.create(self.population, fit_intercept=self.fit_intercept, **kw)
+        cache_bytes = changes.pop("cache_bytes", None)
+        values = changed_values(self, changes)
+        p = checked_client_weights(changes["p"], self.sizes) if "p" in changes else self.p
+        out = PopulationProblem._with_settings(
+            self.population, values, p, name=changes.get("name", self.name), info=changes.get("info", self.info),
+            cache_bytes=self.cache_bytes if cache_bytes is None else positive_int("cache_bytes", cache_bytes))
         out._cache["rows"] = self.rows_cache  # one cache per population
         return out
 
@@ -290,13 +313,17 @@ class PopulationProblem(OnDemandRows):
                          "(simulate with --participation) or fewer clients")
             parts = [self.population.client_rows(k, s) for s in ("train", "test") for k in range(self.Q)]
             tr, te = parts[:self.Q], parts[self.Q:]
-            self._cache["materialised"] = ClassificationProblem.from_arrays(
-                np.concatenate([x for x, _ in tr]), np.concatenate([y for _, y in tr]), self.sizes,
-                np.concatenate([x for x, _ in te]), np.concatenate([y for _, y in te]), self.test_sizes,
-                n_classes=self.n_classes, model=self.model, l2=self.l2, p=self._given_p(),
-                fit_intercept=self.fit_intercept,
-                name=self.name, info=self.info, hidden=self.hidden or None, batch_size=self.batch_size,
-                sampling=self.sampling, init_seed=self.init_seed, metric_samples=self.metric_samples)
+            arrays = dict(X=np.concatenate([x for x, _ in tr]), y=np.concatenate([y for _, y in tr]), sizes=self.sizes,
+                          X_test=np.concatenate([x for x, _ in te]), y_test=np.concatenate([y for _, y in te]),
+                          test_sizes=self.test_sizes)
+            settings = dict(p=self._given_p(), name=self.name, info=self.info)
+            if getattr(self.population, "rows_checked", False):  # finite rows, labels 0..C-1, C >= 2: trusted
+                self._cache["materialised"] = ClassificationProblem._with_settings(
+                    arrays | {"n_classes": self.n_classes}, *values_of(self), **settings)
+            else:
+                self._cache["materialised"] = ClassificationProblem.from_arrays(
+                    *arrays.values(), n_classes=self.n_classes, classifier=values_of(self)[0],
+                    minibatches=values_of(self)[1], evaluation=values_of(self)[2], **settings)
         return self._cache["materialised"]
 
     def round_memory(self, slots: int, *, whole_clients: bool = False) -> tuple[int, str]:

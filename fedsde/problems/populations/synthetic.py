@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedsde._validate import positive_float, positive_int, unit_interval
+from fedsde._validate import positive_int
 from fedsde.errors import FedsdeInputError
+from fedsde.problems.classification.synthetic import SyntheticData
 
 #: rows of a client drawn from one stream
 ROW_CHUNK = 64
@@ -38,20 +39,32 @@ _SIZES, _U, _B, _SHARED, _CLIENT = range(5)
 class SyntheticPopulation:
     """synthetic(α, β) of ``n_clients`` clients produced on demand (see the module docstring).
 
-    Parameters are those of :func:`fedsde.problems.classification.synthetic.synthetic_problem`.
+    Parameters are those of :func:`fedsde.problems.classification.synthetic.synthetic_problem` (all but ``seed``
+    checked by the :class:`~fedsde.problems.classification.synthetic.SyntheticData` they build); a checked
+    ``SyntheticData`` is taken whole by :meth:`from_data`.  ``rows_checked``: the rows are finite and the labels in
+    ``0..C−1`` by construction (the materialised problem does not check them again).
     """
+
+    rows_checked = True
 
     def __init__(self, alpha: float = 1.0, beta: float = 1.0, *, seed: int, n_clients: int = 30, dim: int = 60,
                  n_classes: int = 10, iid: bool = False, test_fraction: float = 0.1, max_samples: int | None = None):
-        self.alpha = positive_float("alpha", alpha, allow_zero=True)
-        self.beta = positive_float("beta", beta, allow_zero=True)
-        self.seed = positive_int("seed", seed, minimum=0)
-        self.Q = positive_int("n_clients", n_clients)
-        self.n_features = positive_int("dim", dim)
-        self.n_classes = positive_int("n_classes", n_classes, minimum=2)
-        self.iid = bool(iid)
-        self.test_fraction = unit_interval("test_fraction", test_fraction)
-        self.max_samples = None if max_samples is None else positive_int("max_samples", max_samples, minimum=2)
+        data = SyntheticData(alpha, beta, n_clients, dim, n_classes, iid, test_fraction, max_samples)
+        self._draw(data, positive_int("seed", seed, minimum=0))
+
+    @classmethod
+    def from_data(cls, data: SyntheticData, seed: int) -> SyntheticPopulation:
+        """The population of the checked ``data`` and ``seed`` (trusted: a problem file checks them once)."""
+        out = cls.__new__(cls)
+        out._draw(data, seed)
+        return out
+
+    def _draw(self, data: SyntheticData, seed: int) -> None:
+        """The per-client numbers of every client (sizes, shifts; the IID variant's shared model)."""
+        self.data, self.seed = data, seed
+        self.alpha, self.beta, self.Q, self.n_features = data.alpha, data.beta, data.n_clients, data.dim
+        self.n_classes, self.iid, self.test_fraction = data.n_classes, data.iid, data.test_fraction
+        self.max_samples = data.max_samples
         Q = self.Q
         from fedsde.problems.classification.models import check_memory
 
@@ -123,8 +136,7 @@ class SyntheticPopulation:
         return 8 * 5 * self.Q
 
     def describe(self) -> dict:
-        return {"dataset": "synthetic", "alpha": self.alpha, "beta": self.beta, "iid": self.iid, "seed": self.seed,
-                "test_fraction": self.test_fraction, "max_samples": self.max_samples, "population": "on demand"}
+        return self.data.describe(self.seed) | {"population": "on demand"}
 
 
 def synthetic_population_problem(alpha: float = 1.0, beta: float = 1.0, *, seed: int, n_clients: int = 30,
