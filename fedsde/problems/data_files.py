@@ -112,11 +112,7 @@ def data_problem_from_dict(data: dict, *, source: str = "problem", base_dir=None
 
     seed = k.integer("seed", minimum=0, required=True)
     integer, number = partial(k.integer, raw=True), partial(k.number, raw=True)
-    if synthetic:  # the law of the clients, its keys checked once by the value they build
-        law = k.build(SyntheticData, number("alpha", 1.0, allow_zero=True), number("beta", 1.0, allow_zero=True),
-                      integer("clients", 30), integer("dim", 60), integer("n_classes", 10, minimum=2),
-                      k.boolean("iid", False), number("test_fraction", 0.1, allow_zero=True),
-                      integer("max_samples", None, minimum=2), keys={"n_clients": "clients"})
+    law = _synthetic_law(k) if synthetic else None  # the law of the clients, its keys checked once
     n_classes = law.n_classes if synthetic else _N_CLASSES[dataset]
     model = data.get("model", "logistic" if n_classes == 2 else "softmax")
     if model == "logistic" and n_classes != 2:
@@ -186,6 +182,16 @@ def _sklearn(k: _Keys, dataset: str, seed: int, test_fraction: float, weights: s
         n_uniform=integer("n_uniform", 1, minimum=0), min_size=integer("min_size", 10, minimum=0))
     return partitioned_problem(dataset, partitioning, seed, test_fraction, standardise=k.boolean("standardise", True),
                                weights=weights, **values)
+
+
+def _synthetic_law(k: _Keys) -> SyntheticData:
+    """The law of a synthetic file's clients, its keys (``clients`` is its ``n_clients``) checked once by the value
+    they build."""
+    integer, number = partial(k.integer, raw=True), partial(k.number, raw=True)
+    return k.build(SyntheticData, number("alpha", 1.0, allow_zero=True), number("beta", 1.0, allow_zero=True),
+                   integer("clients", 30), integer("dim", 60), integer("n_classes", 10, minimum=2),
+                   k.boolean("iid", False), number("test_fraction", 0.1, allow_zero=True),
+                   integer("max_samples", None, minimum=2), keys={"n_clients": "clients"})
 
 
 def _synthetic(k: _Keys, law: SyntheticData, seed: int, weights: str, name: str | None, **values):

@@ -298,7 +298,7 @@ def _population(k: _Keys, base: Path):
         raise k.fail("p: a population's clients are weighted by their sizes (p_k = N_k/N); drop p or set "
                      "population = false")
     if synthetic:
-        return _synthetic_problem(k, True).population
+        return _synthetic_problem(k, True)
     from fedsde.problems.module.npz import NpzPopulation
 
     rel, path = _npz_path(k, base)
@@ -310,15 +310,20 @@ def _population(k: _Keys, base: Path):
 
 def _synthetic_problem(k: _Keys, population: bool):
     """FedProx's synthetic(α, β) of the file's keys, parsed as ``kind = "classification"`` files do
-    (:func:`fedsde.problems.data_files._synthetic`): a population problem or the one-stream generator's."""
-    from fedsde.problems.data_files import _synthetic
+    (:func:`fedsde.problems.data_files._synthetic_law`): its population, or the one-stream generator's problem."""
+    from fedsde.problems.classification.options import Classifier
+    from fedsde.problems.classification.synthetic import synthetic_data_problem
+    from fedsde.problems.data_files import _synthetic_law
+    from fedsde.problems.populations.synthetic import SyntheticPopulation
 
     seed = k.integer("seed", minimum=0, required=True)
     test_fraction = k.number("test_fraction", 0.1, allow_zero=True)
     if test_fraction >= 1.0:
         raise k.fail(f"test_fraction={test_fraction!r}: must lie in [0, 1)")
-    data = dict(k.data, population=population)
-    return _synthetic(_Keys(data, k.source), seed, k.integer("n_classes", 10, minimum=2), test_fraction, 0.0)
+    law = _synthetic_law(k)
+    if population:
+        return SyntheticPopulation.from_data(law, seed)
+    return synthetic_data_problem(law, seed, classifier=Classifier("softmax", l2=0.0))
 
 
 def _synthetic_rows(k: _Keys):
