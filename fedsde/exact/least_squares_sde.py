@@ -312,8 +312,8 @@ def least_squares_sde(
     """
     _check_problem(problem)
     if isinstance(eta, Schedule):  # checked where it was built
-        h = eta.time_step if h is None else h
-        eta, steps, server_lr = fedavg_rates(eta, None, None, problem.Q)
+        h = eta.time_step if h is None else positive_float("h", h)
+        eta, steps, server_lr = fedavg_rates(eta, local_steps, server_lr, problem.Q)
     else:
         eta, server_lr = positive_float("eta", eta), positive_float("server_lr", server_lr)
         h = eta if h is None else positive_float("h", h)

@@ -231,11 +231,34 @@ def _scalar(name: str, value) -> float:
     return float(value)
 
 
+def _agrees(given, held) -> bool:
+    if given is held:
+        return True
+    if callable(given) or callable(held):
+        return False
+    try:
+        return bool(np.shape(given) == np.shape(held) and np.all(np.asarray(given) == np.asarray(held)))
+    except (TypeError, ValueError):
+        return False
+
+
+def _holds_them(schedule: Schedule, local_steps, server_lr) -> None:
+    """Refuse ``local_steps`` or a ``server_lr`` (other than the default 1) given next to a :class:`Schedule` that
+    holds others: they would be ignored.  Its own fields handed on with it are fine."""
+    extra = [] if local_steps is None or _agrees(local_steps, schedule.local_steps) else ["local_steps"]
+    if server_lr is not None and not _agrees(server_lr, 1.0) and not _agrees(server_lr, schedule.server_lr):
+        extra.append("server_lr")
+    if extra:
+        raise FedsdeInputError(f"{', '.join(f'{e}=' for e in extra)}: given with a Schedule, which holds its own; "
+                               "give the Schedule or the rates, not both")
+
+
 def fedavg_rates(eta, local_steps, server_lr, Q: int) -> tuple[float, np.ndarray, float]:
     """``(η, τ, s)`` of one FedAvg round on ``Q`` clients, ``τ`` int64 of shape (Q,): from a :class:`Schedule`
     passed as ``eta`` (checked where it was built: only the shape against ``Q`` here), or from raw values, checked
     here (:func:`fedsde._validate.positive_float`, :func:`~fedsde._validate.client_steps`)."""
     if isinstance(eta, Schedule):
+        _holds_them(eta, local_steps, server_lr)
         return _scalar("eta", eta.eta), eta.steps_for(Q), _scalar("server_lr", eta.server_lr)
     return (_validate.positive_float("eta", eta), _validate.client_steps("local_steps", local_steps, Q),
             _validate.positive_float("server_lr", server_lr))
@@ -243,9 +266,11 @@ def fedavg_rates(eta, local_steps, server_lr, Q: int) -> tuple[float, np.ndarray
 
 def unpack(eta, local_steps=None, server_lr=1.0) -> tuple[Schedule | None, Any, Any, Any]:
     """``(schedule, eta, local_steps, server_lr)``: the fields of a :class:`Schedule` passed as ``eta`` (and the
-    schedule, to hand on whole), or ``(None, eta, local_steps, server_lr)`` as given.  For functions that read the
-    rates and pass them on: ``f(problem, schedule)`` or ``f(problem, eta, local_steps, server_lr)``."""
+    schedule, to hand on whole), or ``(None, eta, local_steps, server_lr)`` as given (with a schedule, other
+    ``local_steps`` or ``server_lr`` are refused).  For functions that read the rates and pass them on:
+    ``f(problem, schedule)`` or ``f(problem, eta, local_steps, server_lr)``."""
     if isinstance(eta, Schedule):
+        _holds_them(eta, local_steps, server_lr)
         return eta, eta.eta, eta.local_steps, eta.server_lr
     return None, eta, local_steps, server_lr
 

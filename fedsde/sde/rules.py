@@ -47,7 +47,7 @@ from fedsde.aggregators import Aggregator, MomentumForm, get_aggregator
 from fedsde.errors import FedsdeInputError
 from fedsde.exact.moments import Moments
 from fedsde.exact.round_law import RoundLaw, _eig, client_round_maps, geometric_sum
-from fedsde.params import fedavg_rates
+from fedsde.params import Schedule, fedavg_rates
 from fedsde.problems.quadratic.problem import QuadraticProblem
 from fedsde.sde.coefficients import LinearSDE
 
@@ -247,7 +247,10 @@ def rule_sde(problem: QuadraticProblem, aggregator: str | Aggregator, eta: float
     """
     agg = rule_kind(aggregator)
     law = rule_round_law(problem, agg, eta, local_steps, server_lr, participation=participation, weighting=weighting)
-    h = law.eta if h is None else positive_float("h", h)
+    if h is None:  # a Schedule's own h (checked where it was built), else η (seed 002, Section 6)
+        h = eta.time_step if isinstance(eta, Schedule) else law.eta
+    else:
+        h = positive_float("h", h)
     mf = agg.momentum_form() if agg.sde_kind == "momentum" else None
     s_eff = law.server_lr * (mf.step_factor if mf is not None else 1.0)
     D = (s_eff * s_eff / h) * law.noise_cov

@@ -43,10 +43,10 @@ from fedsde.validity.metric_grid import METRIC_WORK, MetricGrid, evaluate_metric
 from fedsde.validity.reference import (
     NO_NORM_MEAN,
     check_order,
+    checked_exact_sde_paths,
     ell_ratios,
     exact_gaps,
     exact_sde_law,
-    exact_sde_paths,
     resolve_reference,
     svag_gaps,
 )
@@ -264,7 +264,7 @@ def validity_test(
     sde_exact = None
     if reference == "exact":  # closed form, before any chain runs (its errors are the user's to fix first)
         law = exact_sde_law(problem, schedule, order=order)
-        sde_exact = exact_sde_paths(problem, law, grid, hh, w0_arr, judged)
+        sde_exact = checked_exact_sde_paths(problem, law, grid, hh, w0_arr, judged)
     L, T = len(ells), grid.size
     keep_results(problem.d, L, T, R, len(names), how)
     values = {m: np.empty((L, T, R)) for m in names}
@@ -375,7 +375,7 @@ def _exact_test(problem, schedule: Schedule, *, w0, equivalence: Equivalence, me
     hh = schedule.time_step
     warn_stability(problem, schedule, stacklevel=5)  # what `fedsde exact` warns about
     law = exact_sde_law(problem, schedule, order=order)
-    sde = exact_sde_paths(problem, law, grid, hh, w0_arr, names)
+    sde = checked_exact_sde_paths(problem, law, grid, hh, w0_arr, names)
     fed, final_mean, final_cov = exact_fedavg_paths(problem, eta=schedule, grid=grid, w0=w0_arr, names=names)
     gaps = {}
     for m in judged:

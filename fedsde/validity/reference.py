@@ -35,6 +35,7 @@ import math
 import numpy as np
 import scipy.integrate
 
+from fedsde._validate import positive_float, start_point
 from fedsde.errors import FedsdeInputError
 from fedsde.params import Schedule
 from fedsde.validity.tails import tail_diagnostic
@@ -81,7 +82,9 @@ def exact_sde_law(problem, schedule: Schedule | None = None, *, eta: float | Non
         from fedsde.exact import least_squares_sde
 
         problem.optimum  # noqa: B018 — a one-line error when the solution is not unique (singular Hessian)
-        return least_squares_sde(problem, schedule or eta, local_steps, server_lr, h)
+        if schedule is not None:  # its rates and h, checked where it was built
+            return least_squares_sde(problem, schedule)
+        return least_squares_sde(problem, eta, local_steps, server_lr, h)
     from fedsde.problems.quadratic.problem import QuadraticProblem
 
     if isinstance(problem, QuadraticProblem):
@@ -205,15 +208,26 @@ def moment_metric_means(problem, mean: np.ndarray, cov: np.ndarray, names) -> di
     return out
 
 
-def exact_sde_paths(problem, law, rounds: np.ndarray, h: float, w0: np.ndarray, names) -> dict:
+def exact_sde_paths(problem, law, rounds, h: float, w0, names) -> dict:
     """``E φ_SDE(t)`` at ``t = n·h`` for the grid rounds ``n`` (increasing, from 0), from the SDE's exact law.
 
     A :class:`~fedsde.sde.LinearSDE`: steps the Gaussian law with the exact transition of every distinct spacing
     (:meth:`LinearSDE.transition`).  A :class:`~fedsde.exact.LeastSquaresSDE`: its exact mean and covariance at the
     grid times (:meth:`~fedsde.exact.LeastSquaresSDE.moments`) through :func:`moment_metric_means` (``None`` for a
-    metric without a value).  ``w0`` is the start point (d,) and ``rounds`` the sorted grid, both checked by the
-    caller (:func:`fedsde._validate.start_point`), not again.
+    metric without a value).  ``rounds`` (sorted integers ``>= 0``), ``h > 0`` and the start point ``w0`` (``None``,
+    a number or (d,)) are checked here; the validity tests, which checked them already, call the unchecked core.
     """
+    r = np.asarray(rounds)
+    if r.ndim != 1 or r.size == 0 or not np.issubdtype(r.dtype, np.number) or not np.all(np.isfinite(r)) \
+            or np.any(r < 0) or np.any(r != np.round(r)) or np.any(np.diff(r) < 0):
+        raise FedsdeInputError(f"rounds: {r.tolist()!r} must be a sorted, non-empty grid of integers >= 0")
+    return checked_exact_sde_paths(problem, law, r.astype(np.int64), positive_float("h", h),
+                                   start_point(w0, problem.d), names)
+
+
+def checked_exact_sde_paths(problem, law, rounds: np.ndarray, h: float, w0: np.ndarray, names) -> dict:
+    """:func:`exact_sde_paths` from checked input: ``rounds`` the sorted integer grid, ``h > 0`` and ``w0`` (d,)
+    from :func:`fedsde._validate.start_point`, none checked again (the validity tests' exact side)."""
     if hasattr(law, "generator"):  # least squares: moments from the closed linear moment ODE
         d = w0.shape[0]  # the grid and the start checked by the caller
         mom = law.moments_from(np.asarray(rounds, dtype=np.float64) * h, w0, np.zeros((d, d)))

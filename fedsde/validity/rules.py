@@ -45,7 +45,7 @@ from fedsde.params import (
     takes_values,
 )
 from fedsde.validity.core import MetricGrid, ValidityResult, _check_names, default_start, parse_ells
-from fedsde.validity.reference import ell_ratios, exact_sde_paths, gaussian_metric_means, svag_gaps
+from fedsde.validity.reference import checked_exact_sde_paths, ell_ratios, gaussian_metric_means, svag_gaps
 from fedsde.validity.verdict import ABSOLUTE_METRICS, GapPath, richardson_limit, validity_verdict
 
 #: default SVAG parameters per (reference, adaptive rule): the rule alone against an exact law; the rule and three
@@ -98,7 +98,7 @@ def _exact_means(problem, agg, schedule: Schedule, *, h, w0, grid, names, sampli
     r = rule_sde(problem, agg, schedule, None, None, h, participation=sampling.participation,
                  weighting=sampling.weighting)
     if r.sampling is None:
-        return exact_sde_paths(problem, r.sde, grid, h, w0, names)
+        return checked_exact_sde_paths(problem, r.sde, grid, h, w0, names)
     laws = [r.sde.moments(float(n) * h, w0) for n in grid]
     mean, cov = np.array([law.mean for law in laws]), np.array([law.cov for law in laws])
     moment = [m for m in names if m != "distance_from_start"]
