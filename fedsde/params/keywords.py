@@ -55,7 +55,7 @@ def _unused_ok(value, cls: type, f) -> bool:
 
 
 def takes_values(positional: Sequence[str] = (), types: Mapping[str, type] | None = None,
-                 **uses: Sequence[str]) -> Callable[[F], F]:
+                 joins: Mapping[str, Sequence[str]] | None = None, **uses: Sequence[str]) -> Callable[[F], F]:
     """Decorator: a function that takes values (``schedule``, ``replication``, ``precision``) also takes the old
     keywords of the fields it reads, folded into the values once, at the call.
 
@@ -87,6 +87,7 @@ def takes_values(positional: Sequence[str] = (), types: Mapping[str, type] | Non
     """
 
     kinds = {**VALUE_TYPES, **(types or {})}
+    joined = {k: set(v) for k, v in (joins or {}).items()}
 
     def decorate(func: F) -> F:
         sig = inspect.signature(func)
@@ -124,7 +125,13 @@ def takes_values(positional: Sequence[str] = (), types: Mapping[str, type] | Non
                 given = {f: kwargs.pop(f) for f in fields if f in kwargs}
                 if params[param].default is None:  # an optional value: its old keywords' None is "not given"
                     given = {f: v for f, v in given.items() if v is not None}
-                if given:
+                if given and whole is not None and isinstance(whole, cls) and set(given) <= joined.get(param, set()):
+                    whole = dataclasses.replace(whole, **given)  # checked again, with the keywords of old calls
+                    if positional:
+                        args = (*args[:slot], whole, *args[slot + 1:])
+                    else:
+                        kwargs[param] = whole
+                elif given:
                     if whole is not None:
                         raise FedsdeInputError(
                             f"{name}: {', '.join(f'{f}=' for f in given)} and {param}= both given; give the "

@@ -106,7 +106,8 @@ def _build_module(problem, model, eta, local_steps, server_lr, h, dev, dtype, *,
               replication=("replicates", "seed", "chunk_size", "workers", "memory_limit"),
               precision=PRECISION_FIELDS,
               integrator=("method", "substeps", "float32_draws", "inner_samples", "estimator"),
-              recording=("record", "moments_only", "full_cov_rounds", "on_record"))
+              recording=("record", "moments_only", "full_cov_rounds", "on_record"),
+              joins={"integrator": ("inner_samples", "estimator")})  # its own keywords before the Integrator held them
 def simulate_sde(
     problem: QuadraticProblem | ClientProblem,
     schedule: Schedule,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from fedsde._validate import choice, positive_int, unit_interval
+from fedsde.errors import FedsdeInputError
 from fedsde.params import takes_values, value_fields
 from fedsde.problems.classification.options import Classifier, Minibatches
 from fedsde.problems.classification.partition import PARTITIONS, Partition  # noqa: F401 (PARTITIONS: re-exported)
@@ -30,7 +31,10 @@ def load_dataset(name: str) -> tuple[np.ndarray, np.ndarray]:
 def _bundled(name: str) -> tuple[np.ndarray, np.ndarray]:
     from fedsde.problems.classification import bundled
 
-    return bundled.digits() if name == "digits" else bundled.breast_cancer()
+    loaders = {"digits": bundled.digits, "breast_cancer": bundled.breast_cancer}
+    if name not in loaders:  # a trusted core's caller passed a name it did not check
+        raise FedsdeInputError(f"dataset={name!r}: must be one of {', '.join(loaders)}")
+    return loaders[name]()
 
 
 @takes_values(types={"partitioning": Partition, "classifier": Classifier}, partitioning=value_fields(Partition),

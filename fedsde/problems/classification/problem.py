@@ -128,7 +128,7 @@ class ClassificationProblem(LabelledClients):
     sampling: str = "minibatch"
     init_seed: int | None = None
     metric_samples: int | None = None
-    _cache: dict = field(default_factory=dict, repr=False, compare=False)
+    _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     # ------------------------------------------------------------------ construction
     @classmethod

@@ -67,7 +67,7 @@ class ModulePopulationProblem(OnDemandRows):
     p: np.ndarray
     metric_samples: int | None = None
     cache_bytes: int = CACHE_BYTES
-    _cache: dict = field(default_factory=dict, repr=False, compare=False)
+    _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     model = "module"
 

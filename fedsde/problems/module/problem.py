@@ -110,7 +110,7 @@ class ModuleProblem(ModuleViews):
     name: str = ""
     info: dict = field(default_factory=dict)
     factory: Callable | None = None
-    _cache: dict = field(default_factory=dict, repr=False, compare=False)
+    _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     model = "module"
 

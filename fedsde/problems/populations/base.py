@@ -212,7 +212,7 @@ class PopulationProblem(OnDemandRows):
     init_seed: int | None = None
     metric_samples: int | None = None
     cache_bytes: int = CACHE_BYTES
-    _cache: dict = field(default_factory=dict, repr=False, compare=False)
+    _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @classmethod
     @takes_values(types=VALUE_TYPES, **VALUE_FIELDS)

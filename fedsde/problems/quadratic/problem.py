@@ -87,7 +87,7 @@ class QuadraticProblem:
     p: np.ndarray
     name: str = ""
     label_distributions: np.ndarray | None = None
-    _cache: dict = field(default_factory=dict, repr=False, compare=False)
+    _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @classmethod
     def from_arrays(cls, U, a, Sigma, p=None, *, name: str = "", label_distributions=None) -> QuadraticProblem:

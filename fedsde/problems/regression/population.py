@@ -54,7 +54,7 @@ class RegressionPopulation(OnDemandRows):
     name: str = ""
     info: dict = field(default_factory=dict)
     cache_bytes: int = CACHE_BYTES
-    _cache: dict = field(default_factory=dict, repr=False, compare=False)
+    _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     model = "least-squares"
 

@@ -105,7 +105,7 @@ class RegressionProblem:
     client_names: tuple[str, ...] = ()
     name: str = ""
     info: dict = field(default_factory=dict)
-    _cache: dict = field(default_factory=dict, repr=False, compare=False)
+    _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     model = "least-squares"
 
